@@ -1,0 +1,102 @@
+"""The action schema: what an agent can do, and a columnar batch of decisions.
+
+Shards return one `ActionBatch` per round; the driver concatenates them, sorts them into
+canonical order and applies them (snapshot semantics: nothing applies before all agents
+have decided).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+import numpy as np
+
+
+class ActionType(IntEnum):
+    """Platform actions. Twitter: POST, REPOST, QUOTE, REPLY, LIKE, FOLLOW, UNFOLLOW;
+    Reddit: POST, COMMENT, UPVOTE, DOWNVOTE, FOLLOW; both: DO_NOTHING."""
+
+    DO_NOTHING = 0
+    POST = 1
+    REPOST = 2
+    QUOTE = 3
+    REPLY = 4
+    COMMENT = 5
+    LIKE = 6
+    UPVOTE = 7
+    DOWNVOTE = 8
+    FOLLOW = 9
+    UNFOLLOW = 10
+
+
+ACTION_NAMES = {a: a.name.lower() for a in ActionType}
+CREATES_POST = frozenset({ActionType.POST, ActionType.REPOST, ActionType.QUOTE,
+                          ActionType.REPLY, ActionType.COMMENT})
+TARGETS_POST = frozenset({ActionType.REPOST, ActionType.QUOTE, ActionType.REPLY,
+                          ActionType.COMMENT, ActionType.LIKE, ActionType.UPVOTE,
+                          ActionType.DOWNVOTE})
+TARGETS_AGENT = frozenset({ActionType.FOLLOW, ActionType.UNFOLLOW})
+VOTES = frozenset({ActionType.LIKE, ActionType.UPVOTE, ActionType.DOWNVOTE})
+
+
+@dataclass
+class ActionBatch:
+    """Decisions of many agents, column-wise. `stance` is [n, T] (nan: topic not addressed);
+    `text` holds the content of post-creating actions ("" otherwise)."""
+
+    agent: np.ndarray  # int32
+    platform: np.ndarray  # int8
+    action: np.ndarray  # int8 (ActionType)
+    target_post: np.ndarray  # int64, -1 if none
+    target_agent: np.ndarray  # int32, -1 if none
+    stance: np.ndarray  # float64 [n, T]
+    text: list[str]
+    slot: np.ndarray  # int8: the agent's k-th action on this platform this round
+    meta: dict[str, np.ndarray] = field(default_factory=dict)  # per-row extras (e.g. source)
+
+    def __len__(self) -> int:
+        return len(self.agent)
+
+    @classmethod
+    def empty(cls, n_topics: int) -> ActionBatch:
+        """A batch with no rows."""
+        return cls(
+            agent=np.empty(0, np.int32), platform=np.empty(0, np.int8),
+            action=np.empty(0, np.int8), target_post=np.empty(0, np.int64),
+            target_agent=np.empty(0, np.int32), stance=np.empty((0, n_topics), np.float64),
+            text=[], slot=np.empty(0, np.int8),
+        )
+
+    @classmethod
+    def concat(cls, batches: list[ActionBatch], n_topics: int) -> ActionBatch:
+        """Concatenate batches (order kept; call `canonical` to sort)."""
+        batches = [b for b in batches if len(b)]
+        if not batches:
+            return cls.empty(n_topics)
+        meta_keys = set.intersection(*(set(b.meta) for b in batches))
+        return cls(
+            agent=np.concatenate([b.agent for b in batches]),
+            platform=np.concatenate([b.platform for b in batches]),
+            action=np.concatenate([b.action for b in batches]),
+            target_post=np.concatenate([b.target_post for b in batches]),
+            target_agent=np.concatenate([b.target_agent for b in batches]),
+            stance=np.concatenate([b.stance for b in batches]),
+            text=[t for b in batches for t in b.text],
+            slot=np.concatenate([b.slot for b in batches]),
+            meta={k: np.concatenate([b.meta[k] for b in batches]) for k in meta_keys},
+        )
+
+    def take(self, idx: np.ndarray) -> ActionBatch:
+        """Rows `idx`, in that order."""
+        return ActionBatch(
+            agent=self.agent[idx], platform=self.platform[idx], action=self.action[idx],
+            target_post=self.target_post[idx], target_agent=self.target_agent[idx],
+            stance=self.stance[idx], text=[self.text[i] for i in idx], slot=self.slot[idx],
+            meta={k: v[idx] for k, v in self.meta.items()},
+        )
+
+    def canonical(self) -> ActionBatch:
+        """Sorted by (platform, agent, slot): the order in which actions apply."""
+        order = np.lexsort((self.slot, self.agent, self.platform))
+        return self.take(order)

@@ -1,0 +1,145 @@
+"""The population: who the agents are (personas) and their static traits.
+
+A population is either generated from a size (seeded) or read from a profile file
+(`agents.profiles`). Traits that drive the engine are numpy arrays indexed by agent id;
+persona text stays as Python lists for prompts and the agents table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+
+import numpy as np
+import pandas as pd
+
+from sim.config import Config
+
+_MBTI = [a + b + c + d for a in "EI" for b in "SN" for c in "TF" for d in "JP"]
+_PROFESSIONS = [
+    "teacher", "nurse", "software engineer", "farmer", "student", "journalist", "shop owner",
+    "retired engineer", "economist", "electrician", "lawyer", "artist", "civil servant",
+    "researcher", "truck driver", "doctor", "accountant", "chef", "union organiser",
+    "small-business owner",
+]
+_COUNTRIES = ["US", "UK", "Germany", "France", "India", "Brazil", "Nigeria", "Japan",
+              "Canada", "Australia", "Mexico", "Spain", "Italy", "Kenya", "South Korea"]
+_TEMPERAMENTS = [
+    "argues from data and asks for sources",
+    "speaks from personal experience",
+    "likes a good joke even in serious threads",
+    "is blunt and impatient with spin",
+    "tries to find common ground",
+    "worries about how policies land on ordinary families",
+    "follows the news closely and shares links often",
+    "is sceptical of official statements",
+]
+
+
+def _names(kind: str) -> list[str]:
+    text = resources.files("agents").joinpath(f"data/{kind}_names.txt").read_text("utf-8")
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+@dataclass
+class Population:
+    """Per-agent static traits. Agent ids are row indices 0..N-1."""
+
+    name: list[str]
+    username: list[str]
+    bio: list[str]
+    persona: list[str]
+    group: np.ndarray  # int16 group index, -1 for none
+    group_names: list[str]
+    activity: np.ndarray  # float64 in [0, 1]
+    interests: np.ndarray  # float64 [N, T], rows sum to 1
+    age: np.ndarray  # int16, -1 unknown
+    gender: list[str]
+    mbti: list[str]
+    country: list[str]
+    profession: list[str]
+    source_id: list[str]
+    following: list[list[int]] | None = None
+    hourly: np.ndarray | None = None  # optional per-agent [N, 24] activity multipliers
+    stance_hint: np.ndarray | None = None  # optional [N, T] positions from profiles (nan: none)
+    extra: dict[str, list] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        """Number of agents."""
+        return len(self.name)
+
+    def group_mask(self, names: list[str]) -> np.ndarray:
+        """Boolean mask of agents in any of the named groups."""
+        codes = [self.group_names.index(n) for n in names if n in self.group_names]
+        return np.isin(self.group, np.asarray(codes, dtype=self.group.dtype))
+
+    def to_frame(self, topics: list[str]) -> pd.DataFrame:
+        """The agents table (one row per agent)."""
+        df = pd.DataFrame({
+            "agent_id": np.arange(self.size, dtype=np.int32),
+            "name": self.name,
+            "username": self.username,
+            "bio": self.bio,
+            "persona": self.persona,
+            "group_name": [self.group_names[g] if g >= 0 else None for g in self.group],
+            "activity": self.activity,
+            "age": np.where(self.age >= 0, self.age, None),
+            "gender": self.gender,
+            "mbti": self.mbti,
+            "country": self.country,
+            "profession": self.profession,
+            "source_id": self.source_id,
+        })
+        for t, topic in enumerate(topics):
+            df[f"interest_{topic}"] = self.interests[:, t]
+        return df
+
+
+def generate_population(cfg: Config, rng: np.random.Generator) -> Population:
+    """Generate `population.size` personas, seeded, with groups by fraction."""
+    n = cfg.population.size
+    assert n is not None
+    topics = cfg.topics
+    first, last = _names("first"), _names("last")
+    fi = rng.integers(0, len(first), n)
+    li = rng.integers(0, len(last), n)
+    names = [f"{first[a]} {last[b]}" for a, b in zip(fi, li, strict=True)]
+    usernames = [
+        f"{first[a].lower()}_{last[b].lower().replace(' ', '')}{i}"
+        for i, (a, b) in enumerate(zip(fi, li, strict=True))
+    ]
+    ages = rng.integers(18, 80, n).astype(np.int16)
+    genders = rng.choice(["female", "male", "non-binary"], n, p=[0.49, 0.49, 0.02]).tolist()
+    mbti = rng.choice(_MBTI, n).tolist()
+    country = rng.choice(_COUNTRIES, n).tolist()
+    profession = rng.choice(_PROFESSIONS, n).tolist()
+    temper = rng.integers(0, len(_TEMPERAMENTS), n)
+    interests = rng.dirichlet(np.ones(len(topics)), n)
+    activity = cfg.activity.level.sample(rng, n, 0.0, 1.0)
+
+    # Groups: contiguous shares of a seeded permutation, so fractions are exact.
+    group = np.full(n, -1, dtype=np.int16)
+    order = rng.permutation(n)
+    start = 0
+    for g, spec in enumerate(cfg.population.groups):
+        count = round(spec.fraction * n)
+        group[order[start:start + count]] = g
+        start += count
+    group_names = [g.name for g in cfg.population.groups]
+
+    bios, personas = [], []
+    for i in range(n):
+        top = topics[int(np.argmax(interests[i]))].label
+        g = f" Part of the {group_names[group[i]]} crowd." if group[i] >= 0 else ""
+        bios.append(f"{profession[i].capitalize()} in {country[i]}. Talks about {top}.{g}")
+        personas.append(
+            f"{names[i]} is a {ages[i]}-year-old {profession[i]} from {country[i]} "
+            f"({mbti[i]}) who {_TEMPERAMENTS[temper[i]]}. Cares most about {top}."
+        )
+    return Population(
+        name=names, username=usernames, bio=bios, persona=personas, group=group,
+        group_names=group_names, activity=activity, interests=interests, age=ages,
+        gender=genders, mbti=mbti, country=country, profession=profession,
+        source_id=[str(i) for i in range(n)],
+    )

@@ -1,0 +1,183 @@
+"""The rule-based policy: vectorised decisions for all acting agents of a shard.
+
+Each acting agent takes `max_actions_per_round` decisions per platform. A decision is, in
+order: post (probability from the post rate and confidence); otherwise engage with one feed
+item (probability `engage_rate`, target and kind drawn in proportion to weights driven by
+stance agreement, trust, confidence and social proof); otherwise do nothing. The formulas
+are written down in docs/rule_policy.md; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agents.actions import ActionBatch, ActionType
+from agents.observation import PlatformView
+from agents.post_text import compose_post, compose_response
+from sim.config import RulePolicyConfig, TopicSpec
+from sim.counter_rng import CounterRNG, Purpose
+
+ENGAGEMENTS = {
+    "twitter": (ActionType.LIKE, ActionType.REPOST, ActionType.QUOTE, ActionType.REPLY,
+                ActionType.FOLLOW, ActionType.UNFOLLOW),
+    "reddit": (ActionType.UPVOTE, ActionType.DOWNVOTE, ActionType.COMMENT, ActionType.FOLLOW),
+}
+_RESPONSE = {ActionType.QUOTE: "quote", ActionType.REPLY: "reply", ActionType.COMMENT: "comment"}
+
+
+def alignment(position: np.ndarray, stance: np.ndarray) -> np.ndarray:
+    """Agreement in [0, 1] between each agent [A, T] and its feed items [A, K, T]:
+    1 − |x − s|/2 averaged over the topics a post addresses (0.5 if it addresses none)."""
+    addressed = ~np.isnan(stance)
+    n = addressed.sum(axis=2)
+    dist = np.where(addressed, np.abs(position[:, None, :] - np.nan_to_num(stance)), 0.0)
+    mean = dist.sum(axis=2) / np.maximum(n, 1)
+    return np.where(n > 0, 1.0 - mean / 2.0, 0.5)
+
+
+class RulePolicy:
+    """Decides for many agents at once; every draw is keyed by (round, agent, purpose)."""
+
+    def __init__(self, cfg: RulePolicyConfig, topics: list[TopicSpec], rng: CounterRNG,
+                 interests: np.ndarray, usernames: list[str]):
+        self.cfg = cfg
+        self.labels = [t.label or t.name for t in topics]
+        self.rng = rng
+        self.interests = interests
+        self.usernames = usernames
+
+    def weights(self, view: PlatformView, position: np.ndarray, confidence: np.ndarray
+                ) -> tuple[tuple[ActionType, ...], np.ndarray]:
+        """Engagement weights [A, types, K] for the platform's engagement actions."""
+        c = self.cfg
+        a = alignment(position, view.stance)
+        g = c.agreement_exponent
+        agree, disagree = a**g, (1.0 - a) ** g
+        tau = view.trust
+        conf = confidence.mean(axis=1)[:, None]
+        valid = (view.feed >= 0) & (view.author != view.agents[:, None])
+        social = 1.0 + c.social_proof * np.log1p(np.maximum(view.up, 0))
+        by_type = {
+            ActionType.LIKE: c.like_weight * agree * (0.5 + tau) * social * ~view.voted,
+            ActionType.UPVOTE: c.like_weight * agree * (0.5 + tau) * social * ~view.voted,
+            ActionType.REPOST: c.repost_weight * agree * conf * (0.5 + tau) * ~view.reposted,
+            ActionType.QUOTE: c.quote_weight * np.abs(2.0 * a - 1.0) * conf,
+            ActionType.REPLY: c.reply_weight * (1.25 - a) * conf,
+            ActionType.COMMENT: c.reply_weight * (1.25 - a) * conf,
+            ActionType.DOWNVOTE: c.downvote_weight * disagree * (1.5 - tau) * ~view.voted,
+            ActionType.FOLLOW: c.follow_weight * agree * tau * ~view.follows_author,
+            ActionType.UNFOLLOW: c.unfollow_weight * disagree * (1.0 - tau) * view.follows_author,
+        }
+        types = ENGAGEMENTS[view.name]
+        w = np.stack([np.where(valid, by_type[t], 0.0) for t in types], axis=1)
+        return types, w
+
+    def decide(self, view: PlatformView, position: np.ndarray, confidence: np.ndarray,
+               round_: int, max_actions: int) -> ActionBatch:
+        """Decisions of `view.agents` on one platform (`max_actions` slots each)."""
+        n_topics = len(self.labels)
+        if not len(view.agents):
+            return ActionBatch.empty(n_topics)
+        types, w = self.weights(view, position, confidence)
+        n_agents, n_types, k = w.shape
+        flat = w.reshape(n_agents, n_types * k)
+        total = flat.sum(axis=1)
+        cum = np.cumsum(flat, axis=1)
+        p_post = np.clip(
+            self.cfg.post_rate * (1.0 + self.cfg.post_confidence_boost
+                                  * (confidence.mean(axis=1) - 0.5)), 0.0, 1.0)
+        batches = []
+        base = 100 * view.platform
+        for slot in range(max_actions):
+            key = base + 1000 * slot
+            u = self.rng.uniform(round_, Purpose.POST + key, view.agents, 3)
+            posting = u[:, 0] < p_post
+            engaging = ~posting & (u[:, 1] < self.cfg.engage_rate) & (total > 0)
+            pick = (cum < (u[:, 2] * total)[:, None]).sum(axis=1)
+            pick = np.minimum(pick, n_types * k - 1)
+            action = np.full(n_agents, ActionType.DO_NOTHING, dtype=np.int8)
+            action[posting] = ActionType.POST
+            chosen = np.asarray(types, dtype=np.int8)[pick // k]
+            action[engaging] = chosen[engaging]
+            item = pick % k
+            batches.append(self._rows(view, position, round_, slot, action, item, engaging))
+        return ActionBatch.concat(batches, n_topics)
+
+    def _rows(self, view: PlatformView, position: np.ndarray, round_: int, slot: int,
+              action: np.ndarray, item: np.ndarray, engaging: np.ndarray) -> ActionBatch:
+        """Materialise one slot's decisions as action rows with targets, stances, texts."""
+        n_agents, n_topics = position.shape
+        rows = np.arange(n_agents)
+        target_post = np.where(engaging, view.feed[rows, item], -1)
+        target_author = np.where(engaging, view.author[rows, item], -1)
+        is_graph = np.isin(action, [ActionType.FOLLOW, ActionType.UNFOLLOW])
+        target_agent = np.where(is_graph, target_author, -1).astype(np.int32)
+        target_post = np.where(is_graph, -1, target_post)
+        key = 100 * view.platform + 1000 * slot
+        noise = self.cfg.expression_noise * self.rng.normal(
+            round_, Purpose.EXPRESSION + key, view.agents, n_topics)
+        expressed = np.clip(position + noise, -1.0, 1.0)
+        stance = np.full((n_agents, n_topics), np.nan)
+
+        # New posts: one topic by interest, sometimes a second one.
+        posting = action == ActionType.POST
+        u_topic = self.rng.uniform(round_, Purpose.TOPIC + key, view.agents, 3)
+        interests = self.interests[view.agents]
+        first = _draw_index(interests, u_topic[:, 0])
+        second_w = interests.copy()
+        second_w[rows, first] = 0.0
+        second = _draw_index(second_w, u_topic[:, 1])
+        two = posting & (u_topic[:, 2] < self.cfg.second_topic_prob) & (second_w.sum(1) > 0)
+        stance[posting, first[posting]] = expressed[posting, first[posting]]
+        stance[two, second[two]] = expressed[two, second[two]]
+
+        # Responses take a stance on the topics of the post they respond to.
+        responding = np.isin(action, [ActionType.QUOTE, ActionType.REPLY, ActionType.COMMENT])
+        target_stance = view.stance[rows, item]  # [A, T]
+        on_topic = ~np.isnan(target_stance)
+        no_topic = responding & ~on_topic.any(axis=1)
+        resp_mask = responding[:, None] & on_topic
+        stance[resp_mask] = expressed[resp_mask]
+        stance[no_topic, first[no_topic]] = expressed[no_topic, first[no_topic]]
+        reposting = action == ActionType.REPOST
+        stance[reposting] = target_stance[reposting]
+
+        texts = self._texts(view, round_, key, action, stance, target_stance, target_author)
+        return ActionBatch(
+            agent=view.agents.astype(np.int32), platform=np.full(n_agents, view.platform, np.int8),
+            action=action, target_post=target_post.astype(np.int64), target_agent=target_agent,
+            stance=stance, text=texts, slot=np.full(n_agents, slot, np.int8),
+        )
+
+    def _texts(self, view: PlatformView, round_: int, key: int, action: np.ndarray,
+               stance: np.ndarray, target_stance: np.ndarray, target_author: np.ndarray
+               ) -> list[str]:
+        texts = [""] * len(action)
+        writes = np.nonzero(np.isin(action, [ActionType.POST, ActionType.QUOTE,
+                                              ActionType.REPLY, ActionType.COMMENT]))[0]
+        if not len(writes):
+            return texts
+        u = self.rng.uniform(round_, Purpose.TEXT + key, view.agents[writes], 3)
+        for j, i in enumerate(writes):
+            topics = np.nonzero(~np.isnan(stance[i]))[0]
+            labels = [self.labels[t] for t in topics]
+            positions = [float(stance[i, t]) for t in topics]
+            kind = ActionType(int(action[i]))
+            if kind == ActionType.POST:
+                texts[i] = compose_post(labels, positions, list(u[j]))
+            else:
+                theirs = target_stance[i, topics]
+                agree = bool(np.nanmean(np.abs(theirs - stance[i, topics])) < 0.5) \
+                    if np.isfinite(theirs).any() else True
+                user = self.usernames[int(target_author[i])]
+                texts[i] = compose_response(_RESPONSE[kind], user, agree, labels, positions,
+                                            list(u[j]))
+        return texts
+
+
+def _draw_index(weights: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Per row, an index drawn in proportion to non-negative weights (0 if all zero)."""
+    cum = np.cumsum(weights, axis=1)
+    total = cum[:, -1]
+    idx = (cum < (u * total)[:, None]).sum(axis=1)
+    return np.minimum(idx, weights.shape[1] - 1)

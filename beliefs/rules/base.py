@@ -1,0 +1,67 @@
+"""The interface of belief update rules, and the exposures they read."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+from beliefs.exposure import ExposureHistory
+from beliefs.state import BeliefState
+from beliefs.trust import TrustStore
+from sim.posts import PostStore
+
+
+@dataclass
+class Exposures:
+    """What each agent saw this round, across platforms, oldest post first.
+
+    `posts` is [A, M] (-1 padded on the left); `up`/`down` are the vote counts and `trust`
+    the reader's trust in the author as they were when the feed was built (end of the
+    previous round), aligned with `posts`.
+    """
+
+    agents: np.ndarray  # int64 [A]
+    posts: np.ndarray  # int64 [A, M]
+    up: np.ndarray  # int32 [A, M]
+    down: np.ndarray  # int32 [A, M]
+    trust: np.ndarray  # float64 [A, M]
+
+    @property
+    def valid(self) -> np.ndarray:
+        """Mask of real (non-padding) entries."""
+        return self.posts >= 0
+
+    def flat(self) -> tuple[np.ndarray, np.ndarray]:
+        """(agent, post) pairs of every real exposure."""
+        v = self.valid
+        return np.broadcast_to(self.agents[:, None], self.posts.shape)[v], self.posts[v]
+
+
+@dataclass
+class UpdateContext:
+    """Everything else a rule may read."""
+
+    round: int
+    posts: PostStore
+    trust: TrustStore
+    history: ExposureHistory | None
+    engagement: np.ndarray  # float64 [N, T]: net votes received this round per topic
+
+
+class UpdateRule(ABC):
+    """A belief update rule. `uses_novelty` asks the driver to keep the exposure history."""
+
+    uses_novelty: bool = False
+
+    @abstractmethod
+    def update(self, beliefs: BeliefState, exposures: Exposures, ctx: UpdateContext) -> None:
+        """Update beliefs in place from this round's exposures and engagement."""
+
+    @staticmethod
+    def stances(exposures: Exposures, ctx: UpdateContext) -> tuple[np.ndarray, np.ndarray]:
+        """Stance [A, M, T] of each exposure (0 where unaddressed) and the addressed mask."""
+        stance = ctx.posts.get("stance", exposures.posts, np.nan)
+        addressed = ~np.isnan(stance) & exposures.valid[:, :, None]
+        return np.where(addressed, stance, 0.0), addressed

@@ -1,0 +1,60 @@
+"""MiroShark's social-influence nudge (miroshark-runtime.md §4.1), with its defects fixed.
+
+Per exposure to a post with stance s on topic t (only topics the post addresses):
+
+    nudge = (s − x) · trust(reader, author) · social · novelty · rate / resistance
+    social     = min(1, social_base + social_per_like · likes)
+    novelty    = novelty_new if the reader has not seen the post before, else novelty_seen
+    resistance = resistance_base + resistance_confidence · confidence
+
+Nudges of one round are summed, then the position is clipped to [-1, 1]. Confidence moves
+with the net votes (likes/upvotes minus downvotes) the agent's posts on that topic got
+*this round* (MiroShark used all-time totals): ±min(cap, step·|net|), floored.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from beliefs.rules.base import Exposures, UpdateContext, UpdateRule
+from beliefs.state import BeliefState
+from sim.config import SocialInfluence
+
+
+class SocialInfluenceRule(UpdateRule):
+    """The default rule."""
+
+    uses_novelty = True
+
+    def __init__(self, cfg: SocialInfluence):
+        self.cfg = cfg
+
+    def update(self, beliefs: BeliefState, exposures: Exposures, ctx: UpdateContext) -> None:
+        c = self.cfg
+        if exposures.posts.size:
+            a = exposures.agents
+            stance, addressed = self.stances(exposures, ctx)
+            valid = exposures.valid
+            ids = np.maximum(exposures.posts, 0)
+            readers = np.broadcast_to(a[:, None], ids.shape)
+            seen = np.zeros(ids.shape, dtype=bool)
+            if ctx.history is not None:
+                seen[valid] = ctx.history.seen(readers[valid], ids[valid])
+            novelty = np.where(seen, c.novelty_seen, c.novelty_new)
+            social = np.minimum(1.0, c.social_base + c.social_per_like * exposures.up)
+            weight = exposures.trust * social * novelty * c.rate  # [A, M]
+            x = beliefs.position[a]  # [A, T]
+            resistance = c.resistance_base + c.resistance_confidence * beliefs.confidence[a]
+            pull = np.where(addressed, stance - x[:, None, :], 0.0)
+            delta = (pull * weight[:, :, None]).sum(axis=1) / resistance
+            beliefs.position[a] = np.clip(x + delta, -1.0, 1.0)
+        self._engagement(beliefs, ctx.engagement)
+
+    def _engagement(self, beliefs: BeliefState, net: np.ndarray) -> None:
+        c = self.cfg
+        step = np.minimum(c.confidence_cap, c.confidence_step * np.abs(net))
+        conf = beliefs.confidence
+        up = net > 0
+        down = net < 0
+        conf[up] = np.minimum(1.0, conf[up] + step[up])
+        conf[down] = np.maximum(c.confidence_floor, conf[down] - step[down])

@@ -1,0 +1,250 @@
+"""Step 6 of a round: apply every agent's actions in canonical order (snapshot semantics).
+
+All decisions of round r were made against the world as of the end of r-1. They are sorted
+by (platform, agent, slot) and validated against that same snapshot: a target post must be
+in the agent's feed, votes and reposts happen once per (agent, post), follows must change
+something. Within the round the first valid action wins. Rejected actions are kept, with
+their reason, and logged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+
+from agents.actions import CREATES_POST, TARGETS_POST, VOTES, ActionBatch, ActionType
+from agents.observation import PlatformView
+from sim.follow_graph import pack
+from sim.posts import NewPosts, PostKind
+from sim.recommenders import FEEDABLE
+from sim.world import World
+
+
+class Reason(IntEnum):
+    """Why an action was rejected (OK: applied)."""
+
+    OK = 0
+    NOT_ALLOWED = 1
+    NOT_IN_FEED = 2
+    DUPLICATE = 3
+    SELF = 4
+    UNKNOWN_AGENT = 5
+    NOT_MEMBER = 6
+    ALREADY_FOLLOWING = 7
+    NOT_FOLLOWING = 8
+
+
+REASON_NAMES = {r: r.name.lower() for r in Reason}
+
+_KIND_OF = {ActionType.POST: PostKind.POST, ActionType.REPOST: PostKind.REPOST,
+            ActionType.QUOTE: PostKind.QUOTE, ActionType.REPLY: PostKind.REPLY,
+            ActionType.COMMENT: PostKind.COMMENT}
+_TRUST_CAUSES = ("like", "repost", "downvote", "follow", "unfollow", "reply_agree",
+                 "reply_disagree")
+
+
+@dataclass
+class Applied:
+    """What applying a round's actions did."""
+
+    actions: ActionBatch  # canonical order
+    reason: np.ndarray  # int8 Reason per action
+    new_post: np.ndarray  # int64 post id created by each action, -1 if none
+    trust: dict[str, np.ndarray]  # truster, trustee, cause, delta, value (one row per event)
+    follows: dict[str, np.ndarray]  # platform, follower, followee, op (1 follow, -1 unfollow)
+    engagement: np.ndarray  # float64 [N, T] net votes received per topic this round
+
+
+def _first_occurrence(keys: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+    """Mask: candidates[i] and no earlier candidate row has the same key."""
+    out = np.zeros(len(keys), dtype=bool)
+    idx = np.nonzero(candidates)[0]
+    _, first = np.unique(keys[idx], return_index=True)
+    out[idx[first]] = True
+    return out
+
+
+def _in_feed(actions: ActionBatch, views: dict[int, PlatformView]) -> np.ndarray:
+    """Mask: is each action's target post in that agent's feed this round?"""
+    ok = np.zeros(len(actions), dtype=bool)
+    for code, view in views.items():
+        rows = np.nonzero(actions.platform == code)[0]
+        if not len(rows) or not len(view.agents):
+            continue
+        pos = np.searchsorted(view.agents, actions.agent[rows])
+        pos = np.minimum(pos, len(view.agents) - 1)
+        known = view.agents[pos] == actions.agent[rows]
+        hit = (view.feed[pos] == actions.target_post[rows][:, None]).any(axis=1)
+        ok[rows] = known & hit & (actions.target_post[rows] >= 0)
+    return ok
+
+
+def validate(world: World, actions: ActionBatch, views: dict[int, PlatformView]
+             ) -> np.ndarray:
+    """Reason code per action (OK where it applies), in canonical order."""
+    n = len(actions)
+    reason = np.zeros(n, dtype=np.int8)
+    act = actions.action.astype(np.int64)
+    by_code = {p.code: p for p in world.platforms.values()}
+
+    allowed = np.zeros(n, dtype=bool)
+    for code, plat in by_code.items():
+        here = actions.platform == code
+        allowed[here] = np.isin(act[here], [int(a) for a in plat.spec.actions])
+    reason[~allowed] = Reason.NOT_ALLOWED
+
+    targets_post = np.isin(act, [int(a) for a in TARGETS_POST]) & (reason == 0)
+    reason[targets_post & ~_in_feed(actions, views)] = Reason.NOT_IN_FEED
+
+    keys = pack(actions.agent, np.maximum(actions.target_post, 0))
+    for code, plat in by_code.items():
+        here = (actions.platform == code) & (reason == 0)
+        votes = here & np.isin(act, [int(a) for a in VOTES])
+        reposts = here & (act == ActionType.REPOST)
+        for mask, store in ((votes, plat.votes), (reposts, plat.reposts)):
+            dup = mask & (store.contains(keys) | ~_first_occurrence(keys, mask))
+            reason[dup] = Reason.DUPLICATE
+
+        graph_ops = here & np.isin(act, [ActionType.FOLLOW, ActionType.UNFOLLOW])
+        if graph_ops.any():
+            idx = np.nonzero(graph_ops)[0]
+            src, dst = actions.agent[idx].astype(np.int64), actions.target_agent[idx]
+            unknown = (dst < 0) | (dst >= world.n_agents)
+            dst_safe = np.where(unknown, 0, dst)
+            following = plat.graph.is_following(src, dst_safe)
+            is_follow = act[idx] == ActionType.FOLLOW
+            r = np.zeros(len(idx), dtype=np.int8)
+            r[is_follow & following] = Reason.ALREADY_FOLLOWING
+            r[~is_follow & ~following] = Reason.NOT_FOLLOWING
+            r[is_follow & ~plat.members[dst_safe]] = Reason.NOT_MEMBER
+            r[src == dst] = Reason.SELF
+            r[unknown] = Reason.UNKNOWN_AGENT
+            reason[idx] = r
+            ok = np.zeros(n, dtype=bool)
+            ok[idx] = r == 0
+            pairs = pack(actions.agent, np.maximum(actions.target_agent, 0))
+            reason[ok & ~_first_occurrence(pairs, ok)] = Reason.DUPLICATE
+    return reason
+
+
+def apply_actions(world: World, actions: ActionBatch, views: list[PlatformView],
+                  round_: int) -> Applied:
+    """Validate and apply a canonical batch; mutates the world's posts, platforms, trust."""
+    by_code = {v.platform: v for v in views}
+    reason = validate(world, actions, by_code)
+    ok = reason == Reason.OK
+    act = actions.action.astype(np.int64)
+    posts = world.posts
+    tcfg = world.cfg.beliefs.trust
+
+    # Author of each targeted post, as of the snapshot (before new posts exist).
+    target_author = posts.get("author", actions.target_post).astype(np.int64)
+
+    # New posts, ids in canonical order. A repost of a repost points at the root.
+    creates = ok & np.isin(act, [int(a) for a in CREATES_POST])
+    new_post = np.full(len(actions), -1, dtype=np.int64)
+    if creates.any():
+        idx = np.nonzero(creates)[0]
+        parent = actions.target_post[idx].copy()
+        is_repost = act[idx] == ActionType.REPOST
+        parent[is_repost] = posts.root[parent[is_repost]]
+        kinds = np.array([_KIND_OF[ActionType(int(a))] for a in act[idx]], dtype=np.int8)
+        new_post[idx] = posts.append(NewPosts(
+            platform=actions.platform[idx], author=actions.agent[idx], kind=kinds,
+            parent=np.where(act[idx] == ActionType.POST, -1, parent),
+            stance=actions.stance[idx], text=[actions.text[i] for i in idx],
+        ), round_)
+
+    # Counters on target posts.
+    def bump(column: np.ndarray, mask: np.ndarray) -> None:
+        if mask.any():
+            np.add.at(column, actions.target_post[mask], 1)
+
+    bump(posts.up, ok & np.isin(act, [ActionType.LIKE, ActionType.UPVOTE]))
+    bump(posts.down, ok & (act == ActionType.DOWNVOTE))
+    bump(posts.shares, ok & np.isin(act, [ActionType.REPOST, ActionType.QUOTE]))
+    bump(posts.replies, ok & np.isin(act, [ActionType.REPLY, ActionType.COMMENT]))
+
+    # Engagement received this round, per author and topic the voted post addresses.
+    engagement = np.zeros((world.n_agents, len(world.topics)))
+    votes = ok & np.isin(act, [int(a) for a in VOTES])
+    if votes.any():
+        sign = np.where(act[votes] == ActionType.DOWNVOTE, -1.0, 1.0)
+        addressed = ~np.isnan(posts.stance[actions.target_post[votes]])
+        np.add.at(engagement, target_author[votes], addressed * sign[:, None])
+
+    follows = {"platform": [], "follower": [], "followee": [], "op": []}
+    for plat in world.platforms.values():
+        here = ok & (actions.platform == plat.code)
+        keys = pack(actions.agent[here], np.maximum(actions.target_post[here], 0))
+        v = np.isin(act[here], [int(a) for a in VOTES])
+        plat.votes.add(keys[v])
+        plat.reposts.add(keys[act[here] == ActionType.REPOST])
+        # Follow graph changes; their followers' inboxes are rebuilt below.
+        changed = []
+        for op, fn in ((ActionType.FOLLOW, plat.graph.follow),
+                       (ActionType.UNFOLLOW, plat.graph.unfollow)):
+            m = here & (act == op)
+            if m.any():
+                src, dst = actions.agent[m].astype(np.int64), actions.target_agent[m]
+                fn(src, dst.astype(np.int64))
+                changed.append(src)
+                follows["platform"].append(np.full(m.sum(), plat.code, np.int8))
+                follows["follower"].append(src)
+                follows["followee"].append(dst.astype(np.int64))
+                follows["op"].append(np.full(m.sum(), 1 if op == ActionType.FOLLOW else -1,
+                                             np.int8))
+        rebuild = np.unique(np.concatenate(changed)) if changed else np.empty(0, np.int64)
+        mine = new_post[here & (new_post >= 0)]
+        mine = mine[np.isin(posts.kind[mine], FEEDABLE[plat.name])]
+        plat.index_new_posts(mine, posts.author[mine].astype(np.int64), rebuild)
+
+    trust = _trust_events(world, actions, ok, act, target_author, tcfg)
+    return Applied(
+        actions=actions, reason=reason, new_post=new_post, trust=trust,
+        follows={k: (np.concatenate(v) if v else np.empty(0, np.int64))
+                 for k, v in follows.items()},
+        engagement=engagement,
+    )
+
+
+def _trust_events(world: World, actions: ActionBatch, ok: np.ndarray, act: np.ndarray,
+                  target_author: np.ndarray, tcfg) -> dict[str, np.ndarray]:
+    """Trust deltas from interactions; applied to the store; one logged row per event."""
+    other = np.where(np.isin(act, [ActionType.FOLLOW, ActionType.UNFOLLOW]),
+                     actions.target_agent, target_author)
+    cause = np.full(len(actions), -1, dtype=np.int8)
+    delta = np.zeros(len(actions))
+    table = {
+        ActionType.LIKE: ("like", tcfg.like), ActionType.UPVOTE: ("like", tcfg.like),
+        ActionType.REPOST: ("repost", tcfg.repost),
+        ActionType.DOWNVOTE: ("downvote", tcfg.downvote),
+        ActionType.FOLLOW: ("follow", tcfg.follow),
+        ActionType.UNFOLLOW: ("unfollow", tcfg.unfollow),
+    }
+    for a, (name, d) in table.items():
+        m = ok & (act == a)
+        cause[m] = _TRUST_CAUSES.index(name)
+        delta[m] = d
+    responds = ok & np.isin(act, [ActionType.QUOTE, ActionType.REPLY, ActionType.COMMENT])
+    if responds.any():
+        theirs = world.posts.stance[actions.target_post[responds]]
+        mine = actions.stance[responds]
+        both = ~np.isnan(theirs) & ~np.isnan(mine)
+        gap = np.where(both, np.abs(np.nan_to_num(theirs) - np.nan_to_num(mine)), 0).sum(1)
+        agree = gap / np.maximum(both.sum(axis=1), 1) < 0.5
+        cause[responds] = np.where(agree, _TRUST_CAUSES.index("reply_agree"),
+                                   _TRUST_CAUSES.index("reply_disagree"))
+        delta[responds] = np.where(agree, tcfg.reply_agree, tcfg.reply_disagree)
+    ev = (cause >= 0) & (other >= 0) & (other != actions.agent)
+    truster = actions.agent[ev].astype(np.int64)
+    trustee = other[ev].astype(np.int64)
+    d = delta[ev]
+    world.trust.add(truster, trustee, d)
+    return {"truster": truster, "trustee": trustee, "cause": cause[ev], "delta": d,
+            "value": world.trust.get(truster, trustee)}
+
+
+TRUST_CAUSES = _TRUST_CAUSES

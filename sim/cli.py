@@ -1,0 +1,165 @@
+"""The `shoal` command line.
+
+Exit codes: 0 done; 2 bad config or input (the message names the field, file or line);
+1 internal error (one line; `--debug` shows the traceback); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from collections.abc import Callable
+
+import yaml
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from sim.config import load_config, resolved_dict
+from sim.errors import InputError
+
+console = Console(stderr=True)
+out = Console()
+
+
+def _overrides(args: argparse.Namespace) -> list[str]:
+    """CLI flags as `--set`-style overrides, so they validate like the YAML."""
+    sets = list(args.set or [])
+    for flag, key in (("executor", "executor.kind"), ("shards", "executor.shards"),
+                      ("address", "executor.address"), ("seed", "seed"),
+                      ("rounds", "rounds"), ("out", "output.dir")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            sets.append(f"{key}={value}")
+    if getattr(args, "address", None) and not getattr(args, "executor", None):
+        sets.append("executor.kind=ray")  # --address only makes sense on Ray
+    return sets
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Validate a config and print it with every default filled in."""
+    cfg = load_config(args.config, _overrides(args))
+    out.print(yaml.safe_dump(resolved_dict(cfg), sort_keys=False), end="", markup=False,
+              highlight=False)
+    console.print(f"[green]ok[/]: {args.config} is valid")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run a simulation from a config, with a progress bar and a final summary."""
+    from sim.run import create_run, run_rounds
+    from sim.summary import summarize
+
+    cfg = load_config(args.config, _overrides(args))
+    start = time.perf_counter()
+    run = create_run(cfg)
+    console.print(f"run [bold]{run.dir.run_id}[/] → {run.dir.root}")
+    try:
+        with _progress(args.quiet) as progress:
+            task = progress.add_task("rounds", total=cfg.rounds, actions=0)
+            total_actions = 0
+
+            def on_round(stats) -> None:
+                nonlocal total_actions
+                total_actions += stats.n_actions
+                progress.update(task, completed=stats.round, actions=total_actions)
+
+            run_rounds(run, on_round)
+    finally:
+        run.close()
+    out.print(summarize(run.dir.db, time.perf_counter() - start))
+    return 0
+
+
+class _NoProgress:
+    """Stand-in for rich's Progress when --quiet."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def add_task(self, *a, **k):
+        return 0
+
+    def update(self, *a, **k):
+        pass
+
+
+def _progress(quiet: bool):
+    if quiet:
+        return _NoProgress()
+    return Progress(
+        TextColumn("round"), MofNCompleteColumn(), BarColumn(),
+        TextColumn("{task.fields[actions]:,} actions"), TimeElapsedColumn(),
+        TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False,
+    )
+
+
+def _add_config_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", help="YAML config file")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a config field, e.g. --set population.size=500 (repeatable)")
+    p.add_argument("--seed", type=int, help="override the seed")
+    p.add_argument("--rounds", type=int, help="override the number of rounds")
+    p.add_argument("--executor", choices=["local", "ray"], help="where agents decide")
+    p.add_argument("--shards", help="number of agent shards (or 'auto')")
+    p.add_argument("--address", help="Ray cluster address ('auto' joins a running cluster)")
+    p.add_argument("--out", help="output folder for run directories (default: runs)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with all subcommands."""
+    parser = argparse.ArgumentParser(prog="shoal", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="run a simulation")
+    _add_config_flags(p)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("check", help="validate a config and print it resolved")
+    _add_config_flags(p)
+    p.set_defaults(func=cmd_check)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `shoal` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return _guarded(args.func, args, args.debug)
+
+
+def _guarded(func: Callable[[argparse.Namespace], int], args, debug: bool) -> int:
+    try:
+        return func(args)
+    except InputError as exc:
+        console.print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
+        return 2
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]")
+        return 130
+    except Exception as exc:
+        if debug:
+            traceback.print_exc()
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        console.print(f"[red]internal error[/]: {type(exc).__name__}: {escape(first)}"
+                      + ("" if debug else "  (run with --debug for the traceback)"),
+                      highlight=False)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,743 @@
+"""The run configuration: YAML in, a validated and resolved `Config` out.
+
+Every field here is used by the engine (DESIGN invariant 8, "honest config"); an unknown
+field is an error naming its path. `load_config` reports problems as
+`file:line: path.to.field: what is wrong`, and `resolved_dict` / `config_hash` give the
+form stored with a run.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from sim.distributions import Distribution, Uniform, as_distribution
+from sim.errors import ConfigError
+
+PLATFORMS = ("twitter", "reddit")
+Dist = Annotated[Distribution, BeforeValidator(as_distribution)]
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
+
+
+class Strict(BaseModel):
+    """Base for config sections: unknown keys are errors, values are validated on assignment."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# --------------------------------------------------------------------------- population
+
+
+class GroupSpec(Strict):
+    """A named share of a generated population (used by platforms, interventions, models)."""
+
+    name: str
+    fraction: float = Field(gt=0, le=1)
+
+
+class PopulationConfig(Strict):
+    """Who the agents are: `size` generated personas, or a profile `file`."""
+
+    size: int | None = Field(default=None, gt=0)
+    file: str | None = None
+    format: Literal["auto", "shoal", "twitter_csv", "reddit_json"] = "auto"
+    groups: list[GroupSpec] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _size_or_file(self):
+        if (self.size is None) == (self.file is None):
+            raise ValueError("give exactly one of 'size' (generated personas) or 'file'")
+        if self.groups:
+            total = sum(g.fraction for g in self.groups)
+            if total > 1 + 1e-9:
+                raise ValueError(f"group fractions must sum to <= 1, got {total:g}")
+            names = [g.name for g in self.groups]
+            if len(set(names)) != len(names):
+                raise ValueError(f"group names must be unique, got {names}")
+        return self
+
+
+# --------------------------------------------------------------------------- topics
+
+
+class TopicSpec(Strict):
+    """A debated topic. `keywords` match free text on word boundaries."""
+
+    name: str
+    label: str | None = None
+    keywords: list[str] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError(f"must start with a letter and use letters, digits, _ or -, got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _fill(self):
+        if self.label is None:
+            self.label = self.name.replace("_", " ")
+        if not self.keywords:
+            self.keywords = [self.label]
+        return self
+
+
+def _topic(value: object) -> object:
+    return {"name": value} if isinstance(value, str) else value
+
+
+Topic = Annotated[TopicSpec, BeforeValidator(_topic)]
+
+
+class InitialStances(Strict):
+    """Initial positions per topic in [-1, 1] and confidence in [0, 1].
+
+    `default` applies to topics not listed in `topics`; `file` (CSV with columns
+    agent_id, topic, position[, confidence]) overrides single agents.
+    """
+
+    default: Dist = Field(default_factory=lambda: Uniform(dist="uniform"))
+    topics: dict[str, Dist] = Field(default_factory=dict)
+    confidence: Dist = Field(default_factory=lambda: Uniform(dist="uniform", low=0.3, high=0.7))
+    file: str | None = None
+    from_profiles: bool = True
+
+
+# --------------------------------------------------------------------------- activity
+
+_HOURLY_PRESETS = {
+    "flat": [1.0] * 24,
+    # A weekday rhythm: quiet nights, a morning rise, an evening peak (mean 1.0).
+    "diurnal": [
+        0.25, 0.15, 0.10, 0.10, 0.15, 0.30, 0.60, 0.90, 1.10, 1.20, 1.20, 1.25,
+        1.30, 1.25, 1.20, 1.20, 1.25, 1.35, 1.50, 1.65, 1.70, 1.55, 1.10, 0.55,
+    ],
+}
+
+
+class ActivityConfig(Strict):
+    """Who acts when: P(active) = clip(level_i * hourly[hour], 0, 1), then min/max clamps."""
+
+    level: Dist = Field(default_factory=lambda: Uniform(dist="uniform", low=0.2, high=0.8))
+    hourly: Literal["flat", "diurnal"] | list[float] = "flat"
+    min_active: int = Field(default=0, ge=0)
+    max_active: int | None = Field(default=None, gt=0)
+
+    @field_validator("hourly")
+    @classmethod
+    def _hourly(cls, v):
+        if isinstance(v, list):
+            if len(v) != 24:
+                raise ValueError(f"must list 24 hourly multipliers, got {len(v)}")
+            if min(v) < 0:
+                raise ValueError("hourly multipliers must be >= 0")
+        return v
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if self.max_active is not None and self.max_active < self.min_active:
+            raise ValueError(
+                f"max_active ({self.max_active}) must be >= min_active ({self.min_active})"
+            )
+        return self
+
+    def hourly_curve(self) -> list[float]:
+        """The 24 multipliers, presets expanded."""
+        return list(_HOURLY_PRESETS[self.hourly]) if isinstance(self.hourly, str) else self.hourly
+
+
+# --------------------------------------------------------------------------- platforms
+
+
+class FollowingRec(Strict):
+    """Chronological feed of followed accounts; `fallback` tops a short feed up."""
+
+    kind: Literal["following"]
+    fallback: Literal["none", "recent"] = "none"
+
+
+class PopularityRec(Strict):
+    """Reddit hot score over the posts of the last `window_rounds`; a shared top `pool_size`."""
+
+    kind: Literal["popularity"]
+    pool_size: int = Field(default=100, gt=0)
+    window_rounds: int = Field(default=48, gt=0)
+    sample: Literal["random", "top"] = "random"
+
+
+class RandomRec(Strict):
+    """Uniform sample of the posts of the last `window_rounds`."""
+
+    kind: Literal["random"]
+    window_rounds: int = Field(default=24, gt=0)
+
+
+class PersonalizedRec(Strict):
+    """Ranks recent posts and the in-network inbox by stance and interest similarity."""
+
+    kind: Literal["personalized"]
+    pool_size: int = Field(default=200, gt=0)
+    window_rounds: int = Field(default=24, gt=0)
+    stance_weight: float = Field(default=1.0, ge=0)
+    interest_weight: float = Field(default=0.5, ge=0)
+    recency_weight: float = Field(default=0.5, ge=0)
+    popularity_weight: float = Field(default=0.3, ge=0)
+    in_network_weight: float = Field(default=0.5, ge=0)
+    recency_halflife_rounds: float = Field(default=6.0, gt=0)
+    explore: float = Field(default=0.1, ge=0)
+
+
+def _recommender(value: object) -> object:
+    return {"kind": value} if isinstance(value, str) else value
+
+
+Recommender = Annotated[
+    Annotated[
+        FollowingRec | PopularityRec | RandomRec | PersonalizedRec, Field(discriminator="kind")
+    ],
+    BeforeValidator(_recommender),
+]
+
+
+class Membership(Strict):
+    """Which agents join a platform: a seeded `fraction`, named `groups`, or explicit `ids`."""
+
+    fraction: float = Field(default=1.0, gt=0, le=1)
+    groups: list[str] | None = None
+    ids: list[int] | None = None
+
+
+class PlatformConfig(Strict):
+    """One platform: members, feed size, recommender, per-round participation."""
+
+    enabled: bool = True
+    members: Membership = Field(default_factory=Membership)
+    participation: float = Field(default=1.0, ge=0, le=1)
+    feed_size: int = Field(default=10, gt=0, le=200)
+    recommender: Recommender = Field(default_factory=lambda: FollowingRec(kind="following"))
+    max_actions_per_round: int = Field(default=1, ge=1, le=10)
+
+
+def _default_reddit() -> PlatformConfig:
+    return PlatformConfig(recommender=PopularityRec(kind="popularity"))
+
+
+class PlatformsConfig(Strict):
+    """The Twitter-like and Reddit-like platforms."""
+
+    twitter: PlatformConfig = Field(default_factory=PlatformConfig)
+    reddit: PlatformConfig = Field(default_factory=_default_reddit)
+
+    @model_validator(mode="after")
+    def _one(self):
+        if not (self.twitter.enabled or self.reddit.enabled):
+            raise ValueError("at least one platform must be enabled")
+        return self
+
+    def enabled(self) -> list[str]:
+        """Names of enabled platforms, in canonical order."""
+        return [p for p in PLATFORMS if getattr(self, p).enabled]
+
+
+# --------------------------------------------------------------------------- graph
+
+
+class _Graph(Strict):
+    """Fields every graph kind shares."""
+
+    mutual: bool = True  # undirected generators make follows go both ways
+    platforms: list[Literal["twitter", "reddit"]] | None = None
+
+
+class NoGraph(_Graph):
+    """Nobody follows anybody at the start."""
+
+    kind: Literal["none"]
+
+
+class RandomGraph(_Graph):
+    """Directed Erdős–Rényi: each ordered pair with p = mean_degree / (N - 1)."""
+
+    kind: Literal["random"]
+    mean_degree: float = Field(default=10.0, gt=0)
+
+
+class OutDegreeGraph(_Graph):
+    """Each agent follows `degree` distinct accounts drawn uniformly (benchmark W's graph)."""
+
+    kind: Literal["out_degree"]
+    degree: int = Field(default=20, gt=0)
+
+
+class PreferentialAttachmentGraph(_Graph):
+    """Barabási–Albert: each new node attaches to `m` existing nodes."""
+
+    kind: Literal["preferential_attachment"]
+    m: int = Field(default=3, gt=0)
+
+
+class SmallWorldGraph(_Graph):
+    """Watts–Strogatz ring lattice with `k` neighbours, each edge rewired with `p`."""
+
+    kind: Literal["small_world"]
+    k: int = Field(default=6, gt=1)
+    p: float = Field(default=0.1, ge=0, le=1)
+
+
+class EdgeListGraph(_Graph):
+    """A file of `follower,followee` agent-id pairs (CSV or whitespace separated)."""
+
+    kind: Literal["edgelist"]
+    file: str
+
+
+class NetworkxGraph(_Graph):
+    """A networkx built-in graph by name (e.g. karate_club_graph); its size must match."""
+
+    kind: Literal["networkx"]
+    name: str
+
+
+class ProfilesGraph(_Graph):
+    """The following lists carried by the profile file (OASIS `following_agentid_list`)."""
+
+    kind: Literal["profiles"]
+
+
+def _graph(value: object) -> object:
+    return {"kind": value} if isinstance(value, str) else value
+
+
+GraphConfig = Annotated[
+    Annotated[
+        NoGraph | RandomGraph | OutDegreeGraph | PreferentialAttachmentGraph | SmallWorldGraph
+        | EdgeListGraph | NetworkxGraph | ProfilesGraph,
+        Field(discriminator="kind"),
+    ],
+    BeforeValidator(_graph),
+]
+
+
+# --------------------------------------------------------------------------- beliefs
+
+
+class TrustConfig(Strict):
+    """Pairwise trust in [0, 1]: its starting value and the change per interaction."""
+
+    initial: float = Field(default=0.5, ge=0, le=1)
+    like: float = 0.05
+    repost: float = 0.05
+    downvote: float = -0.05
+    follow: float = 0.10
+    unfollow: float = -0.10
+    reply_agree: float = 0.02
+    reply_disagree: float = -0.02
+
+
+class SocialInfluence(Strict):
+    """MiroShark's social-influence nudge, with its defects fixed (docs/beliefs.md)."""
+
+    rule: Literal["social_influence"]
+    rate: float = Field(default=0.08, gt=0)
+    novelty_new: float = Field(default=1.5, ge=0)
+    novelty_seen: float = Field(default=0.5, ge=0)
+    social_base: float = Field(default=0.3, ge=0)
+    social_per_like: float = Field(default=0.07, ge=0)
+    resistance_base: float = Field(default=0.3, gt=0)
+    resistance_confidence: float = Field(default=0.7, ge=0)
+    confidence_step: float = Field(default=0.03, ge=0)
+    confidence_cap: float = Field(default=0.15, ge=0)
+    confidence_floor: float = Field(default=0.1, ge=0, le=1)
+
+
+class BoundedConfidence(Strict):
+    """Deffuant-style bounded confidence driven by exposures, feed order oldest first."""
+
+    rule: Literal["bounded_confidence"]
+    epsilon: float = Field(default=0.3, gt=0, le=2)
+    mu: float = Field(default=0.2, gt=0, le=1)
+
+
+def _rule(value: object) -> object:
+    return {"rule": value} if isinstance(value, str) else value
+
+
+BeliefRule = Annotated[
+    Annotated[SocialInfluence | BoundedConfidence, Field(discriminator="rule")],
+    BeforeValidator(_rule),
+]
+
+
+class BeliefsConfig(Strict):
+    """The belief update rule and the trust and novelty bookkeeping it uses."""
+
+    update: BeliefRule = Field(default_factory=lambda: SocialInfluence(rule="social_influence"))
+    trust: TrustConfig = Field(default_factory=TrustConfig)
+    novelty_window_rounds: int | None = Field(default=None, gt=0)
+
+
+# --------------------------------------------------------------------------- policy
+
+
+class RulePolicyConfig(Strict):
+    """Parameters of the rule-based policy (formulas in docs/rule_policy.md)."""
+
+    post_rate: float = Field(default=0.15, ge=0, le=1)
+    post_confidence_boost: float = Field(default=1.0, ge=0)
+    engage_rate: float = Field(default=0.6, ge=0, le=1)
+    agreement_exponent: float = Field(default=2.0, ge=0)
+    like_weight: float = Field(default=1.0, ge=0)
+    repost_weight: float = Field(default=0.35, ge=0)
+    quote_weight: float = Field(default=0.15, ge=0)
+    reply_weight: float = Field(default=0.3, ge=0)
+    downvote_weight: float = Field(default=0.6, ge=0)
+    follow_weight: float = Field(default=0.2, ge=0)
+    unfollow_weight: float = Field(default=0.1, ge=0)
+    social_proof: float = Field(default=0.3, ge=0)
+    expression_noise: float = Field(default=0.05, ge=0)
+    second_topic_prob: float = Field(default=0.2, ge=0, le=1)
+
+
+# --------------------------------------------------------------------------- executor, output
+
+
+class ExecutorConfig(Strict):
+    """Where agents decide: in-process, or on Ray actors (`shards` of them)."""
+
+    kind: Literal["local", "ray"] = "local"
+    shards: int | Literal["auto"] = "auto"
+    address: str | None = None
+
+    @field_validator("shards")
+    @classmethod
+    def _shards(cls, v):
+        if isinstance(v, int) and v < 1:
+            raise ValueError(f"must be >= 1 or 'auto', got {v}")
+        return v
+
+
+class OutputConfig(Strict):
+    """Where the run directory goes and what is logged."""
+
+    dir: str = "runs"
+    log_exposures: bool = True
+    log_idle_actions: bool = True
+
+
+# --------------------------------------------------------------------------- top level
+
+
+class Config(Strict):
+    """A whole simulation, as read from YAML with defaults filled in."""
+
+    name: str = "shoal"
+    seed: int = Field(default=0, ge=0, lt=2**63)
+    rounds: int = Field(gt=0)
+    minutes_per_round: int = Field(default=60, gt=0)
+    start_time: datetime = datetime(2026, 1, 5, 8, 0)
+    population: PopulationConfig
+    topics: list[Topic] = Field(min_length=1)
+    initial_stances: InitialStances = Field(default_factory=InitialStances)
+    activity: ActivityConfig = Field(default_factory=ActivityConfig)
+    platforms: PlatformsConfig = Field(default_factory=PlatformsConfig)
+    graph: GraphConfig = Field(default_factory=lambda: RandomGraph(kind="random"))
+    beliefs: BeliefsConfig = Field(default_factory=BeliefsConfig)
+    policy: RulePolicyConfig = Field(default_factory=RulePolicyConfig)
+    executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
+    output: OutputConfig = Field(default_factory=OutputConfig)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError(f"must start with a letter and use letters, digits, _ or -, got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _cross(self):
+        names = [t.name for t in self.topics]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"topics: duplicate topic names {dupes}")
+        unknown = sorted(set(self.initial_stances.topics) - set(names))
+        if unknown:
+            raise ValueError(
+                f"initial_stances.topics: unknown topics {unknown}; topics are {names}"
+            )
+        groups = {g.name for g in self.population.groups}
+        for p in PLATFORMS:
+            wanted = getattr(self.platforms, p).members.groups or []
+            missing = sorted(set(wanted) - groups) if self.population.size else []
+            if missing:
+                raise ValueError(
+                    f"platforms.{p}.members.groups: unknown groups {missing}; "
+                    f"population.groups defines {sorted(groups)}"
+                )
+        return self
+
+    @property
+    def topic_names(self) -> list[str]:
+        """Topic names in config order (the topic index used everywhere)."""
+        return [t.name for t in self.topics]
+
+
+# --------------------------------------------------------------------------- loading
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A SafeLoader that rejects duplicate keys instead of silently keeping the last."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False):
+    seen: set[object] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping
+)
+
+
+def _line_of(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """1-based line of the YAML node at `loc`, or of the deepest ancestor that exists."""
+    node, line = root, (root.start_mark.line + 1 if root is not None else None)
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            nxt = next((v for k, v in node.value if getattr(k, "value", None) == str(part)), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            nxt = node.value[part] if part < len(node.value) else None
+        else:
+            nxt = None
+        if nxt is None:
+            break
+        node, line = nxt, nxt.start_mark.line + 1
+    return line
+
+
+def _field_path(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
+    """The user's field path for a pydantic error location.
+
+    Pydantic puts union tags (`uniform`, `popularity`, ...) and validator names into `loc`;
+    walking the input data tells them apart from real keys.
+    """
+    path: list[Any] = []
+    for part in loc:
+        in_list = isinstance(data, list) and isinstance(part, int) and part < len(data)
+        if (isinstance(data, dict) and part in data) or in_list:
+            path.append(part)
+            data = data[part]
+        elif isinstance(part, str) and (
+            part.startswith("function-")
+            or (isinstance(data, dict) and part in (data.get("kind"), data.get("rule"),
+                                                    data.get("dist")))
+            or isinstance(data, str | int | float)
+        ):
+            continue
+        else:
+            path.append(part)
+            data = None
+    return tuple(path)
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation can hold (unions and Annotated unwrapped)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    found: list[type[BaseModel]] = []
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found += _models_in(arg)
+    origin = getattr(annotation, "__origin__", None)
+    if origin is not None and origin is not annotation and not found:
+        found += _models_in(origin)
+    return found
+
+
+def _pick(models: list[type[BaseModel]], data: Any) -> type[BaseModel] | None:
+    """Of a union's models, the one whose tag (kind/rule/dist) matches the input."""
+    if len(models) == 1:
+        return models[0]
+    if isinstance(data, dict):
+        for model in models:
+            for tag in ("kind", "rule", "dist"):
+                field = model.model_fields.get(tag)
+                if field is not None and data.get(tag) in getattr(field.annotation, "__args__", ()):
+                    return model
+    return None
+
+
+def _allowed_fields(path: tuple[Any, ...], data: Any) -> list[str]:
+    """Field names valid in the mapping at `path` (for 'did you mean' hints); best effort."""
+    model: type[BaseModel] | None = Config
+    for part in path:
+        if model is None:
+            return []
+        field = model.model_fields.get(str(part))
+        data = data.get(part) if isinstance(data, dict) else None
+        if field is None:
+            return []
+        model = _pick(_models_in(field.annotation), data)
+    return list(model.model_fields) if model is not None else []
+
+
+def _describe(err: dict[str, Any], path: tuple[Any, ...], data: Any) -> str:
+    """Turn one pydantic error into 'must be > 0, got -3' style text."""
+    kind, ctx, got = err["type"], err.get("ctx") or {}, err.get("input")
+    ops = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
+           "less_than_equal": "<="}
+    if kind in ops:
+        bound = next(iter(ctx.values()))
+        return f"must be {ops[kind]} {bound}, got {got!r}"
+    if kind == "extra_forbidden":
+        allowed = _allowed_fields(path[:-1], data)
+        close = difflib.get_close_matches(str(path[-1]), allowed, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"unknown field{hint}" + (f"; allowed: {', '.join(allowed)}" if allowed else "")
+    if kind == "missing":
+        return "required field is missing"
+    if kind in ("literal_error", "enum"):
+        return f"must be one of {ctx.get('expected')}, got {got!r}"
+    if kind == "union_tag_invalid":
+        return f"unknown kind {ctx.get('tag')!r}; expected one of {ctx.get('expected_tags')}"
+    if kind == "union_tag_not_found":
+        return f"needs a {ctx.get('discriminator')} field"
+    type_names = {"int_type": "an integer", "int_parsing": "an integer",
+                  "int_from_float": "an integer", "float_type": "a number",
+                  "float_parsing": "a number", "bool_type": "true or false",
+                  "bool_parsing": "true or false", "string_type": "a string",
+                  "list_type": "a list", "dict_type": "a mapping",
+                  "model_type": "a mapping", "model_attributes_type": "a mapping",
+                  "datetime_type": "a date-time", "datetime_parsing": "a date-time",
+                  "datetime_from_date_parsing": "a date-time"}
+    if kind in type_names:
+        return f"must be {type_names[kind]}, got {got!r}"
+    if kind == "too_short":
+        return f"must have at least {ctx.get('min_length')} item(s)"
+    msg = err["msg"]
+    return msg.removeprefix("Value error, ")
+
+
+def validation_problems(
+    exc: ValidationError, data: Any, root: yaml.Node | None = None, source: str | None = None
+) -> list[str]:
+    """Readable 'file:line: path: problem' lines for a pydantic ValidationError."""
+    problems = []
+    for err in exc.errors():
+        path = _field_path(err["loc"], data)
+        dotted = ".".join(str(p) for p in path) or "(top level)"
+        line = _line_of(root, path) if root is not None else None
+        where = f"{source}:{line}: " if source and line else (f"{source}: " if source else "")
+        text = f"{where}{dotted}: {_describe(err, path, data)}"
+        if text not in problems:
+            problems.append(text)
+    return problems
+
+
+def parse_config(data: Any, root: yaml.Node | None = None, source: str | None = None) -> Config:
+    """Validate a mapping into a Config, raising ConfigError with readable problems."""
+    if not isinstance(data, dict):
+        where = f"{source}: " if source else ""
+        raise ConfigError([f"{where}the config must be a YAML mapping, got {type(data).__name__}"])
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(validation_problems(exc, data, root, source)) from None
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
+    """Read, parse and validate a YAML config file; relative paths resolve against its folder.
+
+    `overrides` are `a.b=value` strings applied to the YAML before validation.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError([f"{path}: config file not found"])
+    text = path.read_text(encoding="utf-8")
+    try:
+        root = yaml.compose(text, Loader=_UniqueKeyLoader)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f":{mark.line + 1}" if mark else ""
+        raise ConfigError([f"{path}{line}: malformed YAML: {exc.problem or exc}"]) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{path}: malformed YAML: {exc}"]) from None
+    if overrides:
+        if not isinstance(data, dict):
+            raise ConfigError([f"{path}: the config must be a YAML mapping"])
+        data = apply_overrides(data, overrides)
+    cfg = parse_config(data, root, str(path))
+    return resolve_paths(cfg, path.parent)
+
+
+def resolve_paths(cfg: Config, base: Path) -> Config:
+    """Make the file fields absolute (relative to the config's folder) and check they exist."""
+    problems = []
+    for owner, field, dotted in (
+        (cfg.population, "file", "population.file"),
+        (cfg.initial_stances, "file", "initial_stances.file"),
+        (cfg.graph, "file", "graph.file"),
+    ):
+        value = getattr(owner, field, None)
+        if value is None:
+            continue
+        resolved = Path(value) if Path(value).is_absolute() else (base / value)
+        if not resolved.is_file():
+            problems.append(f"{dotted}: file not found: {value} (looked at {resolved})")
+        else:
+            setattr(owner, field, str(resolved.resolve()))
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+def resolved_dict(cfg: Config) -> dict[str, Any]:
+    """The config with every default filled in, as plain JSON-able data."""
+    return cfg.model_dump(mode="json")
+
+
+def config_hash(cfg: Config) -> str:
+    """A stable sha256 of the resolved config (canonical JSON)."""
+    blob = json.dumps(resolved_dict(cfg), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply `a.b.c=value` overrides (value parsed as YAML) to a raw config mapping."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError([f"--set {item!r}: expected key=value"])
+        key, raw = item.split("=", 1)
+        parts = key.strip().split(".")
+        cur = data
+        for part in parts[:-1]:
+            nxt = cur.get(part)
+            if not isinstance(nxt, dict):
+                nxt = {}
+                cur[part] = nxt
+            cur = nxt
+        cur[parts[-1]] = yaml.safe_load(raw)
+    return data

@@ -1,0 +1,150 @@
+"""The synchronized round driver (DESIGN, "Round anatomy").
+
+One `step()` runs one round: schedule → observe → decide (one call per shard) → apply in
+canonical order → update beliefs → log the round in one DuckDB transaction. The driver
+owns the world state; shards only decide.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
+import pyarrow as pa
+
+from agents.actions import ActionBatch
+from beliefs.rules import UpdateContext, make_rule
+from sim.apply import Reason, apply_actions
+from sim.counter_rng import CounterRNG
+from sim.executors import Executor
+from sim.observe import decision_request, exposures, observe
+from sim.recommenders import make_recommender
+from sim.round_log import (
+    actions_table,
+    applied_follows_table,
+    beliefs_table,
+    exposures_table,
+    posts_tables,
+    trust_table,
+)
+from sim.schedule import Scheduler, round_start
+from sim.store import TrajectoryStore
+from sim.world import World
+
+
+@dataclass
+class RoundStats:
+    """Counts and step timings (milliseconds) of one round."""
+
+    round: int
+    n_active: int = 0
+    n_acting: int = 0
+    n_actions: int = 0
+    n_rejected: int = 0
+    n_posts: int = 0
+    n_exposures: int = 0
+    n_trust_events: int = 0
+    ms: dict[str, float] = field(default_factory=dict)
+
+
+class RoundDriver:
+    """Runs rounds on a world, deciding through an executor, logging to a store."""
+
+    def __init__(self, world: World, executor: Executor, store: TrajectoryStore):
+        cfg = world.cfg
+        self.world = world
+        self.executor = executor
+        self.store = store
+        self.rng = CounterRNG(cfg.seed)
+        self.rule = make_rule(cfg.beliefs.update)
+        self.recommenders = {name: make_recommender(p.cfg.recommender)
+                             for name, p in world.platforms.items()}
+        self.scheduler = Scheduler(cfg, world.population.activity, world.population.hourly)
+
+    def acting_agents(self, round_: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Step 1: the active mask and, per platform, the agents acting there."""
+        active = self.scheduler.active(round_)
+        acting = {}
+        for name, plat in self.world.platforms.items():
+            agents = np.nonzero(active & plat.members)[0]
+            part = self.scheduler.participates(round_, plat.code, agents, plat.cfg.participation)
+            acting[name] = agents[part]
+        return active, acting
+
+    def step(self) -> RoundStats:
+        """Run the next round and commit it."""
+        w = self.world
+        r = w.round + 1
+        stats = RoundStats(round=r)
+        clock = time.perf_counter
+        t0 = clock()
+        active, acting = self.acting_agents(r)
+        t1 = clock()
+        views = observe(w, r, acting, self.recommenders, self.rng)
+        request = decision_request(w, r, views)
+        t2 = clock()
+        batches = self.executor.decide(request)
+        t3 = clock()
+        actions = ActionBatch.concat(batches, len(w.topics)).canonical()
+        applied = apply_actions(w, actions, views, r)
+        t4 = clock()
+        exp = exposures(views)
+        ctx = UpdateContext(round=r, posts=w.posts, trust=w.trust, history=w.history,
+                            engagement=applied.engagement)
+        self.rule.update(w.beliefs, exp, ctx)
+        if w.history is not None:
+            w.history.record(*exp.flat(), r)
+        w.round = r
+        t5 = clock()
+
+        stats.n_active = int(active.sum())
+        stats.n_acting = len(request.agents)
+        stats.n_actions = len(actions)
+        stats.n_rejected = int((applied.reason != Reason.OK).sum())
+        new_ids = applied.new_post[applied.new_post >= 0]
+        stats.n_posts = len(new_ids)
+        stats.n_exposures = int(exp.valid.sum())
+        stats.n_trust_events = len(applied.trust["truster"])
+        stats.ms = {"schedule": 1e3 * (t1 - t0), "observe": 1e3 * (t2 - t1),
+                    "decide": 1e3 * (t3 - t2), "apply": 1e3 * (t4 - t3),
+                    "update": 1e3 * (t5 - t4)}
+        self._log(r, views, applied, np.sort(new_ids), stats, clock)
+        return stats
+
+    def _log(self, r, views, applied, new_ids, stats: RoundStats, clock) -> None:
+        """Step 9: every table of round r, then its `rounds` row, in one transaction."""
+        w, cfg = self.world, self.world.cfg
+        t = clock()
+        tables = {
+            **posts_tables(w, new_ids),
+            "actions": actions_table(r, applied, cfg.output.log_idle_actions),
+            "beliefs": beliefs_table(w, r),
+            "trust": trust_table(r, applied),
+            "follows": applied_follows_table(r, applied),
+        }
+        if cfg.output.log_exposures:
+            tables["exposures"] = exposures_table(r, views)
+        store = self.store
+        store.con.execute("BEGIN TRANSACTION")
+        try:
+            for name, data in tables.items():
+                store.insert(name, data)
+            stats.ms["log"] = 1e3 * (clock() - t)
+            store.insert("rounds", self._rounds_row(r, stats))
+            store.con.execute("COMMIT")
+        except BaseException:
+            store.con.execute("ROLLBACK")
+            raise
+
+    def _rounds_row(self, r: int, s: RoundStats) -> pa.Table:
+        row = {
+            "round": [r], "sim_time": [round_start(self.world.cfg, r)],
+            "n_active": [s.n_active], "n_acting": [s.n_acting], "n_actions": [s.n_actions],
+            "n_rejected": [s.n_rejected], "n_posts": [s.n_posts],
+            "n_exposures": [s.n_exposures], "n_trust_events": [s.n_trust_events],
+            **{f"ms_{k}": [v] for k, v in s.ms.items()},
+            "wall_time": [datetime.now()],
+        }
+        return pa.table(row)

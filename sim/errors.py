@@ -1,0 +1,27 @@
+"""Errors that the CLI turns into exit codes.
+
+`InputError` (and its subclass `ConfigError`) means the user gave us something we cannot
+use: a bad config, a missing file, an unknown run. The CLI prints it and exits 2. Anything
+else that escapes is an internal error (exit 1).
+"""
+
+from __future__ import annotations
+
+
+class InputError(Exception):
+    """Bad user input (config, file, argument). Exit code 2."""
+
+
+class ConfigError(InputError):
+    """A config that does not validate; the message names the field path (and the line)."""
+
+    def __init__(self, problems: list[str], source: str | None = None):
+        self.problems = problems
+        self.source = source
+        head = f"{source}: " if source and len(problems) == 1 else ""
+        if len(problems) == 1:
+            msg = head + problems[0]
+        else:
+            where = f" in {source}" if source else ""
+            msg = f"{len(problems)} problems{where}:\n" + "\n".join(f"  {p}" for p in problems)
+        super().__init__(msg)

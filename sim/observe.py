@@ -1,0 +1,102 @@
+"""Step 3 of a round: feeds for every acting agent, gathered into what policies and belief
+rules read. Everything here reads the world as of the end of the previous round."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agents.observation import DecisionRequest, PlatformView
+from beliefs.rules import Exposures
+from sim.counter_rng import CounterRNG
+from sim.follow_graph import pack
+from sim.recommenders import FeedContext, Recommender
+from sim.world import World
+
+
+def platform_view(world: World, name: str, agents: np.ndarray, feed: np.ndarray
+                  ) -> PlatformView:
+    """Gather the features of each feed item (author, stance, votes, follow, trust)."""
+    plat = world.platforms[name]
+    posts = world.posts
+    valid = feed >= 0
+    ids = feed[valid]  # gather only real items (the post table may be empty)
+    readers = np.broadcast_to(agents[:, None], feed.shape)[valid]
+
+    def gather(column: np.ndarray, fill, dtype) -> np.ndarray:
+        out = np.full(feed.shape + column.shape[1:], fill, dtype=dtype)
+        out[valid] = column[ids]
+        return out
+
+    author = gather(posts.author, -1, np.int64)
+    follows = np.zeros(feed.shape, dtype=bool)
+    trust = np.zeros(feed.shape)
+    voted = np.zeros(feed.shape, dtype=bool)
+    reposted = np.zeros(feed.shape, dtype=bool)
+    if len(ids):
+        a = author[valid]
+        follows[valid] = plat.graph.is_following(readers, a)
+        trust[valid] = world.trust.get(readers, a)
+        keys = pack(readers, ids)
+        voted[valid] = plat.votes.contains(keys)
+        reposted[valid] = plat.reposts.contains(keys)
+    return PlatformView(
+        platform=plat.code, name=name, agents=agents, feed=feed, author=author,
+        kind=gather(posts.kind, -1, np.int8), stance=gather(posts.stance, np.nan, np.float64),
+        up=gather(posts.up, 0, np.int32), down=gather(posts.down, 0, np.int32),
+        follows_author=follows, trust=trust, voted=voted, reposted=reposted,
+    )
+
+
+def observe(world: World, round_: int, acting: dict[str, np.ndarray],
+            recommenders: dict[str, Recommender], rng: CounterRNG) -> list[PlatformView]:
+    """Feeds and views for the acting agents of each platform (canonical platform order)."""
+    views = []
+    for name, agents in acting.items():
+        ctx = FeedContext(
+            round=round_, posts=world.posts, platform=world.platforms[name],
+            position=world.beliefs.position, interests=world.population.interests, rng=rng,
+            minutes_per_round=world.cfg.minutes_per_round,
+        )
+        if world.posts.n:
+            feed = recommenders[name].feeds(ctx, agents)
+        else:  # nothing posted yet: every feed is empty
+            feed = np.full((len(agents), world.platforms[name].k), -1, dtype=np.int64)
+        views.append(platform_view(world, name, agents, feed))
+    return views
+
+
+def decision_request(world: World, round_: int, views: list[PlatformView]) -> DecisionRequest:
+    """The request shards get: views plus the beliefs of every acting agent."""
+    agents = np.unique(np.concatenate([v.agents for v in views])) if views else (
+        np.empty(0, dtype=np.int64))
+    return DecisionRequest(
+        round=round_, views=views, agents=agents,
+        position=world.beliefs.position[agents], confidence=world.beliefs.confidence[agents],
+    )
+
+
+def exposures(views: list[PlatformView]) -> Exposures:
+    """Every acting agent's feed items across platforms, oldest (smallest id) first."""
+    if not views:
+        empty = np.empty((0, 0), dtype=np.int64)
+        return Exposures(np.empty(0, np.int64), empty, empty.astype(np.int32),
+                         empty.astype(np.int32), empty.astype(np.float64))
+    agents = np.unique(np.concatenate([v.agents for v in views]))
+    width = sum(v.feed.shape[1] for v in views)
+    posts = np.full((len(agents), width), -1, dtype=np.int64)
+    up = np.zeros((len(agents), width), dtype=np.int32)
+    down = np.zeros((len(agents), width), dtype=np.int32)
+    trust = np.zeros((len(agents), width))
+    col = 0
+    for v in views:
+        rows = np.searchsorted(agents, v.agents)
+        k = v.feed.shape[1]
+        posts[rows, col:col + k] = v.feed
+        up[rows, col:col + k] = v.up
+        down[rows, col:col + k] = v.down
+        trust[rows, col:col + k] = v.trust
+        col += k
+    order = np.argsort(posts, axis=1, kind="stable")  # -1 padding sorts to the left
+    take = np.take_along_axis
+    return Exposures(agents, take(posts, order, 1), take(up, order, 1), take(down, order, 1),
+                     take(trust, order, 1))

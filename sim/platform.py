@@ -1,0 +1,144 @@
+"""A platform (Twitter-like or Reddit-like): its members, follow graph, votes and indexes.
+
+The platform owns what is specific to it; the post table is shared (global ids). Indexes
+kept here so that feeds never scan the post table:
+
+- `recent`: per author, the ids of their `k` newest posts on this platform (a row buffer);
+- `inbox`: per agent, the `k` newest posts of the accounts they follow, maintained by
+  pushing new posts to followers, and rebuilt by pulling from `recent` for agents whose
+  follows changed. It always equals "the k newest posts of my current followees".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from agents.actions import ActionType
+from sim.config import PlatformConfig
+from sim.follow_graph import FollowGraph, SortedKeySet, expand_csr, pack
+from sim.rowsets import newest_per_row, push_newest
+
+PLATFORM_CODES = {"twitter": 0, "reddit": 1}
+PLATFORM_NAMES = {v: k for k, v in PLATFORM_CODES.items()}
+
+
+@dataclass(frozen=True)
+class PlatformSpec:
+    """The action space of a platform kind."""
+
+    name: str
+    actions: frozenset[ActionType]
+    vote_up: ActionType | None
+    vote_down: ActionType | None
+
+
+SPECS = {
+    "twitter": PlatformSpec(
+        "twitter",
+        frozenset({ActionType.DO_NOTHING, ActionType.POST, ActionType.REPOST, ActionType.QUOTE,
+                   ActionType.REPLY, ActionType.LIKE, ActionType.FOLLOW, ActionType.UNFOLLOW}),
+        vote_up=ActionType.LIKE, vote_down=None,
+    ),
+    "reddit": PlatformSpec(
+        "reddit",
+        frozenset({ActionType.DO_NOTHING, ActionType.POST, ActionType.COMMENT,
+                   ActionType.UPVOTE, ActionType.DOWNVOTE, ActionType.FOLLOW}),
+        vote_up=ActionType.UPVOTE, vote_down=ActionType.DOWNVOTE,
+    ),
+}
+
+
+@dataclass
+class Platform:
+    """Mutable state of one platform."""
+
+    name: str
+    code: int
+    cfg: PlatformConfig
+    members: np.ndarray  # bool [N]
+    graph: FollowGraph
+    recent: np.ndarray  # int64 [N, k] row buffer per author
+    inbox: np.ndarray  # int64 [N, k] row buffer per reader
+    votes: SortedKeySet = field(default_factory=SortedKeySet)  # (agent, post) voted
+    reposts: SortedKeySet = field(default_factory=SortedKeySet)  # (agent, post) reposted
+
+    @property
+    def spec(self) -> PlatformSpec:
+        """This platform's action space."""
+        return SPECS[self.name]
+
+    @property
+    def k(self) -> int:
+        """Feed size."""
+        return self.cfg.feed_size
+
+    @classmethod
+    def create(cls, name: str, cfg: PlatformConfig, members: np.ndarray,
+               graph: FollowGraph) -> Platform:
+        """A fresh platform with empty indexes."""
+        n, k = len(members), cfg.feed_size
+        return cls(name=name, code=PLATFORM_CODES[name], cfg=cfg, members=members, graph=graph,
+                   recent=np.full((n, k), -1, np.int64), inbox=np.full((n, k), -1, np.int64))
+
+    def pull_inbox(self, rows: np.ndarray) -> np.ndarray:
+        """The k newest posts of each row's current followees, from the author buffers."""
+        indptr, followees = self.graph.followees()
+        which, authors = expand_csr(indptr, followees, rows)
+        cand = self.recent[authors]  # [E, k]
+        r = np.repeat(which, self.k)
+        return newest_per_row(r, cand.ravel(), len(rows), self.k)
+
+    def index_new_posts(self, ids: np.ndarray, authors: np.ndarray,
+                        rebuild: np.ndarray) -> None:
+        """Add this round's posts to the author buffers and the inboxes.
+
+        `rebuild` are agents whose followees changed this round: their inbox is pulled
+        afresh; everyone else gets new posts pushed from the accounts they follow.
+        """
+        if len(ids):
+            push_newest(self.recent, authors.astype(np.int64), ids)
+            indptr, followers = self.graph.followers()
+            which, readers = expand_csr(indptr, followers, authors)
+            post_of = ids[which]
+            if len(rebuild):
+                skip = np.isin(readers, rebuild)
+                readers, post_of = readers[~skip], post_of[~skip]
+            push_newest(self.inbox, readers, post_of)
+        if len(rebuild):
+            self.inbox[rebuild] = self.pull_inbox(rebuild)
+
+    def has_voted(self, agents: np.ndarray, posts: np.ndarray) -> np.ndarray:
+        """Mask: has agent already voted on post here?"""
+        return self.votes.contains(pack(agents, posts))
+
+    def grow(self, n: int) -> None:
+        """Make room for agents up to id n - 1 (new agents join as non-members)."""
+        extra = n - len(self.members)
+        if extra <= 0:
+            return
+        self.members = np.concatenate([self.members, np.zeros(extra, bool)])
+        pad = np.full((extra, self.k), -1, np.int64)
+        self.recent = np.concatenate([self.recent, pad])
+        self.inbox = np.concatenate([self.inbox, pad])
+        self.graph.grow(n)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Checkpoint form."""
+        return {
+            "members": self.members, "recent": self.recent, "inbox": self.inbox,
+            "votes": self.votes.keys, "reposts": self.reposts.keys,
+            **{f"graph_{k}": v for k, v in self.graph.state_dict().items()},
+        }
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        """Restore from `state_dict()`."""
+        self.members = np.asarray(state["members"], dtype=bool)
+        self.recent = np.asarray(state["recent"], dtype=np.int64)
+        self.inbox = np.asarray(state["inbox"], dtype=np.int64)
+        self.votes.keys = np.asarray(state["votes"], dtype=np.int64)
+        self.reposts.keys = np.asarray(state["reposts"], dtype=np.int64)
+        self.graph = FollowGraph.from_state(
+            {k.removeprefix("graph_"): v for k, v in state.items() if k.startswith("graph_")}
+        )

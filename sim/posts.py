@@ -1,0 +1,171 @@
+"""The post table of all platforms, held column-wise in growable numpy arrays.
+
+A post id is its row index, so ids are global, dense and increase with (round, canonical
+order): "newer" is "larger id". Per platform we keep the ids and rounds of its posts in
+order, so "the posts of the last w rounds" is a slice found by binary search, never a scan
+of the whole table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+
+
+class PostKind(IntEnum):
+    """What a post is. Reposts carry their root's stance; the others their author's."""
+
+    POST = 0
+    REPOST = 1
+    QUOTE = 2
+    REPLY = 3
+    COMMENT = 4
+
+
+class _Column:
+    """A growable 1-D or 2-D numpy column (amortised doubling)."""
+
+    def __init__(self, dtype, width: int | None = None, fill=0):
+        self.dtype, self.width, self.fill = dtype, width, fill
+        shape = (16,) if width is None else (16, width)
+        self.data = np.full(shape, fill, dtype=dtype)
+
+    def reserve(self, n: int) -> None:
+        if n > len(self.data):
+            cap = max(n, 2 * len(self.data))
+            shape = (cap,) if self.width is None else (cap, self.width)
+            grown = np.full(shape, self.fill, dtype=self.dtype)
+            grown[: len(self.data)] = self.data
+            self.data = grown
+
+
+@dataclass
+class NewPosts:
+    """Posts to append, in canonical order."""
+
+    platform: np.ndarray  # int8
+    author: np.ndarray  # int32
+    kind: np.ndarray  # int8 (PostKind)
+    parent: np.ndarray  # int64, -1 for none
+    stance: np.ndarray  # float64 [n, T], nan where a topic is not addressed
+    text: list[str]
+
+
+class PostStore:
+    """All posts of a run; `n` rows, columns as attributes of the same names."""
+
+    def __init__(self, n_topics: int, n_platforms: int):
+        self.n = 0
+        self.n_topics = n_topics
+        self._cols = {
+            "platform": _Column(np.int8),
+            "author": _Column(np.int32),
+            "round": _Column(np.int32),
+            "kind": _Column(np.int8),
+            "parent": _Column(np.int64, fill=-1),
+            "root": _Column(np.int64, fill=-1),
+            "stance": _Column(np.float64, width=n_topics, fill=np.nan),
+            "up": _Column(np.int32),
+            "down": _Column(np.int32),
+            "shares": _Column(np.int32),
+            "replies": _Column(np.int32),
+        }
+        self.text: list[str] = []
+        # Per platform: ids and rounds of its posts, ascending (both grow at the end).
+        self._by_platform = [(_Column(np.int64), _Column(np.int32)) for _ in range(n_platforms)]
+        self._platform_n = [0] * n_platforms
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        cols = self.__dict__.get("_cols")
+        if cols is not None and name in cols:
+            return cols[name].data[: self.n]
+        raise AttributeError(name)
+
+    def append(self, new: NewPosts, round_: int) -> np.ndarray:
+        """Append posts created in `round_`; returns their ids. Roots follow parents."""
+        k = len(new.author)
+        ids = np.arange(self.n, self.n + k, dtype=np.int64)
+        if k == 0:
+            return ids
+        for col in self._cols.values():
+            col.reserve(self.n + k)
+        sl = slice(self.n, self.n + k)
+        c = self._cols
+        c["platform"].data[sl] = new.platform
+        c["author"].data[sl] = new.author
+        c["round"].data[sl] = round_
+        c["kind"].data[sl] = new.kind
+        c["parent"].data[sl] = new.parent
+        c["stance"].data[sl] = new.stance
+        parent = np.asarray(new.parent, dtype=np.int64)
+        has_parent = parent >= 0
+        root = ids.copy()
+        # Parents are always older posts, so their roots are already set.
+        root[has_parent] = c["root"].data[parent[has_parent]]
+        c["root"].data[sl] = root
+        self.text.extend(new.text)
+        self.n += k
+        for p in np.unique(new.platform):
+            mine = ids[new.platform == p]
+            pid, prd = self._by_platform[p]
+            m = self._platform_n[p]
+            pid.reserve(m + len(mine))
+            prd.reserve(m + len(mine))
+            pid.data[m:m + len(mine)] = mine
+            prd.data[m:m + len(mine)] = round_
+            self._platform_n[p] = m + len(mine)
+        return ids
+
+    def get(self, name: str, ids: np.ndarray, fill=-1) -> np.ndarray:
+        """Column `name` at `ids`, with `fill` where an id is -1 (safe on an empty table)."""
+        column = getattr(self, name)
+        ids = np.asarray(ids, dtype=np.int64)
+        ok = ids >= 0
+        out = np.full(ids.shape + column.shape[1:], fill, dtype=column.dtype)
+        out[ok] = column[ids[ok]]
+        return out
+
+    def platform_ids(self, platform: int, since_round: int = 0) -> np.ndarray:
+        """Ids of the platform's posts created in rounds >= since_round, ascending."""
+        pid, prd = self._by_platform[platform]
+        m = self._platform_n[platform]
+        start = int(np.searchsorted(prd.data[:m], since_round, side="left"))
+        return pid.data[start:m]
+
+    def platform_count(self, platform: int) -> int:
+        """Number of posts on a platform."""
+        return self._platform_n[platform]
+
+    def addressed(self, ids: np.ndarray) -> np.ndarray:
+        """Mask [len(ids), T]: which topics each post takes a stance on."""
+        return ~np.isnan(self.stance[ids])
+
+    def state_dict(self) -> dict[str, object]:
+        """Checkpoint form: the columns truncated to `n`, plus the texts."""
+        state: dict[str, object] = {name: col.data[: self.n].copy()
+                                    for name, col in self._cols.items()}
+        state["text"] = list(self.text)
+        return state
+
+    @classmethod
+    def from_state(cls, state: dict[str, object], n_topics: int, n_platforms: int) -> PostStore:
+        """Rebuild from `state_dict()`."""
+        store = cls(n_topics, n_platforms)
+        n = len(state["author"])  # type: ignore[arg-type]
+        for name, col in store._cols.items():
+            col.reserve(n)
+            col.data[:n] = state[name]
+        store.n = n
+        store.text = list(state["text"])  # type: ignore[arg-type]
+        ids = np.arange(n, dtype=np.int64)
+        for p in range(n_platforms):
+            mine = ids[store.platform == p]
+            pid, prd = store._by_platform[p]
+            pid.reserve(len(mine))
+            prd.reserve(len(mine))
+            pid.data[: len(mine)] = mine
+            prd.data[: len(mine)] = store.round[mine]
+            store._platform_n[p] = len(mine)
+        return store

@@ -1,0 +1,251 @@
+"""Recommenders: which posts each active agent sees this round.
+
+A feed is an int64 matrix [agents, k]: column 0 is the top of the feed, -1 an empty slot.
+Feeds are built at the start of round r from the world as of the end of r-1. No
+recommender scans the post table per agent: `following` reads the maintained inboxes,
+`popularity` scores one window of recent posts once per round, `random` samples a window,
+and `personalized` ranks a shared candidate pool plus each agent's inbox.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.config import (
+    FollowingRec,
+    PersonalizedRec,
+    PopularityRec,
+    RandomRec,
+)
+from sim.counter_rng import CounterRNG, Purpose
+from sim.platform import Platform
+from sim.posts import PostKind, PostStore
+from sim.rowsets import first_valid
+
+# Kinds that appear as feed items: Reddit feeds show submissions (comments hang off them).
+FEEDABLE = {
+    "twitter": np.array([PostKind.POST, PostKind.REPOST, PostKind.QUOTE, PostKind.REPLY]),
+    "reddit": np.array([PostKind.POST]),
+}
+
+
+@dataclass
+class FeedContext:
+    """What a recommender may read when building round `round`'s feeds."""
+
+    round: int
+    posts: PostStore
+    platform: Platform
+    position: np.ndarray  # [N, T]
+    interests: np.ndarray  # [N, T]
+    rng: CounterRNG
+    minutes_per_round: int
+
+    def window(self, rounds: int) -> np.ndarray:
+        """Feedable post ids of this platform from the last `rounds` rounds, ascending."""
+        ids = self.posts.platform_ids(self.platform.code, self.round - rounds)
+        return ids[np.isin(self.posts.kind[ids], FEEDABLE[self.platform.name])]
+
+    def newest(self, count: int) -> tuple[np.ndarray, bool]:
+        """Up to `count` newest feedable posts of this platform (newest first), and whether
+        that is all of them. Reads only the tail of the platform's id list."""
+        all_ids = self.posts.platform_ids(self.platform.code)
+        kinds = FEEDABLE[self.platform.name]
+        take = count
+        while True:
+            tail = all_ids[-take:][::-1]
+            tail = tail[np.isin(self.posts.kind[tail], kinds)]
+            if len(tail) >= count or take >= len(all_ids):
+                return tail[:count], take >= len(all_ids) and len(tail) <= count
+            take *= 2
+
+    def draws(self, agents: np.ndarray, n: int, attempt: int = 0) -> np.ndarray:
+        """Uniform draws for feed sampling, keyed by agent (shard- and order-independent)."""
+        purpose = Purpose.FEED + 100 * self.platform.code + 1000 * attempt
+        return self.rng.uniform(self.round, purpose, agents, n)
+
+
+class Recommender(ABC):
+    """Builds feeds for one platform."""
+
+    @abstractmethod
+    def feeds(self, ctx: FeedContext, agents: np.ndarray) -> np.ndarray:
+        """Feed matrix [len(agents), k] for the given (active) agents."""
+
+
+def _newest_first(buf: np.ndarray) -> np.ndarray:
+    """A left-padded ascending row buffer turned into newest-first, right-padded rows."""
+    flipped = buf[:, ::-1]
+    order = np.argsort(flipped < 0, axis=1, kind="stable")
+    return np.take_along_axis(flipped, order, axis=1)
+
+
+def _sample_pool(ctx: FeedContext, agents: np.ndarray, pool: np.ndarray, k: int,
+                 exclude: np.ndarray | None = None) -> np.ndarray:
+    """k distinct posts per agent drawn uniformly from `pool`, skipping the agent's own."""
+    out = np.full((len(agents), k), -1, dtype=np.int64)
+    if not len(pool) or not len(agents):
+        return out
+    authors = ctx.posts.author[pool]
+    rows = np.arange(len(agents))
+    for attempt in range(4):  # widen the draw for the rare rows that stay short
+        m = (3 + 4 * attempt) * k
+        idx = (ctx.draws(agents[rows], m, attempt) * len(pool)).astype(np.int64)
+        cand = pool[idx]
+        valid = authors[idx] != agents[rows][:, None]
+        if exclude is not None:
+            valid &= (cand[:, :, None] != exclude[rows][:, None, :]).all(axis=2)
+        picked = first_valid(cand, valid, k)
+        out[rows] = picked
+        short = (picked < 0).any(axis=1)
+        # A row can only be filled if the pool holds enough posts not by that agent.
+        possible = (authors[None, :] != agents[rows][:, None]).sum(axis=1) > (picked >= 0).sum(1)
+        rows = rows[short & possible]
+        if not len(rows):
+            break
+    return out
+
+
+class FollowingFeed(Recommender):
+    """Newest posts of followed accounts, newest first; optionally topped up with the
+    newest posts platform-wide (not by the reader, not already shown)."""
+
+    def __init__(self, cfg: FollowingRec):
+        self.cfg = cfg
+
+    def feeds(self, ctx: FeedContext, agents: np.ndarray) -> np.ndarray:
+        k = ctx.platform.k
+        feed = _newest_first(ctx.platform.inbox[agents])
+        if self.cfg.fallback == "none":
+            return feed
+        short = np.nonzero((feed < 0).any(axis=1))[0]
+        width = 2 * k + 1
+        while len(short):
+            recent, exhausted = ctx.newest(width)
+            cand = np.broadcast_to(recent, (len(short), len(recent)))
+            valid = ctx.posts.author[recent][None, :] != agents[short][:, None]
+            valid &= (cand[:, :, None] != feed[short][:, None, :]).all(axis=2)
+            both = np.concatenate([feed[short], np.where(valid, cand, -1)], axis=1)
+            feed[short] = first_valid(both, both >= 0, k)
+            if exhausted:
+                break
+            short = short[(feed[short] < 0).any(axis=1)]
+            width *= 4
+        return feed
+
+
+def hot_score(up: np.ndarray, down: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+    """Reddit's hot score: sign(s)·log10(max(|s|, 1)) + t/45000, s = up − down."""
+    s = up.astype(np.float64) - down
+    return np.sign(s) * np.log10(np.maximum(np.abs(s), 1.0)) + seconds / 45000.0
+
+
+class PopularityFeed(Recommender):
+    """A shared hot list (Reddit hot score over a recent window); each agent gets k of the
+    top `pool_size`, sampled at random or the top ones, never their own."""
+
+    def __init__(self, cfg: PopularityRec):
+        self.cfg = cfg
+
+    def pool(self, ctx: FeedContext) -> np.ndarray:
+        """The top `pool_size` post ids by hot score, best first (ties: newer first)."""
+        ids = ctx.window(self.cfg.window_rounds)
+        seconds = ctx.posts.round[ids].astype(np.float64) * ctx.minutes_per_round * 60.0
+        score = hot_score(ctx.posts.up[ids], ctx.posts.down[ids], seconds)
+        order = np.lexsort((-ids, -score))[: self.cfg.pool_size]
+        return ids[order]
+
+    def feeds(self, ctx: FeedContext, agents: np.ndarray) -> np.ndarray:
+        pool = self.pool(ctx)
+        k = ctx.platform.k
+        if self.cfg.sample == "random":
+            return _sample_pool(ctx, agents, pool, k)
+        cand = np.broadcast_to(pool, (len(agents), len(pool)))
+        valid = ctx.posts.author[pool][None, :] != agents[:, None]
+        return first_valid(cand, valid, k)
+
+
+class RandomFeed(Recommender):
+    """k distinct posts drawn uniformly from the last `window_rounds` rounds."""
+
+    def __init__(self, cfg: RandomRec):
+        self.cfg = cfg
+
+    def feeds(self, ctx: FeedContext, agents: np.ndarray) -> np.ndarray:
+        return _sample_pool(ctx, agents, ctx.window(self.cfg.window_rounds), ctx.platform.k)
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64 finaliser: a cheap keyed hash for tie-breaking noise on big matrices."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+class PersonalizedFeed(Recommender):
+    """Ranks candidates by stance similarity, interest match, recency, popularity and
+    being in-network. Candidates: the hot pool of the window plus the agent's inbox.
+    No model download; pure numpy, in chunks of agents."""
+
+    CHUNK = 4096
+
+    def __init__(self, cfg: PersonalizedRec):
+        self.cfg = cfg
+        self._hot = PopularityFeed(PopularityRec(kind="popularity", pool_size=cfg.pool_size,
+                                                 window_rounds=cfg.window_rounds))
+
+    def feeds(self, ctx: FeedContext, agents: np.ndarray) -> np.ndarray:
+        k = ctx.platform.k
+        pool = self._hot.pool(ctx)
+        out = np.full((len(agents), k), -1, dtype=np.int64)
+        for start in range(0, len(agents), self.CHUNK):
+            chunk = agents[start:start + self.CHUNK]
+            inbox = ctx.platform.inbox[chunk]
+            cand = np.concatenate([np.broadcast_to(pool, (len(chunk), len(pool))), inbox], 1)
+            in_net = np.zeros(cand.shape, dtype=bool)
+            in_net[:, len(pool):] = inbox >= 0
+            score = self._score(ctx, chunk, cand, in_net)
+            valid = cand >= 0
+            valid &= ctx.posts.author[np.maximum(cand, 0)] != chunk[:, None]
+            score[~valid] = -np.inf
+            order = np.argsort(-score, axis=1, kind="stable")
+            ranked = np.take_along_axis(cand, order, axis=1)
+            ok = np.take_along_axis(valid, order, axis=1)
+            out[start:start + len(chunk)] = first_valid(ranked, ok, k)
+        return out
+
+    def _score(self, ctx: FeedContext, agents: np.ndarray, cand: np.ndarray,
+               in_net: np.ndarray) -> np.ndarray:
+        c = self.cfg
+        ids = np.maximum(cand, 0)
+        stance = ctx.posts.stance[ids]  # [A, C, T]
+        addressed = ~np.isnan(stance)
+        n_addr = np.maximum(addressed.sum(axis=2), 1)
+        pos = ctx.position[agents][:, None, :]
+        dist = np.where(addressed, np.abs(pos - np.nan_to_num(stance)), 0.0).sum(axis=2) / n_addr
+        similarity = 1.0 - dist / 2.0
+        interest = (ctx.interests[agents][:, None, :] * addressed).sum(axis=2)
+        age = ctx.round - ctx.posts.round[ids]
+        recency = 0.5 ** (age / c.recency_halflife_rounds)
+        net = np.maximum(ctx.posts.up[ids] - ctx.posts.down[ids], 0)
+        popularity = np.log1p(net) / np.log1p(max(int(net.max(initial=0)), 1))
+        score = (c.stance_weight * similarity + c.interest_weight * interest
+                 + c.recency_weight * recency + c.popularity_weight * popularity
+                 + c.in_network_weight * in_net)
+        if c.explore > 0:
+            key = (agents.astype(np.uint64)[:, None] * np.uint64(0x9E3779B97F4A7C15)
+                   ^ ids.astype(np.uint64) * np.uint64(0xD1B54A32D192ED03)
+                   ^ np.uint64((ctx.rng.seed * 1000003 + ctx.round) & 0xFFFFFFFFFFFFFFFF))
+            noise = (_mix64(key) >> np.uint64(11)).astype(np.float64) / 2.0**53
+            score = score + c.explore * noise
+        return score
+
+
+def make_recommender(cfg) -> Recommender:
+    """The recommender for a platform's config."""
+    kinds = {"following": FollowingFeed, "popularity": PopularityFeed, "random": RandomFeed,
+             "personalized": PersonalizedFeed}
+    return kinds[cfg.kind](cfg)

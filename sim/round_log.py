@@ -1,0 +1,145 @@
+"""Step 9 of a round: the rows a round writes, as Arrow tables (one per DuckDB table)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from agents.observation import PlatformView
+from sim.apply import Applied
+from sim.store import (
+    ACTION_ENUM,
+    FOLLOW_ENUM,
+    KIND_ENUM,
+    PLATFORM_ENUM,
+    STATUS_ENUM,
+    TRUST_ENUM,
+    enum_array,
+    repeated_topics,
+)
+from sim.world import World
+
+
+def _const(value: int, n: int, dtype=np.int32) -> pa.Array:
+    return pa.array(np.full(n, value, dtype=dtype))
+
+
+def beliefs_table(world: World, round_: int) -> pa.Table:
+    """Every agent's position and confidence on every topic (agent-major)."""
+    n, t = world.beliefs.position.shape
+    return pa.table({
+        "round": _const(round_, n * t),
+        "agent": pa.array(np.repeat(np.arange(n, dtype=np.int32), t)),
+        "topic": repeated_topics(world.topics, n),
+        "position": pa.array(world.beliefs.position.ravel()),
+        "confidence": pa.array(world.beliefs.confidence.ravel()),
+    })
+
+
+def posts_tables(world: World, ids: np.ndarray) -> dict[str, pa.Table]:
+    """The posts with the given ids, and their per-topic stances (addressed topics only)."""
+    p = world.posts
+    posts = pa.table({
+        "post_id": pa.array(ids),
+        "platform": enum_array(p.platform[ids], PLATFORM_ENUM),
+        "round": pa.array(p.round[ids]),
+        "author": pa.array(p.author[ids]),
+        "kind": enum_array(p.kind[ids], KIND_ENUM),
+        "parent_id": pa.array(p.parent[ids], mask=p.parent[ids] < 0),
+        "root_id": pa.array(p.root[ids]),
+        "text": pa.array([p.text[i] for i in ids], type=pa.string()),
+    })
+    stance = p.stance[ids]
+    row, topic = np.nonzero(~np.isnan(stance))
+    stances = pa.table({
+        "post_id": pa.array(ids[row]),
+        "topic": pa.DictionaryArray.from_arrays(pa.array(topic.astype(np.int16)),
+                                                pa.array(world.topics)),
+        "stance": pa.array(stance[row, topic]),
+    })
+    return {"posts": posts, "post_stances": stances}
+
+
+def exposures_table(round_: int, views: list[PlatformView]) -> pa.Table:
+    """One row per feed item shown: (round, platform, agent, post, rank)."""
+    parts = []
+    for v in views:
+        valid = v.feed >= 0
+        rows, rank = np.nonzero(valid)
+        parts.append(pa.table({
+            "round": _const(round_, len(rows)),
+            "platform": enum_array(np.full(len(rows), v.platform), PLATFORM_ENUM),
+            "agent": pa.array(v.agents[rows].astype(np.int32)),
+            "post_id": pa.array(v.feed[rows, rank]),
+            "rank": pa.array(rank.astype(np.int16)),
+        }))
+    return pa.concat_tables(parts) if parts else exposures_table(round_, [_empty_view()])
+
+
+def _empty_view() -> PlatformView:
+    z = np.empty((0, 0))
+    return PlatformView(platform=0, name="twitter", agents=np.empty(0, np.int64),
+                        feed=z.astype(np.int64), author=z.astype(np.int64),
+                        kind=z.astype(np.int8), stance=np.empty((0, 0, 0)), up=z, down=z,
+                        follows_author=z.astype(bool), trust=z, voted=z.astype(bool),
+                        reposted=z.astype(bool))
+
+
+def actions_table(round_: int, applied: Applied, log_idle: bool) -> pa.Table:
+    """Every decision with its outcome (status 'ok' or the rejection reason)."""
+    a = applied.actions
+    keep = np.ones(len(a), dtype=bool) if log_idle else a.action != 0
+    n = int(keep.sum())
+    return pa.table({
+        "round": _const(round_, n),
+        "platform": enum_array(a.platform[keep], PLATFORM_ENUM),
+        "agent": pa.array(a.agent[keep]),
+        "slot": pa.array(a.slot[keep]),
+        "action": enum_array(a.action[keep], ACTION_ENUM),
+        "target_post": pa.array(a.target_post[keep], mask=a.target_post[keep] < 0),
+        "target_agent": pa.array(a.target_agent[keep], mask=a.target_agent[keep] < 0),
+        "new_post_id": pa.array(applied.new_post[keep], mask=applied.new_post[keep] < 0),
+        "status": enum_array(applied.reason[keep], STATUS_ENUM),
+    })
+
+
+def trust_table(round_: int, applied: Applied) -> pa.Table:
+    """One row per trust-changing interaction, with the pair's value after the round."""
+    t = applied.trust
+    return pa.table({
+        "round": _const(round_, len(t["truster"])),
+        "truster": pa.array(t["truster"].astype(np.int32)),
+        "trustee": pa.array(t["trustee"].astype(np.int32)),
+        "cause": enum_array(t["cause"], TRUST_ENUM),
+        "delta": pa.array(t["delta"]),
+        "value": pa.array(t["value"]),
+    })
+
+
+def follows_table(round_: int, platform: np.ndarray, follower: np.ndarray,
+                  followee: np.ndarray, op: np.ndarray) -> pa.Table:
+    """Follow-graph changes; op codes index FOLLOW_ENUM (0 init, 1 follow, 2 unfollow)."""
+    return pa.table({
+        "round": _const(round_, len(follower)),
+        "platform": enum_array(platform, PLATFORM_ENUM),
+        "follower": pa.array(np.asarray(follower, dtype=np.int32)),
+        "followee": pa.array(np.asarray(followee, dtype=np.int32)),
+        "op": enum_array(op, FOLLOW_ENUM),
+    })
+
+
+def applied_follows_table(round_: int, applied: Applied) -> pa.Table:
+    """This round's follows and unfollows."""
+    f = applied.follows
+    op = np.where(np.asarray(f["op"]) > 0, 1, 2)
+    return follows_table(round_, f["platform"], f["follower"], f["followee"], op)
+
+
+def initial_follows_table(world: World) -> pa.Table:
+    """The round-0 graph of every platform."""
+    parts = []
+    for plat in world.platforms.values():
+        src, dst = plat.graph.edge_arrays()
+        parts.append(follows_table(0, np.full(len(src), plat.code), src, dst,
+                                   np.zeros(len(src), dtype=np.int8)))
+    return pa.concat_tables(parts)

@@ -1,0 +1,169 @@
+"""A run's lifecycle: validate everything, create `runs/<run_id>/`, run rounds, summarise.
+
+All user input is checked (config, profile and edge-list files, graph sizes) before the run
+directory exists, so a bad input leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import yaml
+
+from sim.config import Config, config_hash, resolved_dict
+from sim.driver import RoundDriver, RoundStats
+from sim.executors import Executor, make_executor
+from sim.round_log import beliefs_table, initial_follows_table
+from sim.store import TrajectoryStore
+from sim.world import World, build_world
+
+DB_NAME = "trajectory.duckdb"
+
+
+def engine_version() -> str:
+    """The installed shoal version."""
+    try:
+        return version("shoal")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+@dataclass
+class RunDir:
+    """Paths of a run directory."""
+
+    root: Path
+
+    @property
+    def run_id(self) -> str:
+        """The run's id (its folder name)."""
+        return self.root.name
+
+    @property
+    def db(self) -> Path:
+        """The DuckDB trajectory file."""
+        return self.root / DB_NAME
+
+    @property
+    def config(self) -> Path:
+        """The resolved config (YAML)."""
+        return self.root / "config.yaml"
+
+    @property
+    def meta(self) -> Path:
+        """run.json: id, hash, status, lineage."""
+        return self.root / "run.json"
+
+    def write_meta(self, **fields) -> None:
+        """Merge fields into run.json (atomic replace)."""
+        data = json.loads(self.meta.read_text()) if self.meta.exists() else {}
+        data.update(fields)
+        tmp = self.meta.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2, default=str))
+        tmp.replace(self.meta)
+
+    def read_meta(self) -> dict:
+        """run.json as a dict."""
+        return json.loads(self.meta.read_text())
+
+
+def new_run_id(cfg: Config) -> str:
+    """`<name>-<YYYYmmdd-HHMMSS>-<4 hex>`: sortable by creation, unique."""
+    return f"{cfg.name}-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+@dataclass
+class Run:
+    """A prepared run: world built, directory created, store open."""
+
+    cfg: Config
+    world: World
+    dir: RunDir
+    store: TrajectoryStore
+    executor: Executor | None = None
+
+    def driver(self) -> RoundDriver:
+        """A driver over this run (creates the executor on first use)."""
+        if self.executor is None:
+            self.executor = make_executor(self.cfg, self.world.population)
+        return RoundDriver(self.world, self.executor, self.store)
+
+    def close(self) -> None:
+        """Release executor and store."""
+        if self.executor is not None:
+            self.executor.close()
+            self.executor = None
+        self.store.close()
+
+
+def create_run(cfg: Config, lineage: dict | None = None) -> Run:
+    """Build round 0 (may raise InputError), then create the run directory and its store."""
+    world = build_world(cfg)  # every input check happens here, before anything is written
+    out = Path(cfg.output.dir)
+    run_dir = RunDir(out / new_run_id(cfg))
+    run_dir.root.mkdir(parents=True, exist_ok=False)
+    try:
+        run_dir.config.write_text(yaml.safe_dump(resolved_dict(cfg), sort_keys=False))
+        store = TrajectoryStore(run_dir.db, create=True)
+        _write_setup(store, world, run_dir, lineage or {})
+        run_dir.write_meta(run_id=run_dir.run_id, name=cfg.name, config_hash=config_hash(cfg),
+                           created_at=datetime.now().isoformat(), engine=engine_version(),
+                           status="created", rounds_done=0, rounds=cfg.rounds,
+                           lineage=lineage or {})
+    except BaseException:
+        shutil.rmtree(run_dir.root, ignore_errors=True)
+        raise
+    return Run(cfg=cfg, world=world, dir=run_dir, store=store)
+
+
+def _write_setup(store: TrajectoryStore, world: World, run_dir: RunDir, lineage: dict) -> None:
+    """Round 0 in one transaction: run row, topics, agents, initial beliefs and graph."""
+    cfg = world.cfg
+    store.con.execute("BEGIN TRANSACTION")
+    store.write_run({
+        "run_id": run_dir.run_id, "name": cfg.name, "created_at": datetime.now(),
+        "seed": cfg.seed, "engine_version": engine_version(), "config_hash": config_hash(cfg),
+        "config": resolved_dict(cfg), "topics": cfg.topic_names,
+        "parent_run_id": lineage.get("parent_run_id"), "fork_round": lineage.get("fork_round"),
+        "lineage": lineage,
+    })
+    store.insert("topics", pa.table({
+        "topic_id": pa.array(np.arange(len(cfg.topics), dtype=np.int16)),
+        "topic": [t.name for t in cfg.topics], "label": [t.label for t in cfg.topics],
+        "keywords": [t.keywords for t in cfg.topics],
+    }))
+    agents = world.population.to_frame(cfg.topic_names)
+    agents = agents[[c for c in agents.columns if not c.startswith("interest_")]]
+    for name in ("twitter", "reddit"):
+        plat = world.platforms.get(name)
+        agents[f"on_{name}"] = plat.members if plat is not None else False
+    agents["joined_round"] = 0
+    store.insert("agents", pa.Table.from_pandas(agents, preserve_index=False))
+    store.insert("beliefs", beliefs_table(world, 0))
+    store.insert("follows", initial_follows_table(world))
+    store.con.execute("COMMIT")
+
+
+def run_rounds(run: Run, on_round: Callable[[RoundStats], None] | None = None) -> list[RoundStats]:
+    """Run the remaining rounds of a prepared run, updating run.json as it goes."""
+    driver = run.driver()
+    stats = []
+    run.dir.write_meta(status="running", executor=run.executor.kind,
+                       shards=run.executor.n_shards)
+    while run.world.round < run.cfg.rounds:
+        s = driver.step()
+        stats.append(s)
+        run.dir.write_meta(rounds_done=s.round)
+        if on_round is not None:
+            on_round(s)
+    run.dir.write_meta(status="finished", finished_at=datetime.now().isoformat())
+    return stats
