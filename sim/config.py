@@ -439,6 +439,7 @@ class OutputConfig(Strict):
     dir: str = "runs"
     log_exposures: bool = True
     log_idle_actions: bool = True
+    live_parquet: bool = False  # also mirror each round to Parquet, readable while running
 
 
 # --------------------------------------------------------------------------- top level

@@ -19,6 +19,7 @@ from beliefs.rules import UpdateContext, make_rule
 from sim.apply import Reason, apply_actions
 from sim.counter_rng import CounterRNG
 from sim.executors import Executor
+from sim.live_mirror import LiveMirror
 from sim.observe import decision_request, exposures, observe
 from sim.recommenders import make_recommender
 from sim.round_log import (
@@ -52,11 +53,13 @@ class RoundStats:
 class RoundDriver:
     """Runs rounds on a world, deciding through an executor, logging to a store."""
 
-    def __init__(self, world: World, executor: Executor, store: TrajectoryStore):
+    def __init__(self, world: World, executor: Executor, store: TrajectoryStore,
+                 mirror: LiveMirror | None = None):
         cfg = world.cfg
         self.world = world
         self.executor = executor
         self.store = store
+        self.mirror = mirror
         self.rng = CounterRNG(cfg.seed)
         self.rule = make_rule(cfg.beliefs.update)
         self.recommenders = {name: make_recommender(p.cfg.recommender)
@@ -132,11 +135,14 @@ class RoundDriver:
             for name, data in tables.items():
                 store.insert(name, data)
             stats.ms["log"] = 1e3 * (clock() - t)
-            store.insert("rounds", self._rounds_row(r, stats))
+            tables["rounds"] = self._rounds_row(r, stats)
+            store.insert("rounds", tables["rounds"])
             store.con.execute("COMMIT")
         except BaseException:
             store.con.execute("ROLLBACK")
             raise
+        if self.mirror is not None:
+            self.mirror.write(r, tables)
 
     def _rounds_row(self, r: int, s: RoundStats) -> pa.Table:
         row = {

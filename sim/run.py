@@ -22,6 +22,7 @@ import yaml
 from sim.config import Config, config_hash, resolved_dict
 from sim.driver import RoundDriver, RoundStats
 from sim.executors import Executor, make_executor
+from sim.live_mirror import LiveMirror
 from sim.round_log import beliefs_table, initial_follows_table
 from sim.store import TrajectoryStore
 from sim.world import World, build_world
@@ -95,7 +96,8 @@ class Run:
         """A driver over this run (creates the executor on first use)."""
         if self.executor is None:
             self.executor = make_executor(self.cfg, self.world.population)
-        return RoundDriver(self.world, self.executor, self.store)
+        mirror = LiveMirror(self.dir.root) if self.cfg.output.live_parquet else None
+        return RoundDriver(self.world, self.executor, self.store, mirror)
 
     def close(self) -> None:
         """Release executor and store."""
@@ -136,21 +138,32 @@ def _write_setup(store: TrajectoryStore, world: World, run_dir: RunDir, lineage:
         "parent_run_id": lineage.get("parent_run_id"), "fork_round": lineage.get("fork_round"),
         "lineage": lineage,
     })
-    store.insert("topics", pa.table({
-        "topic_id": pa.array(np.arange(len(cfg.topics), dtype=np.int16)),
-        "topic": [t.name for t in cfg.topics], "label": [t.label for t in cfg.topics],
-        "keywords": [t.keywords for t in cfg.topics],
-    }))
-    agents = world.population.to_frame(cfg.topic_names)
+    tables = {
+        "topics": pa.table({
+            "topic_id": pa.array(np.arange(len(cfg.topics), dtype=np.int16)),
+            "topic": [t.name for t in cfg.topics], "label": [t.label for t in cfg.topics],
+            "keywords": [t.keywords for t in cfg.topics],
+        }),
+        "agents": _agents_table(world),
+        "beliefs": beliefs_table(world, 0),
+        "follows": initial_follows_table(world),
+    }
+    for name, table in tables.items():
+        store.insert(name, table)
+    store.con.execute("COMMIT")
+    if cfg.output.live_parquet:
+        LiveMirror(run_dir.root).write(0, tables)
+
+
+def _agents_table(world: World) -> pa.Table:
+    """The agents table: personas, group, activity, platform membership."""
+    agents = world.population.to_frame(world.cfg.topic_names)
     agents = agents[[c for c in agents.columns if not c.startswith("interest_")]]
     for name in ("twitter", "reddit"):
         plat = world.platforms.get(name)
         agents[f"on_{name}"] = plat.members if plat is not None else False
     agents["joined_round"] = 0
-    store.insert("agents", pa.Table.from_pandas(agents, preserve_index=False))
-    store.insert("beliefs", beliefs_table(world, 0))
-    store.insert("follows", initial_follows_table(world))
-    store.con.execute("COMMIT")
+    return pa.Table.from_pandas(agents, preserve_index=False)
 
 
 def run_rounds(run: Run, on_round: Callable[[RoundStats], None] | None = None) -> list[RoundStats]:

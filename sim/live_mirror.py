@@ -1,0 +1,39 @@
+"""A Parquet mirror of each committed round, for reading a run while it is still running.
+
+DuckDB lets one process hold a database file for writing and then no other process may
+open it, not even read-only. With `output.live_parquet: true` the driver also writes every
+committed round's rows to `live/<table>/round=<r>.parquet` (each file written under a temp
+name and renamed, so a reader never sees half a file). Readers glob those files with DuckDB
+or pandas, without touching the writer's lock.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+class LiveMirror:
+    """Writes round tables to `<run>/live/<table>/round=NNNNNN.parquet`."""
+
+    def __init__(self, run_root: Path):
+        self.root = run_root / "live"
+
+    def write(self, round_: int, tables: dict[str, pa.Table]) -> None:
+        """Mirror one committed round (tables with no rows are skipped)."""
+        for name, table in tables.items():
+            if not table.num_rows:
+                continue
+            folder = self.root / name
+            folder.mkdir(parents=True, exist_ok=True)
+            final = folder / f"round={round_:06d}.parquet"
+            tmp = folder / f".round={round_:06d}.parquet.tmp"
+            pq.write_table(table, tmp)
+            os.replace(tmp, final)
+
+    def glob(self, table: str) -> str:
+        """The glob pattern a reader passes to `read_parquet`."""
+        return str(self.root / table / "round=*.parquet")

@@ -1,0 +1,61 @@
+"""Test helpers: run a config to completion, read and compare trajectory tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+
+from sim.config import Config, parse_config
+from sim.run import Run, create_run, run_rounds
+
+# Columns that legitimately differ between two runs of the same config.
+VOLATILE = {"rounds": ["ms_schedule", "ms_observe", "ms_decide", "ms_apply", "ms_update",
+                       "ms_log", "wall_time"]}
+COMPARED = ("agents", "posts", "post_stances", "actions", "exposures", "beliefs", "trust",
+            "follows", "rounds", "topics")
+
+
+def make_config(data: dict, out: Path, **overrides) -> Config:
+    """A validated Config from a mapping, writing runs under `out`."""
+    data = {**data, **overrides}
+    data["output"] = {**data.get("output", {}), "dir": str(out)}
+    return parse_config(data)
+
+
+def run_config(cfg: Config) -> Run:
+    """Create and run a config to the end; returns the closed run."""
+    run = create_run(cfg)
+    try:
+        run_rounds(run)
+    finally:
+        run.close()
+    return run
+
+
+def read_table(db: Path, table: str) -> pd.DataFrame:
+    """A whole table, sorted by all its columns, volatile columns dropped."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        df = con.sql(f"SELECT * FROM {table}").df()
+    finally:
+        con.close()
+    df = df.drop(columns=VOLATILE.get(table, []))
+    for col in df.columns:  # enums come back as categoricals, lists as arrays
+        if isinstance(df[col].dtype, pd.CategoricalDtype):
+            df[col] = df[col].astype(str)
+        elif df[col].dtype == object:
+            df[col] = df[col].map(lambda v: repr(list(v)) if hasattr(v, "__len__")
+                                  and not isinstance(v, str) else v)
+    return df.sort_values(list(df.columns)).reset_index(drop=True)
+
+
+def tables_differ(db_a: Path, db_b: Path) -> list[str]:
+    """Names of the compared tables whose contents differ."""
+    out = []
+    for table in COMPARED:
+        a, b = read_table(db_a, table), read_table(db_b, table)
+        if not a.equals(b):
+            out.append(table)
+    return out

@@ -1,0 +1,136 @@
+"""Config validation: good configs resolve, bad ones name the field and the line."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from sim.config import config_hash, load_config, parse_config, resolved_dict
+from sim.errors import ConfigError
+from tests.conftest import CONFIGS, write_config
+
+
+def _error(data: dict) -> str:
+    with pytest.raises(ConfigError) as exc:
+        parse_config(data, source="cfg.yaml")
+    return str(exc.value)
+
+
+def test_quickstart_resolves_with_defaults():
+    """Every default is filled in and the hash is stable across loads."""
+    cfg = load_config(CONFIGS / "quickstart.yaml")
+    data = resolved_dict(cfg)
+    assert data["population"]["size"] == 1000
+    assert data["platforms"]["reddit"]["recommender"]["pool_size"] == 100
+    assert data["beliefs"]["update"]["rate"] == 0.08  # MiroShark's default step
+    assert data["beliefs"]["trust"]["initial"] == 0.5
+    assert config_hash(cfg) == config_hash(load_config(CONFIGS / "quickstart.yaml"))
+    assert len(config_hash(cfg)) == 64
+
+
+def test_hash_changes_with_content(quickstart_dict):
+    """A different seed is a different resolved config."""
+    a = parse_config(quickstart_dict)
+    b = parse_config({**quickstart_dict, "seed": 43})
+    assert config_hash(a) != config_hash(b)
+
+
+@pytest.mark.parametrize(
+    ("patch", "expected"),
+    [
+        ({"population": {"size": -3}}, "population.size: must be > 0, got -3"),
+        ({"populaton": {"size": 3}}, "populaton: unknown field (did you mean 'population'?)"),
+        ({"rounds": "many"}, "rounds: must be an integer, got 'many'"),
+        ({"platforms": {"twitter": {"recommender": "magic"}}},
+         "platforms.twitter.recommender: unknown kind 'magic'"),
+        ({"platforms": {"twitter": {"feed_sise": 3}}},
+         "platforms.twitter.feed_sise: unknown field (did you mean 'feed_size'?)"),
+        ({"beliefs": {"update": {"rule": "bounded_confidence", "epsilonn": 0.2}}},
+         "beliefs.update.epsilonn: unknown field (did you mean 'epsilon'?)"),
+        ({"graph": {"kind": "small_world", "m": 3}}, "graph.m: unknown field"),
+        ({"initial_stances": {"topics": {"nope": 0.3}}},
+         "initial_stances.topics: unknown topics ['nope']"),
+        ({"activity": {"hourly": [1.0] * 23}}, "activity.hourly: must list 24 hourly"),
+        ({"population": {"size": 10, "file": "x.csv"}}, "give exactly one of 'size'"),
+        ({"executor": {"kind": "ray", "shards": 0}}, "executor.shards: must be >= 1"),
+    ],
+)
+def test_bad_values_name_the_field(quickstart_dict, patch, expected):
+    """Each bad input is reported with its dotted path and what is wrong."""
+    data = copy.deepcopy(quickstart_dict)
+    data.update(patch)
+    assert expected in _error(data)
+
+
+def test_several_problems_are_all_reported(quickstart_dict):
+    """Validation does not stop at the first problem."""
+    data = {**quickstart_dict, "rounds": 0, "seed": -1}
+    msg = _error(data)
+    assert "rounds: must be > 0, got 0" in msg
+    assert "seed: must be >= 0, got -1" in msg
+
+
+def test_line_numbers_point_into_the_file(tmp_path, quickstart_dict):
+    """The message carries file:line of the offending key."""
+    data = copy.deepcopy(quickstart_dict)
+    data["platforms"]["reddit"]["feed_size"] = 0
+    path = write_config(tmp_path / "c.yaml", data)
+    with pytest.raises(ConfigError) as exc:
+        load_config(path)
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1)
+                if "feed_size: 0" in text)
+    assert f"c.yaml:{line}: platforms.reddit.feed_size: must be > 0, got 0" in str(exc.value)
+
+
+def test_malformed_yaml_and_duplicate_keys(tmp_path):
+    """YAML syntax errors and duplicate keys name the line."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rounds: 3\npopulation: {size: 10\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml:\d+: malformed YAML"):
+        load_config(bad)
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("rounds: 3\nrounds: 4\npopulation: {size: 5}\ntopics: [a]\n")
+    with pytest.raises(ConfigError, match=r"dup.yaml:2: malformed YAML: .*duplicate key 'rounds'"):
+        load_config(dup)
+
+
+def test_missing_files_are_errors(tmp_path, quickstart_dict):
+    """A profile or edge-list file that does not exist is named with where we looked."""
+    data = {**quickstart_dict, "population": {"file": "nowhere.csv"}}
+    path = write_config(tmp_path / "c.yaml", data)
+    with pytest.raises(ConfigError, match=r"population\.file: file not found: nowhere\.csv"):
+        load_config(path)
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "absent.yaml")
+
+
+def test_relative_paths_resolve_against_the_config(tmp_path, quickstart_dict):
+    """Files are found next to the config, whatever the working directory."""
+    (tmp_path / "edges.csv").write_text("0,1\n1,2\n")
+    data = {**quickstart_dict, "graph": {"kind": "edgelist", "file": "edges.csv"}}
+    cfg = load_config(write_config(tmp_path / "c.yaml", data))
+    assert cfg.graph.file == str((tmp_path / "edges.csv").resolve())
+
+
+def test_overrides_validate_like_yaml(tmp_path, quickstart_dict):
+    """--set values are parsed as YAML and validated with their path."""
+    path = write_config(tmp_path / "c.yaml", quickstart_dict)
+    cfg = load_config(path, ["population.size=50", "platforms.twitter.recommender=random"])
+    assert cfg.population.size == 50
+    assert cfg.platforms.twitter.recommender.kind == "random"
+    with pytest.raises(ConfigError, match=r"population\.size: must be > 0, got -1"):
+        load_config(path, ["population.size=-1"])
+
+
+def test_shorthands(quickstart_dict):
+    """Bare numbers are constant distributions; bare strings select kinds and rules."""
+    data = {**quickstart_dict, "initial_stances": {"default": 0.25},
+            "graph": "none", "beliefs": {"update": "bounded_confidence"},
+            "topics": ["tax", {"name": "wind_power", "keywords": ["wind farms"]}]}
+    cfg = parse_config(data)
+    assert cfg.initial_stances.default.dist == "constant"
+    assert cfg.graph.kind == "none"
+    assert cfg.beliefs.update.epsilon == 0.3
+    assert cfg.topics[1].label == "wind power"
+    assert cfg.topics[0].keywords == ["tax"]
