@@ -1,11 +1,15 @@
 """Short post texts for rule-based agents that state their stance in words.
 
-LLM agents will read these, so the wording follows the stance labels (beliefs/render uses
-the same bins) and the exact stance travels with the post as data.
+LLM agents will read these, so the wording follows fixed stance bins and the exact stance
+travels with the post as data. Texts are assembled from precomputed sentences by array
+indexing, so writing tens of thousands of posts per round costs milliseconds.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
+# (lower bound, verb): a position >= bound takes the verb; the first match wins.
 STANCE_BINS = (
     (0.6, "strongly support"),
     (0.2, "support"),
@@ -13,10 +17,10 @@ STANCE_BINS = (
     (-0.6, "oppose"),
     (-2.0, "strongly oppose"),
 )
-
-_OPENERS = ("", "Honestly, ", "Let me be clear: ", "Thinking about it more, ", "For the record, ",
-            "Hot take: ", "After reading the news today, ")
-_REASONS = {
+_SIGN_OF_BIN = (1, 1, 0, -1, -1)
+OPENERS = ("", "Honestly, ", "Let me be clear: ", "Thinking about it more, ",
+           "For the record, ", "Hot take: ", "After reading the news today, ")
+REASONS = {
     1: ("The benefits clearly outweigh the costs.", "It is long overdue.",
         "The evidence keeps pointing the same way.", "It will help people like me.",
         "We should have done this years ago."),
@@ -28,46 +32,61 @@ _REASONS = {
 }
 
 
+def stance_bin(position: np.ndarray) -> np.ndarray:
+    """Index into STANCE_BINS for each position."""
+    bounds = np.array([b for b, _ in STANCE_BINS[:-1]])
+    return (np.asarray(position)[..., None] < bounds).sum(axis=-1)
+
+
 def stance_verb(position: float) -> str:
     """'strongly support' … 'strongly oppose' for a position in [-1, 1]."""
-    for bound, verb in STANCE_BINS:
-        if position >= bound:
-            return verb
-    return STANCE_BINS[-1][1]
+    return STANCE_BINS[int(stance_bin(np.asarray(position)))][1]
 
 
-def _sign(position: float) -> int:
-    return 1 if position >= 0.2 else (-1 if position <= -0.2 else 0)
+class PostWriter:
+    """Writes stance statements for a fixed list of topic labels."""
 
+    def __init__(self, labels: list[str]):
+        width = max(len(r) for r in REASONS.values())
+        self.sentences = np.empty((len(labels), len(STANCE_BINS), width), dtype=object)
+        self.n_reasons = np.array([len(REASONS[s]) for s in _SIGN_OF_BIN])
+        for t, label in enumerate(labels):
+            for b, (_, verb) in enumerate(STANCE_BINS):
+                reasons = REASONS[_SIGN_OF_BIN[b]]
+                for j in range(width):
+                    self.sentences[t, b, j] = f"I {verb} {label}. {reasons[j % len(reasons)]}"
 
-def _pick(options: tuple[str, ...], u: float) -> str:
-    return options[min(int(u * len(options)), len(options) - 1)]
+    def statements(self, topic: np.ndarray, position: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """One sentence per row: topic index, position, a uniform draw picking the reason."""
+        b = stance_bin(position)
+        j = np.minimum((u * self.n_reasons[b]).astype(np.int64), self.n_reasons[b] - 1)
+        return self.sentences[topic, b, j]
 
+    def posts(self, stance: np.ndarray, u: np.ndarray) -> list[str]:
+        """Texts of new posts with stances [n, T] (nan: topic not addressed); `u` is [n, 3]:
+        opener, first-topic reason, second-topic reason. Topics appear in index order."""
+        n = len(stance)
+        if not n:
+            return []
+        addressed = ~np.isnan(stance)
+        order = np.argsort(~addressed, axis=1, kind="stable")  # addressed topics first
+        t1, t2 = order[:, 0], order[:, 1] if stance.shape[1] > 1 else order[:, 0]
+        rows = np.arange(n)
+        has2 = addressed.sum(axis=1) > 1
+        opener = np.array(OPENERS, dtype=object)[
+            np.minimum((u[:, 0] * len(OPENERS)).astype(np.int64), len(OPENERS) - 1)]
+        text = opener + self.statements(t1, stance[rows, t1], u[:, 1])
+        if has2.any():
+            second = self.statements(t2[has2], stance[has2, t2[has2]], u[has2, 2])
+            text[has2] = text[has2] + " " + second
+        return text.tolist()
 
-def statement(label: str, position: float, u: float) -> str:
-    """One sentence with the stance in words plus a reason, e.g.
-    'I strongly support the carbon tax. It is long overdue.'"""
-    return f"I {stance_verb(position)} {label}. {_pick(_REASONS[_sign(position)], u)}"
-
-
-def compose_post(labels: list[str], positions: list[float], u: list[float]) -> str:
-    """A new post about one or more topics."""
-    opener = _pick(_OPENERS, u[0])
-    body = " ".join(statement(lab, pos, uu) for lab, pos, uu in zip(labels, positions, u[1:],
-                                                                       strict=False))
-    text = opener + body
-    return text[0].upper() + text[1:]
-
-
-def compose_response(kind: str, target_user: str, agree: bool, labels: list[str],
-                     positions: list[float], u: list[float]) -> str:
-    """A reply, quote or comment reacting to someone else's post."""
-    body = " ".join(statement(lab, pos, uu) for lab, pos, uu in zip(labels, positions, u[1:],
-                                                                       strict=False))
-    if kind == "quote":
-        lead = "Exactly this." if agree else "Not convinced by this."
-        return f"{lead} {body}"
-    lead = "I agree." if agree else "I disagree."
-    if kind == "reply":
-        return f"@{target_user} {lead} {body}"
-    return f"{lead} {body}"
+    def response(self, kind: str, target_user: str, agree: bool, topics: list[int],
+                 positions: list[float], u: np.ndarray) -> str:
+        """A reply, quote or comment reacting to someone else's post."""
+        body = " ".join(self.statements(np.array([t]), np.array([p]), np.array([uu]))[0]
+                        for t, p, uu in zip(topics, positions, u[1:], strict=False))
+        if kind == "quote":
+            return f"{'Exactly this.' if agree else 'Not convinced by this.'} {body}"
+        lead = "I agree." if agree else "I disagree."
+        return f"@{target_user} {lead} {body}" if kind == "reply" else f"{lead} {body}"

@@ -682,7 +682,8 @@ def _assemble(profiles: list[_Profile], fmt: str, cfg: Config,
 
     interests = _stack([p.interests for p in profiles], np.full(t, 1.0 / t))
     stance_hint = _stack([p.stance for p in profiles], np.full(t, np.nan), optional=True)
-    hourly = _stack([p.hourly for p in profiles], np.ones(24), optional=True)
+    # Agents without their own curve follow the config's (nan rows: see sim/schedule.py).
+    hourly = _stack([p.hourly for p in profiles], np.full(24, np.nan), optional=True)
     group, group_names = _groups(profiles)
 
     # A format/file without following data gives None (graph kind `profiles` needs it).

@@ -13,7 +13,7 @@ import numpy as np
 
 from agents.actions import ActionBatch, ActionType
 from agents.observation import PlatformView
-from agents.post_text import compose_post, compose_response
+from agents.post_text import PostWriter
 from sim.config import RulePolicyConfig, TopicSpec
 from sim.counter_rng import CounterRNG, Purpose
 
@@ -42,6 +42,7 @@ class RulePolicy:
                  interests: np.ndarray, usernames: list[str]):
         self.cfg = cfg
         self.labels = [t.label or t.name for t in topics]
+        self.writer = PostWriter(self.labels)
         self.rng = rng
         self.interests = interests
         self.usernames = usernames
@@ -78,7 +79,10 @@ class RulePolicy:
         n_topics = len(self.labels)
         if not len(view.agents):
             return ActionBatch.empty(n_topics)
-        types, w = self.weights(view, position, confidence)
+        if self.cfg.engage_rate > 0:
+            types, w = self.weights(view, position, confidence)
+        else:  # nobody engages: skip the weight matrix (benchmark W, post-only models)
+            types, w = ENGAGEMENTS[view.name], np.zeros((len(view.agents), 1, 1))
         n_agents, n_types, k = w.shape
         flat = w.reshape(n_agents, n_types * k)
         total = flat.sum(axis=1)
@@ -153,25 +157,24 @@ class RulePolicy:
                stance: np.ndarray, target_stance: np.ndarray, target_author: np.ndarray
                ) -> list[str]:
         texts = [""] * len(action)
-        writes = np.nonzero(np.isin(action, [ActionType.POST, ActionType.QUOTE,
-                                              ActionType.REPLY, ActionType.COMMENT]))[0]
+        posts = np.nonzero(action == ActionType.POST)[0]
+        responses = np.nonzero(np.isin(action, [ActionType.QUOTE, ActionType.REPLY,
+                                                ActionType.COMMENT]))[0]
+        writes = np.concatenate([posts, responses])
         if not len(writes):
             return texts
         u = self.rng.uniform(round_, Purpose.TEXT + key, view.agents[writes], 3)
-        for j, i in enumerate(writes):
+        for i, text in zip(posts, self.writer.posts(stance[posts], u[: len(posts)]),
+                           strict=True):
+            texts[i] = text
+        for j, i in enumerate(responses, start=len(posts)):
             topics = np.nonzero(~np.isnan(stance[i]))[0]
-            labels = [self.labels[t] for t in topics]
-            positions = [float(stance[i, t]) for t in topics]
-            kind = ActionType(int(action[i]))
-            if kind == ActionType.POST:
-                texts[i] = compose_post(labels, positions, list(u[j]))
-            else:
-                theirs = target_stance[i, topics]
-                agree = bool(np.nanmean(np.abs(theirs - stance[i, topics])) < 0.5) \
-                    if np.isfinite(theirs).any() else True
-                user = self.usernames[int(target_author[i])]
-                texts[i] = compose_response(_RESPONSE[kind], user, agree, labels, positions,
-                                            list(u[j]))
+            theirs = target_stance[i, topics]
+            agree = (bool(np.nanmean(np.abs(theirs - stance[i, topics])) < 0.5)
+                     if np.isfinite(theirs).any() else True)
+            texts[i] = self.writer.response(
+                _RESPONSE[ActionType(int(action[i]))], self.usernames[int(target_author[i])],
+                agree, topics.tolist(), stance[i, topics].tolist(), u[j])
         return texts
 
 

@@ -1,24 +1,24 @@
-"""Each agent's exposure history: which posts it has already seen, and when first.
+"""Each agent's exposure history: which posts it has already seen, and when last.
 
-Kept as sorted int64 keys `agent << 32 | post` with the round of first exposure, so "is
-this exposure new?" is one vectorised binary search. With `window` set, entries older than
-that many rounds are forgotten (novelty then means "not seen recently").
+Kept as sorted int64 keys `agent << 32 | post` with the round of the latest exposure, so
+"is this exposure new?" is one vectorised binary search. With `window` set, pairs not seen
+for that many rounds are forgotten (novelty then means "not seen recently").
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from sim.follow_graph import pack
+from sim.keys import pack, unique_sorted
 
 
 class ExposureHistory:
-    """Seen (agent, post) pairs with their first-seen round."""
+    """Seen (agent, post) pairs with the round each was last seen."""
 
     def __init__(self, window: int | None = None):
         self.window = window
         self.keys = np.empty(0, dtype=np.int64)
-        self.first_round = np.empty(0, dtype=np.int32)
+        self.last_round = np.empty(0, dtype=np.int32)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -33,22 +33,25 @@ class ExposureHistory:
 
     def record(self, agents: np.ndarray, posts: np.ndarray, round_: int) -> None:
         """Remember this round's exposures (and forget those beyond the window)."""
-        keys = np.unique(pack(agents, posts))
-        keys = keys[~self.seen(keys >> 32, keys & 0xFFFFFFFF)]
+        keys = unique_sorted(pack(agents, posts))
+        pos = np.minimum(np.searchsorted(self.keys, keys), max(len(self.keys) - 1, 0))
+        known = (self.keys[pos] == keys) if len(self.keys) else np.zeros(len(keys), bool)
+        self.last_round[pos[known]] = round_
+        keys = keys[~known]
         if len(keys):
             at = np.searchsorted(self.keys, keys)
             self.keys = np.insert(self.keys, at, keys)
-            self.first_round = np.insert(self.first_round, at, np.int32(round_))
+            self.last_round = np.insert(self.last_round, at, np.int32(round_))
         if self.window is not None:
-            keep = self.first_round > round_ - self.window
+            keep = self.last_round > round_ - self.window
             if not keep.all():
-                self.keys, self.first_round = self.keys[keep], self.first_round[keep]
+                self.keys, self.last_round = self.keys[keep], self.last_round[keep]
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Checkpoint form."""
-        return {"keys": self.keys, "first_round": self.first_round}
+        return {"keys": self.keys, "last_round": self.last_round}
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
         """Restore from `state_dict()`."""
         self.keys = np.asarray(state["keys"], dtype=np.int64)
-        self.first_round = np.asarray(state["first_round"], dtype=np.int32)
+        self.last_round = np.asarray(state["last_round"], dtype=np.int32)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.follow_graph import pack
+from sim.keys import pack
 
 
 class TrustStore:
@@ -37,7 +37,8 @@ class TrustStore:
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Add deltas (summed per pair, then clipped to [0, 1]).
 
-        Returns (trusters, trustees, new values) of the pairs that changed, sorted by pair.
+        Returns (trusters, trustees, new values) of every pair touched, sorted by pair (a
+        pair already at a bound may keep its value).
         """
         keys = pack(truster, trustee)
         if not len(keys):

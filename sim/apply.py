@@ -16,7 +16,7 @@ import numpy as np
 
 from agents.actions import CREATES_POST, TARGETS_POST, VOTES, ActionBatch, ActionType
 from agents.observation import PlatformView
-from sim.follow_graph import pack
+from sim.keys import first_occurrence, pack, unique_sorted
 from sim.posts import NewPosts, PostKind
 from sim.recommenders import FEEDABLE
 from sim.world import World
@@ -61,8 +61,7 @@ def _first_occurrence(keys: np.ndarray, candidates: np.ndarray) -> np.ndarray:
     """Mask: candidates[i] and no earlier candidate row has the same key."""
     out = np.zeros(len(keys), dtype=bool)
     idx = np.nonzero(candidates)[0]
-    _, first = np.unique(keys[idx], return_index=True)
-    out[idx[first]] = True
+    out[idx[first_occurrence(keys[idx])]] = True
     return out
 
 
@@ -140,7 +139,9 @@ def apply_actions(world: World, actions: ActionBatch, views: list[PlatformView],
     tcfg = world.cfg.beliefs.trust
 
     # Author of each targeted post, as of the snapshot (before new posts exist).
-    target_author = posts.get("author", actions.target_post).astype(np.int64)
+    known = actions.target_post < posts.n  # an id past the table is rejected, not fatal
+    target_author = posts.get("author", np.where(known, actions.target_post, -1)).astype(
+        np.int64)
 
     # New posts, ids in canonical order. A repost of a repost points at the root.
     creates = ok & np.isin(act, [int(a) for a in CREATES_POST])
@@ -151,10 +152,12 @@ def apply_actions(world: World, actions: ActionBatch, views: list[PlatformView],
         is_repost = act[idx] == ActionType.REPOST
         parent[is_repost] = posts.root[parent[is_repost]]
         kinds = np.array([_KIND_OF[ActionType(int(a))] for a in act[idx]], dtype=np.int8)
+        stance = actions.stance[idx].copy()
+        stance[is_repost] = posts.stance[parent[is_repost]]  # a repost carries its root's
         new_post[idx] = posts.append(NewPosts(
             platform=actions.platform[idx], author=actions.agent[idx], kind=kinds,
             parent=np.where(act[idx] == ActionType.POST, -1, parent),
-            stance=actions.stance[idx], text=[actions.text[i] for i in idx],
+            stance=stance, text=[actions.text[i] for i in idx],
         ), round_)
 
     # Counters on target posts.
@@ -164,8 +167,11 @@ def apply_actions(world: World, actions: ActionBatch, views: list[PlatformView],
 
     bump(posts.up, ok & np.isin(act, [ActionType.LIKE, ActionType.UPVOTE]))
     bump(posts.down, ok & (act == ActionType.DOWNVOTE))
-    bump(posts.shares, ok & np.isin(act, [ActionType.REPOST, ActionType.QUOTE]))
+    bump(posts.shares, ok & (act == ActionType.QUOTE))
     bump(posts.replies, ok & np.isin(act, [ActionType.REPLY, ActionType.COMMENT]))
+    reposts = ok & (act == ActionType.REPOST)  # a repost shares the root (its parent)
+    if reposts.any():
+        np.add.at(posts.shares, posts.parent[new_post[reposts]], 1)
 
     # Engagement received this round, per author and topic the voted post addresses.
     engagement = np.zeros((world.n_agents, len(world.topics)))
@@ -196,7 +202,7 @@ def apply_actions(world: World, actions: ActionBatch, views: list[PlatformView],
                 follows["followee"].append(dst.astype(np.int64))
                 follows["op"].append(np.full(m.sum(), 1 if op == ActionType.FOLLOW else -1,
                                              np.int8))
-        rebuild = np.unique(np.concatenate(changed)) if changed else np.empty(0, np.int64)
+        rebuild = unique_sorted(np.concatenate(changed)) if changed else np.empty(0, np.int64)
         mine = new_post[here & (new_post >= 0)]
         mine = mine[np.isin(posts.kind[mine], FEEDABLE[plat.name])]
         plat.index_new_posts(mine, posts.author[mine].astype(np.int64), rebuild)
@@ -235,9 +241,10 @@ def _trust_events(world: World, actions: ActionBatch, ok: np.ndarray, act: np.nd
         both = ~np.isnan(theirs) & ~np.isnan(mine)
         gap = np.where(both, np.abs(np.nan_to_num(theirs) - np.nan_to_num(mine)), 0).sum(1)
         agree = gap / np.maximum(both.sum(axis=1), 1) < 0.5
-        cause[responds] = np.where(agree, _TRUST_CAUSES.index("reply_agree"),
-                                   _TRUST_CAUSES.index("reply_disagree"))
-        delta[responds] = np.where(agree, tcfg.reply_agree, tcfg.reply_disagree)
+        shared = both.any(axis=1)  # no common topic: agreement is undefined, trust unchanged
+        cause[responds] = np.where(~shared, -1, np.where(
+            agree, _TRUST_CAUSES.index("reply_agree"), _TRUST_CAUSES.index("reply_disagree")))
+        delta[responds] = np.where(agree, tcfg.reply_agree, tcfg.reply_disagree) * shared
     ev = (cause >= 0) & (other >= 0) & (other != actions.agent)
     truster = actions.agent[ev].astype(np.int64)
     trustee = other[ev].astype(np.int64)

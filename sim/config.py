@@ -63,6 +63,9 @@ class PopulationConfig(Strict):
     def _size_or_file(self):
         if (self.size is None) == (self.file is None):
             raise ValueError("give exactly one of 'size' (generated personas) or 'file'")
+        if self.file is not None and self.groups:
+            raise ValueError("'groups' apply to generated populations; with a profile file, "
+                             "give each profile a 'group' field instead")
         if self.groups:
             total = sum(g.fraction for g in self.groups)
             if total > 1 + 1e-9:
@@ -122,13 +125,14 @@ class InitialStances(Strict):
 
 # --------------------------------------------------------------------------- activity
 
+_DIURNAL = [  # a weekday rhythm: quiet nights, a morning rise, an evening peak
+    0.25, 0.15, 0.10, 0.10, 0.15, 0.30, 0.60, 0.90, 1.10, 1.20, 1.20, 1.25,
+    1.30, 1.25, 1.20, 1.20, 1.25, 1.35, 1.50, 1.65, 1.70, 1.55, 1.10, 0.55,
+]
 _HOURLY_PRESETS = {
     "flat": [1.0] * 24,
-    # A weekday rhythm: quiet nights, a morning rise, an evening peak (mean 1.0).
-    "diurnal": [
-        0.25, 0.15, 0.10, 0.10, 0.15, 0.30, 0.60, 0.90, 1.10, 1.20, 1.20, 1.25,
-        1.30, 1.25, 1.20, 1.20, 1.25, 1.35, 1.50, 1.65, 1.70, 1.55, 1.10, 0.55,
-    ],
+    # Scaled to mean 1, so `activity.level` is the agent's average P(active).
+    "diurnal": [round(v * 24 / sum(_DIURNAL), 4) for v in _DIURNAL],
 }
 
 
@@ -244,6 +248,15 @@ class PlatformsConfig(Strict):
 
     twitter: PlatformConfig = Field(default_factory=PlatformConfig)
     reddit: PlatformConfig = Field(default_factory=_default_reddit)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reddit_default_recommender(cls, data):
+        # Reddit's default feed is the hot list, whether or not `reddit:` is written out.
+        reddit = data.get("reddit") if isinstance(data, dict) else None
+        if isinstance(reddit, dict) and "recommender" not in reddit:
+            data = {**data, "reddit": {**reddit, "recommender": "popularity"}}
+        return data
 
     @model_validator(mode="after")
     def _one(self):

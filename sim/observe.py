@@ -8,7 +8,7 @@ import numpy as np
 from agents.observation import DecisionRequest, PlatformView
 from beliefs.rules import Exposures
 from sim.counter_rng import CounterRNG
-from sim.follow_graph import pack
+from sim.keys import pack, unique_sorted
 from sim.recommenders import FeedContext, Recommender
 from sim.world import World
 
@@ -67,7 +67,7 @@ def observe(world: World, round_: int, acting: dict[str, np.ndarray],
 
 def decision_request(world: World, round_: int, views: list[PlatformView]) -> DecisionRequest:
     """The request shards get: views plus the beliefs of every acting agent."""
-    agents = np.unique(np.concatenate([v.agents for v in views])) if views else (
+    agents = unique_sorted(np.concatenate([v.agents for v in views])) if views else (
         np.empty(0, dtype=np.int64))
     return DecisionRequest(
         round=round_, views=views, agents=agents,
@@ -81,7 +81,7 @@ def exposures(views: list[PlatformView]) -> Exposures:
         empty = np.empty((0, 0), dtype=np.int64)
         return Exposures(np.empty(0, np.int64), empty, empty.astype(np.int32),
                          empty.astype(np.int32), empty.astype(np.float64))
-    agents = np.unique(np.concatenate([v.agents for v in views]))
+    agents = unique_sorted(np.concatenate([v.agents for v in views]))
     width = sum(v.feed.shape[1] for v in views)
     posts = np.full((len(agents), width), -1, dtype=np.int64)
     up = np.zeros((len(agents), width), dtype=np.int32)

@@ -17,7 +17,8 @@ import numpy as np
 
 from agents.actions import ActionType
 from sim.config import PlatformConfig
-from sim.follow_graph import FollowGraph, SortedKeySet, expand_csr, pack
+from sim.follow_graph import FollowGraph, expand_csr
+from sim.keys import SortedKeySet, pack
 from sim.rowsets import newest_per_row, push_newest
 
 PLATFORM_CODES = {"twitter": 0, "reddit": 1}

@@ -107,7 +107,7 @@ class PostStore:
         c["root"].data[sl] = root
         self.text.extend(new.text)
         self.n += k
-        for p in np.unique(new.platform):
+        for p in sorted(set(np.asarray(new.platform).tolist())):
             mine = ids[new.platform == p]
             pid, prd = self._by_platform[p]
             m = self._platform_n[p]

@@ -77,10 +77,9 @@ class Recommender(ABC):
 
 
 def _newest_first(buf: np.ndarray) -> np.ndarray:
-    """A left-padded ascending row buffer turned into newest-first, right-padded rows."""
-    flipped = buf[:, ::-1]
-    order = np.argsort(flipped < 0, axis=1, kind="stable")
-    return np.take_along_axis(flipped, order, axis=1)
+    """A left-padded ascending row buffer turned into newest-first, right-padded rows
+    (reversing each row does exactly that)."""
+    return np.ascontiguousarray(buf[:, ::-1])
 
 
 def _sample_pool(ctx: FeedContext, agents: np.ndarray, pool: np.ndarray, k: int,
@@ -129,7 +128,8 @@ class FollowingFeed(Recommender):
             valid = ctx.posts.author[recent][None, :] != agents[short][:, None]
             valid &= (cand[:, :, None] != feed[short][:, None, :]).all(axis=2)
             both = np.concatenate([feed[short], np.where(valid, cand, -1)], axis=1)
-            feed[short] = first_valid(both, both >= 0, k)
+            # Feed items and candidates are distinct by construction: skip the dedup sort.
+            feed[short] = first_valid(both, both >= 0, k, distinct=True)
             if exhausted:
                 break
             short = short[(feed[short] < 0).any(axis=1)]
@@ -199,17 +199,24 @@ class PersonalizedFeed(Recommender):
 
     def feeds(self, ctx: FeedContext, agents: np.ndarray) -> np.ndarray:
         k = ctx.platform.k
-        pool = self._hot.pool(ctx)
         out = np.full((len(agents), k), -1, dtype=np.int64)
+        if not ctx.posts.n:
+            return out
+        pool = self._hot.pool(ctx)
+        # Popularity is scaled by the window's most popular post: one constant for everyone,
+        # so an agent's ranking never depends on which other agents share its chunk.
+        window = ctx.window(self.cfg.window_rounds)
+        net = ctx.posts.up[window] - ctx.posts.down[window]
+        self._pop_scale = np.log1p(max(int(net.max(initial=0)), 1))
         for start in range(0, len(agents), self.CHUNK):
             chunk = agents[start:start + self.CHUNK]
             inbox = ctx.platform.inbox[chunk]
             cand = np.concatenate([np.broadcast_to(pool, (len(chunk), len(pool))), inbox], 1)
             in_net = np.zeros(cand.shape, dtype=bool)
             in_net[:, len(pool):] = inbox >= 0
-            score = self._score(ctx, chunk, cand, in_net)
             valid = cand >= 0
-            valid &= ctx.posts.author[np.maximum(cand, 0)] != chunk[:, None]
+            valid &= ctx.posts.get("author", cand) != chunk[:, None]
+            score = self._score(ctx, chunk, np.where(valid, cand, -1), in_net)
             score[~valid] = -np.inf
             order = np.argsort(-score, axis=1, kind="stable")
             ranked = np.take_along_axis(cand, order, axis=1)
@@ -220,18 +227,19 @@ class PersonalizedFeed(Recommender):
     def _score(self, ctx: FeedContext, agents: np.ndarray, cand: np.ndarray,
                in_net: np.ndarray) -> np.ndarray:
         c = self.cfg
-        ids = np.maximum(cand, 0)
+        ids = np.maximum(cand, 0)  # invalid slots are scored but masked out by the caller
         stance = ctx.posts.stance[ids]  # [A, C, T]
         addressed = ~np.isnan(stance)
-        n_addr = np.maximum(addressed.sum(axis=2), 1)
+        n_addr = addressed.sum(axis=2)
         pos = ctx.position[agents][:, None, :]
-        dist = np.where(addressed, np.abs(pos - np.nan_to_num(stance)), 0.0).sum(axis=2) / n_addr
-        similarity = 1.0 - dist / 2.0
+        dist = np.where(addressed, np.abs(pos - np.nan_to_num(stance)), 0.0).sum(axis=2)
+        # Same agreement as the rule policy: a post that takes no stance is neutral (0.5).
+        similarity = np.where(n_addr > 0, 1.0 - dist / np.maximum(n_addr, 1) / 2.0, 0.5)
         interest = (ctx.interests[agents][:, None, :] * addressed).sum(axis=2)
         age = ctx.round - ctx.posts.round[ids]
         recency = 0.5 ** (age / c.recency_halflife_rounds)
         net = np.maximum(ctx.posts.up[ids] - ctx.posts.down[ids], 0)
-        popularity = np.log1p(net) / np.log1p(max(int(net.max(initial=0)), 1))
+        popularity = np.minimum(1.0, np.log1p(net) / self._pop_scale)
         score = (c.stance_weight * similarity + c.interest_weight * interest
                  + c.recency_weight * recency + c.popularity_weight * popularity
                  + c.in_network_weight * in_net)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from sim.keys import unique_sorted
+
 _SHIFT = np.int64(31)
 _LOW = np.int64((1 << 31) - 1)
 
@@ -20,7 +22,7 @@ def newest_per_row(rows: np.ndarray, vals: np.ndarray, n_rows: int, k: int) -> n
     rows = np.asarray(rows, dtype=np.int64)
     vals = np.asarray(vals, dtype=np.int64)
     keep = vals >= 0
-    keys = np.unique((rows[keep] << _SHIFT) | vals[keep])  # sorted, deduplicated
+    keys = unique_sorted((rows[keep] << _SHIFT) | vals[keep])
     r = keys >> _SHIFT
     v = keys & _LOW
     counts = np.bincount(r, minlength=n_rows)
@@ -42,29 +44,38 @@ def push_newest(buf: np.ndarray, rows: np.ndarray, vals: np.ndarray) -> None:
         return
     k = buf.shape[1]
     fresh = newest_per_row(rows, vals, int(rows.max()) + 1, k)
-    touched = np.unique(rows)
+    touched = np.nonzero(np.bincount(rows, minlength=1))[0]
     fresh = fresh[touched]
     n_new = (fresh >= 0).sum(axis=1)
     old = buf[touched]
-    # Row i keeps old[:, n_new:] then its new ids: gather with a per-row offset.
-    cols = np.arange(k)[None, :] + n_new[:, None]
-    shifted = np.take_along_axis(np.concatenate([old, fresh], axis=1), cols, axis=1)
-    buf[touched] = shifted
+    # A row keeps old[:, n_new:] (shifted left) followed by its n_new new ids, which sit
+    # right-aligned in `fresh`; rows with n_new >= k are all new.
+    cols = np.arange(k)[None, :]
+    shifted = np.take_along_axis(old, np.minimum(cols + n_new[:, None], k - 1), axis=1)
+    buf[touched] = np.where(cols < k - n_new[:, None], shifted, fresh)
 
 
-def first_valid(cand: np.ndarray, valid: np.ndarray, k: int) -> np.ndarray:
-    """Per row, the first k valid and distinct candidates in column order (-1 padded right)."""
+def first_valid(cand: np.ndarray, valid: np.ndarray, k: int, distinct: bool = False
+                ) -> np.ndarray:
+    """Per row, the first k valid and distinct candidates in column order (-1 padded right).
+
+    `distinct=True` promises that no id repeats within a row, which skips the dedup sort.
+    """
     n, m = cand.shape
     if m == 0:
         return np.full((n, k), -1, dtype=np.int64)
-    # Mark repeats of an earlier column as invalid: stable sort within the row.
-    order = np.argsort(cand, axis=1, kind="stable")
-    srt = np.take_along_axis(cand, order, axis=1)
-    repeat_sorted = np.zeros_like(valid)
-    repeat_sorted[:, 1:] = srt[:, 1:] == srt[:, :-1]
-    repeat = np.empty_like(repeat_sorted)
-    np.put_along_axis(repeat, order, repeat_sorted, axis=1)
-    ok = valid & ~repeat
+    ok = valid
+    if not distinct:
+        # Mark repeats of an earlier *valid* column as invalid (stable sort within the row);
+        # invalid entries get unique negative stand-ins so they never hide a valid copy.
+        keyed = np.where(valid, cand, -2 - np.arange(m)[None, :])
+        order = np.argsort(keyed, axis=1, kind="stable")
+        srt = np.take_along_axis(keyed, order, axis=1)
+        repeat_sorted = np.zeros_like(valid)
+        repeat_sorted[:, 1:] = srt[:, 1:] == srt[:, :-1]
+        repeat = np.empty_like(repeat_sorted)
+        np.put_along_axis(repeat, order, repeat_sorted, axis=1)
+        ok = valid & ~repeat
     pos = np.cumsum(ok, axis=1) - 1
     take = ok & (pos < k)
     out = np.full((n, k), -1, dtype=np.int64)

@@ -29,7 +29,10 @@ class Scheduler:
         self.rng = CounterRNG(cfg.seed)
         self.activity = activity
         self.curve = np.asarray(cfg.activity.hourly_curve(), dtype=np.float64)
-        self.hourly = hourly  # optional per-agent [N, 24]
+        # Optional per-agent curves [N, 24]; rows of nan mean "use the config's curve".
+        self.hourly = None
+        if hourly is not None:
+            self.hourly = np.where(np.isnan(hourly), self.curve[None, :], hourly)
 
     def probability(self, round_: int) -> np.ndarray:
         """Each agent's chance to be active in this round."""

@@ -9,7 +9,7 @@ import pytest
 
 from agents.profiles import load_population_file
 from sim.config import Config, parse_config, resolve_paths
-from sim.errors import InputError
+from sim.errors import ConfigError, InputError
 
 DATA = Path(__file__).parent / "data" / "profiles"
 TOPICS = [
@@ -219,12 +219,12 @@ def test_shoal_json_and_population_frame(tmp_path):
     assert frame["interest_climate"].tolist() == pytest.approx([1 / 3, 1 / 3])
 
 
-def test_population_groups_in_config_are_ignored():
+def test_population_groups_with_a_profile_file_are_rejected():
+    """Config groups only apply to generated populations (honest config: no silent ignore)."""
     path = DATA / "twitter_profiles.csv"
-    cfg = parse_config({"rounds": 3, "topics": TOPICS, "population": {
-        "file": str(path), "groups": [{"name": "media", "fraction": 0.5}]}})
-    pop = load_population_file(cfg, np.random.default_rng(0))
-    assert pop.group_names == [] and pop.group.tolist() == [-1] * 6
+    with pytest.raises(ConfigError, match="'groups' apply to generated populations"):
+        parse_config({"rounds": 3, "topics": TOPICS, "population": {
+            "file": str(path), "groups": [{"name": "media", "fraction": 0.5}]}})
 
 
 def test_seeded_load_is_reproducible():
