@@ -19,7 +19,6 @@ from beliefs.rules import UpdateContext, make_rule
 from sim.apply import Reason, apply_actions
 from sim.counter_rng import CounterRNG
 from sim.executors import Executor
-from sim.live_mirror import LiveMirror
 from sim.observe import decision_request, exposures, observe
 from sim.recommenders import make_recommender
 from sim.round_log import (
@@ -30,8 +29,8 @@ from sim.round_log import (
     posts_tables,
     trust_table,
 )
+from sim.round_writer import RoundPayload, RoundWriter
 from sim.schedule import Scheduler, round_start
-from sim.store import TrajectoryStore
 from sim.world import World
 
 
@@ -53,18 +52,20 @@ class RoundStats:
 class RoundDriver:
     """Runs rounds on a world, deciding through an executor, logging to a store."""
 
-    def __init__(self, world: World, executor: Executor, store: TrajectoryStore,
-                 mirror: LiveMirror | None = None):
+    def __init__(self, world: World, executor: Executor, writer: RoundWriter):
         cfg = world.cfg
         self.world = world
         self.executor = executor
-        self.store = store
-        self.mirror = mirror
+        self.writer = writer
         self.rng = CounterRNG(cfg.seed)
         self.rule = make_rule(cfg.beliefs.update)
         self.recommenders = {name: make_recommender(p.cfg.recommender)
                              for name, p in world.platforms.items()}
         self.scheduler = Scheduler(cfg, world.population.activity, world.population.hourly)
+        # Which feed features anyone reads: the policy's engagement weights read follows,
+        # votes and trust; some belief rules read trust.
+        self.social_features = cfg.policy.engage_rate > 0
+        self.trust_features = self.social_features or self.rule.uses_trust
 
     def acting_agents(self, round_: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Step 1: the active mask and, per platform, the agents acting there."""
@@ -85,7 +86,8 @@ class RoundDriver:
         t0 = clock()
         active, acting = self.acting_agents(r)
         t1 = clock()
-        views = observe(w, r, acting, self.recommenders, self.rng)
+        views = observe(w, r, acting, self.recommenders, self.rng, self.social_features,
+                        self.trust_features)
         request = decision_request(w, r, views)
         t2 = clock()
         batches = self.executor.decide(request)
@@ -117,7 +119,7 @@ class RoundDriver:
         return stats
 
     def _log(self, r, views, applied, new_ids, stats: RoundStats, clock) -> None:
-        """Step 9: every table of round r, then its `rounds` row, in one transaction."""
+        """Step 9: hand round r's tables to the writer (one transaction, in order)."""
         w, cfg = self.world, self.world.cfg
         t = clock()
         tables = {
@@ -129,28 +131,20 @@ class RoundDriver:
         }
         if cfg.output.log_exposures:
             tables["exposures"] = exposures_table(r, views)
-        store = self.store
-        store.con.execute("BEGIN TRANSACTION")
-        try:
-            for name, data in tables.items():
-                store.insert(name, data)
-            stats.ms["log"] = 1e3 * (clock() - t)
-            tables["rounds"] = self._rounds_row(r, stats)
-            store.insert("rounds", tables["rounds"])
-            store.con.execute("COMMIT")
-        except BaseException:
-            store.con.execute("ROLLBACK")
-            raise
-        if self.mirror is not None:
-            self.mirror.write(r, tables)
+        stats.ms["tables"] = 1e3 * (clock() - t)
+        self.writer.submit(RoundPayload(
+            round=r, tables=tables, rounds_row=lambda ms: self._rounds_row(r, stats, ms)))
+        stats.ms["wait"] = 1e3 * (clock() - t) - stats.ms["tables"]
 
-    def _rounds_row(self, r: int, s: RoundStats) -> pa.Table:
+    def _rounds_row(self, r: int, s: RoundStats, ms_log: float) -> pa.Table:
+        ms = {**s.ms, "log": ms_log}
         row = {
             "round": [r], "sim_time": [round_start(self.world.cfg, r)],
             "n_active": [s.n_active], "n_acting": [s.n_acting], "n_actions": [s.n_actions],
             "n_rejected": [s.n_rejected], "n_posts": [s.n_posts],
             "n_exposures": [s.n_exposures], "n_trust_events": [s.n_trust_events],
-            **{f"ms_{k}": [v] for k, v in s.ms.items()},
+            **{f"ms_{k}": [ms[k]] for k in ("schedule", "observe", "decide", "apply", "update",
+                                             "log")},
             "wall_time": [datetime.now()],
         }
         return pa.table(row)

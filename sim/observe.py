@@ -13,9 +13,12 @@ from sim.recommenders import FeedContext, Recommender
 from sim.world import World
 
 
-def platform_view(world: World, name: str, agents: np.ndarray, feed: np.ndarray
-                  ) -> PlatformView:
-    """Gather the features of each feed item (author, stance, votes, follow, trust)."""
+def platform_view(world: World, name: str, agents: np.ndarray, feed: np.ndarray,
+                  social: bool = True, trust: bool = True) -> PlatformView:
+    """Gather the features of each feed item: author, kind, stance, votes; with `social`
+    also whether the reader follows the author, already voted or reposted; with `trust`
+    the reader's trust in the author. Features not asked for are left at their defaults
+    (they cost a binary search per feed item)."""
     plat = world.platforms[name]
     posts = world.posts
     valid = feed >= 0
@@ -29,13 +32,13 @@ def platform_view(world: World, name: str, agents: np.ndarray, feed: np.ndarray
 
     author = gather(posts.author, -1, np.int64)
     follows = np.zeros(feed.shape, dtype=bool)
-    trust = np.zeros(feed.shape)
     voted = np.zeros(feed.shape, dtype=bool)
     reposted = np.zeros(feed.shape, dtype=bool)
-    if len(ids):
-        a = author[valid]
-        follows[valid] = plat.graph.is_following(readers, a)
-        trust[valid] = world.trust.get(readers, a)
+    trust_of = np.full(feed.shape, world.trust.initial)
+    if len(ids) and trust:
+        trust_of[valid] = world.trust.get(readers, author[valid])
+    if len(ids) and social:
+        follows[valid] = plat.graph.is_following(readers, author[valid])
         keys = pack(readers, ids)
         voted[valid] = plat.votes.contains(keys)
         reposted[valid] = plat.reposts.contains(keys)
@@ -43,13 +46,15 @@ def platform_view(world: World, name: str, agents: np.ndarray, feed: np.ndarray
         platform=plat.code, name=name, agents=agents, feed=feed, author=author,
         kind=gather(posts.kind, -1, np.int8), stance=gather(posts.stance, np.nan, np.float64),
         up=gather(posts.up, 0, np.int32), down=gather(posts.down, 0, np.int32),
-        follows_author=follows, trust=trust, voted=voted, reposted=reposted,
+        follows_author=follows, trust=trust_of, voted=voted, reposted=reposted,
     )
 
 
 def observe(world: World, round_: int, acting: dict[str, np.ndarray],
-            recommenders: dict[str, Recommender], rng: CounterRNG) -> list[PlatformView]:
-    """Feeds and views for the acting agents of each platform (canonical platform order)."""
+            recommenders: dict[str, Recommender], rng: CounterRNG, social: bool = True,
+            trust: bool = True) -> list[PlatformView]:
+    """Feeds and views for the acting agents of each platform (canonical platform order).
+    `social` and `trust` say which per-item features someone will read."""
     views = []
     for name, agents in acting.items():
         ctx = FeedContext(
@@ -61,7 +66,7 @@ def observe(world: World, round_: int, acting: dict[str, np.ndarray],
             feed = recommenders[name].feeds(ctx, agents)
         else:  # nothing posted yet: every feed is empty
             feed = np.full((len(agents), world.platforms[name].k), -1, dtype=np.int64)
-        views.append(platform_view(world, name, agents, feed))
+        views.append(platform_view(world, name, agents, feed, social, trust))
     return views
 
 

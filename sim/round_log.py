@@ -1,4 +1,8 @@
-"""Step 9 of a round: the rows a round writes, as Arrow tables (one per DuckDB table)."""
+"""Step 9 of a round: the rows a round writes, as Arrow tables (one per DuckDB table).
+
+Every table must own its memory (no views of world state): the writer thread commits it
+while the driver is already mutating the world for the next round.
+"""
 
 from __future__ import annotations
 
@@ -31,8 +35,10 @@ def beliefs_table(world: World, round_: int) -> pa.Table:
         "round": _const(round_, n * t),
         "agent": pa.array(np.repeat(np.arange(n, dtype=np.int32), t)),
         "topic": repeated_topics(world.topics, n),
-        "position": pa.array(world.beliefs.position.ravel()),
-        "confidence": pa.array(world.beliefs.confidence.ravel()),
+        # Copies: Arrow wraps numpy memory without copying, and the writer thread commits
+        # this table while the driver already updates beliefs for the next round.
+        "position": pa.array(world.beliefs.position.ravel().copy()),
+        "confidence": pa.array(world.beliefs.confidence.ravel().copy()),
     })
 
 

@@ -24,6 +24,7 @@ from sim.driver import RoundDriver, RoundStats
 from sim.executors import Executor, make_executor
 from sim.live_mirror import LiveMirror
 from sim.round_log import beliefs_table, initial_follows_table
+from sim.round_writer import RoundWriter
 from sim.store import TrajectoryStore
 from sim.world import World, build_world
 
@@ -91,20 +92,28 @@ class Run:
     dir: RunDir
     store: TrajectoryStore
     executor: Executor | None = None
+    writer: RoundWriter | None = None
 
     def driver(self) -> RoundDriver:
-        """A driver over this run (creates the executor on first use)."""
+        """A driver over this run (creates the executor and the writer on first use)."""
         if self.executor is None:
             self.executor = make_executor(self.cfg, self.world.population)
-        mirror = LiveMirror(self.dir.root) if self.cfg.output.live_parquet else None
-        return RoundDriver(self.world, self.executor, self.store, mirror)
+        if self.writer is None:
+            mirror = LiveMirror(self.dir.root) if self.cfg.output.live_parquet else None
+            self.writer = RoundWriter(self.store, mirror)
+        return RoundDriver(self.world, self.executor, self.writer)
 
     def close(self) -> None:
-        """Release executor and store."""
-        if self.executor is not None:
-            self.executor.close()
-            self.executor = None
-        self.store.close()
+        """Commit what is pending, then release writer, executor and store."""
+        try:
+            if self.writer is not None:
+                self.writer.close()
+                self.writer = None
+        finally:
+            if self.executor is not None:
+                self.executor.close()
+                self.executor = None
+            self.store.close()
 
 
 def create_run(cfg: Config, lineage: dict | None = None) -> Run:
@@ -175,8 +184,9 @@ def run_rounds(run: Run, on_round: Callable[[RoundStats], None] | None = None) -
     while run.world.round < run.cfg.rounds:
         s = driver.step()
         stats.append(s)
-        run.dir.write_meta(rounds_done=s.round)
         if on_round is not None:
             on_round(s)
-    run.dir.write_meta(status="finished", finished_at=datetime.now().isoformat())
+    run.writer.flush()
+    run.dir.write_meta(status="finished", rounds_done=run.world.round,
+                       finished_at=datetime.now().isoformat())
     return stats

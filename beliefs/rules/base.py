@@ -51,9 +51,11 @@ class UpdateContext:
 
 
 class UpdateRule(ABC):
-    """A belief update rule. `uses_novelty` asks the driver to keep the exposure history."""
+    """A belief update rule. `uses_novelty` asks the driver to keep the exposure history;
+    `uses_trust` to look up each exposure's trust (`Exposures.trust`)."""
 
     uses_novelty: bool = False
+    uses_trust: bool = False
 
     @abstractmethod
     def update(self, beliefs: BeliefState, exposures: Exposures, ctx: UpdateContext) -> None:

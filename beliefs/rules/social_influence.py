@@ -25,6 +25,7 @@ class SocialInfluenceRule(UpdateRule):
     """The default rule."""
 
     uses_novelty = True
+    uses_trust = True
 
     def __init__(self, cfg: SocialInfluence):
         self.cfg = cfg
