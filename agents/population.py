@@ -7,11 +7,13 @@ persona text stays as Python lists for prompts and the agents table.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, fields
 from importlib import resources
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from sim.config import Config
 
@@ -94,6 +96,67 @@ class Population:
         for t, topic in enumerate(topics):
             df[f"interest_{topic}"] = self.interests[:, t]
         return df
+
+    # Columns that are plain per-agent lists or 1-D arrays (the rest need care below).
+    _FLAT = ("name", "username", "bio", "persona", "group", "activity", "age", "gender",
+             "mbti", "country", "profession", "source_id")
+    _MATRICES = ("interests", "hourly", "stance_hint")
+
+    def to_arrow(self) -> pa.Table:
+        """Lossless columnar form (for checkpoints); matrices become list columns."""
+        cols = {name: getattr(self, name) for name in self._FLAT}
+        for name in self._MATRICES:
+            m = getattr(self, name)
+            if m is not None:
+                cols[name] = pa.array(list(np.asarray(m, dtype=np.float64)),
+                                      type=pa.list_(pa.float64()))
+        if self.following is not None:
+            cols["following"] = pa.array(self.following, type=pa.list_(pa.int64()))
+        for key, values in self.extra.items():
+            cols[f"extra.{key}"] = [json.dumps(v, default=str) for v in values]
+        meta = {"group_names": json.dumps(self.group_names)}
+        return pa.table(cols).replace_schema_metadata(meta)
+
+    @classmethod
+    def from_arrow(cls, table: pa.Table) -> Population:
+        """Inverse of `to_arrow`."""
+        data = table.to_pydict()
+        kwargs: dict = {name: data[name] for name in cls._FLAT}
+        kwargs["group"] = np.asarray(data["group"], dtype=np.int16)
+        kwargs["activity"] = np.asarray(data["activity"], dtype=np.float64)
+        kwargs["age"] = np.asarray(data["age"], dtype=np.int16)
+        for name in cls._MATRICES:
+            kwargs[name] = (np.asarray(data[name], dtype=np.float64) if name in data else None)
+        kwargs["following"] = data.get("following")
+        kwargs["extra"] = {k.removeprefix("extra."): [json.loads(v) for v in vals]
+                           for k, vals in data.items() if k.startswith("extra.")}
+        meta = table.schema.metadata or {}
+        kwargs["group_names"] = json.loads(meta.get(b"group_names", b"[]"))
+        return cls(**kwargs)
+
+    def extend(self, other: Population) -> None:
+        """Append another population's agents (ids continue after this one's)."""
+        if other.group_names != self.group_names:
+            remap = np.array([self.group_names.index(g) if g in self.group_names else -1
+                              for g in other.group_names] + [-1], dtype=np.int16)
+            other_group = remap[other.group]
+        else:
+            other_group = other.group
+        for f in fields(self):
+            name = f.name
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if name == "group":
+                self.group = np.concatenate([self.group, other_group])
+            elif name in ("group_names", "extra"):
+                continue
+            elif isinstance(mine, list):
+                setattr(self, name, mine + list(theirs if theirs is not None
+                                                 else [[] for _ in range(other.size)]))
+            elif isinstance(mine, np.ndarray):
+                if theirs is None:
+                    fill = np.nan if name in ("hourly", "stance_hint") else 0.0
+                    theirs = np.full((other.size, *mine.shape[1:]), fill)
+                setattr(self, name, np.concatenate([mine, theirs]))
 
 
 def generate_population(cfg: Config, rng: np.random.Generator) -> Population:

@@ -55,6 +55,9 @@ class Applied:
     trust: dict[str, np.ndarray]  # truster, trustee, cause, delta, value (one row per event)
     follows: dict[str, np.ndarray]  # platform, follower, followee, op (1 follow, -1 unfollow)
     engagement: np.ndarray  # float64 [N, T] net votes received per topic this round
+    counters: dict[str, np.ndarray]  # post counter name -> ids incremented by one (repeats)
+    votes: dict[int, np.ndarray]  # platform code -> (agent, post) keys voted this round
+    reposts: dict[int, np.ndarray]  # platform code -> (agent, post) keys reposted
 
 
 def _first_occurrence(keys: np.ndarray, candidates: np.ndarray) -> np.ndarray:
@@ -160,18 +163,17 @@ def apply_actions(world: World, actions: ActionBatch, views: list[PlatformView],
             stance=stance, text=[actions.text[i] for i in idx],
         ), round_)
 
-    # Counters on target posts.
-    def bump(column: np.ndarray, mask: np.ndarray) -> None:
-        if mask.any():
-            np.add.at(column, actions.target_post[mask], 1)
-
-    bump(posts.up, ok & np.isin(act, [ActionType.LIKE, ActionType.UPVOTE]))
-    bump(posts.down, ok & (act == ActionType.DOWNVOTE))
-    bump(posts.shares, ok & (act == ActionType.QUOTE))
-    bump(posts.replies, ok & np.isin(act, [ActionType.REPLY, ActionType.COMMENT]))
-    reposts = ok & (act == ActionType.REPOST)  # a repost shares the root (its parent)
-    if reposts.any():
-        np.add.at(posts.shares, posts.parent[new_post[reposts]], 1)
+    # Counters on target posts; a repost shares the root (its parent), not the repost.
+    reposts = ok & (act == ActionType.REPOST)
+    counters = {
+        "up": actions.target_post[ok & np.isin(act, [ActionType.LIKE, ActionType.UPVOTE])],
+        "down": actions.target_post[ok & (act == ActionType.DOWNVOTE)],
+        "shares": np.concatenate([actions.target_post[ok & (act == ActionType.QUOTE)],
+                                  posts.parent[new_post[reposts]]]),
+        "replies": actions.target_post[ok & np.isin(act, [ActionType.REPLY,
+                                                          ActionType.COMMENT])],
+    }
+    posts.increment(counters)
 
     # Engagement received this round, per author and topic the voted post addresses.
     engagement = np.zeros((world.n_agents, len(world.topics)))
@@ -182,12 +184,14 @@ def apply_actions(world: World, actions: ActionBatch, views: list[PlatformView],
         np.add.at(engagement, target_author[votes], addressed * sign[:, None])
 
     follows = {"platform": [], "follower": [], "followee": [], "op": []}
+    voted, reposted = {}, {}
     for plat in world.platforms.values():
         here = ok & (actions.platform == plat.code)
         keys = pack(actions.agent[here], np.maximum(actions.target_post[here], 0))
-        v = np.isin(act[here], [int(a) for a in VOTES])
-        plat.votes.add(keys[v])
-        plat.reposts.add(keys[act[here] == ActionType.REPOST])
+        voted[plat.code] = keys[np.isin(act[here], [int(a) for a in VOTES])]
+        reposted[plat.code] = keys[act[here] == ActionType.REPOST]
+        plat.votes.add(voted[plat.code])
+        plat.reposts.add(reposted[plat.code])
         # Follow graph changes; their followers' inboxes are rebuilt below.
         changed = []
         for op, fn in ((ActionType.FOLLOW, plat.graph.follow),
@@ -212,7 +216,7 @@ def apply_actions(world: World, actions: ActionBatch, views: list[PlatformView],
         actions=actions, reason=reason, new_post=new_post, trust=trust,
         follows={k: (np.concatenate(v) if v else np.empty(0, np.int64))
                  for k, v in follows.items()},
-        engagement=engagement,
+        engagement=engagement, counters=counters, votes=voted, reposts=reposted,
     )
 
 

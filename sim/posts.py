@@ -118,6 +118,22 @@ class PostStore:
             self._platform_n[p] = m + len(mine)
         return ids
 
+    COUNTERS = ("up", "down", "shares", "replies")
+
+    def increment(self, ids_by_counter: dict[str, np.ndarray]) -> None:
+        """Add one to a counter column for each id listed (ids may repeat)."""
+        for name, ids in ids_by_counter.items():
+            if len(ids):
+                np.add.at(self._cols[name].data, np.asarray(ids, dtype=np.int64), 1)
+
+    def rows(self, ids: np.ndarray) -> dict[str, np.ndarray]:
+        """Copies of the immutable columns of some posts (for checkpoint logs)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        out = {name: self._cols[name].data[ids].copy() for name in self._cols
+               if name not in self.COUNTERS}
+        out["id"] = ids
+        return out
+
     def get(self, name: str, ids: np.ndarray, fill=-1) -> np.ndarray:
         """Column `name` at `ids`, with `fill` where an id is -1 (safe on an empty table)."""
         column = getattr(self, name)
