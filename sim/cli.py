@@ -27,7 +27,7 @@ from rich.progress import (
 from sim.config import load_config, resolved_dict
 from sim.errors import InputError
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # error lines stay whole for grep
 out = Console()
 
 
@@ -56,16 +56,43 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run a simulation from a config, with a progress bar and a final summary."""
-    from sim.run import create_run, run_rounds
+    from sim.run import create_run
     from sim.summary import summarize
 
     cfg = load_config(args.config, _overrides(args))
     start = time.perf_counter()
     run = create_run(cfg)
     console.print(f"run [bold]{run.dir.run_id}[/] → {run.dir.root}")
+    _drive(run, args.quiet)
+    out.print(summarize(run.dir.root, time.perf_counter() - start))
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """Continue a run from its last checkpointed round."""
+    from sim.run import resume_run
+    from sim.summary import summarize
+
+    start = time.perf_counter()
+    run = resume_run(args.run)
+    for flag, field in (("executor", "kind"), ("shards", "shards"), ("address", "address")):
+        value = getattr(args, flag)
+        if value is not None:  # where agents run never changes the results
+            setattr(run.cfg.executor, field, int(value) if value.isdigit() else value)
+    console.print(f"resume [bold]{run.dir.run_id}[/] from round {run.world.round}")
+    _drive(run, args.quiet)
+    out.print(summarize(run.dir.root, time.perf_counter() - start))
+    return 0
+
+
+def _drive(run, quiet: bool) -> None:
+    """Run the remaining rounds with a progress bar; always close the run."""
+    from sim.run import run_rounds
+
     try:
-        with _progress(args.quiet) as progress:
-            task = progress.add_task("rounds", total=cfg.rounds, actions=0)
+        with _progress(quiet) as progress:
+            task = progress.add_task("rounds", total=run.cfg.rounds,
+                                     completed=run.world.round, actions=0)
             total_actions = 0
 
             def on_round(stats) -> None:
@@ -76,8 +103,6 @@ def cmd_run(args: argparse.Namespace) -> int:
             run_rounds(run, on_round)
     finally:
         run.close()
-    out.print(summarize(run.dir.db, time.perf_counter() - start))
-    return 0
 
 
 class _NoProgress:
@@ -128,6 +153,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_flags(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("resume", help="continue a run from its last checkpoint")
+    p.add_argument("run", help="run directory (or run id under runs/)")
+    p.add_argument("--executor", choices=["local", "ray"], help="where agents decide")
+    p.add_argument("--shards", help="number of agent shards (or 'auto')")
+    p.add_argument("--address", help="Ray cluster address ('auto' joins a running cluster)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("check", help="validate a config and print it resolved")
     _add_config_flags(p)

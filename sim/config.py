@@ -455,6 +455,15 @@ class OutputConfig(Strict):
     live_parquet: bool = False  # also mirror each round to Parquet, readable while running
 
 
+class CheckpointConfig(Strict):
+    """Which round states to keep. Every round is checkpointed (its log and its state);
+    older states are pruned: kept are round 0, the latest, and rounds that are multiples
+    of `every` (only the last `keep_last` of those, if set). Forks need a kept state."""
+
+    every: int = Field(default=1, ge=1)
+    keep_last: int | None = Field(default=None, ge=1)
+
+
 # --------------------------------------------------------------------------- top level
 
 
@@ -476,6 +485,7 @@ class Config(Strict):
     policy: RulePolicyConfig = Field(default_factory=RulePolicyConfig)
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
+    checkpoints: CheckpointConfig = Field(default_factory=CheckpointConfig)
 
     @field_validator("name")
     @classmethod

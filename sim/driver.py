@@ -17,8 +17,10 @@ import pyarrow as pa
 from agents.actions import ActionBatch
 from beliefs.rules import UpdateContext, make_rule
 from sim.apply import Reason, apply_actions
+from sim.checkpoint import CheckpointStore
 from sim.counter_rng import CounterRNG
 from sim.executors import Executor
+from sim.faults import crash_point
 from sim.observe import decision_request, exposures, observe
 from sim.recommenders import make_recommender
 from sim.round_log import (
@@ -32,6 +34,7 @@ from sim.round_log import (
 from sim.round_writer import RoundPayload, RoundWriter
 from sim.schedule import Scheduler, round_start
 from sim.world import World
+from sim.world_checkpoint import round_delta, snapshot
 
 
 @dataclass
@@ -52,11 +55,13 @@ class RoundStats:
 class RoundDriver:
     """Runs rounds on a world, deciding through an executor, logging to a store."""
 
-    def __init__(self, world: World, executor: Executor, writer: RoundWriter):
+    def __init__(self, world: World, executor: Executor, writer: RoundWriter,
+                 checkpoints: CheckpointStore | None = None):
         cfg = world.cfg
         self.world = world
         self.executor = executor
         self.writer = writer
+        self.checkpoints = checkpoints
         self.rng = CounterRNG(cfg.seed)
         self.rule = make_rule(cfg.beliefs.update)
         self.recommenders = {name: make_recommender(p.cfg.recommender)
@@ -69,7 +74,7 @@ class RoundDriver:
 
     def acting_agents(self, round_: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Step 1: the active mask and, per platform, the agents acting there."""
-        active = self.scheduler.active(round_)
+        active = self.scheduler.active(round_, self.world.alive)
         acting = {}
         for name, plat in self.world.platforms.items():
             agents = np.nonzero(active & plat.members)[0]
@@ -91,6 +96,7 @@ class RoundDriver:
         request = decision_request(w, r, views)
         t2 = clock()
         batches = self.executor.decide(request)
+        crash_point("mid_round", r)
         t3 = clock()
         actions = ActionBatch.concat(batches, len(w.topics)).canonical()
         applied = apply_actions(w, actions, views, r)
@@ -115,10 +121,21 @@ class RoundDriver:
         stats.ms = {"schedule": 1e3 * (t1 - t0), "observe": 1e3 * (t2 - t1),
                     "decide": 1e3 * (t3 - t2), "apply": 1e3 * (t4 - t3),
                     "update": 1e3 * (t5 - t4)}
-        self._log(r, views, applied, np.sort(new_ids), stats, clock)
+        after_commit = None
+        if self.checkpoints is not None:
+            delta = round_delta(w, r, applied, exp, new_ids)
+            snap = snapshot(w, w.cfg, {})
+            policy = w.cfg.checkpoints
+            store = self.checkpoints
+
+            def after_commit() -> None:
+                store.write(delta, snap, policy.every, policy.keep_last)
+
+        self._log(r, views, applied, np.sort(new_ids), stats, clock, after_commit)
         return stats
 
-    def _log(self, r, views, applied, new_ids, stats: RoundStats, clock) -> None:
+    def _log(self, r, views, applied, new_ids, stats: RoundStats, clock,
+             after_commit=None) -> None:
         """Step 9: hand round r's tables to the writer (one transaction, in order)."""
         w, cfg = self.world, self.world.cfg
         t = clock()
@@ -133,7 +150,8 @@ class RoundDriver:
             tables["exposures"] = exposures_table(r, views)
         stats.ms["tables"] = 1e3 * (clock() - t)
         self.writer.submit(RoundPayload(
-            round=r, tables=tables, rounds_row=lambda ms: self._rounds_row(r, stats, ms)))
+            round=r, tables=tables, rounds_row=lambda ms: self._rounds_row(r, stats, ms),
+            after_commit=after_commit))
         stats.ms["wait"] = 1e3 * (clock() - t) - stats.ms["tables"]
 
     def _rounds_row(self, r: int, s: RoundStats, ms_log: float) -> pa.Table:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from sim.faults import crash_point
 from sim.live_mirror import LiveMirror
 from sim.store import TrajectoryStore
 
@@ -102,15 +103,19 @@ class RoundWriter:
         t = time.perf_counter()
         store.con.execute("BEGIN TRANSACTION")
         try:
-            for name, data in payload.tables.items():
+            for i, (name, data) in enumerate(payload.tables.items()):
                 store.insert(name, data)
+                if i == 1:
+                    crash_point("mid_commit", payload.round)
             rounds_row = payload.rounds_row(1e3 * (time.perf_counter() - t))
             store.insert("rounds", rounds_row)
             store.con.execute("COMMIT")
         except BaseException:
             store.con.execute("ROLLBACK")
             raise
+        crash_point("after_commit", payload.round)
         if self.mirror is not None:
             self.mirror.write(payload.round, {**payload.tables, "rounds": rounds_row})
         if payload.after_commit is not None:
             payload.after_commit()
+        crash_point("after_checkpoint", payload.round)

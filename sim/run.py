@@ -19,14 +19,17 @@ import numpy as np
 import pyarrow as pa
 import yaml
 
-from sim.config import Config, config_hash, resolved_dict
+from sim.checkpoint import CheckpointStore
+from sim.config import Config, config_hash, parse_config, resolved_dict
 from sim.driver import RoundDriver, RoundStats
+from sim.errors import InputError
 from sim.executors import Executor, make_executor
 from sim.live_mirror import LiveMirror
 from sim.round_log import beliefs_table, initial_follows_table
 from sim.round_writer import RoundWriter
 from sim.store import TrajectoryStore
 from sim.world import World, build_world
+from sim.world_checkpoint import CheckpointError, initial_delta, restore_world, snapshot
 
 DB_NAME = "trajectory.duckdb"
 
@@ -65,6 +68,11 @@ class RunDir:
         """run.json: id, hash, status, lineage."""
         return self.root / "run.json"
 
+    @property
+    def checkpoints(self) -> CheckpointStore:
+        """The run's checkpoint store."""
+        return CheckpointStore(self.root / "checkpoints")
+
     def write_meta(self, **fields) -> None:
         """Merge fields into run.json (atomic replace)."""
         data = json.loads(self.meta.read_text()) if self.meta.exists() else {}
@@ -101,7 +109,7 @@ class Run:
         if self.writer is None:
             mirror = LiveMirror(self.dir.root) if self.cfg.output.live_parquet else None
             self.writer = RoundWriter(self.store, mirror)
-        return RoundDriver(self.world, self.executor, self.writer)
+        return RoundDriver(self.world, self.executor, self.writer, self.dir.checkpoints)
 
     def close(self) -> None:
         """Commit what is pending, then release writer, executor and store."""
@@ -126,6 +134,7 @@ def create_run(cfg: Config, lineage: dict | None = None) -> Run:
         run_dir.config.write_text(yaml.safe_dump(resolved_dict(cfg), sort_keys=False))
         store = TrajectoryStore(run_dir.db, create=True)
         _write_setup(store, world, run_dir, lineage or {})
+        run_dir.checkpoints.write(initial_delta(world), snapshot(world, cfg, {}))
         run_dir.write_meta(run_id=run_dir.run_id, name=cfg.name, config_hash=config_hash(cfg),
                            created_at=datetime.now().isoformat(), engine=engine_version(),
                            status="created", rounds_done=0, rounds=cfg.rounds,
@@ -190,3 +199,37 @@ def run_rounds(run: Run, on_round: Callable[[RoundStats], None] | None = None) -
     run.dir.write_meta(status="finished", rounds_done=run.world.round,
                        finished_at=datetime.now().isoformat())
     return stats
+
+
+def open_run_dir(path: str | Path) -> RunDir:
+    """A run directory given by path (or by id under runs/), checked to look like one."""
+    p = Path(path)
+    if not p.is_dir() and (Path("runs") / p).is_dir():
+        p = Path("runs") / p
+    run_dir = RunDir(p)
+    if not p.is_dir():
+        raise InputError(f"{path}: no such run directory")
+    if not run_dir.meta.is_file() or not run_dir.db.is_file():
+        raise InputError(f"{path}: not a Shoal run directory (no run.json or {DB_NAME})")
+    return run_dir
+
+
+def resume_run(path: str | Path) -> Run:
+    """Reopen a run at its last checkpointed round, discarding anything written after it."""
+    run_dir = open_run_dir(path)
+    store = run_dir.checkpoints
+    last = store.latest()
+    if last is None:
+        raise InputError(f"{path}: the run has no checkpoint to resume from; start it again")
+    meta = store.meta(last)
+    cfg = parse_config(meta["config"], source=f"{run_dir.checkpoints.root}/state")
+    try:
+        world, _ = restore_world(cfg, store, last)
+    except CheckpointError as exc:
+        raise InputError(f"{path}: {exc}") from None
+    db = TrajectoryStore(run_dir.db)
+    db.truncate_after(last, world.posts.n)
+    store.truncate_after(last)
+    run_dir.write_meta(status="resumed", rounds_done=last)
+    return Run(cfg=cfg, world=world, dir=run_dir, store=db)
+

@@ -139,6 +139,16 @@ class TrajectoryStore:
             {**row, "config": json.dumps(row["config"]), "lineage": json.dumps(row["lineage"])},
         )
 
+    def truncate_after(self, round_: int, n_posts: int) -> None:
+        """Delete everything logged after round `round_` (posts by id: ids are dense, and
+        `n_posts` posts existed at the end of that round), in one transaction."""
+        self.con.execute("BEGIN TRANSACTION")
+        for table in ("rounds", "actions", "exposures", "beliefs", "trust", "follows"):
+            self.con.execute(f"DELETE FROM {table} WHERE round > ?", [round_])
+        for table in ("posts", "post_stances"):
+            self.con.execute(f"DELETE FROM {table} WHERE post_id >= ?", [n_posts])
+        self.con.execute("COMMIT")
+
     def last_round(self) -> int:
         """The last round fully committed (0 if none)."""
         value = self.con.execute("SELECT max(round) FROM rounds").fetchone()[0]

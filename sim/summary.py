@@ -9,9 +9,26 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from sim.checkpoint import CheckpointStore
 
-def summarize(db: Path, wall_seconds: float | None = None) -> Group:
-    """Counts, activity by action, belief change per topic, timing and file size."""
+
+def _checkpoints_line(store: CheckpointStore) -> str:
+    """Kept states, total sizes, and the per-round cost (from the kept states' metadata)."""
+    rounds = store.available()
+    if not rounds:
+        return "none"
+    logs, states = store.size_bytes()
+    metas = [store.meta(r) for r in rounds if r > 0] or [store.meta(rounds[0])]
+    ms = sum(m["ms"] for m in metas) / len(metas)
+    per = sum(m["log_bytes"] + m["state_bytes"] for m in metas) / len(metas)
+    return (f"{len(rounds)} kept (rounds {rounds[0]}..{rounds[-1]}), logs {logs / 1e6:.1f} MB "
+            f"+ states {states / 1e6:.1f} MB; per round {per / 1e3:,.0f} kB in {ms:.0f} ms")
+
+
+def summarize(root: Path, wall_seconds: float | None = None) -> Group:
+    """Counts, activity by action, belief change per topic, timing, file and checkpoint
+    sizes of the run directory `root`."""
+    db = Path(root) / "trajectory.duckdb"
     con = duckdb.connect(str(db), read_only=True)
     try:
         run_id, seed = con.execute("SELECT run_id, seed FROM run").fetchone()
@@ -46,6 +63,7 @@ def summarize(db: Path, wall_seconds: float | None = None) -> Group:
     size = db.stat().st_size + (db.with_suffix(".duckdb.wal").stat().st_size
                                 if db.with_suffix(".duckdb.wal").exists() else 0)
     head.add_row("trajectory", f"{db}  ({size / 1e6:.1f} MB)")
+    head.add_row("checkpoints", _checkpoints_line(CheckpointStore(Path(root) / "checkpoints")))
 
     act_table = Table(title="actions", title_justify="left", box=None, padding=(0, 1))
     for col in ("platform", "action", "applied", "rejected"):

@@ -41,6 +41,11 @@ class World:
     posts: PostStore
     platforms: dict[str, Platform]
     round: int = 0
+    alive: np.ndarray | None = None  # bool [N]; removed agents never act again
+
+    def __post_init__(self) -> None:
+        if self.alive is None:
+            self.alive = np.ones(self.population.size, dtype=bool)
 
     @property
     def n_agents(self) -> int:

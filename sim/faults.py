@@ -1,0 +1,34 @@
+"""Crash points for testing recovery: `SHOAL_FAULT=<point>:<round>` kills the process with
+SIGKILL when execution reaches that point in that round.
+
+Points: `mid_round` (decisions made, nothing applied), `mid_commit` (inside the round's
+DuckDB transaction, some tables inserted), `after_commit` (committed, no checkpoint yet),
+`mid_checkpoint` (log segment written, state not yet), `after_checkpoint`. Unset in normal
+use; reading it costs one dictionary lookup per point.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from functools import cache
+
+POINTS = ("mid_round", "mid_commit", "after_commit", "mid_checkpoint", "after_checkpoint")
+
+
+@cache
+def _armed() -> tuple[str, int] | None:
+    spec = os.environ.get("SHOAL_FAULT")
+    if not spec:
+        return None
+    point, _, round_ = spec.partition(":")
+    if point not in POINTS or not round_.isdigit():
+        raise ValueError(f"SHOAL_FAULT={spec!r}: expected <point>:<round>, point in {POINTS}")
+    return point, int(round_)
+
+
+def crash_point(point: str, round_: int) -> None:
+    """Die here (SIGKILL, no cleanup) if SHOAL_FAULT names this point and round."""
+    armed = _armed()
+    if armed is not None and armed == (point, round_):
+        os.kill(os.getpid(), signal.SIGKILL)

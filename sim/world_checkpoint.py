@@ -1,0 +1,233 @@
+"""How a `World` becomes a checkpoint (a round's delta + a snapshot) and back.
+
+`round_delta` and `snapshot` are called by the driver at the end of a round (they copy, so
+the writer thread can save them while the next round runs); `restore_world` rebuilds the
+world at the end of round K from the checkpoint store, bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agents.population import Population
+from beliefs.exposure import ExposureHistory
+from beliefs.rules import Exposures, make_rule
+from beliefs.state import BeliefState
+from beliefs.trust import TrustStore
+from sim.apply import Applied
+from sim.checkpoint import (
+    CheckpointStore,
+    RoundDelta,
+    Snapshot,
+    concat,
+    decode_texts,
+    encode_texts,
+    last_value_per_key,
+    union_keys,
+)
+from sim.config import Config, resolved_dict
+from sim.follow_graph import FollowGraph
+from sim.keys import pack, unique_sorted
+from sim.platform import PLATFORM_CODES, Platform
+from sim.posts import PostStore
+from sim.recommenders import FEEDABLE
+from sim.rowsets import newest_per_row
+from sim.world import World
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be restored (missing or inconsistent files)."""
+
+
+def _posts_arrays(world: World, ids: np.ndarray) -> dict[str, np.ndarray]:
+    rows = world.posts.rows(ids)
+    blob, ends = encode_texts([world.posts.text[i] for i in ids])
+    return {**{f"posts.{k}": v for k, v in rows.items()},
+            "posts.text_blob": blob, "posts.text_ends": ends}
+
+
+def initial_delta(world: World, seed_post_ids: np.ndarray | None = None) -> RoundDelta:
+    """Round 0: the whole population, the initial graphs, any seeded posts."""
+    arrays: dict[str, np.ndarray] = {}
+    parts = {"platform": [], "follower": [], "followee": [], "op": []}
+    for plat in world.platforms.values():
+        src, dst = plat.graph.edge_arrays()
+        parts["platform"].append(np.full(len(src), plat.code, np.int8))
+        parts["follower"].append(src)
+        parts["followee"].append(dst)
+        parts["op"].append(np.ones(len(src), np.int8))
+    arrays.update({f"follows.{k}": concat(v, np.int64 if k in ("follower", "followee")
+                                          else np.int8) for k, v in parts.items()})
+    ids = seed_post_ids if seed_post_ids is not None else np.empty(0, np.int64)
+    arrays.update(_posts_arrays(world, ids))
+    return RoundDelta(0, arrays, world.population)
+
+
+def round_delta(world: World, round_: int, applied: Applied | None, exposures: Exposures | None,
+                new_post_ids: np.ndarray, extra_counters: dict[str, np.ndarray] | None = None,
+                joined: Population | None = None) -> RoundDelta:
+    """What round `round_` added: posts (ids ascending), counters, votes, reposts, follows,
+    trust values, exposures (only if the rule keeps a history)."""
+    arrays = _posts_arrays(world, np.sort(new_post_ids))
+    counters = {name: [] for name in PostStore.COUNTERS}
+    if applied is not None:
+        for name, ids in applied.counters.items():
+            counters[name].append(ids)
+        for code in applied.votes:
+            arrays[f"votes.{code}"] = applied.votes[code].copy()
+            arrays[f"reposts.{code}"] = applied.reposts[code].copy()
+        f = applied.follows
+        arrays.update({"follows.platform": np.asarray(f["platform"], np.int8),
+                       "follows.follower": np.asarray(f["follower"], np.int64),
+                       "follows.followee": np.asarray(f["followee"], np.int64),
+                       "follows.op": np.asarray(f["op"], np.int8)})
+        t = applied.trust
+        arrays["trust.keys"] = pack(t["truster"], t["trustee"])
+        arrays["trust.values"] = np.asarray(t["value"], np.float64).copy()
+    for name, ids in (extra_counters or {}).items():
+        counters[name].append(ids)
+    for name, parts in counters.items():
+        arrays[f"counters.{name}"] = concat(parts, np.int64)
+    if world.history is not None and exposures is not None:
+        arrays["exposures.keys"] = unique_sorted(pack(*exposures.flat()))
+    return RoundDelta(round_, arrays, joined)
+
+
+def snapshot(world: World, cfg: Config, meta: dict) -> Snapshot:
+    """The mutable state at the end of the current round (copies of the arrays)."""
+    arrays = {"position": world.beliefs.position.copy(),
+              "confidence": world.beliefs.confidence.copy(),
+              "alive": world.alive.copy()}
+    for plat in world.platforms.values():
+        arrays[f"members.{plat.code}"] = plat.members.copy()
+    counts = {
+        "n_agents": world.n_agents, "n_posts": world.posts.n, "n_trust": len(world.trust),
+        "n_history": len(world.history) if world.history is not None else None,
+        "edges": {p.name: len(p.graph) for p in world.platforms.values()},
+        "votes": {p.name: len(p.votes) for p in world.platforms.values()},
+    }
+    return Snapshot(world.round, arrays, {**meta, "config": resolved_dict(cfg),
+                                          "counts": counts})
+
+
+def restore_world(cfg: Config, store: CheckpointStore, round_: int) -> tuple[World, dict]:
+    """The world at the end of `round_` and the snapshot's metadata."""
+    try:
+        snap = store.snapshot(round_)
+        deltas = store.deltas(round_)
+    except (OSError, KeyError, ValueError) as exc:
+        raise CheckpointError(f"cannot read the checkpoint of round {round_}: {exc}") from exc
+    population = deltas[0].population
+    if population is None:
+        raise CheckpointError("the round-0 checkpoint log has no population")
+    for d in deltas[1:]:
+        if d.population is not None:
+            population.extend(d.population)
+    n, t = population.size, len(cfg.topics)
+
+    posts = _restore_posts(deltas, t)
+    beliefs = BeliefState(snap.arrays["position"].astype(np.float64),
+                          snap.arrays["confidence"].astype(np.float64))
+    trust = TrustStore(cfg.beliefs.trust.initial)
+    keys, values = last_value_per_key(
+        concat([d.arrays.get("trust.keys", np.empty(0, np.int64)) for d in deltas], np.int64),
+        concat([d.arrays.get("trust.values", np.empty(0)) for d in deltas], np.float64))
+    trust.keys, trust.values = keys, values
+    rule = make_rule(cfg.beliefs.update)
+    history = _restore_history(deltas, cfg.beliefs.novelty_window_rounds, round_) \
+        if rule.uses_novelty else None
+
+    platforms = {}
+    for name in cfg.platforms.enabled():
+        code = PLATFORM_CODES[name]
+        graph = _restore_graph(deltas, code, n)
+        plat = Platform.create(name, getattr(cfg.platforms, name),
+                               snap.arrays[f"members.{code}"].astype(bool), graph)
+        plat.votes.keys = union_keys([d.arrays[f"votes.{code}"] for d in deltas
+                                      if f"votes.{code}" in d.arrays])
+        plat.reposts.keys = union_keys([d.arrays[f"reposts.{code}"] for d in deltas
+                                        if f"reposts.{code}" in d.arrays])
+        _rebuild_indexes(plat, posts, n)
+        platforms[name] = plat
+
+    world = World(cfg=cfg, population=population, beliefs=beliefs, trust=trust,
+                  history=history, posts=posts, platforms=platforms, round=round_,
+                  alive=snap.arrays["alive"].astype(bool))
+    _check_counts(world, snap.meta.get("counts", {}))
+    return world, snap.meta
+
+
+def _restore_posts(deltas: list[RoundDelta], n_topics: int) -> PostStore:
+    columns: dict[str, list[np.ndarray]] = {}
+    texts: list[str] = []
+    for d in deltas:
+        for k, v in d.arrays.items():
+            if k.startswith("posts.") and k not in ("posts.text_blob", "posts.text_ends"):
+                columns.setdefault(k.removeprefix("posts."), []).append(v)
+        texts += decode_texts(d.arrays["posts.text_blob"], d.arrays["posts.text_ends"])
+    state: dict[str, object] = {k: np.concatenate(v) for k, v in columns.items()}
+    ids = state.pop("id")
+    if not np.array_equal(ids, np.arange(len(ids))):
+        raise CheckpointError("post ids in the checkpoint logs are not contiguous")
+    state["stance"] = np.asarray(state["stance"]).reshape(len(ids), n_topics)
+    for name in PostStore.COUNTERS:
+        state[name] = np.zeros(len(ids), dtype=np.int32)
+    state["text"] = texts
+    posts = PostStore.from_state(state, n_topics, len(PLATFORM_CODES))
+    posts.increment({name: concat([d.arrays.get(f"counters.{name}", np.empty(0, np.int64))
+                                   for d in deltas], np.int64)
+                     for name in PostStore.COUNTERS})
+    return posts
+
+
+def _restore_graph(deltas: list[RoundDelta], code: int, n: int) -> FollowGraph:
+    graph = FollowGraph(n)
+    for d in deltas:
+        if "follows.platform" not in d.arrays:
+            continue
+        mine = d.arrays["follows.platform"] == code
+        src, dst = d.arrays["follows.follower"][mine], d.arrays["follows.followee"][mine]
+        op = d.arrays["follows.op"][mine]
+        graph.follow(src[op > 0], dst[op > 0])
+        graph.unfollow(src[op < 0], dst[op < 0])
+    return graph
+
+
+def _restore_history(deltas: list[RoundDelta], window: int | None, round_: int
+                     ) -> ExposureHistory:
+    history = ExposureHistory(window)
+    keys = [d.arrays.get("exposures.keys", np.empty(0, np.int64)) for d in deltas]
+    rounds = [np.full(len(k), d.round, np.int32) for k, d in zip(keys, deltas, strict=True)]
+    k, r = last_value_per_key(concat(keys, np.int64), concat(rounds, np.int32))
+    if window is not None:
+        keep = r > round_ - window
+        k, r = k[keep], r[keep]
+    history.keys, history.last_round = k, r.astype(np.int32)
+    return history
+
+
+def _rebuild_indexes(plat: Platform, posts: PostStore, n: int) -> None:
+    """Per-author buffers from the posts, inboxes by pulling from followees' buffers."""
+    if posts.n:
+        ids = np.arange(posts.n, dtype=np.int64)
+        mine = (posts.platform == plat.code) & np.isin(posts.kind, FEEDABLE[plat.name]) & (
+            posts.author >= 0)
+        plat.recent = newest_per_row(posts.author[mine].astype(np.int64), ids[mine], n, plat.k)
+    chunk = 8192
+    for start in range(0, n, chunk):
+        rows = np.arange(start, min(n, start + chunk), dtype=np.int64)
+        plat.inbox[rows] = plat.pull_inbox(rows)
+
+
+def _check_counts(world: World, counts: dict) -> None:
+    """Compare the rebuilt world with the sizes recorded when the checkpoint was made."""
+    got = {
+        "n_agents": world.n_agents, "n_posts": world.posts.n, "n_trust": len(world.trust),
+        "n_history": len(world.history) if world.history is not None else None,
+        "edges": {p.name: len(p.graph) for p in world.platforms.values()},
+        "votes": {p.name: len(p.votes) for p in world.platforms.values()},
+    }
+    bad = {k: (counts[k], got[k]) for k in counts if k in got and counts[k] != got[k]}
+    if bad:
+        raise CheckpointError(f"checkpoint of round {world.round} is inconsistent "
+                              f"(expected, rebuilt): {bad}")
