@@ -159,8 +159,10 @@ class Population:
                 setattr(self, name, np.concatenate([mine, theirs]))
 
 
-def generate_population(cfg: Config, rng: np.random.Generator) -> Population:
-    """Generate `population.size` personas, seeded, with groups by fraction."""
+def generate_population(cfg: Config, rng: np.random.Generator, first_id: int = 0
+                        ) -> Population:
+    """Generate `population.size` personas, seeded, with groups by fraction. `first_id` is
+    the agent id of the first one (usernames carry the id, so they stay unique)."""
     n = cfg.population.size
     assert n is not None
     topics = cfg.topics
@@ -169,7 +171,7 @@ def generate_population(cfg: Config, rng: np.random.Generator) -> Population:
     li = rng.integers(0, len(last), n)
     names = [f"{first[a]} {last[b]}" for a, b in zip(fi, li, strict=True)]
     usernames = [
-        f"{first[a].lower()}_{last[b].lower().replace(' ', '')}{i}"
+        f"{first[a].lower()}_{last[b].lower().replace(' ', '')}{first_id + i}"
         for i, (a, b) in enumerate(zip(fi, li, strict=True))
     ]
     ages = rng.integers(18, 80, n).astype(np.int16)
@@ -204,5 +206,5 @@ def generate_population(cfg: Config, rng: np.random.Generator) -> Population:
         name=names, username=usernames, bio=bios, persona=personas, group=group,
         group_names=group_names, activity=activity, interests=interests, age=ages,
         gender=genders, mbti=mbti, country=country, profession=profession,
-        source_id=[str(i) for i in range(n)],
+        source_id=[str(first_id + i) for i in range(n)],
     )

@@ -23,6 +23,10 @@ class AgentShard:
     def __init__(self, shard_id: int, n_shards: int, cfg: Config, population: Population):
         self.shard_id = shard_id
         self.n_shards = n_shards
+        self.update(cfg, population)
+
+    def update(self, cfg: Config, population: Population) -> None:
+        """Take the effective config and population (at start, and after interventions)."""
         self.cfg = cfg
         self.n_topics = len(cfg.topics)
         self.rng = CounterRNG(cfg.seed)

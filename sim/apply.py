@@ -17,8 +17,8 @@ import numpy as np
 from agents.actions import CREATES_POST, TARGETS_POST, VOTES, ActionBatch, ActionType
 from agents.observation import PlatformView
 from sim.keys import first_occurrence, pack, unique_sorted
+from sim.platform import FEEDABLE
 from sim.posts import NewPosts, PostKind
-from sim.recommenders import FEEDABLE
 from sim.world import World
 
 

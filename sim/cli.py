@@ -85,6 +85,25 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fork(args: argparse.Namespace) -> int:
+    """Fork a run at a checkpointed round, with changes, and run the fork."""
+    from sim.fork import fork_run
+    from sim.summary import summarize
+
+    start = time.perf_counter()
+    run = fork_run(args.run, args.round, sets=args.set, seed=args.seed,
+                   intervene=args.intervene, out=args.out, name=args.name)
+    lineage = run.dir.read_meta()["lineage"]
+    console.print(f"fork [bold]{run.dir.run_id}[/] of {lineage['parent_run_id']} at round "
+                  f"{args.round} → {run.dir.root}")
+    if args.no_run:
+        run.close()
+        return 0
+    _drive(run, args.quiet)
+    out.print(summarize(run.dir.root, time.perf_counter() - start))
+    return 0
+
+
 def _drive(run, quiet: bool) -> None:
     """Run the remaining rounds with a progress bar; always close the run."""
     from sim.run import run_rounds
@@ -161,6 +180,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--address", help="Ray cluster address ('auto' joins a running cluster)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_resume)
+
+    p = sub.add_parser("fork", help="start a counterfactual run from a round of another")
+    p.add_argument("run", help="parent run directory (or run id under runs/)")
+    p.add_argument("--round", type=int, required=True, help="fork from the end of this round")
+    p.add_argument("--intervene", metavar="FILE",
+                   help="YAML list of interventions to schedule after the fork round")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="change a parameter for the fork (repeatable)")
+    p.add_argument("--seed", type=int, help="a new seed for the rounds after the fork")
+    p.add_argument("--out", help="output folder (default: the parent's)")
+    p.add_argument("--name", help="name of the fork run (default: the parent's)")
+    p.add_argument("--no-run", action="store_true", help="create the fork but do not run it")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_fork)
 
     p = sub.add_parser("check", help="validate a config and print it resolved")
     _add_config_flags(p)

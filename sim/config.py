@@ -29,6 +29,15 @@ from pydantic import (
 
 from sim.distributions import Distribution, Uniform, as_distribution
 from sim.errors import ConfigError
+from sim.intervention_specs import (
+    MUTABLE_PREFIXES,
+    BeliefIntervention,
+    EventIntervention,
+    Intervention,
+    PostIntervention,
+    PostsIntervention,
+    SetParams,
+)
 
 PLATFORMS = ("twitter", "reddit")
 Dist = Annotated[Distribution, BeforeValidator(as_distribution)]
@@ -486,6 +495,7 @@ class Config(Strict):
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
     checkpoints: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    interventions: list[Intervention] = Field(default_factory=list)
 
     @field_validator("name")
     @classmethod
@@ -505,6 +515,7 @@ class Config(Strict):
             raise ValueError(
                 f"initial_stances.topics: unknown topics {unknown}; topics are {names}"
             )
+        self._check_interventions(names)
         groups = {g.name for g in self.population.groups}
         for p in PLATFORMS:
             wanted = getattr(self.platforms, p).members.groups or []
@@ -515,6 +526,40 @@ class Config(Strict):
                     f"population.groups defines {sorted(groups)}"
                 )
         return self
+
+    def _check_interventions(self, topics: list[str]) -> None:
+        """Cross-field checks of the intervention schedule (ids and profile groups are
+        checked against the population when the world is built)."""
+        groups = {g.name for g in self.population.groups}
+        for i, iv in enumerate(self.interventions):
+            where = f"interventions.{i}"
+            if iv.round > self.rounds:
+                raise ValueError(f"{where}.round: {iv.round} is after the last round "
+                                 f"({self.rounds})")
+            stances = []
+            if isinstance(iv, PostIntervention | EventIntervention):
+                stances = [(f"{where}.stance", iv.stance)]
+            elif isinstance(iv, PostsIntervention):
+                stances = [(f"{where}.items.{j}.stance", p.stance)
+                           for j, p in enumerate(iv.items)]
+            for path, stance in stances:
+                unknown = sorted(set(stance) - set(topics))
+                if unknown:
+                    raise ValueError(f"{path}: unknown topics {unknown}; topics are {topics}")
+            if isinstance(iv, BeliefIntervention) and iv.topic not in topics:
+                raise ValueError(f"{where}.topic: unknown topic {iv.topic!r}; "
+                                 f"topics are {topics}")
+            target = getattr(iv, "target", None)
+            if target is not None and target.groups and self.population.size is not None:
+                missing = sorted(set(target.groups) - groups)
+                if missing:
+                    raise ValueError(f"{where}.target.groups: unknown groups {missing}; "
+                                     f"population.groups defines {sorted(groups)}")
+            if isinstance(iv, SetParams):
+                for key in iv.values:
+                    if not key.startswith(MUTABLE_PREFIXES) or key.startswith("interventions"):
+                        raise ValueError(f"{where}.values.{key}: cannot be changed mid-run "
+                                         "(it only shaped round 0)")
 
     @property
     def topic_names(self) -> list[str]:
@@ -671,10 +716,11 @@ def validation_problems(
     problems = []
     for err in exc.errors():
         path = _field_path(err["loc"], data)
-        dotted = ".".join(str(p) for p in path) or "(top level)"
+        dotted = ".".join(str(p) for p in path)
         line = _line_of(root, path) if root is not None else None
         where = f"{source}:{line}: " if source and line else (f"{source}: " if source else "")
-        text = f"{where}{dotted}: {_describe(err, path, data)}"
+        # Whole-config checks put the field path in their message themselves.
+        text = f"{where}{dotted + ': ' if dotted else ''}{_describe(err, path, data)}"
         if text not in problems:
             problems.append(text)
     return problems

@@ -1,7 +1,9 @@
 """The synchronized round driver (DESIGN, "Round anatomy").
 
-One `step()` runs one round: schedule → observe → decide (one call per shard) → apply in
-canonical order → update beliefs → log the round in one DuckDB transaction. The driver
+One `step()` runs one round: intervene → schedule → observe → decide (one call per shard)
+→ apply in canonical order → update beliefs → log the round in one DuckDB transaction and
+checkpoint it (both on the writer thread, in that order). Interventions fire before
+scheduling so that agents added or removed at round r act, or not, from r on. The driver
 owns the world state; shards only decide.
 """
 
@@ -21,13 +23,17 @@ from sim.checkpoint import CheckpointStore
 from sim.counter_rng import CounterRNG
 from sim.executors import Executor
 from sim.faults import crash_point
+from sim.interventions import Fired
 from sim.observe import decision_request, exposures, observe
 from sim.recommenders import make_recommender
 from sim.round_log import (
     actions_table,
+    agents_table,
     applied_follows_table,
     beliefs_table,
     exposures_table,
+    follows_table,
+    interventions_table,
     posts_tables,
     trust_table,
 )
@@ -49,24 +55,34 @@ class RoundStats:
     n_posts: int = 0
     n_exposures: int = 0
     n_trust_events: int = 0
+    n_interventions: int = 0
     ms: dict[str, float] = field(default_factory=dict)
 
 
 class RoundDriver:
-    """Runs rounds on a world, deciding through an executor, logging to a store."""
+    """Runs rounds on a world, deciding through an executor, logging through a writer."""
 
     def __init__(self, world: World, executor: Executor, writer: RoundWriter,
                  checkpoints: CheckpointStore | None = None):
-        cfg = world.cfg
         self.world = world
         self.executor = executor
         self.writer = writer
         self.checkpoints = checkpoints
+        self.rng = CounterRNG(world.cfg.seed)
+        self.configure()
+
+    def configure(self) -> None:
+        """(Re)build everything derived from the effective config and population: called
+        at start and after an intervention changed parameters or added agents."""
+        w = self.world
+        cfg = w.cfg
         self.rng = CounterRNG(cfg.seed)
         self.rule = make_rule(cfg.beliefs.update)
+        for name, plat in w.platforms.items():
+            plat.reconfigure(getattr(cfg.platforms, name), w.posts)
         self.recommenders = {name: make_recommender(p.cfg.recommender)
-                             for name, p in world.platforms.items()}
-        self.scheduler = Scheduler(cfg, world.population.activity, world.population.hourly)
+                             for name, p in w.platforms.items()}
+        self.scheduler = Scheduler(cfg, w.population.activity, w.population.hourly)
         # Which feed features anyone reads: the policy's engagement weights read follows,
         # votes and trust; some belief rules read trust.
         self.social_features = cfg.policy.engage_rate > 0
@@ -83,12 +99,17 @@ class RoundDriver:
         return active, acting
 
     def step(self) -> RoundStats:
-        """Run the next round and commit it."""
+        """Run the next round and hand it to the writer."""
         w = self.world
         r = w.round + 1
         stats = RoundStats(round=r)
         clock = time.perf_counter
         t0 = clock()
+        fired = w.interventions.fire_due(w, r)
+        w.interventions.expire(r)
+        if fired.config_changed:
+            self.configure()
+            self.executor.update(w.cfg, w.population)
         active, acting = self.acting_agents(r)
         t1 = clock()
         views = observe(w, r, acting, self.recommenders, self.rng, self.social_features,
@@ -110,42 +131,52 @@ class RoundDriver:
         w.round = r
         t5 = clock()
 
+        new_ids = np.sort(np.concatenate([
+            np.asarray(fired.post_ids, np.int64), applied.new_post[applied.new_post >= 0]]))
         stats.n_active = int(active.sum())
         stats.n_acting = len(request.agents)
         stats.n_actions = len(actions)
         stats.n_rejected = int((applied.reason != Reason.OK).sum())
-        new_ids = applied.new_post[applied.new_post >= 0]
         stats.n_posts = len(new_ids)
         stats.n_exposures = int(exp.valid.sum())
         stats.n_trust_events = len(applied.trust["truster"])
+        stats.n_interventions = len(fired.rows)
         stats.ms = {"schedule": 1e3 * (t1 - t0), "observe": 1e3 * (t2 - t1),
                     "decide": 1e3 * (t3 - t2), "apply": 1e3 * (t4 - t3),
                     "update": 1e3 * (t5 - t4)}
         after_commit = None
         if self.checkpoints is not None:
-            delta = round_delta(w, r, applied, exp, new_ids)
-            snap = snapshot(w, w.cfg, {})
+            delta = round_delta(w, r, applied, exp, new_ids, fired)
+            snap = snapshot(w)
             policy = w.cfg.checkpoints
             store = self.checkpoints
 
             def after_commit() -> None:
                 store.write(delta, snap, policy.every, policy.keep_last)
 
-        self._log(r, views, applied, np.sort(new_ids), stats, clock, after_commit)
+        self._log(r, views, applied, fired, new_ids, stats, clock, after_commit)
         return stats
 
-    def _log(self, r, views, applied, new_ids, stats: RoundStats, clock,
-             after_commit=None) -> None:
+    def _log(self, r: int, views, applied, fired: Fired, new_ids: np.ndarray,
+             stats: RoundStats, clock, after_commit=None) -> None:
         """Step 9: hand round r's tables to the writer (one transaction, in order)."""
         w, cfg = self.world, self.world.cfg
         t = clock()
+        f = fired.follow_arrays()
         tables = {
-            **posts_tables(w, new_ids),
+            **posts_tables(w, new_ids, fired.counters),
             "actions": actions_table(r, applied, cfg.output.log_idle_actions),
             "beliefs": beliefs_table(w, r),
             "trust": trust_table(r, applied),
-            "follows": applied_follows_table(r, applied),
+            "follows": pa.concat_tables([
+                follows_table(r, f["platform"], f["follower"], f["followee"],
+                              np.ones(len(f["op"]), np.int8)),
+                applied_follows_table(r, applied)]),
+            "interventions": interventions_table(fired.rows),
         }
+        if fired.joined is not None:
+            first = w.n_agents - fired.joined.size
+            tables["agents"] = agents_table(w, np.arange(first, w.n_agents))
         if cfg.output.log_exposures:
             tables["exposures"] = exposures_table(r, views)
         stats.ms["tables"] = 1e3 * (clock() - t)
@@ -161,6 +192,7 @@ class RoundDriver:
             "n_active": [s.n_active], "n_acting": [s.n_acting], "n_actions": [s.n_actions],
             "n_rejected": [s.n_rejected], "n_posts": [s.n_posts],
             "n_exposures": [s.n_exposures], "n_trust_events": [s.n_trust_events],
+            "n_interventions": [s.n_interventions],
             **{f"ms_{k}": [ms[k]] for k in ("schedule", "observe", "decide", "apply", "update",
                                              "log")},
             "wall_time": [datetime.now()],

@@ -46,6 +46,10 @@ class Executor(ABC):
         """Split the request by shard, run every shard once, return their batches."""
 
     @abstractmethod
+    def update(self, cfg: Config, population: Population) -> None:
+        """Give every shard a new effective config and population (after interventions)."""
+
+    @abstractmethod
     def close(self) -> None:
         """Release shards (and the Ray connection if we opened it)."""
 
@@ -59,6 +63,10 @@ class LocalExecutor(Executor):
         self.n_shards = n_shards
         self.shards = [AgentShard(s, n_shards, cfg, population) for s in range(n_shards)]
         self._loop = asyncio.new_event_loop()
+
+    def update(self, cfg: Config, population: Population) -> None:
+        for shard in self.shards:
+            shard.update(cfg, population)
 
     def decide(self, request: DecisionRequest) -> list[ActionBatch]:
         parts = split_request(request, self.n_shards) if self.n_shards > 1 else [request]
@@ -102,6 +110,10 @@ class RayExecutor(Executor):
         parts = split_request(request, self.n_shards)
         return self._ray.get([a.decide.remote(p) for a, p in zip(self.actors, parts, strict=True)])
 
+    def update(self, cfg: Config, population: Population) -> None:
+        pop_ref = self._ray.put(population)
+        self._ray.get([a.update.remote(cfg, pop_ref) for a in self.actors])
+
     def close(self) -> None:
         for actor in self.actors:
             self._ray.kill(actor)
@@ -118,6 +130,9 @@ class _ShardActor:
 
     async def decide(self, request: DecisionRequest) -> ActionBatch:
         return await self.shard.decide(request)
+
+    async def update(self, cfg: Config, population: Population) -> None:
+        self.shard.update(cfg, population)
 
     async def ping(self) -> int:
         return await self.shard.ping()

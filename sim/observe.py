@@ -66,8 +66,28 @@ def observe(world: World, round_: int, acting: dict[str, np.ndarray],
             feed = recommenders[name].feeds(ctx, agents)
         else:  # nothing posted yet: every feed is empty
             feed = np.full((len(agents), world.platforms[name].k), -1, dtype=np.int64)
+        feed = pin_events(feed, agents, world, world.platforms[name].code, round_)
         views.append(platform_view(world, name, agents, feed, social, trust))
     return views
+
+
+def pin_events(feed: np.ndarray, agents: np.ndarray, world: World, code: int, round_: int
+               ) -> np.ndarray:
+    """Put active breaking-news posts at the top of the targeted agents' feeds (newest
+    event first); the feed keeps its length, so the last items drop out."""
+    for event in reversed(world.interventions.active_events(round_)):
+        post = event.post_ids.get(code)
+        if post is None:
+            continue
+        if event.target is None:
+            rows = np.arange(len(agents))
+        else:  # agents who joined after the event fired are not in its target
+            t = event.target
+            rows = np.nonzero((agents < len(t)) & t[np.minimum(agents, len(t) - 1)])[0]
+        if len(rows):
+            feed[rows] = np.concatenate([np.full((len(rows), 1), post, np.int64),
+                                         feed[rows, :-1]], axis=1)
+    return feed
 
 
 def decision_request(world: World, round_: int, views: list[PlatformView]) -> DecisionRequest:

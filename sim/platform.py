@@ -19,9 +19,17 @@ from agents.actions import ActionType
 from sim.config import PlatformConfig
 from sim.follow_graph import FollowGraph, expand_csr
 from sim.keys import SortedKeySet, pack
+from sim.posts import PostKind
 from sim.rowsets import newest_per_row, push_newest
 
 PLATFORM_CODES = {"twitter": 0, "reddit": 1}
+
+# Kinds that appear as feed items: Reddit feeds show submissions (comments hang off them);
+# events are pinned by the driver, never recommended.
+FEEDABLE = {
+    "twitter": np.array([PostKind.POST, PostKind.REPOST, PostKind.QUOTE, PostKind.REPLY]),
+    "reddit": np.array([PostKind.POST]),
+}
 PLATFORM_NAMES = {v: k for k, v in PLATFORM_CODES.items()}
 
 
@@ -83,6 +91,28 @@ class Platform:
         return cls(name=name, code=PLATFORM_CODES[name], cfg=cfg, members=members, graph=graph,
                    recent=np.full((n, k), -1, np.int64), inbox=np.full((n, k), -1, np.int64))
 
+    def reconfigure(self, cfg: PlatformConfig, posts) -> None:
+        """Take a new platform config; a new feed size rebuilds the indexes."""
+        old_k, self.cfg = self.k, cfg
+        if cfg.feed_size != old_k:
+            self.rebuild_indexes(posts)
+
+    def rebuild_indexes(self, posts) -> None:
+        """Author buffers from the post table, then every inbox by pulling from them
+        (used on restore and when the feed size changes)."""
+        n = len(self.members)
+        self.recent = np.full((n, self.k), -1, np.int64)
+        self.inbox = np.full((n, self.k), -1, np.int64)
+        if posts.n:
+            ids = np.arange(posts.n, dtype=np.int64)
+            mine = (posts.platform == self.code) & np.isin(posts.kind, FEEDABLE[self.name])
+            mine &= posts.author >= 0
+            self.recent = newest_per_row(posts.author[mine].astype(np.int64), ids[mine],
+                                         n, self.k)
+        for start in range(0, n, 8192):
+            rows = np.arange(start, min(n, start + 8192), dtype=np.int64)
+            self.inbox[rows] = self.pull_inbox(rows)
+
     def pull_inbox(self, rows: np.ndarray) -> np.ndarray:
         """The k newest posts of each row's current followees, from the author buffers."""
         indptr, followees = self.graph.followees()
@@ -98,6 +128,8 @@ class Platform:
         `rebuild` are agents whose followees changed this round: their inbox is pulled
         afresh; everyone else gets new posts pushed from the accounts they follow.
         """
+        keep = authors >= 0  # the news account has no followers and no buffer
+        ids, authors = ids[keep], authors[keep]
         if len(ids):
             push_newest(self.recent, authors.astype(np.int64), ids)
             indptr, followers = self.graph.followers()

@@ -22,6 +22,7 @@ class PostKind(IntEnum):
     QUOTE = 2
     REPLY = 3
     COMMENT = 4
+    EVENT = 5  # breaking news by the news account, pinned to feeds (interventions)
 
 
 class _Column:

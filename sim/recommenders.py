@@ -21,15 +21,9 @@ from sim.config import (
     RandomRec,
 )
 from sim.counter_rng import CounterRNG, Purpose
-from sim.platform import Platform
-from sim.posts import PostKind, PostStore
+from sim.platform import FEEDABLE, Platform
+from sim.posts import PostStore
 from sim.rowsets import first_valid
-
-# Kinds that appear as feed items: Reddit feeds show submissions (comments hang off them).
-FEEDABLE = {
-    "twitter": np.array([PostKind.POST, PostKind.REPOST, PostKind.QUOTE, PostKind.REPLY]),
-    "reddit": np.array([PostKind.POST]),
-}
 
 
 @dataclass

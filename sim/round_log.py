@@ -42,9 +42,15 @@ def beliefs_table(world: World, round_: int) -> pa.Table:
     })
 
 
-def posts_tables(world: World, ids: np.ndarray) -> dict[str, pa.Table]:
-    """The posts with the given ids, and their per-topic stances (addressed topics only)."""
+def posts_tables(world: World, ids: np.ndarray,
+                 seed_votes: dict[str, list[int]] | None = None) -> dict[str, pa.Table]:
+    """The posts with the given ids, their per-topic stances (addressed topics only), and
+    the votes interventions gave them at creation (`seed_votes`: counter -> post ids)."""
     p = world.posts
+    seeded = {name: np.zeros(len(ids), np.int32) for name in ("up", "down")}
+    for name, post_ids in (seed_votes or {}).items():
+        if len(post_ids):
+            np.add.at(seeded[name], np.searchsorted(ids, np.asarray(post_ids)), 1)
     posts = pa.table({
         "post_id": pa.array(ids),
         "platform": enum_array(p.platform[ids], PLATFORM_ENUM),
@@ -54,6 +60,8 @@ def posts_tables(world: World, ids: np.ndarray) -> dict[str, pa.Table]:
         "parent_id": pa.array(p.parent[ids], mask=p.parent[ids] < 0),
         "root_id": pa.array(p.root[ids]),
         "text": pa.array([p.text[i] for i in ids], type=pa.string()),
+        "seed_up": pa.array(seeded["up"]),
+        "seed_down": pa.array(seeded["down"]),
     })
     stance = p.stance[ids]
     row, topic = np.nonzero(~np.isnan(stance))
@@ -139,6 +147,38 @@ def applied_follows_table(round_: int, applied: Applied) -> pa.Table:
     f = applied.follows
     op = np.where(np.asarray(f["op"]) > 0, 1, 2)
     return follows_table(round_, f["platform"], f["follower"], f["followee"], op)
+
+
+def topics_table(cfg) -> pa.Table:
+    """The topics of a run, in index order."""
+    return pa.table({
+        "topic_id": pa.array(np.arange(len(cfg.topics), dtype=np.int16)),
+        "topic": [t.name for t in cfg.topics], "label": [t.label for t in cfg.topics],
+        "keywords": [t.keywords for t in cfg.topics],
+    })
+
+
+def agents_table(world: World, ids: np.ndarray) -> pa.Table:
+    """Rows of the agents table for some agents (all at round 0, newcomers later)."""
+    frame = world.population.to_frame(world.cfg.topic_names).iloc[ids]
+    frame = frame[[c for c in frame.columns if not c.startswith("interest_")]]
+    for name in ("twitter", "reddit"):
+        plat = world.platforms.get(name)
+        frame[f"on_{name}"] = plat.members[ids] if plat is not None else False
+    frame["joined_round"] = world.joined[ids]
+    return pa.Table.from_pandas(frame, preserve_index=False)
+
+
+def interventions_table(rows: list[dict]) -> pa.Table:
+    """One row per fired intervention: round, its index in the schedule, kind, the entry
+    and what it did (JSON)."""
+    return pa.table({
+        "round": pa.array([r["round"] for r in rows], pa.int32()),
+        "idx": pa.array([r["index"] for r in rows], pa.int32()),
+        "kind": pa.array([r["kind"] for r in rows], pa.string()),
+        "spec": pa.array([r["spec"] for r in rows], pa.string()),
+        "effect": pa.array([r["effect"] for r in rows], pa.string()),
+    })
 
 
 def initial_follows_table(world: World) -> pa.Table:

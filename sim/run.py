@@ -16,16 +16,23 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import yaml
 
 from sim.checkpoint import CheckpointStore
-from sim.config import Config, config_hash, parse_config, resolved_dict
+from sim.config import Config, config_hash, resolved_dict
 from sim.driver import RoundDriver, RoundStats
 from sim.errors import InputError
 from sim.executors import Executor, make_executor
+from sim.interventions import Fired, check_against_population, check_settings
 from sim.live_mirror import LiveMirror
-from sim.round_log import beliefs_table, initial_follows_table
+from sim.round_log import (
+    agents_table,
+    beliefs_table,
+    initial_follows_table,
+    interventions_table,
+    posts_tables,
+    topics_table,
+)
 from sim.round_writer import RoundWriter
 from sim.store import TrajectoryStore
 from sim.world import World, build_world
@@ -126,15 +133,19 @@ class Run:
 
 def create_run(cfg: Config, lineage: dict | None = None) -> Run:
     """Build round 0 (may raise InputError), then create the run directory and its store."""
-    world = build_world(cfg)  # every input check happens here, before anything is written
+    # Every input check happens here, before anything is written.
+    world = build_world(cfg)
+    check_settings(cfg)
+    check_against_population(cfg, world)
+    fired = world.interventions.fire_due(world, 0)  # posts seeded at round 0
     out = Path(cfg.output.dir)
     run_dir = RunDir(out / new_run_id(cfg))
     run_dir.root.mkdir(parents=True, exist_ok=False)
     try:
         run_dir.config.write_text(yaml.safe_dump(resolved_dict(cfg), sort_keys=False))
         store = TrajectoryStore(run_dir.db, create=True)
-        _write_setup(store, world, run_dir, lineage or {})
-        run_dir.checkpoints.write(initial_delta(world), snapshot(world, cfg, {}))
+        _write_setup(store, world, run_dir, lineage or {}, fired)
+        run_dir.checkpoints.write(initial_delta(world, fired), snapshot(world))
         run_dir.write_meta(run_id=run_dir.run_id, name=cfg.name, config_hash=config_hash(cfg),
                            created_at=datetime.now().isoformat(), engine=engine_version(),
                            status="created", rounds_done=0, rounds=cfg.rounds,
@@ -145,8 +156,10 @@ def create_run(cfg: Config, lineage: dict | None = None) -> Run:
     return Run(cfg=cfg, world=world, dir=run_dir, store=store)
 
 
-def _write_setup(store: TrajectoryStore, world: World, run_dir: RunDir, lineage: dict) -> None:
-    """Round 0 in one transaction: run row, topics, agents, initial beliefs and graph."""
+def _write_setup(store: TrajectoryStore, world: World, run_dir: RunDir, lineage: dict,
+                 fired: Fired) -> None:
+    """Round 0 in one transaction: run row, topics, agents, initial beliefs and graph,
+    seeded posts and the interventions that made them."""
     cfg = world.cfg
     store.con.execute("BEGIN TRANSACTION")
     store.write_run({
@@ -157,31 +170,18 @@ def _write_setup(store: TrajectoryStore, world: World, run_dir: RunDir, lineage:
         "lineage": lineage,
     })
     tables = {
-        "topics": pa.table({
-            "topic_id": pa.array(np.arange(len(cfg.topics), dtype=np.int16)),
-            "topic": [t.name for t in cfg.topics], "label": [t.label for t in cfg.topics],
-            "keywords": [t.keywords for t in cfg.topics],
-        }),
-        "agents": _agents_table(world),
+        "topics": topics_table(cfg),
+        "agents": agents_table(world, np.arange(world.n_agents)),
         "beliefs": beliefs_table(world, 0),
         "follows": initial_follows_table(world),
+        **posts_tables(world, np.asarray(fired.post_ids, np.int64), fired.counters),
+        "interventions": interventions_table(fired.rows),
     }
     for name, table in tables.items():
         store.insert(name, table)
     store.con.execute("COMMIT")
     if cfg.output.live_parquet:
         LiveMirror(run_dir.root).write(0, tables)
-
-
-def _agents_table(world: World) -> pa.Table:
-    """The agents table: personas, group, activity, platform membership."""
-    agents = world.population.to_frame(world.cfg.topic_names)
-    agents = agents[[c for c in agents.columns if not c.startswith("interest_")]]
-    for name in ("twitter", "reddit"):
-        plat = world.platforms.get(name)
-        agents[f"on_{name}"] = plat.members if plat is not None else False
-    agents["joined_round"] = 0
-    return pa.Table.from_pandas(agents, preserve_index=False)
 
 
 def run_rounds(run: Run, on_round: Callable[[RoundStats], None] | None = None) -> list[RoundStats]:
@@ -221,12 +221,11 @@ def resume_run(path: str | Path) -> Run:
     last = store.latest()
     if last is None:
         raise InputError(f"{path}: the run has no checkpoint to resume from; start it again")
-    meta = store.meta(last)
-    cfg = parse_config(meta["config"], source=f"{run_dir.checkpoints.root}/state")
     try:
-        world, _ = restore_world(cfg, store, last)
+        world, _ = restore_world(store, last)
     except CheckpointError as exc:
         raise InputError(f"{path}: {exc}") from None
+    cfg = world.cfg
     db = TrajectoryStore(run_dir.db)
     db.truncate_after(last, world.posts.n)
     store.truncate_after(last)

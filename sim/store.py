@@ -52,12 +52,16 @@ CREATE TABLE agents (
 CREATE TABLE rounds (
     round INTEGER, sim_time TIMESTAMP, n_active INTEGER, n_acting INTEGER, n_actions INTEGER,
     n_rejected INTEGER, n_posts INTEGER, n_exposures INTEGER, n_trust_events INTEGER,
+    n_interventions INTEGER,
     ms_schedule DOUBLE, ms_observe DOUBLE, ms_decide DOUBLE, ms_apply DOUBLE,
     ms_update DOUBLE, ms_log DOUBLE, wall_time TIMESTAMP
 );
 CREATE TABLE posts (
     post_id BIGINT, platform platform_t, round INTEGER, author INTEGER, kind post_kind_t,
-    parent_id BIGINT, root_id BIGINT, text VARCHAR
+    parent_id BIGINT, root_id BIGINT, text VARCHAR, seed_up INTEGER, seed_down INTEGER
+);
+CREATE TABLE interventions (
+    round INTEGER, idx INTEGER, kind VARCHAR, spec JSON, effect JSON
 );
 CREATE TABLE post_stances (post_id BIGINT, topic VARCHAR, stance DOUBLE);
 CREATE TABLE actions (
@@ -79,16 +83,23 @@ CREATE TABLE follows (
 );
 CREATE VIEW post_stats AS
     SELECT p.*,
-        count(*) FILTER (WHERE a.action IN ('like', 'upvote')) AS up,
-        count(*) FILTER (WHERE a.action = 'downvote') AS down,
-        count(*) FILTER (WHERE a.action IN ('repost', 'quote')) AS shares,
-        count(*) FILTER (WHERE a.action IN ('reply', 'comment')) AS replies
-    FROM posts p LEFT JOIN actions a ON a.target_post = p.post_id AND a.status = 'ok'
-    GROUP BY ALL;
+        p.seed_up + coalesce(v.up, 0) AS up,
+        p.seed_down + coalesce(v.down, 0) AS down,
+        coalesce(s.shares, 0) AS shares,
+        coalesce(v.replies, 0) AS replies
+    FROM posts p
+    LEFT JOIN (SELECT target_post AS post_id,
+                      count(*) FILTER (WHERE action IN ('like', 'upvote')) AS up,
+                      count(*) FILTER (WHERE action = 'downvote') AS down,
+                      count(*) FILTER (WHERE action IN ('reply', 'comment')) AS replies
+               FROM actions WHERE status = 'ok' GROUP BY ALL) v USING (post_id)
+    -- a repost shares its root (its parent); a quote shares the post it quotes
+    LEFT JOIN (SELECT parent_id AS post_id, count(*) AS shares FROM posts
+               WHERE kind IN ('repost', 'quote') GROUP BY ALL) s USING (post_id);
 """
 
 TABLES = ("run", "topics", "agents", "rounds", "posts", "post_stances", "actions",
-          "exposures", "beliefs", "trust", "follows")
+          "exposures", "beliefs", "trust", "follows", "interventions")
 
 
 def enum_array(codes: np.ndarray, names: tuple[str, ...]) -> pa.DictionaryArray:
@@ -143,8 +154,10 @@ class TrajectoryStore:
         """Delete everything logged after round `round_` (posts by id: ids are dense, and
         `n_posts` posts existed at the end of that round), in one transaction."""
         self.con.execute("BEGIN TRANSACTION")
-        for table in ("rounds", "actions", "exposures", "beliefs", "trust", "follows"):
+        for table in ("rounds", "actions", "exposures", "beliefs", "trust", "follows",
+                      "interventions"):
             self.con.execute(f"DELETE FROM {table} WHERE round > ?", [round_])
+        self.con.execute("DELETE FROM agents WHERE joined_round > ?", [round_])
         for table in ("posts", "post_stances"):
             self.con.execute(f"DELETE FROM {table} WHERE post_id >= ?", [n_posts])
         self.con.execute("COMMIT")

@@ -22,6 +22,7 @@ from sim.counter_rng import CounterRNG
 from sim.errors import InputError
 from sim.follow_graph import FollowGraph
 from sim.graph_init import initial_edges
+from sim.interventions import Interventions
 from sim.platform import Platform
 from sim.posts import PostStore
 
@@ -42,10 +43,16 @@ class World:
     platforms: dict[str, Platform]
     round: int = 0
     alive: np.ndarray | None = None  # bool [N]; removed agents never act again
+    interventions: Interventions | None = None  # the schedule and what has fired
+    joined: np.ndarray | None = None  # int32 [N]: the round each agent joined (0: initial)
 
     def __post_init__(self) -> None:
         if self.alive is None:
             self.alive = np.ones(self.population.size, dtype=bool)
+        if self.joined is None:
+            self.joined = np.zeros(self.population.size, dtype=np.int32)
+        if self.interventions is None:
+            self.interventions = Interventions(self.cfg)
 
     @property
     def n_agents(self) -> int:
@@ -68,9 +75,10 @@ def load_population(cfg: Config) -> Population:
     return load_population_file(cfg, rng)
 
 
-def initial_beliefs(cfg: Config, pop: Population) -> BeliefState:
+def initial_beliefs(cfg: Config, pop: Population, rng: np.random.Generator | None = None,
+                    use_file: bool = True) -> BeliefState:
     """Positions and confidences at round 0: distributions, then profile hints, then file."""
-    rng = CounterRNG(cfg.seed).generator(_STANCES)
+    rng = rng if rng is not None else CounterRNG(cfg.seed).generator(_STANCES)
     n, topics = pop.size, cfg.topic_names
     s = cfg.initial_stances
     position = np.column_stack([
@@ -80,7 +88,7 @@ def initial_beliefs(cfg: Config, pop: Population) -> BeliefState:
     if s.from_profiles and pop.stance_hint is not None:
         hint = ~np.isnan(pop.stance_hint)
         position[hint] = pop.stance_hint[hint]
-    if s.file:
+    if s.file and use_file:
         _apply_stance_file(s.file, topics, position, confidence)
     return BeliefState(position, confidence)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from agents.population import Population
 from beliefs.exposure import ExposureHistory
 from beliefs.rules import Exposures, make_rule
 from beliefs.state import BeliefState
@@ -25,13 +24,12 @@ from sim.checkpoint import (
     last_value_per_key,
     union_keys,
 )
-from sim.config import Config, resolved_dict
+from sim.config import Config, parse_config, resolved_dict
 from sim.follow_graph import FollowGraph
+from sim.interventions import Fired, Interventions
 from sim.keys import pack, unique_sorted
 from sim.platform import PLATFORM_CODES, Platform
 from sim.posts import PostStore
-from sim.recommenders import FEEDABLE
-from sim.rowsets import newest_per_row
 from sim.world import World
 
 
@@ -46,8 +44,8 @@ def _posts_arrays(world: World, ids: np.ndarray) -> dict[str, np.ndarray]:
             "posts.text_blob": blob, "posts.text_ends": ends}
 
 
-def initial_delta(world: World, seed_post_ids: np.ndarray | None = None) -> RoundDelta:
-    """Round 0: the whole population, the initial graphs, any seeded posts."""
+def initial_delta(world: World, fired: Fired | None = None) -> RoundDelta:
+    """Round 0: the whole population, the initial graphs, posts seeded at round 0."""
     arrays: dict[str, np.ndarray] = {}
     parts = {"platform": [], "follower": [], "followee": [], "op": []}
     for plat in world.platforms.values():
@@ -58,65 +56,72 @@ def initial_delta(world: World, seed_post_ids: np.ndarray | None = None) -> Roun
         parts["op"].append(np.ones(len(src), np.int8))
     arrays.update({f"follows.{k}": concat(v, np.int64 if k in ("follower", "followee")
                                           else np.int8) for k, v in parts.items()})
-    ids = seed_post_ids if seed_post_ids is not None else np.empty(0, np.int64)
-    arrays.update(_posts_arrays(world, ids))
+    fired = fired or Fired()
+    arrays.update(_posts_arrays(world, np.asarray(fired.post_ids, np.int64)))
+    for name in PostStore.COUNTERS:
+        arrays[f"counters.{name}"] = np.asarray(fired.counters.get(name, []), np.int64)
     return RoundDelta(0, arrays, world.population)
 
 
-def round_delta(world: World, round_: int, applied: Applied | None, exposures: Exposures | None,
-                new_post_ids: np.ndarray, extra_counters: dict[str, np.ndarray] | None = None,
-                joined: Population | None = None) -> RoundDelta:
-    """What round `round_` added: posts (ids ascending), counters, votes, reposts, follows,
-    trust values, exposures (only if the rule keeps a history)."""
+def round_delta(world: World, round_: int, applied: Applied, exposures: Exposures,
+                new_post_ids: np.ndarray, fired: Fired) -> RoundDelta:
+    """What round `round_` added: posts (ids ascending), counters, votes, reposts, follows
+    (interventions' first, then the agents'), trust values, exposures (only if the rule
+    keeps a history), and the agents who joined."""
     arrays = _posts_arrays(world, np.sort(new_post_ids))
-    counters = {name: [] for name in PostStore.COUNTERS}
+    counters = {name: [np.asarray(fired.counters.get(name, []), np.int64)]
+                for name in PostStore.COUNTERS}
     if applied is not None:
         for name, ids in applied.counters.items():
             counters[name].append(ids)
         for code in applied.votes:
             arrays[f"votes.{code}"] = applied.votes[code].copy()
             arrays[f"reposts.{code}"] = applied.reposts[code].copy()
-        f = applied.follows
-        arrays.update({"follows.platform": np.asarray(f["platform"], np.int8),
-                       "follows.follower": np.asarray(f["follower"], np.int64),
-                       "follows.followee": np.asarray(f["followee"], np.int64),
-                       "follows.op": np.asarray(f["op"], np.int8)})
+        f, g = fired.follow_arrays(), applied.follows
+        for key, dtype in (("platform", np.int8), ("follower", np.int64),
+                           ("followee", np.int64), ("op", np.int8)):
+            arrays[f"follows.{key}"] = np.concatenate([f[key], np.asarray(g[key])]).astype(
+                dtype)
         t = applied.trust
         arrays["trust.keys"] = pack(t["truster"], t["trustee"])
         arrays["trust.values"] = np.asarray(t["value"], np.float64).copy()
-    for name, ids in (extra_counters or {}).items():
-        counters[name].append(ids)
     for name, parts in counters.items():
         arrays[f"counters.{name}"] = concat(parts, np.int64)
     if world.history is not None and exposures is not None:
         arrays["exposures.keys"] = unique_sorted(pack(*exposures.flat()))
-    return RoundDelta(round_, arrays, joined)
+    return RoundDelta(round_, arrays, fired.joined)
 
 
-def snapshot(world: World, cfg: Config, meta: dict) -> Snapshot:
+def snapshot(world: World) -> Snapshot:
     """The mutable state at the end of the current round (copies of the arrays)."""
     arrays = {"position": world.beliefs.position.copy(),
               "confidence": world.beliefs.confidence.copy(),
-              "alive": world.alive.copy()}
+              "alive": world.alive.copy(), "joined": world.joined.copy()}
     for plat in world.platforms.values():
         arrays[f"members.{plat.code}"] = plat.members.copy()
+    iv_meta, iv_arrays = world.interventions.state()
+    arrays.update({k: v.copy() for k, v in iv_arrays.items()})
     counts = {
         "n_agents": world.n_agents, "n_posts": world.posts.n, "n_trust": len(world.trust),
         "n_history": len(world.history) if world.history is not None else None,
         "edges": {p.name: len(p.graph) for p in world.platforms.values()},
         "votes": {p.name: len(p.votes) for p in world.platforms.values()},
     }
-    return Snapshot(world.round, arrays, {**meta, "config": resolved_dict(cfg),
-                                          "counts": counts})
+    return Snapshot(world.round, arrays, {"config": resolved_dict(world.cfg),
+                                          "interventions": iv_meta, "counts": counts})
 
 
-def restore_world(cfg: Config, store: CheckpointStore, round_: int) -> tuple[World, dict]:
-    """The world at the end of `round_` and the snapshot's metadata."""
+def restore_world(store: CheckpointStore, round_: int, cfg: Config | None = None
+                  ) -> tuple[World, dict]:
+    """The world at the end of `round_` and the snapshot's metadata. The config is the
+    effective one saved with the checkpoint, unless `cfg` (a fork's) is given."""
     try:
         snap = store.snapshot(round_)
         deltas = store.deltas(round_)
     except (OSError, KeyError, ValueError) as exc:
         raise CheckpointError(f"cannot read the checkpoint of round {round_}: {exc}") from exc
+    if cfg is None:
+        cfg = parse_config(snap.meta["config"])
     population = deltas[0].population
     if population is None:
         raise CheckpointError("the round-0 checkpoint log has no population")
@@ -147,12 +152,15 @@ def restore_world(cfg: Config, store: CheckpointStore, round_: int) -> tuple[Wor
                                       if f"votes.{code}" in d.arrays])
         plat.reposts.keys = union_keys([d.arrays[f"reposts.{code}"] for d in deltas
                                         if f"reposts.{code}" in d.arrays])
-        _rebuild_indexes(plat, posts, n)
+        plat.rebuild_indexes(posts)
         platforms[name] = plat
 
+    interventions = Interventions.from_state(cfg, snap.meta.get("interventions", {}),
+                                             snap.arrays)
     world = World(cfg=cfg, population=population, beliefs=beliefs, trust=trust,
                   history=history, posts=posts, platforms=platforms, round=round_,
-                  alive=snap.arrays["alive"].astype(bool))
+                  alive=snap.arrays["alive"].astype(bool), interventions=interventions,
+                  joined=snap.arrays["joined"].astype(np.int32))
     _check_counts(world, snap.meta.get("counts", {}))
     return world, snap.meta
 
@@ -204,19 +212,6 @@ def _restore_history(deltas: list[RoundDelta], window: int | None, round_: int
         k, r = k[keep], r[keep]
     history.keys, history.last_round = k, r.astype(np.int32)
     return history
-
-
-def _rebuild_indexes(plat: Platform, posts: PostStore, n: int) -> None:
-    """Per-author buffers from the posts, inboxes by pulling from followees' buffers."""
-    if posts.n:
-        ids = np.arange(posts.n, dtype=np.int64)
-        mine = (posts.platform == plat.code) & np.isin(posts.kind, FEEDABLE[plat.name]) & (
-            posts.author >= 0)
-        plat.recent = newest_per_row(posts.author[mine].astype(np.int64), ids[mine], n, plat.k)
-    chunk = 8192
-    for start in range(0, n, chunk):
-        rows = np.arange(start, min(n, start + chunk), dtype=np.int64)
-        plat.inbox[rows] = plat.pull_inbox(rows)
 
 
 def _check_counts(world: World, counts: dict) -> None:

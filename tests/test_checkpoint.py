@@ -75,7 +75,7 @@ def test_restored_world_equals_live_world(tmp_path, small_dict):
     finally:
         run.close()
     live = _world_arrays(run.world)
-    restored, _ = restore_world(cfg, run.dir.checkpoints, 10)
+    restored, _ = restore_world(run.dir.checkpoints, 10)
     again = _world_arrays(restored)
     assert live.keys() == again.keys()
     for key, value in live.items():
@@ -142,7 +142,7 @@ def test_retention_keeps_what_was_asked(tmp_path, small_dict):
         run.close()
     store = run.dir.checkpoints
     assert store.available() == [0, 8, 12, 13]
-    world, _ = restore_world(cfg, store, 8)
+    world, _ = restore_world(store, 8)
     assert world.round == 8 and world.posts.n > 0
 
 
