@@ -58,6 +58,8 @@ class RulePolicy:
         conf = confidence.mean(axis=1)[:, None]
         valid = (view.feed >= 0) & (view.author != view.agents[:, None])
         social = 1.0 + c.social_proof * np.log1p(np.maximum(view.up, 0))
+        # Herding works both ways: visible downvotes attract more downvotes.
+        social_down = 1.0 + c.social_proof * np.log1p(np.maximum(view.down, 0))
         by_type = {
             ActionType.LIKE: c.like_weight * agree * (0.5 + tau) * social * ~view.voted,
             ActionType.UPVOTE: c.like_weight * agree * (0.5 + tau) * social * ~view.voted,
@@ -65,7 +67,8 @@ class RulePolicy:
             ActionType.QUOTE: c.quote_weight * np.abs(2.0 * a - 1.0) * conf,
             ActionType.REPLY: c.reply_weight * (1.25 - a) * conf,
             ActionType.COMMENT: c.reply_weight * (1.25 - a) * conf,
-            ActionType.DOWNVOTE: c.downvote_weight * disagree * (1.5 - tau) * ~view.voted,
+            ActionType.DOWNVOTE: (c.downvote_weight * disagree * (1.5 - tau) * social_down
+                                  * ~view.voted),
             ActionType.FOLLOW: c.follow_weight * agree * tau * ~view.follows_author,
             ActionType.UNFOLLOW: c.unfollow_weight * disagree * (1.0 - tau) * view.follows_author,
         }

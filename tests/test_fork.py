@@ -1,0 +1,177 @@
+"""Forks: start from a checkpointed round, never touch the parent, reproduce it exactly
+when nothing changes, diverge only after the fork round when something does."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pytest
+import yaml
+
+from sim.cli import main
+from sim.fork import fork_run
+from sim.run import run_rounds
+from tests.helpers import make_config, run_config
+
+K = 5
+ROUNDS = 10
+ROUND_TABLES = ("beliefs", "actions", "exposures", "trust", "follows", "rounds")
+
+
+@pytest.fixture(scope="module")
+def parent(tmp_path_factory):
+    """A finished parent run (quick-start model, smaller)."""
+    from tests.conftest import CONFIGS
+
+    data = yaml.safe_load((CONFIGS / "quickstart.yaml").read_text())
+    data.update(rounds=ROUNDS, population={"size": 300, "groups": [
+        {"name": "activists", "fraction": 0.1}]})
+    return run_config(make_config(data, tmp_path_factory.mktemp("parent")))
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _frame(db: Path, sql: str) -> pd.DataFrame:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        df = con.sql(sql).df()
+    finally:
+        con.close()
+    for col in df.columns:
+        if isinstance(df[col].dtype, pd.CategoricalDtype):
+            df[col] = df[col].astype(str)
+    return df.drop(columns=[c for c in df.columns if c.startswith("ms_") or c == "wall_time"])
+
+
+def _after(db: Path, table: str, k: int, posts_before: int | None = None) -> pd.DataFrame:
+    where = f"post_id >= {posts_before}" if table in ("posts", "post_stances") else f"round > {k}"
+    return _frame(db, f"SELECT * FROM {table} WHERE {where} ORDER BY ALL").reset_index(
+        drop=True)
+
+
+def _fork(parent, tmp_path, **kwargs):
+    run = fork_run(parent.dir.root, K, out=tmp_path, **kwargs)
+    try:
+        run_rounds(run)
+    finally:
+        run.close()
+    return run
+
+
+def test_no_change_fork_reproduces_the_parent(parent, tmp_path):
+    """Same seed, no change: every row after K equals the parent's; the parent's files are
+    byte-identical before and after; the fork holds no row of rounds <= K."""
+    before = _digest(parent.dir.root)
+    fork = _fork(parent, tmp_path)
+    assert _digest(parent.dir.root) == before
+    lineage = fork.dir.read_meta()["lineage"]
+    assert (lineage["parent_run_id"], lineage["fork_round"]) == (parent.dir.run_id, K)
+    n_posts = lineage["parent_posts"]
+    for table in (*ROUND_TABLES, "posts", "post_stances"):
+        theirs = _after(parent.dir.db, table, K, n_posts)
+        mine = _after(fork.dir.db, table, K, n_posts)
+        assert len(mine) > 0 and theirs.equals(mine), table
+    assert _frame(fork.dir.db, f"SELECT * FROM beliefs WHERE round <= {K}").empty
+    assert _frame(fork.dir.db, "SELECT parent_run_id, fork_round FROM run").values.tolist() == [
+        [parent.dir.run_id, K]]
+
+
+def test_fork_with_an_event_differs_only_after_k(parent, tmp_path):
+    """An event at K+1: beliefs through K are the parent's (the fork starts from them),
+    and from K+1 on the trajectories differ."""
+    plan = tmp_path / "what-if.yaml"
+    plan.write_text(yaml.safe_dump([{"kind": "event", "round": K + 1, "duration": 3,
+                                     "text": "BREAKING: a carbon tax rebate for every home",
+                                     "stance": {"carbon_tax": 1.0}}]))
+    fork = _fork(parent, tmp_path, intervene=plan)
+    first = _frame(fork.dir.db, "SELECT min(round) FROM beliefs").iloc[0, 0]
+    assert first == K + 1
+    # The fork's starting state is the parent's end of K.
+    from sim.world_checkpoint import restore_world
+    start, _ = restore_world(fork.dir.checkpoints, K)
+    end_k = _frame(parent.dir.db, f"SELECT agent, topic, position FROM beliefs "
+                                  f"WHERE round = {K} ORDER BY agent, topic")
+    assert (start.beliefs.position.ravel() == end_k["position"].to_numpy()).all()
+    for r in (K + 1, ROUNDS):
+        a = _frame(parent.dir.db, f"SELECT * FROM beliefs WHERE round = {r} ORDER BY ALL")
+        b = _frame(fork.dir.db, f"SELECT * FROM beliefs WHERE round = {r} ORDER BY ALL")
+        assert not a.equals(b), r
+    assert _frame(fork.dir.db, "SELECT kind, round FROM interventions").values.tolist() == [
+        ["event", K + 1]]
+
+
+def test_new_seed_diverges_after_k(parent, tmp_path):
+    """--seed changes the draws from K+1 on."""
+    fork = _fork(parent, tmp_path, seed=parent.cfg.seed + 1)
+    a = _frame(parent.dir.db, f"SELECT * FROM actions WHERE round = {K + 1} ORDER BY ALL")
+    b = _frame(fork.dir.db, f"SELECT * FROM actions WHERE round = {K + 1} ORDER BY ALL")
+    assert not a.equals(b)
+
+
+def test_set_changes_a_parameter_for_the_fork(parent, tmp_path):
+    """--set policy.post_rate=0.6 makes the fork post much more after K."""
+    fork = _fork(parent, tmp_path, sets=["policy.post_rate=0.6"])
+    def posts(db):
+        return _frame(db, f"SELECT count(*) AS n FROM actions WHERE action = 'post' "
+                          f"AND round > {K}").iloc[0, 0]
+    assert posts(fork.dir.db) > 2 * posts(parent.dir.db)
+    assert fork.cfg.policy.post_rate == 0.6
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--round", "99"], "has no checkpoint of round 99"),
+    (["--round", str(K), "--set", "population.size=10"], "cannot be changed in a fork"),
+    (["--round", str(K), "--set", "policy.post_rate=3"], "policy.post_rate: must be <= 1"),
+])
+def test_bad_fork_arguments_exit_2(parent, tmp_path, capsys, args, message):
+    """Clear errors, exit 2, nothing written, parent untouched."""
+    before = _digest(parent.dir.root)
+    out = tmp_path / "forks"
+    assert main(["fork", str(parent.dir.root), *args, "--out", str(out), "--quiet"]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists() or not any(out.iterdir())
+    assert _digest(parent.dir.root) == before
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ({"kind": "remove_agents", "round": K + 1, "target": {"ids": [9999]}}, "no agent 9999"),
+    ({"kind": "beliefs", "round": K + 1, "topic": "carbon_tax", "set": 0.5,
+      "target": {"groups": ["ghosts"]}}, "unknown groups ['ghosts']"),
+    ({"kind": "event", "round": K, "text": "too early"}, "can only schedule rounds after"),
+])
+def test_bad_fork_interventions_exit_2(parent, tmp_path, capsys, entry, message):
+    """An intervention naming a missing agent or group, or scheduled too early."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump([entry]))
+    out = tmp_path / "forks"
+    assert main(["fork", str(parent.dir.root), "--round", str(K), "--intervene", str(plan),
+                 "--out", str(out), "--quiet"]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_unknown_run_exit_2(tmp_path, capsys):
+    """Forking something that is not a run."""
+    assert main(["fork", str(tmp_path / "nope"), "--round", "1"]) == 2
+    assert "no such run directory" in capsys.readouterr().err
+
+
+def test_fork_from_round_zero_and_a_fork_of_a_fork(parent, tmp_path):
+    """Round 0 is always kept; a fork can itself be forked, and both reproduce the
+    parent when nothing changes."""
+    zero = fork_run(parent.dir.root, 0, out=tmp_path / "a")
+    run_rounds(zero)
+    zero.close()
+    second = fork_run(zero.dir.root, 7, out=tmp_path / "b")
+    run_rounds(second)
+    second.close()
+    a = _after(parent.dir.db, "beliefs", 7)
+    b = _after(second.dir.db, "beliefs", 7)
+    assert a.equals(b)
+    assert second.dir.read_meta()["lineage"]["root_run_id"] == parent.dir.run_id
