@@ -464,6 +464,50 @@ class OutputConfig(Strict):
     live_parquet: bool = False  # also mirror each round to Parquet, readable while running
 
 
+class DigestConfig(Strict):
+    """The cross-platform digest of each agent's own actions."""
+
+    keep: int = Field(default=15, gt=0)
+    show: int = Field(default=5, gt=0)
+    preview_chars: int = Field(default=200, gt=10)
+
+
+class SectionConfig(Strict):
+    """A context section's priority (lower is kept longer) and token limit."""
+
+    priority: int = Field(ge=0)
+    max_tokens: int = Field(gt=0)
+
+
+class ContextConfig(Strict):
+    """Agent context (system text + observation) assembly and its token budget."""
+
+    budget_tokens: int = Field(default=2500, ge=200)
+    build_for: Literal["llm", "all", "none"] = "llm"
+    sections: dict[Literal["rules", "persona", "beliefs", "events", "feed", "memory",
+                           "digest"], SectionConfig] = Field(default_factory=dict)
+
+
+class MemoryConfig(Strict):
+    """Round memory and its compaction (docs/memory.md)."""
+
+    summarizer: Literal["extractive", "llm"] = "extractive"
+    recent_rounds: int = Field(default=6, ge=1)
+    detail_items: int = Field(default=8, gt=0)
+    top_posts: int = Field(default=5, ge=0)
+    input_tokens: int = Field(default=400, ge=50)
+    summary_tokens: int = Field(default=80, ge=20)
+    narrative_tokens: int = Field(default=200, ge=40)
+    max_pinned_posts: int = Field(default=5, ge=0)
+    max_pinned_shifts: int = Field(default=5, ge=0)
+    pin_engagement: int = Field(default=10, ge=1)
+    shift_threshold: float = Field(default=0.05, gt=0)
+    pin_shift: float = Field(default=0.15, gt=0)
+    retry_every: int = Field(default=1, ge=1)
+    digest: DigestConfig = Field(default_factory=DigestConfig)
+    context: ContextConfig = Field(default_factory=ContextConfig)
+
+
 class CheckpointConfig(Strict):
     """Which round states to keep. Every round is checkpointed (its log and its state);
     older states are pruned: kept are round 0, the latest, and rounds that are multiples
@@ -495,6 +539,7 @@ class Config(Strict):
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
     checkpoints: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
     interventions: list[Intervention] = Field(default_factory=list)
 
     @field_validator("name")

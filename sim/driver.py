@@ -16,8 +16,11 @@ from datetime import datetime
 import numpy as np
 import pyarrow as pa
 
-from agents.actions import ActionBatch
+from agents.actions import ACTION_NAMES, ActionBatch
+from agents.prompt import SectionSpec, build_context
 from beliefs.rules import UpdateContext, make_rule
+from memory.digest import Entry
+from sim.agent_context import context_inputs
 from sim.apply import Reason, apply_actions
 from sim.checkpoint import CheckpointStore
 from sim.counter_rng import CounterRNG
@@ -25,18 +28,22 @@ from sim.executors import Executor
 from sim.faults import crash_point
 from sim.interventions import Fired
 from sim.observe import decision_request, exposures, observe
+from sim.platform import PLATFORM_NAMES
 from sim.recommenders import make_recommender
 from sim.round_log import (
     actions_table,
     agents_table,
     applied_follows_table,
     beliefs_table,
+    context_table,
     exposures_table,
     follows_table,
     interventions_table,
+    memory_table,
     posts_tables,
     trust_table,
 )
+from sim.round_record import round_header, round_items
 from sim.round_writer import RoundPayload, RoundWriter
 from sim.schedule import Scheduler, round_start
 from sim.world import World
@@ -87,6 +94,9 @@ class RoundDriver:
         # votes and trust; some belief rules read trust.
         self.social_features = cfg.policy.engage_rate > 0
         self.trust_features = self.social_features or self.rule.uses_trust
+        self.context_agents = w.context_agents()
+        self.section_specs = {name: SectionSpec(s.priority, s.max_tokens)
+                              for name, s in cfg.memory.context.sections.items()}
 
     def acting_agents(self, round_: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Step 1: the active mask and, per platform, the agents acting there."""
@@ -110,11 +120,13 @@ class RoundDriver:
         if fired.config_changed:
             self.configure()
             self.executor.update(w.cfg, w.population)
+        w.memory.boundary(r)
         active, acting = self.acting_agents(r)
         t1 = clock()
         views = observe(w, r, acting, self.recommenders, self.rng, self.social_features,
                         self.trust_features)
         request = decision_request(w, r, views)
+        contexts = self.build_contexts(r, views)
         t2 = clock()
         batches = self.executor.decide(request)
         crash_point("mid_round", r)
@@ -129,6 +141,7 @@ class RoundDriver:
         if w.history is not None:
             w.history.record(*exp.flat(), r)
         w.round = r
+        self.remember(r, applied, fired)
         t5 = clock()
 
         new_ids = np.sort(np.concatenate([
@@ -154,11 +167,52 @@ class RoundDriver:
             def after_commit() -> None:
                 store.write(delta, snap, policy.every, policy.keep_last)
 
-        self._log(r, views, applied, fired, new_ids, stats, clock, after_commit)
+        self._log(r, views, applied, fired, new_ids, stats, clock, after_commit, contexts)
         return stats
 
+    def build_contexts(self, r: int, views) -> list[tuple]:
+        """Assemble the context of every acting agent whose context is built (step 4):
+        returns (platform, agent, Assembled) in canonical order."""
+        if not len(self.context_agents):
+            return []
+        w = self.world
+        budget = w.cfg.memory.context.budget_tokens
+        out = []
+        for view in views:
+            rows = np.nonzero(np.isin(view.agents, self.context_agents))[0]
+            for i in rows:
+                agent = int(view.agents[i])
+                inputs = context_inputs(w, w.digest, agent, view.name, r, view.feed[i])
+                out.append((view.name, agent,
+                            build_context(inputs, budget, self.section_specs)))
+        return out
+
+    def remember(self, r: int, applied, fired) -> None:
+        """Step 8: the round's memory items (compaction starts in the background) and the
+        digest entries of agents whose context is built."""
+        w = self.world
+        items = round_items(w, w.memory, w.cfg.memory, r, applied, fired, w.last_means)
+        w.last_means = w.beliefs.position.mean(axis=0)
+        w.memory.record_round(r, round_header(w.cfg, r), items)
+        if not len(self.context_agents):
+            return
+        a = applied.actions
+        tracked = np.isin(a.agent, self.context_agents) & (applied.reason == Reason.OK)
+        posts, users = w.posts, w.population.username
+        for i in np.nonzero(tracked)[0]:
+            action = ACTION_NAMES[int(a.action[i])]
+            post = int(applied.new_post[i]) if applied.new_post[i] >= 0 else (
+                int(a.target_post[i]) if a.target_post[i] >= 0 else None)
+            other = int(a.target_agent[i]) if a.target_agent[i] >= 0 else (
+                int(posts.author[a.target_post[i]]) if a.target_post[i] >= 0 else -1)
+            text = "" if post is None else (posts.text[post]
+                                            or posts.text[int(posts.root[post])])
+            w.digest.record(int(a.agent[i]), Entry(
+                r, PLATFORM_NAMES[int(a.platform[i])], action, post,
+                users[other] if other >= 0 else None, text))
+
     def _log(self, r: int, views, applied, fired: Fired, new_ids: np.ndarray,
-             stats: RoundStats, clock, after_commit=None) -> None:
+             stats: RoundStats, clock, after_commit=None, contexts=()) -> None:
         """Step 9: hand round r's tables to the writer (one transaction, in order)."""
         w, cfg = self.world, self.world.cfg
         t = clock()
@@ -173,6 +227,8 @@ class RoundDriver:
                               np.ones(len(f["op"]), np.int8)),
                 applied_follows_table(r, applied)]),
             "interventions": interventions_table(fired.rows),
+            "memory": memory_table(w.memory.drain_log()),
+            "context": context_table(r, contexts, cfg.memory.context.budget_tokens),
         }
         if fired.joined is not None:
             first = w.n_agents - fired.joined.size

@@ -6,6 +6,8 @@ while the driver is already mutating the world for the next round.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 
@@ -178,6 +180,56 @@ def interventions_table(rows: list[dict]) -> pa.Table:
         "kind": pa.array([r["kind"] for r in rows], pa.string()),
         "spec": pa.array([r["spec"] for r in rows], pa.string()),
         "effect": pa.array([r["effect"] for r in rows], pa.string()),
+    })
+
+
+def memory_table(rows: list[dict]) -> pa.Table:
+    """Round-memory log rows: items recorded, summaries' state changes, unpinnings."""
+    return pa.table({
+        "round": pa.array([r["round"] for r in rows], pa.int32()),
+        "id": pa.array([r["id"] for r in rows], pa.int64()),
+        "kind": pa.array([r["kind"] for r in rows], pa.string()),
+        "level": pa.array([r["level"] for r in rows], pa.string()),
+        "text": pa.array([r["text"] for r in rows], pa.string()),
+        "covers_from": pa.array([r["covers_from"] for r in rows], pa.int32()),
+        "covers_to": pa.array([r["covers_to"] for r in rows], pa.int32()),
+        "posts": pa.array([r["posts"] for r in rows], pa.list_(pa.int64())),
+        "pinned": pa.array([r["pinned"] for r in rows], pa.bool_()),
+        "status": pa.array([r["status"] for r in rows], pa.string()),
+        "attempts": pa.array([r["attempts"] for r in rows], pa.int32()),
+        "note": pa.array([r["note"] for r in rows], pa.string()),
+        "audience": pa.array([r["audience"] for r in rows], pa.int64()),
+    })
+
+
+def context_table(round_: int, contexts, budget: int) -> pa.Table:
+    """Budget accounting of each assembled turn: one row per section (and a `total` row),
+    with the lines kept and the lines trimmed (text and provenance, as JSON)."""
+    rows: dict[str, list] = {k: [] for k in ("round", "platform", "agent", "section", "tokens",
+                                             "lines", "budget", "trimmed")}
+    for platform, agent, assembled in contexts:
+        by_section: dict[str, list] = {}
+        for t in assembled.trimmed:
+            by_section.setdefault(t.section, []).append(
+                {"reason": t.reason, "text": t.text, "provenance": t.provenance})
+        for section, lines in [*assembled.kept.items(), ("total", None)]:
+            rows["round"].append(round_)
+            rows["platform"].append(platform)
+            rows["agent"].append(agent)
+            rows["section"].append(section)
+            rows["tokens"].append(assembled.tokens[section])
+            rows["lines"].append(lines)
+            rows["budget"].append(budget)
+            rows["trimmed"].append(json.dumps(by_section.get(section, []), default=str))
+    return pa.table({
+        "round": pa.array(rows["round"], pa.int32()),
+        "platform": pa.array(rows["platform"], pa.string()),
+        "agent": pa.array(rows["agent"], pa.int32()),
+        "section": pa.array(rows["section"], pa.string()),
+        "tokens": pa.array(rows["tokens"], pa.int32()),
+        "lines": pa.array(rows["lines"], pa.int32()),
+        "budget": pa.array(rows["budget"], pa.int32()),
+        "trimmed": pa.array(rows["trimmed"], pa.string()),
     })
 
 

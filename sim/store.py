@@ -63,6 +63,15 @@ CREATE TABLE posts (
 CREATE TABLE interventions (
     round INTEGER, idx INTEGER, kind VARCHAR, spec JSON, effect JSON
 );
+CREATE TABLE memory (
+    round INTEGER, id BIGINT, kind VARCHAR, level VARCHAR, text VARCHAR, covers_from INTEGER,
+    covers_to INTEGER, posts BIGINT[], pinned BOOLEAN, status VARCHAR, attempts INTEGER,
+    note VARCHAR, audience BIGINT
+);
+CREATE TABLE context (
+    round INTEGER, platform VARCHAR, agent INTEGER, section VARCHAR, tokens INTEGER,
+    lines INTEGER, budget INTEGER, trimmed JSON
+);
 CREATE TABLE post_stances (post_id BIGINT, topic VARCHAR, stance DOUBLE);
 CREATE TABLE actions (
     round INTEGER, platform platform_t, agent INTEGER, slot TINYINT, action action_t,
@@ -99,7 +108,7 @@ CREATE VIEW post_stats AS
 """
 
 TABLES = ("run", "topics", "agents", "rounds", "posts", "post_stances", "actions",
-          "exposures", "beliefs", "trust", "follows", "interventions")
+          "exposures", "beliefs", "trust", "follows", "interventions", "memory", "context")
 
 
 def enum_array(codes: np.ndarray, names: tuple[str, ...]) -> pa.DictionaryArray:
@@ -155,7 +164,7 @@ class TrajectoryStore:
         `n_posts` posts existed at the end of that round), in one transaction."""
         self.con.execute("BEGIN TRANSACTION")
         for table in ("rounds", "actions", "exposures", "beliefs", "trust", "follows",
-                      "interventions"):
+                      "interventions", "memory", "context"):
             self.con.execute(f"DELETE FROM {table} WHERE round > ?", [round_])
         self.con.execute("DELETE FROM agents WHERE joined_round > ?", [round_])
         for table in ("posts", "post_stances"):

@@ -17,6 +17,9 @@ from beliefs.exposure import ExposureHistory
 from beliefs.rules import make_rule
 from beliefs.state import BeliefState
 from beliefs.trust import TrustStore
+from memory.compaction import ExtractiveSummarizer, Summarizer
+from memory.digest import CrossPlatformDigest
+from memory.round_memory import MemorySettings, RoundMemory
 from sim.config import Config
 from sim.counter_rng import CounterRNG
 from sim.errors import InputError
@@ -45,6 +48,9 @@ class World:
     alive: np.ndarray | None = None  # bool [N]; removed agents never act again
     interventions: Interventions | None = None  # the schedule and what has fired
     joined: np.ndarray | None = None  # int32 [N]: the round each agent joined (0: initial)
+    memory: RoundMemory | None = None  # round memory and its compaction
+    digest: CrossPlatformDigest | None = None  # own actions, for agents whose context is built
+    last_means: np.ndarray | None = None  # per-topic mean position at the end of the round
 
     def __post_init__(self) -> None:
         if self.alive is None:
@@ -53,6 +59,19 @@ class World:
             self.joined = np.zeros(self.population.size, dtype=np.int32)
         if self.interventions is None:
             self.interventions = Interventions(self.cfg)
+        if self.memory is None:
+            self.memory = make_round_memory(self.cfg)
+        if self.digest is None:
+            d = self.cfg.memory.digest
+            self.digest = CrossPlatformDigest(d.keep, d.show, d.preview_chars)
+        if self.last_means is None:
+            self.last_means = self.beliefs.position.mean(axis=0)
+
+    def context_agents(self) -> np.ndarray:
+        """Agents whose context is assembled during the run (and whose digest is kept)."""
+        if self.cfg.memory.context.build_for == "all":
+            return np.arange(self.n_agents)
+        return np.empty(0, dtype=np.int64)  # "llm": none until LLM agents exist; "none"
 
     @property
     def n_agents(self) -> int:
@@ -63,6 +82,23 @@ class World:
     def topics(self) -> list[str]:
         """Topic names, in index order."""
         return self.cfg.topic_names
+
+
+def make_summarizer(cfg: Config) -> Summarizer:
+    """The compaction summariser the config asks for."""
+    m = cfg.memory
+    if m.summarizer == "llm":
+        raise InputError("memory.summarizer: 'llm' needs an llm section in the config")
+    return ExtractiveSummarizer(m.input_tokens, m.summary_tokens, m.narrative_tokens)
+
+
+def make_round_memory(cfg: Config) -> RoundMemory:
+    """Empty round memory configured from `memory`."""
+    m = cfg.memory
+    settings = MemorySettings(recent_rounds=m.recent_rounds, detail_items=m.detail_items,
+                              max_pinned_posts=m.max_pinned_posts,
+                              max_pinned_shifts=m.max_pinned_shifts, retry_every=m.retry_every)
+    return RoundMemory(settings, make_summarizer(cfg))
 
 
 def load_population(cfg: Config) -> Population:

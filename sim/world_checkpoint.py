@@ -101,6 +101,9 @@ def snapshot(world: World) -> Snapshot:
         arrays[f"members.{plat.code}"] = plat.members.copy()
     iv_meta, iv_arrays = world.interventions.state()
     arrays.update({k: v.copy() for k, v in iv_arrays.items()})
+    memory_meta, memory_arrays = world.memory.state()
+    arrays.update({k: v.copy() for k, v in memory_arrays.items()})
+    arrays["last_means"] = world.last_means.copy()
     counts = {
         "n_agents": world.n_agents, "n_posts": world.posts.n, "n_trust": len(world.trust),
         "n_history": len(world.history) if world.history is not None else None,
@@ -108,7 +111,8 @@ def snapshot(world: World) -> Snapshot:
         "votes": {p.name: len(p.votes) for p in world.platforms.values()},
     }
     return Snapshot(world.round, arrays, {"config": resolved_dict(world.cfg),
-                                          "interventions": iv_meta, "counts": counts})
+                                          "interventions": iv_meta, "memory": memory_meta,
+                                          "digest": world.digest.state(), "counts": counts})
 
 
 def restore_world(store: CheckpointStore, round_: int, cfg: Config | None = None
@@ -160,7 +164,10 @@ def restore_world(store: CheckpointStore, round_: int, cfg: Config | None = None
     world = World(cfg=cfg, population=population, beliefs=beliefs, trust=trust,
                   history=history, posts=posts, platforms=platforms, round=round_,
                   alive=snap.arrays["alive"].astype(bool), interventions=interventions,
-                  joined=snap.arrays["joined"].astype(np.int32))
+                  joined=snap.arrays["joined"].astype(np.int32),
+                  last_means=snap.arrays["last_means"].astype(np.float64))
+    world.memory.load_state(snap.meta.get("memory", {}), snap.arrays)
+    world.digest.load_state(snap.meta.get("digest", {}))
     _check_counts(world, snap.meta.get("counts", {}))
     return world, snap.meta
 

@@ -14,7 +14,7 @@ from sim.run import Run, create_run, run_rounds
 VOLATILE = {"rounds": ["ms_schedule", "ms_observe", "ms_decide", "ms_apply", "ms_update",
                        "ms_log", "wall_time"]}
 COMPARED = ("agents", "posts", "post_stances", "actions", "exposures", "beliefs", "trust",
-            "follows", "rounds", "topics", "interventions")
+            "follows", "rounds", "topics", "interventions", "memory", "context")
 
 
 def make_config(data: dict, out: Path, **overrides) -> Config:

@@ -1,0 +1,55 @@
+"""Beliefs in words for an agent's system text: stance and confidence labels per topic,
+and the accounts the agent trusts and distrusts. Never raw numbers (a model reads words
+more reliably, and numbers invite it to do arithmetic on them)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agents.post_text import stance_verb
+from beliefs.trust import TrustStore
+
+CONFIDENCE_LABELS = (
+    (0.8, "you are very sure of this"),
+    (0.6, "you are fairly confident"),
+    (0.4, "you are not entirely sure"),
+    (-1.0, "you are genuinely uncertain and open to persuasion"),
+)
+TRUSTED, DISTRUSTED = 0.7, 0.3
+
+
+def confidence_label(confidence: float) -> str:
+    """Words for a confidence in [0, 1]."""
+    for bound, words in CONFIDENCE_LABELS:
+        if confidence > bound:
+            return words
+    return CONFIDENCE_LABELS[-1][1]
+
+
+def stance_lines(labels: list[str], position: np.ndarray, confidence: np.ndarray) -> list[str]:
+    """One sentence per topic, e.g. 'On the carbon tax: you support it; you are fairly
+    confident.'"""
+    out = []
+    for label, x, c in zip(labels, position, confidence, strict=True):
+        verb = stance_verb(float(x))
+        stance = "you are undecided" if verb.startswith("am ") else f"you {verb} it"
+        out.append(f"On {label}: {stance}; {confidence_label(float(c))}.")
+    return out
+
+
+def trusted_accounts(trust: TrustStore, agent: int, usernames: list[str], limit: int = 5
+                     ) -> tuple[list[str], list[str]]:
+    """Usernames the agent trusts (trust > 0.7, highest first) and distrusts (< 0.3, lowest
+    first), at most `limit` each. Only pairs that interacted are stored, so this reads one
+    slice of the sorted trust keys."""
+    lo = np.searchsorted(trust.keys, np.int64(agent) << 32)
+    hi = np.searchsorted(trust.keys, np.int64(agent + 1) << 32)
+    others = (trust.keys[lo:hi] & 0xFFFFFFFF).astype(np.int64)
+    values = trust.values[lo:hi]
+    order = np.lexsort((others, -values))
+    trusted = [usernames[o] for o, v in zip(others[order], values[order], strict=True)
+               if v > TRUSTED][:limit]
+    order = np.lexsort((others, values))
+    distrusted = [usernames[o] for o, v in zip(others[order], values[order], strict=True)
+                  if v < DISTRUSTED][:limit]
+    return trusted, distrusted

@@ -1,0 +1,152 @@
+"""Assembling an agent's context from sections, within a token budget.
+
+A context is the system text (persona, beliefs, round memory, cross-platform digest,
+active events, platform rules) plus the observation (the feed and what to do), both
+rebuilt from typed state for every call. Each section has a priority and a token limit;
+lines are whole units. Assembly first applies every section's own limit, then, while the
+total is over the budget, drops the last line of the least important section that still
+has lines to give. Every dropped line is recorded with its section and reason, and the
+final token counts are exact counts of the rendered text (cl100k_base).
+
+Text written by other agents enters only through `quote`, which turns it into one JSON
+string on one line: it cannot start a new line, so it cannot close a section or open a
+fake one, and it is visibly data.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from memory.tokens import count, count_many
+
+HEADER = "## "
+
+
+def quote(text: str, max_chars: int = 200) -> str:
+    """Someone else's text as inert data: one line, escaped, bounded."""
+    text = " ".join(text.split())
+    if len(text) > max_chars:
+        text = text[: max_chars - 1].rstrip() + "…"
+    return json.dumps(text, ensure_ascii=False)
+
+
+@dataclass
+class Line:
+    """One line of a section, with where it came from (round, platform, ids, kind). Under
+    a tight budget the line with the lowest `provenance["rank"]` goes first (default: later
+    lines before earlier ones)."""
+
+    text: str
+    provenance: dict = field(default_factory=dict)
+
+
+@dataclass
+class Section:
+    """A titled block. Lower `priority` numbers are more important (trimmed last)."""
+
+    name: str
+    title: str
+    priority: int
+    max_tokens: int
+    lines: list[Line]
+    intro: str = ""  # a fixed first line (not trimmable), e.g. what the section is
+    part: str = "system"  # "system" text or "observation" (the user message)
+
+    def render(self, keep: set[int] | None = None) -> str:
+        """The section text with the lines whose indices are in `keep` (all by default)."""
+        body = [self.intro] if self.intro else []
+        body += [ln.text for i, ln in enumerate(self.lines) if keep is None or i in keep]
+        return HEADER + self.title + "\n" + "\n".join(body)
+
+    def drop_order(self) -> list[int]:
+        """Line indices, first to drop first: lowest rank, later lines before earlier."""
+        def rank(i: int) -> tuple[float, int]:
+            return (self.lines[i].provenance.get("rank", -i), -i)
+        return sorted(range(len(self.lines)), key=rank)
+
+
+@dataclass
+class Trimmed:
+    """A line left out, and why."""
+
+    section: str
+    text: str
+    reason: str  # "section_limit" or "budget"
+    provenance: dict
+
+
+@dataclass
+class Assembled:
+    """The texts a model receives, with exact token accounting."""
+
+    system: str
+    observation: str
+    tokens: dict[str, int]  # per section (rendered text), plus "system", "observation", "total"
+    trimmed: list[Trimmed]
+    kept: dict[str, int]  # lines kept per section
+
+    @property
+    def total_tokens(self) -> int:
+        """Tokens of system text and observation together."""
+        return self.tokens["total"]
+
+
+class _Plan:
+    """Which lines of which sections are kept, with token estimates per line."""
+
+    def __init__(self, sections: list[Section]):
+        self.sections = sections
+        self.keep = {s.name: set(range(len(s.lines))) for s in sections}
+        self.order = {s.name: s.drop_order() for s in sections}
+        self.line_tokens = {s.name: [n + 1 for n in count_many([ln.text for ln in s.lines])]
+                            for s in sections}
+        self.base = {s.name: count(s.render(set())) + 2 for s in sections}
+        self.trimmed: list[Trimmed] = []
+
+    def used(self, s: Section) -> int:
+        return self.base[s.name] + sum(self.line_tokens[s.name][i] for i in self.keep[s.name])
+
+    def estimate(self) -> int:
+        return sum(self.used(s) for s in self.sections)
+
+    def drop(self, s: Section, reason: str) -> bool:
+        """Drop the next line of `s` in its drop order; False if none is left."""
+        for i in self.order[s.name]:
+            if i in self.keep[s.name]:
+                self.keep[s.name].discard(i)
+                line = s.lines[i]
+                self.trimmed.append(Trimmed(s.name, line.text, reason, line.provenance))
+                return True
+        return False
+
+    def drop_by_priority(self) -> bool:
+        """Drop one line of the least important section that still has lines."""
+        return any(self.drop(s, "budget") for s in sorted(self.sections,
+                                                          key=lambda s: -s.priority))
+
+    def text(self, part: str) -> str:
+        return "\n\n".join(s.render(self.keep[s.name]) for s in self.sections
+                            if s.part == part)
+
+
+def assemble(sections: list[Section], budget: int) -> Assembled:
+    """Render sections (in the given order) within `budget` tokens for the whole context:
+    each section's own limit first, then the least important sections give up lines."""
+    plan = _Plan(sections)
+    for s in sections:
+        while plan.used(s) > s.max_tokens and plan.drop(s, "section_limit"):
+            pass
+    while True:
+        # Fast on per-line estimates, then confirmed by an exact count of the final text.
+        while plan.estimate() > budget and plan.drop_by_priority():
+            pass
+        system, observation = plan.text("system"), plan.text("observation")
+        total = count(system) + count(observation)
+        if total <= budget or not plan.drop_by_priority():
+            break
+    tokens = {s.name: count(s.render(plan.keep[s.name])) for s in sections}
+    tokens.update(system=count(system), observation=count(observation))
+    tokens["total"] = tokens["system"] + tokens["observation"]
+    return Assembled(system, observation, tokens, plan.trimmed,
+                     {name: len(k) for name, k in plan.keep.items()})

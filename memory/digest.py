@@ -1,0 +1,87 @@
+"""The cross-platform digest: each agent's own recent actions, per platform.
+
+On each platform an agent is shown what it did recently on the *other* platforms (MiroShark
+defaults: keep 15 per platform, show 5, 200-character previews). Noise (doing nothing) is
+never logged. Every line carries its provenance: round, platform, action and post.
+
+The digest is kept live only for agents whose context is built during the run; for any
+other agent it is rebuilt from the `actions` table with the same functions (`shoal
+inspect`), since it is a function of the agent's logged actions.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from memory.context import Line, quote
+
+LABELS = {
+    "post": "you posted", "repost": "you reposted a post by {who}",
+    "quote": "you quoted {who}", "reply": "you replied to {who}",
+    "comment": "you commented on a post by {who}", "like": "you liked a post by {who}",
+    "upvote": "you upvoted a post by {who}", "downvote": "you downvoted a post by {who}",
+    "follow": "you followed {who}", "unfollow": "you unfollowed {who}",
+}
+NOISE = frozenset({"do_nothing", "refresh", "search"})
+PLATFORM_LABEL = {"twitter": "Twitter", "reddit": "Reddit"}
+
+
+@dataclass
+class Entry:
+    """One logged action of the agent (a tuple of plain fields, for checkpoints)."""
+
+    round: int
+    platform: str
+    action: str
+    post: int | None  # the post made, or acted on
+    who: str | None  # username of the other account, if any
+    text: str  # the post's text (own post, or the one acted on)
+
+    def astuple(self) -> tuple:
+        """The fields in order."""
+        return (self.round, self.platform, self.action, self.post, self.who, self.text)
+
+    def render(self, preview_chars: int) -> str:
+        label = LABELS[self.action].format(who=f"@{self.who}" if self.who else "someone")
+        body = f": {quote(self.text, preview_chars)}" if self.text else ""
+        return f"- round {self.round}: {label}{body}"
+
+
+class CrossPlatformDigest:
+    """Bounded per-(agent, platform) logs of own actions."""
+
+    def __init__(self, keep: int = 15, show: int = 5, preview_chars: int = 200):
+        self.keep, self.show, self.preview_chars = keep, show, preview_chars
+        self.logs: dict[int, dict[str, deque[Entry]]] = {}
+
+    def record(self, agent: int, entry: Entry) -> None:
+        """Log one applied action (noise is ignored)."""
+        if entry.action in NOISE:
+            return
+        per = self.logs.setdefault(agent, {})
+        per.setdefault(entry.platform, deque(maxlen=self.keep)).append(entry)
+
+    def lines(self, agent: int, platform: str) -> list[Line]:
+        """Digest lines for `agent` acting on `platform`: its latest actions elsewhere."""
+        out = []
+        for other, entries in sorted(self.logs.get(agent, {}).items()):
+            if other == platform or not entries:
+                continue
+            for e in list(entries)[-self.show:][::-1]:  # newest first
+                out.append(Line(f"On {PLATFORM_LABEL.get(other, other)}, "
+                                f"{e.render(self.preview_chars)[2:]}",
+                                {"kind": "observed", "rounds": [e.round, e.round],
+                                 "platform": other, "action": e.action, "post": e.post,
+                                 "rank": e.round}))
+        return out
+
+    def state(self) -> dict:
+        """Checkpoint form (entries as field tuples)."""
+        return {str(a): {p: [e.astuple() for e in q] for p, q in per.items()}
+                for a, per in self.logs.items()}
+
+    def load_state(self, state: dict) -> None:
+        """Inverse of `state`."""
+        self.logs = {int(a): {p: deque((Entry(*e) for e in q), maxlen=self.keep)
+                              for p, q in per.items()} for a, per in state.items()}
