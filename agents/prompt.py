@@ -58,6 +58,7 @@ class ContextInputs:
     events: list[Line]
     feed: list[FeedItem]
     minutes_per_round: int = 60
+    feed_order: str = "newest first"
     extra_rules: list[str] = field(default_factory=list)
 
 
@@ -144,7 +145,7 @@ def sections(inp: ContextInputs, specs: dict[str, SectionSpec] | None = None) ->
         Section("events", "Breaking news", spec["events"].priority, spec["events"].max_tokens,
                 inp.events, intro="" if inp.events else "None right now."),
         Section("rules", "How to act", spec["rules"].priority, spec["rules"].max_tokens, rules),
-        Section("feed", f"Your {label} feed (round {inp.round}, newest first)",
+        Section("feed", f"Your {label} feed (round {inp.round}, {inp.feed_order})",
                 spec["feed"].priority, spec["feed"].max_tokens, feed, part="observation",
                 intro="Nothing new in your feed." if not feed else ""),
     ]

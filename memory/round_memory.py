@@ -202,7 +202,7 @@ class RoundMemory:
         for r in range(self.merged_upto + 1, last):
             s = self.summaries.get(r)
             if s is not None and s.status == "done":
-                out.append(Line(f"Round {r}: {s.text}", {
+                out.append(Line(s.text, {  # the summary starts with the round's header
                     "kind": "summarized", "rounds": [r, r], "posts": s.posts, "summary": s.id,
                     "rank": 30 + r / max(round_, 1)}))
             else:

@@ -13,6 +13,8 @@ from sim.interventions import NEWS_AUTHOR
 from sim.posts import PostKind
 
 KIND_NAMES = {k.value: k.name.lower() for k in PostKind}
+FEED_ORDER = {"following": "newest first", "popularity": "hot posts",
+              "random": "a random selection", "personalized": "picked for you"}
 
 
 def feed_items(world, feed_row: np.ndarray, round_: int, pinned: set[int]) -> list[FeedItem]:
@@ -64,4 +66,5 @@ def context_inputs(world, digest: CrossPlatformDigest, agent: int, platform: str
         events=event_lines(world, agent, round_),
         feed=feed_items(world, feed_row, round_, pinned),
         minutes_per_round=world.cfg.minutes_per_round,
+        feed_order=FEED_ORDER[world.platforms[platform].cfg.recommender.kind],
     )

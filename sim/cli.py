@@ -104,6 +104,53 @@ def cmd_fork(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_whole(table) -> None:
+    """Print a table at the terminal's width, or with whole lines when output is piped
+    (run ids are not cut, so the output can be grepped)."""
+    (out if out.is_terminal else Console(width=240)).print(table)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    """List the runs of an output folder as a lineage tree (forks under their parents)."""
+    from rich.table import Table
+
+    from sim.lineage import run_tree
+
+    entries = run_tree(args.folder)
+    if not entries:
+        console.print(f"no runs in {args.folder}")
+        return 0
+    table = Table(box=None)
+    table.add_column("run", no_wrap=True,
+                     min_width=max(2 * e.depth + len(e.dir.run_id) for e in entries))
+    for col in ("forked", "status", "rounds", "created"):
+        table.add_column(col)
+    for e in entries:
+        name = "  " * (e.depth - 1) + "└ " + e.dir.run_id if e.depth else e.dir.run_id
+        forked = ""
+        if e.parent_run_id is not None:
+            forked = f"at round {e.fork_round}" if e.depth else \
+                f"from {e.parent_run_id} at round {e.fork_round}"
+        created = str(e.meta.get("created_at", ""))[:19].replace("T", " ")
+        done = "?" if e.rounds_done is None else e.rounds_done
+        table.add_row(name, forked, e.status, f"{done}/{e.meta.get('rounds', '?')}", created)
+    _print_whole(table)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Compare runs with the first: beliefs, first divergence, activity; write a plot."""
+    from sim.compare import compare_runs, comparison_tables, plot_comparison
+
+    cmp = compare_runs(args.runs, topic=args.topic)
+    for table in comparison_tables(cmp):
+        _print_whole(table)
+        out.print()
+    path = plot_comparison(cmp, args.out)
+    console.print(f"plot → {path}")
+    return 0
+
+
 def _drive(run, quiet: bool) -> None:
     """Run the remaining rounds with a progress bar; always close the run."""
     from sim.run import run_rounds
@@ -194,6 +241,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-run", action="store_true", help="create the fork but do not run it")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_fork)
+
+    p = sub.add_parser("runs", help="list the runs of an output folder as a lineage tree")
+    p.add_argument("folder", nargs="?", default="runs", help="output folder (default: runs)")
+    p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("compare", help="compare runs (e.g. a parent and its forks)")
+    p.add_argument("runs", nargs="+", metavar="RUN",
+                   help="run directories (or run ids under runs/); the first is the reference")
+    p.add_argument("--out", default="compare.png", help="PNG to write (default: compare.png)")
+    p.add_argument("--topic", help="compare only this topic")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("check", help="validate a config and print it resolved")
     _add_config_flags(p)

@@ -27,9 +27,10 @@ import pandas as pd
 from sim.errors import InputError
 from sim.live_mirror import LiveMirror
 from sim.run import RunDir, open_run_dir
-from sim.store import SCHEMA
+from sim.store import SCHEMA, TABLES
 
-# The order rows come back in: by round, then the table's natural key.
+# The order rows come back in: by round, then the table's natural key (tables not listed
+# here have `round` as their first column and are sorted by all their columns).
 ORDER = {
     "run": "run_id",
     "topics": "topic_id",
@@ -45,7 +46,7 @@ ORDER = {
     "interventions": "round, idx",
 }
 OWN_TABLES = ("run", "topics", "agents")  # a fork has its own complete copy
-POST_TABLES = ("posts", "post_stances")  # split by post id, the rest by round
+POST_TABLES = ("posts", "post_stances")  # split by post id; all other tables by round
 
 
 @dataclass(frozen=True)
@@ -114,8 +115,8 @@ def read_table(run: str | Path, table: str, where: str | None = None) -> pd.Data
     """The full history of `table` for `run`: its ancestors' rows before each fork, then
     its own, sorted by round and the table's natural key. `where` is an extra SQL filter.
     `run`, `topics` and `agents` are the run's own rows (a fork has complete copies)."""
-    if table not in ORDER:
-        raise InputError(f"unknown table {table!r}; tables: {', '.join(ORDER)}")
+    if table not in TABLES:
+        raise InputError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
     segments = lineage(run)
     if table in OWN_TABLES:
         segments = segments[-1:]
@@ -131,7 +132,7 @@ def _read_segment(segment: Segment, table: str, where: str | None) -> pd.DataFra
     if conditions:
         sql += " WHERE " + " AND ".join(conditions)
     with _connect(segment.dir, table) as con:
-        return con.sql(f"{sql} ORDER BY {ORDER[table]}").df()
+        return con.sql(f"{sql} ORDER BY {ORDER.get(table, 'ALL')}").df()
 
 
 @contextmanager
@@ -140,14 +141,21 @@ def _connect(run_dir: RunDir, table: str) -> Iterator[duckdb.DuckDBPyConnection]
     when a writer holds the file."""
     try:
         con = duckdb.connect(str(run_dir.db), read_only=True)
-    except duckdb.IOException as exc:
-        if "lock" not in str(exc).lower():
+    except (duckdb.IOException, duckdb.ConnectionException) as exc:
+        if not _held_by_writer(exc):
             raise
         con = _live_connection(run_dir, table)
     try:
         yield con
     finally:
         con.close()
+
+
+def _held_by_writer(exc: duckdb.Error) -> bool:
+    """Whether opening a file failed because a writer has it: another process (a lock
+    error) or this one (a connection with another configuration)."""
+    text = str(exc).lower()
+    return "lock" in text or "different configuration" in text
 
 
 def _live_connection(run_dir: RunDir, table: str) -> duckdb.DuckDBPyConnection:
@@ -172,6 +180,8 @@ class RunEntry:
     dir: RunDir
     meta: dict
     depth: int
+    status: str  # run.json's, or "interrupted" if it says running but no process writes it
+    rounds_done: int | None  # the last checkpointed round (what a resume continues from)
 
     @property
     def parent_run_id(self) -> str | None:
@@ -202,13 +212,36 @@ def run_tree(folder: str | Path) -> list[RunEntry]:
     entries: list[RunEntry] = []
 
     def visit(run_id: str, depth: int) -> None:
-        entries.append(RunEntry(RunDir(root / run_id), metas[run_id], depth))
+        run_dir, meta = RunDir(root / run_id), metas[run_id]
+        latest = run_dir.checkpoints.latest()
+        entries.append(RunEntry(run_dir, meta, depth, run_status(run_dir, meta),
+                                meta.get("rounds_done") if latest is None else latest))
         for child in sorted(children[run_id], key=created):
             visit(child, depth + 1)
 
     for run_id in sorted(children[None], key=created):
         visit(run_id, 0)
     return entries
+
+
+def run_status(run_dir: RunDir, meta: dict) -> str:
+    """run.json's status, except that a run marked running (or resumed) whose trajectory
+    no process holds was interrupted: `shoal resume` continues it."""
+    status = str(meta.get("status", "?"))
+    if status in ("running", "resumed") and run_dir.db.is_file() \
+            and not being_written(run_dir):
+        return "interrupted"
+    return status
+
+
+def being_written(run_dir: RunDir) -> bool:
+    """Whether a writer (another process, or an open run in this one) holds the run's
+    trajectory file."""
+    try:
+        duckdb.connect(str(run_dir.db), read_only=True).close()
+    except (duckdb.IOException, duckdb.ConnectionException) as exc:
+        return _held_by_writer(exc)
+    return False
 
 
 def _read_meta(path: Path) -> dict | None:
