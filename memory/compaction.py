@@ -126,6 +126,7 @@ class Job:
     lines: list[str] = field(default_factory=list)
     attempts: int = 0
     error: str = ""
+    failed_round: int = -1  # the boundary at which the last attempt failed
 
     def run(self, summarizer: Summarizer) -> str:
         """Do the work (raises on failure)."""
@@ -139,14 +140,15 @@ class Job:
                 "header": self.header,
                 "items": [[i.text, i.salience, i.pinned] for i in self.items],
                 "previous": self.previous, "lines": self.lines, "attempts": self.attempts,
-                "error": self.error}
+                "error": self.error, "failed_round": self.failed_round}
 
     @classmethod
     def from_dict(cls, d: dict) -> Job:
         """Inverse of `to_dict`."""
         return cls(id=d["id"], kind=d["kind"], rounds=tuple(d["rounds"]), header=d["header"],
                    items=[Item(t, s, p) for t, s, p in d["items"]], previous=d["previous"],
-                   lines=d["lines"], attempts=d["attempts"], error=d["error"])
+                   lines=d["lines"], attempts=d["attempts"], error=d["error"],
+                   failed_round=d.get("failed_round", -1))
 
 
 @dataclass

@@ -118,9 +118,9 @@ class RoundMemory:
         """Start of round `round_`: take finished compaction, retry failures, start merges."""
         wait = self.summarizer.deterministic
         self._take(self.worker.collect(self.jobs, wait=wait), round_)
-        for job in self.jobs.values():  # retries (and jobs restored from a checkpoint)
-            if not self.worker.running(job.id) and (
-                    not job.error or round_ % self.settings.retry_every == 0):
+        for job in self.jobs.values():  # retries and jobs restored from a checkpoint
+            retry_due = job.failed_round < round_ and round_ % self.settings.retry_every == 0
+            if not self.worker.running(job.id) and (not job.error or retry_due):
                 self.worker.submit(job)
         self._maybe_merge(round_)
         if wait:  # deterministic work started here finishes before the round goes on
@@ -140,9 +140,9 @@ class RoundMemory:
                 del self.jobs[job.id]
                 if job.kind == "merge":
                     self._finish_merge(target)
-            else:
+            else:  # retried at a later boundary, never in the one that saw it fail
                 target.status, target.error = "failed", outcome.error
-                job.error = outcome.error
+                job.error, job.failed_round = outcome.error, round_
             self._log_summary(round_, target)
 
     def _summary_of(self, job: Job) -> Summary:

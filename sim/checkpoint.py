@@ -35,6 +35,7 @@ from sim.faults import crash_point
 from sim.keys import unique_sorted
 
 _NAME = re.compile(r"^round-(\d{6})$")
+FORMAT = 2  # bump when what a checkpoint holds changes; older ones are refused clearly
 
 
 def _round_name(r: int) -> str:
@@ -115,21 +116,31 @@ class CheckpointStore:
             os.replace(tmp, path)
             log_bytes += path.stat().st_size
         crash_point("mid_checkpoint", delta.round)
+        state_bytes = self.write_state(snapshot, log_bytes, t)
+        self.prune(every, keep_last)
+        return CheckpointStats(delta.round, log_bytes, state_bytes,
+                               1e3 * (time.perf_counter() - t))
+
+    def write_state(self, snapshot: Snapshot, log_bytes: int = 0,
+                    started: float | None = None) -> int:
+        """Write (or replace) the state of a round atomically; returns its size."""
+        started = time.perf_counter() if started is None else started
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        name = _round_name(snapshot.round)
         tmp_dir = self.state_dir / f".{name}.tmp"
         shutil.rmtree(tmp_dir, ignore_errors=True)
         tmp_dir.mkdir()
         state_bytes = self._plain_npz(tmp_dir / "state.npz", snapshot.arrays)
-        ms = 1e3 * (time.perf_counter() - t)
-        meta = {**snapshot.meta, "round": snapshot.round, "log_bytes": log_bytes,
-                "state_bytes": state_bytes, "ms": ms}
+        meta = {**snapshot.meta, "format": FORMAT, "round": snapshot.round,
+                "log_bytes": log_bytes, "state_bytes": state_bytes,
+                "ms": 1e3 * (time.perf_counter() - started)}
         (tmp_dir / "meta.json").write_text(json.dumps(meta, default=str))
         _fsync_dir(tmp_dir)
         final = self.state_dir / name
         shutil.rmtree(final, ignore_errors=True)  # a stale folder from an aborted attempt
         os.replace(tmp_dir, final)
         _fsync_dir(self.state_dir)
-        self.prune(every, keep_last)
-        return CheckpointStats(delta.round, log_bytes, state_bytes, ms)
+        return state_bytes
 
     def _plain_npz(self, path: Path, arrays: dict[str, np.ndarray]) -> int:
         with open(path, "wb") as f:
@@ -222,20 +233,14 @@ class CheckpointStore:
                 if folder.is_dir() else 0
         return total(self.log_dir), total(self.state_dir)
 
-    def link_into(self, other: CheckpointStore, upto: int) -> None:
-        """Give `other` (a fork) the logs of rounds 0..upto and the state of `upto`, by hard
-        links where possible (files are never modified in place, so sharing is safe)."""
+    def link_logs_into(self, other: CheckpointStore, upto: int) -> None:
+        """Give `other` (a fork) the logs of rounds 0..upto by hard links where possible
+        (files are never modified in place, so sharing them is safe)."""
         other.log_dir.mkdir(parents=True, exist_ok=True)
-        other.state_dir.mkdir(parents=True, exist_ok=True)
         for p in sorted(self.log_dir.iterdir()):
             m = _NAME.match(p.name.split(".")[0])
             if m and int(m.group(1)) <= upto and not p.name.endswith(".tmp"):
                 _link_or_copy(p, other.log_dir / p.name)
-        src = self.state_dir / _round_name(upto)
-        dst = other.state_dir / _round_name(upto)
-        dst.mkdir()
-        for p in src.iterdir():
-            _link_or_copy(p, dst / p.name)
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:

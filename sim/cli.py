@@ -151,6 +151,52 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_inspect(args: argparse.Namespace) -> int:
+    """Print the exact system text and observation of an agent in a round."""
+    from sim.inspection import inspect_agent
+
+    for item in inspect_agent(args.run, args.agent, args.round, args.platform):
+        a = item.assembled
+        how = "got" if item.acted else "would get (it did not act there this round)"
+        check = "" if item.feed_matches_log is None else (
+            "; feed matches the exposures table" if item.feed_matches_log
+            else "; WARNING: feed differs from the exposures table")
+        console.print(f"[bold]agent {args.agent}, round {args.round}, {item.platform}[/]: "
+                      f"the context it {how}{check}")
+        tokens = ", ".join(f"{k} {v}" for k, v in a.tokens.items()
+                           if k not in ("system", "observation", "total"))
+        console.print(f"tokens: {a.tokens['total']} of the budget {item.budget} "
+                      f"(system {a.tokens['system']}, observation "
+                      f"{a.tokens['observation']}); per section: {tokens}")
+        if a.trimmed:
+            console.print(f"trimmed: {len(a.trimmed)} line(s): " + "; ".join(
+                f"{t.section} ({t.reason})" for t in a.trimmed[:10]))
+        out.print("=== SYSTEM ===", markup=False)
+        out.print(a.system, markup=False, highlight=False)
+        out.print("=== OBSERVATION ===", markup=False)
+        out.print(a.observation, markup=False, highlight=False)
+    return 0
+
+
+def cmd_diagnose_memory(args: argparse.Namespace) -> int:
+    """Plant a fact, run with compaction, report created / retained / injected."""
+    from pathlib import Path
+
+    from sim.memory_diagnostic import DEFAULT_FACT, diagnose
+
+    cfg = load_config(args.config, _overrides(args))
+    result = diagnose(cfg, args.plant_round, args.check_round, args.fact or DEFAULT_FACT,
+                      args.plant_as, args.group, Path(args.out) if args.out else None)
+    console.print(f"planted at round {result.plant_round} as {args.plant_as}: "
+                  f"{result.fact!r}; checked at round {result.check_round}; run "
+                  f"{result.run_dir}")
+    for stage in result.stages:
+        mark = "[green]yes[/]" if stage.ok else "[red]no[/]"
+        console.print(f"  {stage.stage:9} {mark}  {escape(stage.detail)}")
+    out.print(f"verdict: {result.verdict}", markup=False)
+    return 0 if result.first_failure is None else 3
+
+
 def _drive(run, quiet: bool) -> None:
     """Run the remaining rounds with a progress bar; always close the run."""
     from sim.run import run_rounds
@@ -252,6 +298,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="compare.png", help="PNG to write (default: compare.png)")
     p.add_argument("--topic", help="compare only this topic")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("inspect", help="print the context an agent got in a round")
+    p.add_argument("run", help="run directory (or run id under runs/)")
+    p.add_argument("--agent", type=int, required=True)
+    p.add_argument("--round", type=int, required=True)
+    p.add_argument("--platform", choices=["twitter", "reddit"], help="one platform only")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("diagnose-memory",
+                       help="plant a fact and report whether memory carries it to later rounds")
+    _add_config_flags(p)
+    p.add_argument("--plant-round", type=int, default=5)
+    p.add_argument("--check-round", type=int, default=50)
+    p.add_argument("--fact", help="the text to plant (a distinctive sentence)")
+    p.add_argument("--plant-as", choices=["event", "post"], default="event",
+                   help="breaking news (pinned) or a news post (not pinned)")
+    p.add_argument("--group", help="plant it for one group only (event)")
+    p.set_defaults(func=cmd_diagnose_memory)
 
     p = sub.add_parser("check", help="validate a config and print it resolved")
     _add_config_flags(p)

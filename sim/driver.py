@@ -70,11 +70,12 @@ class RoundDriver:
     """Runs rounds on a world, deciding through an executor, logging through a writer."""
 
     def __init__(self, world: World, executor: Executor, writer: RoundWriter,
-                 checkpoints: CheckpointStore | None = None):
+                 checkpoints: CheckpointStore | None = None, on_checkpoint=None):
         self.world = world
         self.executor = executor
         self.writer = writer
         self.checkpoints = checkpoints
+        self.on_checkpoint = on_checkpoint  # e.g. record progress in run.json
         self.rng = CounterRNG(world.cfg.seed)
         self.configure()
 
@@ -162,10 +163,12 @@ class RoundDriver:
             delta = round_delta(w, r, applied, exp, new_ids, fired)
             snap = snapshot(w)
             policy = w.cfg.checkpoints
-            store = self.checkpoints
+            store, notify = self.checkpoints, self.on_checkpoint
 
             def after_commit() -> None:
                 store.write(delta, snap, policy.every, policy.keep_last)
+                if notify is not None:
+                    notify(r)
 
         self._log(r, views, applied, fired, new_ids, stats, clock, after_commit, contexts)
         return stats

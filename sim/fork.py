@@ -22,10 +22,11 @@ from sim.config import ConfigError, apply_overrides, config_hash, parse_config, 
 from sim.errors import InputError
 from sim.intervention_specs import MUTABLE_PREFIXES
 from sim.interventions import check_against_population, check_settings
+from sim.live_mirror import LiveMirror
 from sim.round_log import agents_table, topics_table
 from sim.run import Run, RunDir, engine_version, new_run_id, open_run_dir
 from sim.store import TrajectoryStore
-from sim.world_checkpoint import CheckpointError, restore_world
+from sim.world_checkpoint import CheckpointError, restore_world, snapshot
 
 
 def _load_interventions(path: Path) -> list[Any]:
@@ -54,8 +55,9 @@ def fork_config(parent_cfg_dict: dict, fork_round: int, sets: list[str],
         key = item.split("=", 1)[0].strip()
         if not key.startswith(MUTABLE_PREFIXES) or key.startswith("interventions"):
             raise InputError(f"--set {key}: cannot be changed in a fork (it only shaped "
-                             "round 0); changeable: policy, beliefs, activity, recommenders, "
-                             "feed sizes, participation, rounds, seed, executor, output")
+                             "round 0); changeable: policy, beliefs, activity, memory, "
+                             "recommenders, feed sizes, participation, rounds, seed, "
+                             "executor, output, checkpoints")
     data = apply_overrides(data, list(sets))
     if seed is not None:
         data["seed"] = seed
@@ -93,8 +95,8 @@ def fork_run(parent: str | Path, fork_round: int, sets: list[str] | None = None,
     sets = list(sets or [])
     if name is not None:
         sets.append(f"name={name}")
-    if out is not None:
-        sets.append(f"output.dir={out}")
+    # Forks live next to their parent unless told otherwise.
+    sets.append(f"output.dir={out if out is not None else parent_dir.root.parent}")
     try:
         cfg, changes = fork_config(meta["config"], fork_round, sets, seed,
                                    Path(intervene) if intervene else None)
@@ -118,7 +120,13 @@ def fork_run(parent: str | Path, fork_round: int, sets: list[str] | None = None,
         run_dir.config.write_text(yaml.safe_dump(resolved_dict(cfg), sort_keys=False))
         db = TrajectoryStore(run_dir.db, create=True)
         _write_fork_setup(db, world, run_dir, lineage)
-        store.link_into(run_dir.checkpoints, fork_round)
+        if cfg.output.live_parquet:  # a running fork's own static tables, for live readers
+            LiveMirror(run_dir.root).write(0, {"topics": topics_table(cfg), "agents":
+                                               agents_table(world, np.arange(world.n_agents))})
+        # The logs of rounds 0..K are shared; the state of K is the fork's own, written with
+        # the fork's config and schedule, so a resume of the fork keeps its changes.
+        store.link_logs_into(run_dir.checkpoints, fork_round)
+        run_dir.checkpoints.write_state(snapshot(world))
         run_dir.write_meta(run_id=run_dir.run_id, name=cfg.name, config_hash=config_hash(cfg),
                            created_at=datetime.now().isoformat(), engine=engine_version(),
                            status="created", rounds_done=fork_round, rounds=cfg.rounds,

@@ -37,6 +37,7 @@ class Inspection:
     acted: bool  # did the agent act there that round (else: what it would have got)
     assembled: Assembled
     feed_matches_log: bool | None  # None when the agent did not act
+    budget: int
 
 
 def _opt(value) -> int | None:
@@ -106,6 +107,7 @@ def inspect_agent(run: str, agent: int, round_: int, platform: str | None = None
             matches = feed == [int(p) for p in logged.sort_values("rank")["post_id"]]
         inputs = context_inputs(world, digest, agent, name, round_, view.feed[0])
         assembled = build_context(inputs, world.cfg.memory.context.budget_tokens, specs)
-        out.append(Inspection(name, acted, assembled, matches))
+        out.append(Inspection(name, acted, assembled, matches,
+                              world.cfg.memory.context.budget_tokens))
     world.memory.close()
     return out

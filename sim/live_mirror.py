@@ -34,6 +34,15 @@ class LiveMirror:
             pq.write_table(table, tmp)
             os.replace(tmp, final)
 
+    def truncate_after(self, round_: int) -> None:
+        """Remove the files of rounds after `round_` (a resume recomputes them)."""
+        if not self.root.is_dir():
+            return
+        for path in self.root.glob("*/*round=*.parquet*"):
+            digits = path.name.split("round=", 1)[1][:6]
+            if digits.isdigit() and int(digits) > round_:
+                path.unlink(missing_ok=True)
+
     def glob(self, table: str) -> str:
         """The glob pattern a reader passes to `read_parquet`."""
         return str(self.root / table / "round=*.parquet")

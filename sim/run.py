@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -39,6 +40,7 @@ from sim.world import World, build_world
 from sim.world_checkpoint import CheckpointError, initial_delta, restore_world, snapshot
 
 DB_NAME = "trajectory.duckdb"
+_META_LOCK = threading.Lock()
 
 
 def engine_version() -> str:
@@ -81,12 +83,13 @@ class RunDir:
         return CheckpointStore(self.root / "checkpoints")
 
     def write_meta(self, **fields) -> None:
-        """Merge fields into run.json (atomic replace)."""
-        data = json.loads(self.meta.read_text()) if self.meta.exists() else {}
-        data.update(fields)
-        tmp = self.meta.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=2, default=str))
-        tmp.replace(self.meta)
+        """Merge fields into run.json (atomic replace; the writer thread updates it too)."""
+        with _META_LOCK:
+            data = json.loads(self.meta.read_text()) if self.meta.exists() else {}
+            data.update(fields)
+            tmp = self.meta.with_suffix(".tmp")
+            tmp.write_text(json.dumps(data, indent=2, default=str))
+            tmp.replace(self.meta)
 
     def read_meta(self) -> dict:
         """run.json as a dict."""
@@ -116,7 +119,8 @@ class Run:
         if self.writer is None:
             mirror = LiveMirror(self.dir.root) if self.cfg.output.live_parquet else None
             self.writer = RoundWriter(self.store, mirror)
-        return RoundDriver(self.world, self.executor, self.writer, self.dir.checkpoints)
+        return RoundDriver(self.world, self.executor, self.writer, self.dir.checkpoints,
+                           on_checkpoint=lambda r: self.dir.write_meta(rounds_done=r))
 
     def close(self) -> None:
         """Commit what is pending, then release writer, executor and store."""
@@ -229,6 +233,7 @@ def resume_run(path: str | Path) -> Run:
     db = TrajectoryStore(run_dir.db)
     db.truncate_after(last, world.posts.n)
     store.truncate_after(last)
+    LiveMirror(run_dir.root).truncate_after(last)
     run_dir.write_meta(status="resumed", rounds_done=last)
     return Run(cfg=cfg, world=world, dir=run_dir, store=db)
 

@@ -15,6 +15,7 @@ from beliefs.state import BeliefState
 from beliefs.trust import TrustStore
 from sim.apply import Applied
 from sim.checkpoint import (
+    FORMAT,
     CheckpointStore,
     RoundDelta,
     Snapshot,
@@ -124,6 +125,10 @@ def restore_world(store: CheckpointStore, round_: int, cfg: Config | None = None
         deltas = store.deltas(round_)
     except (OSError, KeyError, ValueError) as exc:
         raise CheckpointError(f"cannot read the checkpoint of round {round_}: {exc}") from exc
+    if snap.meta.get("format") != FORMAT:
+        raise CheckpointError(f"the checkpoint of round {round_} was written by another "
+                              f"version of Shoal (format {snap.meta.get('format', 1)}, this "
+                              f"version reads format {FORMAT}); rerun the simulation")
     if cfg is None:
         cfg = parse_config(snap.meta["config"])
     population = deltas[0].population

@@ -32,7 +32,8 @@ def small_dict(tmp_path_factory) -> dict:
 
     data = yaml.safe_load((CONFIGS / "quickstart.yaml").read_text())
     data.update(rounds=ROUNDS, population={"size": 400, "groups": [
-        {"name": "activists", "fraction": 0.1}]})
+        {"name": "activists", "fraction": 0.1}]},
+        memory={"context": {"build_for": "all"}, "recent_rounds": 3})
     return data
 
 

@@ -18,7 +18,8 @@ from tests.helpers import make_config, run_config
 
 K = 5
 ROUNDS = 10
-ROUND_TABLES = ("beliefs", "actions", "exposures", "trust", "follows", "rounds")
+ROUND_TABLES = ("beliefs", "actions", "exposures", "trust", "follows", "rounds", "memory",
+                "context")
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,8 @@ def parent(tmp_path_factory):
 
     data = yaml.safe_load((CONFIGS / "quickstart.yaml").read_text())
     data.update(rounds=ROUNDS, population={"size": 300, "groups": [
-        {"name": "activists", "fraction": 0.1}]})
+        {"name": "activists", "fraction": 0.1}]},
+        memory={"context": {"build_for": "all"}, "recent_rounds": 2})
     return run_config(make_config(data, tmp_path_factory.mktemp("parent")))
 
 
@@ -175,3 +177,35 @@ def test_fork_from_round_zero_and_a_fork_of_a_fork(parent, tmp_path):
     b = _after(second.dir.db, "beliefs", 7)
     assert a.equals(b)
     assert second.dir.read_meta()["lineage"]["root_run_id"] == parent.dir.run_id
+
+
+def test_fork_created_without_running_resumes_with_its_changes(parent, tmp_path):
+    """`shoal fork --no-run` then `shoal resume`: the fork keeps its --set (its round-K
+    state carries the fork's config), and equals a fork run in one go."""
+    args = ["fork", str(parent.dir.root), "--round", str(K), "--set", "policy.post_rate=0.6",
+            "--out"]
+    assert main([*args, str(tmp_path / "later"), "--no-run", "--quiet"]) == 0
+    (later,) = (tmp_path / "later").iterdir()
+    assert main(["resume", str(later), "--quiet"]) == 0
+    assert main([*args, str(tmp_path / "direct"), "--quiet"]) == 0
+    (direct,) = (tmp_path / "direct").iterdir()
+    a = _after(later / "trajectory.duckdb", "actions", K)
+    b = _after(direct / "trajectory.duckdb", "actions", K)
+    assert a.equals(b)
+    parent_posts = _after(parent.dir.db, "actions", K).query("action == 'post'")
+    assert len(a.query("action == 'post'")) > 2 * len(parent_posts)
+
+
+def test_checkpoint_of_another_format_is_refused(parent, tmp_path, capsys):
+    """A checkpoint written by another version is a clear error, not a KeyError."""
+    import json
+    import shutil
+
+    copy = tmp_path / "old"
+    shutil.copytree(parent.dir.root, copy)
+    meta = copy / "checkpoints" / "state" / f"round-{K:06d}" / "meta.json"
+    data = json.loads(meta.read_text())
+    del data["format"]
+    meta.write_text(json.dumps(data))
+    assert main(["fork", str(copy), "--round", str(K), "--out", str(tmp_path / "f")]) == 2
+    assert "written by another version of Shoal" in capsys.readouterr().err
