@@ -46,7 +46,8 @@ def measure(n: int, rounds: int, out: Path) -> dict:
     con = duckdb.connect(str(run.dir.db), read_only=True)
     k = rounds // 2
     replay_s = con.execute(
-        "SELECT sum(ms_schedule + ms_observe + ms_decide + ms_apply + ms_update) / 1e3 "
+        "SELECT sum(ms_schedule + ms_observe + ms_context + ms_decide + ms_apply + ms_update) "
+        "/ 1e3 "
         "FROM rounds WHERE round <= ?", [k]).fetchone()[0]
     con.close()
 

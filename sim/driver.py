@@ -127,6 +127,7 @@ class RoundDriver:
         views = observe(w, r, acting, self.recommenders, self.rng, self.social_features,
                         self.trust_features)
         request = decision_request(w, r, views)
+        tc = clock()
         contexts = self.build_contexts(r, views)
         t2 = clock()
         batches = self.executor.decide(request)
@@ -155,7 +156,8 @@ class RoundDriver:
         stats.n_exposures = int(exp.valid.sum())
         stats.n_trust_events = len(applied.trust["truster"])
         stats.n_interventions = len(fired.rows)
-        stats.ms = {"schedule": 1e3 * (t1 - t0), "observe": 1e3 * (t2 - t1),
+        stats.ms = {"schedule": 1e3 * (t1 - t0), "observe": 1e3 * (tc - t1),
+                    "context": 1e3 * (t2 - tc),
                     "decide": 1e3 * (t3 - t2), "apply": 1e3 * (t4 - t3),
                     "update": 1e3 * (t5 - t4)}
         after_commit = None
@@ -252,8 +254,8 @@ class RoundDriver:
             "n_rejected": [s.n_rejected], "n_posts": [s.n_posts],
             "n_exposures": [s.n_exposures], "n_trust_events": [s.n_trust_events],
             "n_interventions": [s.n_interventions],
-            **{f"ms_{k}": [ms[k]] for k in ("schedule", "observe", "decide", "apply", "update",
-                                             "log")},
+            **{f"ms_{k}": [ms[k]] for k in ("schedule", "observe", "context", "decide", "apply",
+                                             "update", "log")},
             "wall_time": [datetime.now()],
         }
         return pa.table(row)

@@ -53,7 +53,7 @@ CREATE TABLE rounds (
     round INTEGER, sim_time TIMESTAMP, n_active INTEGER, n_acting INTEGER, n_actions INTEGER,
     n_rejected INTEGER, n_posts INTEGER, n_exposures INTEGER, n_trust_events INTEGER,
     n_interventions INTEGER,
-    ms_schedule DOUBLE, ms_observe DOUBLE, ms_decide DOUBLE, ms_apply DOUBLE,
+    ms_schedule DOUBLE, ms_observe DOUBLE, ms_context DOUBLE, ms_decide DOUBLE, ms_apply DOUBLE,
     ms_update DOUBLE, ms_log DOUBLE, wall_time TIMESTAMP
 );
 CREATE TABLE posts (

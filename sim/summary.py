@@ -37,7 +37,8 @@ def summarize(root: Path, wall_seconds: float | None = None) -> Group:
             "SELECT count(*), coalesce(sum(n_acting), 0), coalesce(sum(n_exposures), 0) "
             "FROM rounds").fetchone()
         compute_ms = con.execute(
-            "SELECT coalesce(sum(ms_schedule + ms_observe + ms_decide + ms_apply + ms_update "
+            "SELECT coalesce(sum(ms_schedule + ms_observe + ms_context + ms_decide + ms_apply "
+            "+ ms_update "
             "+ ms_log), 0) FROM rounds").fetchone()[0]
         acts = con.execute(
             "SELECT platform::VARCHAR, action::VARCHAR, count(*) FILTER (WHERE status = 'ok'), "

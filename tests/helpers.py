@@ -11,8 +11,8 @@ from sim.config import Config, parse_config
 from sim.run import Run, create_run, run_rounds
 
 # Columns that legitimately differ between two runs of the same config.
-VOLATILE = {"rounds": ["ms_schedule", "ms_observe", "ms_decide", "ms_apply", "ms_update",
-                       "ms_log", "wall_time"]}
+VOLATILE = {"rounds": ["ms_schedule", "ms_observe", "ms_context", "ms_decide", "ms_apply",
+                       "ms_update", "ms_log", "wall_time"]}
 COMPARED = ("agents", "posts", "post_stances", "actions", "exposures", "beliefs", "trust",
             "follows", "rounds", "topics", "interventions", "memory", "context")
 
