@@ -138,7 +138,9 @@ class RoundDriver:
         t4 = clock()
         exp = exposures(views)
         ctx = UpdateContext(round=r, posts=w.posts, trust=w.trust, history=w.history,
-                            engagement=applied.engagement)
+                            engagement=applied.engagement, rng=self.rng,
+                            graph=next(iter(w.platforms.values())).graph, alive=w.alive,
+                            initial_position=w.initial_position)
         self.rule.update(w.beliefs, exp, ctx)
         if w.history is not None:
             w.history.record(*exp.flat(), r)

@@ -252,6 +252,7 @@ def _fire_add(self, world, round_, i, spec: AddAgents, fired: Fired) -> dict:
     beliefs = initial_beliefs(gen_cfg, newcomers, rng, use_file=False)
     world.population.extend(newcomers)
     world.beliefs.grow(beliefs.position, beliefs.confidence)
+    world.initial_position = np.concatenate([world.initial_position, beliefs.position])
     world.alive = np.concatenate([world.alive, np.ones(spec.count, bool)])
     world.joined = np.concatenate([world.joined, np.full(spec.count, round_, np.int32)])
     joined = spec.platforms or list(world.platforms)

@@ -51,6 +51,7 @@ class World:
     memory: RoundMemory | None = None  # round memory and its compaction
     digest: CrossPlatformDigest | None = None  # own actions, for agents whose context is built
     last_means: np.ndarray | None = None  # per-topic mean position at the end of the round
+    initial_position: np.ndarray | None = None  # [N, T] positions at round 0 (or on joining)
 
     def __post_init__(self) -> None:
         if self.alive is None:
@@ -66,6 +67,8 @@ class World:
             self.digest = CrossPlatformDigest(d.keep, d.show, d.preview_chars)
         if self.last_means is None:
             self.last_means = self.beliefs.position.mean(axis=0)
+        if self.initial_position is None:
+            self.initial_position = self.beliefs.position.copy()
 
     def context_agents(self) -> np.ndarray:
         """Agents whose context is assembled during the run (and whose digest is kept)."""

@@ -105,6 +105,7 @@ def snapshot(world: World) -> Snapshot:
     memory_meta, memory_arrays = world.memory.state()
     arrays.update({k: v.copy() for k, v in memory_arrays.items()})
     arrays["last_means"] = world.last_means.copy()
+    arrays["initial_position"] = world.initial_position.copy()
     counts = {
         "n_agents": world.n_agents, "n_posts": world.posts.n, "n_trust": len(world.trust),
         "n_history": len(world.history) if world.history is not None else None,
@@ -170,7 +171,8 @@ def restore_world(store: CheckpointStore, round_: int, cfg: Config | None = None
                   history=history, posts=posts, platforms=platforms, round=round_,
                   alive=snap.arrays["alive"].astype(bool), interventions=interventions,
                   joined=snap.arrays["joined"].astype(np.int32),
-                  last_means=snap.arrays["last_means"].astype(np.float64))
+                  last_means=snap.arrays["last_means"].astype(np.float64),
+                  initial_position=snap.arrays["initial_position"].astype(np.float64))
     world.memory.load_state(snap.meta.get("memory", {}), snap.arrays)
     world.digest.load_state(snap.meta.get("digest", {}))
     _check_counts(world, snap.meta.get("counts", {}))

@@ -10,6 +10,8 @@ import numpy as np
 from beliefs.exposure import ExposureHistory
 from beliefs.state import BeliefState
 from beliefs.trust import TrustStore
+from sim.counter_rng import CounterRNG
+from sim.follow_graph import FollowGraph
 from sim.posts import PostStore
 
 
@@ -41,13 +43,19 @@ class Exposures:
 
 @dataclass
 class UpdateContext:
-    """Everything else a rule may read."""
+    """Everything else a rule may read. Rules that work by direct interaction (random
+    pairs, neighbours on the follow graph, everyone) use `rng`, `graph`, `alive` and
+    `initial_position` instead of (or besides) the exposures."""
 
     round: int
     posts: PostStore
     trust: TrustStore
     history: ExposureHistory | None
     engagement: np.ndarray  # float64 [N, T]: net votes received this round per topic
+    rng: CounterRNG | None = None  # draws keyed by (seed, round, agent, purpose)
+    graph: FollowGraph | None = None  # the first enabled platform's follow graph
+    alive: np.ndarray | None = None  # bool [N]: agents still in the simulation
+    initial_position: np.ndarray | None = None  # [N, T] positions at round 0 (or on joining)
 
 
 class UpdateRule(ABC):
