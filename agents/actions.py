@@ -74,7 +74,10 @@ class ActionBatch:
         batches = [b for b in batches if len(b)]
         if not batches:
             return cls.empty(n_topics)
-        meta_keys = set.intersection(*(set(b.meta) for b in batches))
+        # A key some batches lack (e.g. LLM bookkeeping) is 0 for their rows.
+        dtypes = {k: v.dtype for b in batches for k, v in b.meta.items()}
+        meta = {k: np.concatenate([b.meta[k] if k in b.meta else np.zeros(len(b), dtypes[k])
+                                   for b in batches]) for k in sorted(dtypes)}
         return cls(
             agent=np.concatenate([b.agent for b in batches]),
             platform=np.concatenate([b.platform for b in batches]),
@@ -84,7 +87,7 @@ class ActionBatch:
             stance=np.concatenate([b.stance for b in batches]),
             text=[t for b in batches for t in b.text],
             slot=np.concatenate([b.slot for b in batches]),
-            meta={k: np.concatenate([b.meta[k] for b in batches]) for k in meta_keys},
+            meta=meta,
         )
 
     def take(self, idx: np.ndarray) -> ActionBatch:

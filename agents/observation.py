@@ -9,6 +9,16 @@ import numpy as np
 
 
 @dataclass
+class Prompt:
+    """An LLM agent's assembled context for one turn (built by the driver)."""
+
+    system: str
+    observation: str
+    section_tokens: dict[str, int]
+    provider: str
+
+
+@dataclass
 class PlatformView:
     """One platform's acting agents and their feeds; arrays are aligned on rows."""
 
@@ -25,7 +35,7 @@ class PlatformView:
     trust: np.ndarray  # float64 [A, K]
     voted: np.ndarray  # bool [A, K]
     reposted: np.ndarray  # bool [A, K]
-    text: list[list[str]] | None = None  # feed texts, only when a shard needs them (LLM)
+    prompts: list[Prompt | None] | None = None  # per row: the context of an LLM agent
 
     def take(self, rows: np.ndarray) -> PlatformView:
         """The view restricted to some rows (e.g. one shard's agents)."""
@@ -35,7 +45,7 @@ class PlatformView:
             stance=self.stance[rows], up=self.up[rows], down=self.down[rows],
             follows_author=self.follows_author[rows], trust=self.trust[rows],
             voted=self.voted[rows], reposted=self.reposted[rows],
-            text=[self.text[i] for i in rows] if self.text is not None else None,
+            prompts=[self.prompts[i] for i in rows] if self.prompts is not None else None,
         )
 
 

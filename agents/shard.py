@@ -7,9 +7,13 @@ everything dynamic from the driver in a `DecisionRequest`, once per round.
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from agents.actions import ActionBatch
+from agents.llm_policy import LLMPolicy
 from agents.observation import DecisionRequest
 from agents.population import Population
 from agents.rule_policy import RulePolicy
@@ -17,17 +21,34 @@ from sim.config import Config
 from sim.counter_rng import CounterRNG
 
 
+@dataclass
+class ShardResult:
+    """A shard's decisions for one round, and the LLM calls it made."""
+
+    actions: ActionBatch
+    llm_calls: list[dict] = field(default_factory=list)
+
+
 class AgentShard:
     """Decides for the agents `shard_id`, `shard_id + n_shards`, ... of the population."""
 
-    def __init__(self, shard_id: int, n_shards: int, cfg: Config, population: Population):
+    def __init__(self, shard_id: int, n_shards: int, cfg: Config, population: Population,
+                 llm_urls: dict[str, list[str]] | None = None):
         self.shard_id = shard_id
         self.n_shards = n_shards
+        self.llm_urls = llm_urls or {}
+        self.llm: LLMPolicy | None = None
         self.update(cfg, population)
 
     def update(self, cfg: Config, population: Population) -> None:
         """Take the effective config and population (at start, and after interventions)."""
+        same_llm = self.llm is not None and cfg.llm == self.cfg.llm
         self.cfg = cfg
+        if same_llm:  # keep the connection pools; only the accounts may have changed
+            self.llm.usernames = {u: i for i, u in enumerate(population.username)}
+        else:
+            self.llm = (LLMPolicy(cfg, population.username, self.n_shards, self.llm_urls)
+                        if cfg.llm is not None else None)
         self.n_topics = len(cfg.topics)
         self.rng = CounterRNG(cfg.seed)
         self.policy = RulePolicy(cfg.policy, cfg.topics, self.rng, population.interests,
@@ -40,16 +61,24 @@ class AgentShard:
         """Mask of the given agents that belong to this shard."""
         return agents % self.n_shards == self.shard_id
 
-    async def decide(self, request: DecisionRequest) -> ActionBatch:
-        """This round's actions of the shard's acting agents, on every platform."""
-        batches = []
+    async def decide(self, request: DecisionRequest) -> ShardResult:
+        """This round's actions of the shard's acting agents, on every platform: the rule
+        policy for everyone (vectorised), then LLM calls for the LLM agents, concurrently
+        across platforms."""
+        rule = []
         for view in request.views:
             rows = request.rows_of(view.agents)
-            batches.append(self.policy.decide(
+            rule.append(self.policy.decide(
                 view, request.position[rows], request.confidence[rows], request.round,
                 self.max_actions[view.name],
             ))
-        return ActionBatch.concat(batches, self.n_topics)
+        if self.llm is None or not any(v.prompts for v in request.views):
+            return ShardResult(ActionBatch.concat(rule, self.n_topics))
+        decided = await asyncio.gather(*(self.llm.decide(view, batch, request.round)
+                                         for view, batch in zip(request.views, rule,
+                                                                strict=True)))
+        return ShardResult(ActionBatch.concat([b for b, _ in decided], self.n_topics),
+                           [c for _, calls in decided for c in calls])
 
     async def ping(self) -> int:
         """Liveness check (used by the Ray executor at start-up)."""

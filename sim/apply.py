@@ -157,10 +157,12 @@ def apply_actions(world: World, actions: ActionBatch, views: list[PlatformView],
         kinds = np.array([_KIND_OF[ActionType(int(a))] for a in act[idx]], dtype=np.int8)
         stance = actions.stance[idx].copy()
         stance[is_repost] = posts.stance[parent[is_repost]]  # a repost carries its root's
+        method = actions.meta.get("stance_method")
         new_post[idx] = posts.append(NewPosts(
             platform=actions.platform[idx], author=actions.agent[idx], kind=kinds,
             parent=np.where(act[idx] == ActionType.POST, -1, parent),
             stance=stance, text=[actions.text[i] for i in idx],
+            stance_method=method[idx] if method is not None else None,
         ), round_)
 
     # Counters on target posts; a repost shares the root (its parent), not the repost.

@@ -397,12 +397,94 @@ class BoundedConfidence(Strict):
     mu: float = Field(default=0.2, gt=0, le=1)
 
 
+# The opinion-dynamics rules (docs/models.md). Thresholds are on Shoal's [-1, 1] scale: a
+# threshold ε' stated on [0, 1] in the literature is ε = 2ε' here.
+BeliefMode = Literal["exposures", "pairs", "neighbours", "complete"]
+Epsilon = Annotated[float, Field(gt=0, le=2)]
+
+
+class _Dynamics(Strict):
+    """What every opinion-dynamics rule shares: who an agent is influenced by each round
+    (`mode`), and whether exposures to posts it had already seen count (`skip_seen`)."""
+
+    mode: BeliefMode = "exposures"
+    skip_seen: bool = False
+
+    @model_validator(mode="after")
+    def _skip_seen(self):
+        if self.skip_seen and self.mode != "exposures":
+            raise ValueError("skip_seen applies to mode 'exposures' only")
+        return self
+
+
+class _Averaging(_Dynamics):
+    """Weighted-average rules: weight of oneself and of each influence."""
+
+    self_weight: float | None = Field(default=None, ge=0, le=1)
+    weights: Literal["uniform", "trust"] = "uniform"
+
+    @model_validator(mode="after")
+    def _trust_needs_pairs(self):
+        if self.weights == "trust" and self.mode == "complete":
+            raise ValueError("weights 'trust' needs mode exposures, pairs or neighbours "
+                             "(mode 'complete' weights everyone equally)")
+        return self
+
+
+class Deffuant(_Dynamics):
+    """Deffuant–Weisbuch bounded confidence: |x_j − x_i| < ε moves x_i by μ(x_j − x_i)."""
+
+    rule: Literal["deffuant"]
+    epsilon: Epsilon = 0.4
+    mu: float = Field(default=0.5, gt=0, le=1)
+
+
+class HegselmannKrause(_Dynamics):
+    """Hegselmann–Krause: x_i becomes the mean of itself and all influences within ε."""
+
+    rule: Literal["hegselmann_krause"]
+    epsilon: Epsilon = 0.4
+
+
+class DeGroot(_Averaging):
+    """DeGroot: x_i becomes a weighted mean of itself and its influences."""
+
+    rule: Literal["degroot"]
+
+
+class FriedkinJohnsen(_Averaging):
+    """Friedkin–Johnsen: x ← Λ·(DeGroot step) + (I − Λ)·x(0); λ_i is the susceptibility
+    (1 − λ_i the stubbornness), or 1 − confidence per agent and topic."""
+
+    rule: Literal["friedkin_johnsen"]
+    susceptibility: Annotated[float, Field(ge=0, le=1)] | Literal["confidence"] = 0.8
+
+
+class Voter(_Dynamics):
+    """Voter model: an agent copies the position of a random influence."""
+
+    rule: Literal["voter"]
+    rate: float = Field(default=1.0, gt=0, le=1)
+
+
+class AlgorithmicBias(_Dynamics):
+    """Sîrbu et al. 2019: the partner is drawn ∝ max(|x_i − x_j|, min_distance)^−γ, then a
+    Deffuant update with ε and μ."""
+
+    rule: Literal["algorithmic_bias"]
+    epsilon: Epsilon = 0.4
+    mu: float = Field(default=0.5, gt=0, le=1)
+    gamma: float = Field(default=1.0, ge=0, le=20)
+    min_distance: float = Field(default=2e-5, ge=1e-6, le=1)
+
+
 def _rule(value: object) -> object:
     return {"rule": value} if isinstance(value, str) else value
 
 
 BeliefRule = Annotated[
-    Annotated[SocialInfluence | BoundedConfidence, Field(discriminator="rule")],
+    Annotated[SocialInfluence | BoundedConfidence | Deffuant | HegselmannKrause | DeGroot
+              | FriedkinJohnsen | Voter | AlgorithmicBias, Field(discriminator="rule")],
     BeforeValidator(_rule),
 ]
 
@@ -508,6 +590,81 @@ class MemoryConfig(Strict):
     context: ContextConfig = Field(default_factory=ContextConfig)
 
 
+class ProviderConfig(Strict):
+    """An OpenAI-compatible chat-completions endpoint (vLLM, Ollama, llama.cpp, OpenAI,
+    DeepSeek, OpenRouter, ...). `api_key_env` is the *name* of the environment variable
+    holding the key; the key itself never appears in a config, a log or a run directory.
+    `base_urls: [loopback]` starts Shoal's own loopback server for the run."""
+
+    name: str = "default"
+    base_urls: list[str] = Field(min_length=1)
+    model: str
+    api_key_env: str | None = None
+    timeout_s: float = Field(default=60.0, gt=0)
+    max_retries: int = Field(default=3, ge=0, le=10)
+    concurrency: int = Field(default=64, ge=1)
+    tools: Literal["native", "json"] = "native"
+    temperature: float = Field(default=0.7, ge=0, le=2)
+    max_tokens: int = Field(default=400, gt=0)
+    price_prompt_per_mtok: float = Field(default=0.0, ge=0)
+    price_completion_per_mtok: float = Field(default=0.0, ge=0)
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("base_urls")
+    @classmethod
+    def _urls(cls, v: list[str]) -> list[str]:
+        for url in v:
+            if url != "loopback" and not re.match(r"^https?://", url):
+                raise ValueError(f"must be http(s) URLs or 'loopback', got {url!r}")
+        return [u.rstrip("/") for u in v]
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", v):
+            raise ValueError("must be the NAME of an environment variable (e.g. "
+                             "OPENAI_API_KEY), not the key itself")
+        return v
+
+
+class LLMAgentsConfig(Strict):
+    """Which agents are LLM-driven (the rest stay rule-based): `ids`, `groups`, and/or a
+    seeded `fraction` of those; `provider` by default, `by_group` a provider per group."""
+
+    fraction: float = Field(default=1.0, gt=0, le=1)
+    groups: list[str] | None = None
+    ids: list[int] | None = None
+    provider: str = "default"
+    by_group: dict[str, str] = Field(default_factory=dict)
+
+
+class LLMConfig(Strict):
+    """LLM agents: providers, who uses them, and what happens when a call fails."""
+
+    providers: list[ProviderConfig] = Field(min_length=1)
+    agents: LLMAgentsConfig = Field(default_factory=LLMAgentsConfig)
+    fallback: Literal["rule", "nothing"] = "rule"
+    round_deadline_s: float = Field(default=120.0, gt=0)
+    summarizer_provider: str | None = None
+
+    @model_validator(mode="after")
+    def _names(self):
+        names = [p.name for p in self.providers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"provider names must be unique, got {names}")
+        wanted = {self.agents.provider, *self.agents.by_group.values()}
+        if self.summarizer_provider:
+            wanted.add(self.summarizer_provider)
+        missing = sorted(wanted - set(names))
+        if missing:
+            raise ValueError(f"unknown providers {missing}; providers are {names}")
+        return self
+
+    def provider(self, name: str) -> ProviderConfig:
+        """The provider named `name`."""
+        return next(p for p in self.providers if p.name == name)
+
+
 class CheckpointConfig(Strict):
     """Which round states to keep. Every round is checkpointed (its log and its state);
     older states are pruned: kept are round 0, the latest, and rounds that are multiples
@@ -540,6 +697,7 @@ class Config(Strict):
     output: OutputConfig = Field(default_factory=OutputConfig)
     checkpoints: CheckpointConfig = Field(default_factory=CheckpointConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    llm: LLMConfig | None = None
     interventions: list[Intervention] = Field(default_factory=list)
 
     @field_validator("name")
@@ -561,6 +719,9 @@ class Config(Strict):
                 f"initial_stances.topics: unknown topics {unknown}; topics are {names}"
             )
         self._check_interventions(names)
+        if self.memory.summarizer == "llm" and (self.llm is None
+                                                or not self.llm.summarizer_provider):
+            raise ValueError("memory.summarizer: 'llm' needs llm.summarizer_provider")
         groups = {g.name for g in self.population.groups}
         for p in PLATFORMS:
             wanted = getattr(self.platforms, p).members.groups or []

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from agents.actions import ACTION_NAMES, ActionBatch
+from agents.observation import Prompt
 from agents.prompt import SectionSpec, build_context
 from beliefs.rules import UpdateContext, make_rule
 from memory.digest import Entry
@@ -24,6 +25,7 @@ from sim.agent_context import context_inputs
 from sim.apply import Reason, apply_actions
 from sim.checkpoint import CheckpointStore
 from sim.counter_rng import CounterRNG
+from sim.errors import ProviderDown
 from sim.executors import Executor
 from sim.faults import crash_point
 from sim.interventions import Fired
@@ -39,6 +41,7 @@ from sim.round_log import (
     exposures_table,
     follows_table,
     interventions_table,
+    llm_calls_table,
     memory_table,
     posts_tables,
     trust_table,
@@ -64,6 +67,18 @@ class RoundStats:
     n_trust_events: int = 0
     n_interventions: int = 0
     ms: dict[str, float] = field(default_factory=dict)
+
+
+def check_providers(calls: list[dict], round_: int) -> None:
+    """Stop (before anything of the round is applied) when no call could reach its
+    provider: the run can be resumed once the provider is back."""
+    if calls and all(c["status"] in ("unreachable", "cancelled") for c in calls):
+        failed = {c["base_url"] for c in calls if c["base_url"]}
+        example = next((c["error"] for c in calls if c["error"]), "")
+        raise ProviderDown(
+            f"round {round_}: none of {len(calls)} LLM calls reached a provider "
+            f"({', '.join(sorted(failed)) or 'no endpoint'}: {example}); the run stopped "
+            f"after round {round_ - 1} and can be resumed with `shoal resume`")
 
 
 class RoundDriver:
@@ -96,6 +111,7 @@ class RoundDriver:
         self.social_features = cfg.policy.engage_rate > 0
         self.trust_features = self.social_features or self.rule.uses_trust
         self.context_agents = w.context_agents()
+        self.providers = w.llm_providers()  # LLM agent -> provider name
         self.section_specs = {name: SectionSpec(s.priority, s.max_tokens)
                               for name, s in cfg.memory.context.sections.items()}
 
@@ -126,14 +142,17 @@ class RoundDriver:
         t1 = clock()
         views = observe(w, r, acting, self.recommenders, self.rng, self.social_features,
                         self.trust_features)
-        request = decision_request(w, r, views)
         tc = clock()
         contexts = self.build_contexts(r, views)
+        request = decision_request(w, r, views)
         t2 = clock()
-        batches = self.executor.decide(request)
+        results = self.executor.decide(request)
+        calls = [c for res in results for c in res.llm_calls]
+        check_providers(calls, r)
         crash_point("mid_round", r)
         t3 = clock()
-        actions = ActionBatch.concat(batches, len(w.topics)).canonical()
+        actions = ActionBatch.concat([res.actions for res in results], len(w.topics)
+                                     ).canonical()
         applied = apply_actions(w, actions, views, r)
         t4 = clock()
         exp = exposures(views)
@@ -174,12 +193,13 @@ class RoundDriver:
                 if notify is not None:
                     notify(r)
 
-        self._log(r, views, applied, fired, new_ids, stats, clock, after_commit, contexts)
+        self._log(r, views, applied, fired, new_ids, stats, clock, after_commit, contexts,
+                  calls)
         return stats
 
     def build_contexts(self, r: int, views) -> list[tuple]:
-        """Assemble the context of every acting agent whose context is built (step 4):
-        returns (platform, agent, Assembled) in canonical order."""
+        """Assemble the context of every acting agent whose context is built (step 4) and
+        hand LLM agents theirs as prompts: returns (platform, agent, Assembled)."""
         if not len(self.context_agents):
             return []
         w = self.world
@@ -187,11 +207,18 @@ class RoundDriver:
         out = []
         for view in views:
             rows = np.nonzero(np.isin(view.agents, self.context_agents))[0]
+            prompts: list[Prompt | None] = [None] * len(view.agents)
             for i in rows:
                 agent = int(view.agents[i])
                 inputs = context_inputs(w, w.digest, agent, view.name, r, view.feed[i])
-                out.append((view.name, agent,
-                            build_context(inputs, budget, self.section_specs)))
+                assembled = build_context(inputs, budget, self.section_specs)
+                out.append((view.name, agent, assembled))
+                provider = self.providers.get(agent)
+                if provider is not None:
+                    prompts[i] = Prompt(assembled.system, assembled.observation,
+                                        assembled.tokens, provider)
+            if self.providers:
+                view.prompts = prompts
         return out
 
     def remember(self, r: int, applied, fired) -> None:
@@ -219,7 +246,7 @@ class RoundDriver:
                 users[other] if other >= 0 else None, text))
 
     def _log(self, r: int, views, applied, fired: Fired, new_ids: np.ndarray,
-             stats: RoundStats, clock, after_commit=None, contexts=()) -> None:
+             stats: RoundStats, clock, after_commit=None, contexts=(), calls=()) -> None:
         """Step 9: hand round r's tables to the writer (one transaction, in order)."""
         w, cfg = self.world, self.world.cfg
         t = clock()
@@ -236,6 +263,7 @@ class RoundDriver:
             "interventions": interventions_table(fired.rows),
             "memory": memory_table(w.memory.drain_log()),
             "context": context_table(r, contexts, cfg.memory.context.budget_tokens),
+            "llm_calls": llm_calls_table(list(calls)),
         }
         if fired.joined is not None:
             first = w.n_agents - fired.joined.size

@@ -12,6 +12,11 @@ class InputError(Exception):
     """Bad user input (config, file, argument). Exit code 2."""
 
 
+class ProviderDown(Exception):
+    """Every LLM call of a round failed to reach its provider: the run stops at the round
+    boundary (nothing of that round is applied) and can be resumed later."""
+
+
 class ConfigError(InputError):
     """A config that does not validate; the message names the field path (and the line)."""
 

@@ -13,10 +13,9 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from agents.actions import ActionBatch
 from agents.observation import DecisionRequest
 from agents.population import Population
-from agents.shard import AgentShard
+from agents.shard import AgentShard, ShardResult
 from sim.config import Config
 from sim.errors import InputError
 
@@ -42,8 +41,8 @@ class Executor(ABC):
     kind: str
 
     @abstractmethod
-    def decide(self, request: DecisionRequest) -> list[ActionBatch]:
-        """Split the request by shard, run every shard once, return their batches."""
+    def decide(self, request: DecisionRequest) -> list[ShardResult]:
+        """Split the request by shard, run every shard once, return their results."""
 
     @abstractmethod
     def update(self, cfg: Config, population: Population) -> None:
@@ -59,24 +58,30 @@ class LocalExecutor(Executor):
 
     kind = "local"
 
-    def __init__(self, cfg: Config, population: Population, n_shards: int = 1):
+    def __init__(self, cfg: Config, population: Population, n_shards: int = 1,
+                 llm_urls: dict[str, list[str]] | None = None):
         self.n_shards = n_shards
-        self.shards = [AgentShard(s, n_shards, cfg, population) for s in range(n_shards)]
+        self.shards = [AgentShard(s, n_shards, cfg, population, llm_urls)
+                       for s in range(n_shards)]
         self._loop = asyncio.new_event_loop()
 
     def update(self, cfg: Config, population: Population) -> None:
         for shard in self.shards:
             shard.update(cfg, population)
 
-    def decide(self, request: DecisionRequest) -> list[ActionBatch]:
+    def decide(self, request: DecisionRequest) -> list[ShardResult]:
         parts = split_request(request, self.n_shards) if self.n_shards > 1 else [request]
-        async def run_all() -> list[ActionBatch]:
+
+        async def run_all() -> list[ShardResult]:
             return await asyncio.gather(*(shard.decide(part) for shard, part
                                           in zip(self.shards, parts, strict=True)))
 
         return self._loop.run_until_complete(run_all())
 
     def close(self) -> None:
+        for shard in self.shards:
+            if shard.llm is not None:
+                self._loop.run_until_complete(shard.llm.close())
         self._loop.close()
 
 
@@ -86,7 +91,7 @@ class RayExecutor(Executor):
     kind = "ray"
 
     def __init__(self, cfg: Config, population: Population, n_shards: int,
-                 address: str | None = None):
+                 address: str | None = None, llm_urls: dict[str, list[str]] | None = None):
         import ray  # imported here: the local executor must not pay Ray's import time
 
         self._ray = ray
@@ -103,10 +108,11 @@ class RayExecutor(Executor):
         self.n_shards = n_shards
         actor_cls = ray.remote(num_cpus=0)(_ShardActor)
         pop_ref = ray.put(population)
-        self.actors = [actor_cls.remote(s, n_shards, cfg, pop_ref) for s in range(n_shards)]
+        self.actors = [actor_cls.remote(s, n_shards, cfg, pop_ref, llm_urls)
+                       for s in range(n_shards)]
         ray.get([a.ping.remote() for a in self.actors])
 
-    def decide(self, request: DecisionRequest) -> list[ActionBatch]:
+    def decide(self, request: DecisionRequest) -> list[ShardResult]:
         parts = split_request(request, self.n_shards)
         return self._ray.get([a.decide.remote(p) for a, p in zip(self.actors, parts, strict=True)])
 
@@ -125,10 +131,11 @@ class RayExecutor(Executor):
 class _ShardActor:
     """The Ray actor body: an AgentShard behind async methods."""
 
-    def __init__(self, shard_id: int, n_shards: int, cfg: Config, population: Population):
-        self.shard = AgentShard(shard_id, n_shards, cfg, population)
+    def __init__(self, shard_id: int, n_shards: int, cfg: Config, population: Population,
+                 llm_urls: dict[str, list[str]] | None = None):
+        self.shard = AgentShard(shard_id, n_shards, cfg, population, llm_urls)
 
-    async def decide(self, request: DecisionRequest) -> ActionBatch:
+    async def decide(self, request: DecisionRequest) -> ShardResult:
         return await self.shard.decide(request)
 
     async def update(self, cfg: Config, population: Population) -> None:
@@ -145,9 +152,10 @@ def resolve_shards(kind: str, shards: int | str) -> int:
     return 1 if kind == "local" else max(1, os.cpu_count() or 1)
 
 
-def make_executor(cfg: Config, population: Population) -> Executor:
-    """The executor the config asks for."""
+def make_executor(cfg: Config, population: Population,
+                  llm_urls: dict[str, list[str]] | None = None) -> Executor:
+    """The executor the config asks for (`llm_urls`: providers' resolved base URLs)."""
     n = resolve_shards(cfg.executor.kind, cfg.executor.shards)
     if cfg.executor.kind == "ray":
-        return RayExecutor(cfg, population, n, cfg.executor.address)
-    return LocalExecutor(cfg, population, n)
+        return RayExecutor(cfg, population, n, cfg.executor.address, llm_urls)
+    return LocalExecutor(cfg, population, n, llm_urls)

@@ -131,4 +131,5 @@ MUTABLE_PREFIXES = ("policy.", "beliefs.", "activity.", "platforms.twitter.recom
                     "platforms.reddit.participation", "platforms.twitter.feed_size",
                     "platforms.reddit.feed_size", "platforms.twitter.max_actions_per_round",
                     "platforms.reddit.max_actions_per_round", "executor.", "output.",
-                    "checkpoints.", "memory.", "rounds", "seed", "name", "interventions")
+                    "checkpoints.", "memory.", "llm.", "rounds", "seed", "name",
+                    "interventions")

@@ -52,6 +52,7 @@ class NewPosts:
     parent: np.ndarray  # int64, -1 for none
     stance: np.ndarray  # float64 [n, T], nan where a topic is not addressed
     text: list[str]
+    stance_method: np.ndarray | None = None  # int8 codes; None: carried as data
 
 
 class PostStore:
@@ -72,6 +73,7 @@ class PostStore:
             "down": _Column(np.int32),
             "shares": _Column(np.int32),
             "replies": _Column(np.int32),
+            "stance_method": _Column(np.int8),  # how the stance was obtained (store enum)
         }
         self.text: list[str] = []
         # Per platform: ids and rounds of its posts, ascending (both grow at the end).
@@ -100,6 +102,8 @@ class PostStore:
         c["kind"].data[sl] = new.kind
         c["parent"].data[sl] = new.parent
         c["stance"].data[sl] = new.stance
+        if new.stance_method is not None:
+            c["stance_method"].data[sl] = new.stance_method
         parent = np.asarray(new.parent, dtype=np.int64)
         has_parent = parent >= 0
         root = ids.copy()
@@ -131,7 +135,7 @@ class PostStore:
         """Copies of the immutable columns of some posts (for checkpoint logs)."""
         ids = np.asarray(ids, dtype=np.int64)
         out = {name: self._cols[name].data[ids].copy() for name in self._cols
-               if name not in self.COUNTERS}
+               if name not in self.COUNTERS}  # stance_method is immutable, so included
         out["id"] = ids
         return out
 

@@ -18,6 +18,8 @@ from sim.store import (
     FOLLOW_ENUM,
     KIND_ENUM,
     PLATFORM_ENUM,
+    SOURCE_ENUM,
+    STANCE_METHOD_ENUM,
     STATUS_ENUM,
     TRUST_ENUM,
     enum_array,
@@ -64,6 +66,7 @@ def posts_tables(world: World, ids: np.ndarray,
         "text": pa.array([p.text[i] for i in ids], type=pa.string()),
         "seed_up": pa.array(seeded["up"]),
         "seed_down": pa.array(seeded["down"]),
+        "stance_method": enum_array(p.stance_method[ids], STANCE_METHOD_ENUM),
     })
     stance = p.stance[ids]
     row, topic = np.nonzero(~np.isnan(stance))
@@ -116,6 +119,8 @@ def actions_table(round_: int, applied: Applied, log_idle: bool) -> pa.Table:
         "target_agent": pa.array(a.target_agent[keep], mask=a.target_agent[keep] < 0),
         "new_post_id": pa.array(applied.new_post[keep], mask=applied.new_post[keep] < 0),
         "status": enum_array(applied.reason[keep], STATUS_ENUM),
+        "source": enum_array(a.meta.get("source", np.zeros(len(a), np.int8))[keep],
+                             SOURCE_ENUM),
     })
 
 
@@ -200,6 +205,24 @@ def memory_table(rows: list[dict]) -> pa.Table:
         "note": pa.array([r["note"] for r in rows], pa.string()),
         "audience": pa.array([r["audience"] for r in rows], pa.int64()),
     })
+
+
+LLM_CALL_COLUMNS = {
+    "round": pa.int32(), "agent": pa.int32(), "platform": pa.string(),
+    "provider": pa.string(), "model": pa.string(), "base_url": pa.string(),
+    "call": pa.int8(), "status": pa.string(), "http_status": pa.int16(),
+    "prompt_tokens": pa.int32(), "completion_tokens": pa.int32(),
+    "section_tokens": pa.string(), "latency_ms": pa.float64(), "retries": pa.int16(),
+    "outcome": pa.string(), "fallback_reason": pa.string(), "error": pa.string(),
+    "cost_usd": pa.float64(),
+}
+
+
+def llm_calls_table(calls: list[dict]) -> pa.Table:
+    """One row per LLM call: who, where, tokens (per section too), latency, retries,
+    status, what came of it and why it fell back, estimated cost."""
+    return pa.table({name: pa.array([c[name] for c in calls], type=t)
+                     for name, t in LLM_CALL_COLUMNS.items()})
 
 
 def context_table(round_: int, contexts, budget: int) -> pa.Table:

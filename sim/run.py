@@ -22,7 +22,7 @@ import yaml
 from sim.checkpoint import CheckpointStore
 from sim.config import Config, config_hash, resolved_dict
 from sim.driver import RoundDriver, RoundStats
-from sim.errors import InputError
+from sim.errors import InputError, ProviderDown
 from sim.executors import Executor, make_executor
 from sim.interventions import Fired, check_against_population, check_settings
 from sim.live_mirror import LiveMirror
@@ -111,19 +111,33 @@ class Run:
     store: TrajectoryStore
     executor: Executor | None = None
     writer: RoundWriter | None = None
+    loopback: object | None = None  # a LoopbackProcess when a provider uses `loopback`
 
     def driver(self) -> RoundDriver:
         """A driver over this run (creates the executor and the writer on first use)."""
         if self.executor is None:
-            self.executor = make_executor(self.cfg, self.world.population)
+            self.executor = make_executor(self.cfg, self.world.population, self._llm_urls())
         if self.writer is None:
             mirror = LiveMirror(self.dir.root) if self.cfg.output.live_parquet else None
             self.writer = RoundWriter(self.store, mirror)
         return RoundDriver(self.world, self.executor, self.writer, self.dir.checkpoints,
                            on_checkpoint=lambda r: self.dir.write_meta(rounds_done=r))
 
+    def _llm_urls(self) -> dict[str, list[str]]:
+        """Providers' base URLs, with `loopback` replaced by a server started for the run."""
+        if self.cfg.llm is None:
+            return {}
+        out = {}
+        for p in self.cfg.llm.providers:
+            if "loopback" in p.base_urls and self.loopback is None:
+                from sim.llm_server import LoopbackProcess
+
+                self.loopback = LoopbackProcess(self.cfg.seed)
+            out[p.name] = [self.loopback.url if u == "loopback" else u for u in p.base_urls]
+        return out
+
     def close(self) -> None:
-        """Commit what is pending, then release writer, executor and store."""
+        """Commit what is pending, then release writer, executor, store and any loopback."""
         try:
             if self.writer is not None:
                 self.writer.close()
@@ -132,7 +146,11 @@ class Run:
             if self.executor is not None:
                 self.executor.close()
                 self.executor = None
+            self.world.memory.close()
             self.store.close()
+            if self.loopback is not None:
+                self.loopback.stop()
+                self.loopback = None
 
 
 def create_run(cfg: Config, lineage: dict | None = None) -> Run:
@@ -195,7 +213,12 @@ def run_rounds(run: Run, on_round: Callable[[RoundStats], None] | None = None) -
     run.dir.write_meta(status="running", executor=run.executor.kind,
                        shards=run.executor.n_shards)
     while run.world.round < run.cfg.rounds:
-        s = driver.step()
+        try:
+            s = driver.step()
+        except ProviderDown as exc:
+            run.writer.flush()
+            run.dir.write_meta(status="stopped", stopped_reason=str(exc))
+            raise
         stats.append(s)
         if on_round is not None:
             on_round(s)

@@ -24,6 +24,8 @@ KIND_ENUM = tuple(k.name.lower() for k in PostKind)
 STATUS_ENUM = tuple(REASON_NAMES[r] for r in Reason)
 TRUST_ENUM = TRUST_CAUSES
 FOLLOW_ENUM = ("init", "follow", "unfollow")
+SOURCE_ENUM = ("rule", "llm", "fallback_rule", "fallback_nothing")  # agents.llm_policy.SOURCE
+STANCE_METHOD_ENUM = ("data", "self_report", "lexicon", "none")  # ... .STANCE_METHOD
 
 
 def _enum(values: tuple[str, ...]) -> str:
@@ -37,6 +39,8 @@ CREATE TYPE post_kind_t AS {_enum(KIND_ENUM)};
 CREATE TYPE status_t AS {_enum(STATUS_ENUM)};
 CREATE TYPE trust_cause_t AS {_enum(TRUST_ENUM)};
 CREATE TYPE follow_op_t AS {_enum(FOLLOW_ENUM)};
+CREATE TYPE source_t AS {_enum(SOURCE_ENUM)};
+CREATE TYPE stance_method_t AS {_enum(STANCE_METHOD_ENUM)};
 CREATE TABLE run (
     run_id VARCHAR, name VARCHAR, created_at TIMESTAMP, seed UBIGINT,
     engine_version VARCHAR, config_hash VARCHAR, config JSON, topics VARCHAR[],
@@ -58,7 +62,8 @@ CREATE TABLE rounds (
 );
 CREATE TABLE posts (
     post_id BIGINT, platform platform_t, round INTEGER, author INTEGER, kind post_kind_t,
-    parent_id BIGINT, root_id BIGINT, text VARCHAR, seed_up INTEGER, seed_down INTEGER
+    parent_id BIGINT, root_id BIGINT, text VARCHAR, seed_up INTEGER, seed_down INTEGER,
+    stance_method stance_method_t
 );
 CREATE TABLE interventions (
     round INTEGER, idx INTEGER, kind VARCHAR, spec JSON, effect JSON
@@ -75,7 +80,15 @@ CREATE TABLE context (
 CREATE TABLE post_stances (post_id BIGINT, topic VARCHAR, stance DOUBLE);
 CREATE TABLE actions (
     round INTEGER, platform platform_t, agent INTEGER, slot TINYINT, action action_t,
-    target_post BIGINT, target_agent INTEGER, new_post_id BIGINT, status status_t
+    target_post BIGINT, target_agent INTEGER, new_post_id BIGINT, status status_t,
+    source source_t
+);
+CREATE TABLE llm_calls (
+    round INTEGER, agent INTEGER, platform VARCHAR, provider VARCHAR, model VARCHAR,
+    base_url VARCHAR, call TINYINT, status VARCHAR, http_status SMALLINT,
+    prompt_tokens INTEGER, completion_tokens INTEGER, section_tokens JSON, latency_ms DOUBLE,
+    retries SMALLINT, outcome VARCHAR, fallback_reason VARCHAR, error VARCHAR,
+    cost_usd DOUBLE
 );
 CREATE TABLE exposures (
     round INTEGER, platform platform_t, agent INTEGER, post_id BIGINT, rank SMALLINT
@@ -108,7 +121,8 @@ CREATE VIEW post_stats AS
 """
 
 TABLES = ("run", "topics", "agents", "rounds", "posts", "post_stances", "actions",
-          "exposures", "beliefs", "trust", "follows", "interventions", "memory", "context")
+          "exposures", "beliefs", "trust", "follows", "interventions", "memory", "context",
+          "llm_calls")
 
 
 def enum_array(codes: np.ndarray, names: tuple[str, ...]) -> pa.DictionaryArray:
@@ -164,7 +178,7 @@ class TrajectoryStore:
         `n_posts` posts existed at the end of that round), in one transaction."""
         self.con.execute("BEGIN TRANSACTION")
         for table in ("rounds", "actions", "exposures", "beliefs", "trust", "follows",
-                      "interventions", "memory", "context"):
+                      "interventions", "memory", "context", "llm_calls"):
             self.con.execute(f"DELETE FROM {table} WHERE round > ?", [round_])
         self.con.execute("DELETE FROM agents WHERE joined_round > ?", [round_])
         for table in ("posts", "post_stances"):

@@ -50,6 +50,15 @@ def summarize(root: Path, wall_seconds: float | None = None) -> Group:
             "FROM beliefs WHERE round IN (0, (SELECT max(round) FROM beliefs)) "
             "GROUP BY ALL ORDER BY topic, round").fetchall()
         n_posts = con.execute("SELECT count(*) FROM posts").fetchone()[0]
+        llm = con.execute("""
+            SELECT count(*), count(*) FILTER (WHERE status <> 'ok'),
+                   count(*) FILTER (WHERE outcome = 'invalid'),
+                   coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0),
+                   coalesce(sum(cost_usd), 0), coalesce(median(latency_ms), 0)
+            FROM llm_calls""").fetchone()
+        fallbacks = con.execute("""
+            SELECT source::VARCHAR, count(*) FROM actions
+            WHERE source IN ('fallback_rule', 'fallback_nothing') GROUP BY 1""").fetchall()
     finally:
         con.close()
 
@@ -65,6 +74,12 @@ def summarize(root: Path, wall_seconds: float | None = None) -> Group:
                                 if db.with_suffix(".duckdb.wal").exists() else 0)
     head.add_row("trajectory", f"{db}  ({size / 1e6:.1f} MB)")
     head.add_row("checkpoints", _checkpoints_line(CheckpointStore(Path(root) / "checkpoints")))
+    if llm[0]:
+        n_fb = sum(n for _, n in fallbacks)
+        head.add_row("LLM calls", f"{llm[0]:,} calls, {llm[1]:,} failed, {llm[2]:,} invalid "
+                                  f"replies, {n_fb:,} fallbacks; median latency {llm[6]:.0f} ms")
+        head.add_row("LLM tokens, cost", f"{llm[3]:,} prompt + {llm[4]:,} completion tokens, "
+                                         f"about ${llm[5]:.4f}")
 
     act_table = Table(title="actions", title_justify="left", box=None, padding=(0, 1))
     for col in ("platform", "action", "applied", "rejected"):

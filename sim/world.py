@@ -30,7 +30,7 @@ from sim.platform import Platform
 from sim.posts import PostStore
 
 # Keys of the seeded numpy generators used for round-0 construction.
-_POPULATION, _STANCES, _GRAPH, _MEMBERSHIP = 1, 2, 3, 4
+_POPULATION, _STANCES, _GRAPH, _MEMBERSHIP, _LLM_AGENTS = 1, 2, 3, 4, 5
 
 
 @dataclass
@@ -72,9 +72,36 @@ class World:
 
     def context_agents(self) -> np.ndarray:
         """Agents whose context is assembled during the run (and whose digest is kept)."""
-        if self.cfg.memory.context.build_for == "all":
+        mode = self.cfg.memory.context.build_for
+        if mode == "all":
             return np.arange(self.n_agents)
-        return np.empty(0, dtype=np.int64)  # "llm": none until LLM agents exist; "none"
+        if mode == "llm":
+            return np.asarray(sorted(self.llm_providers()), dtype=np.int64)
+        return np.empty(0, dtype=np.int64)
+
+    def llm_providers(self) -> dict[int, str]:
+        """LLM-driven agents (ids, groups and a seeded fraction, per `llm.agents`) and the
+        provider each uses (`by_group`, else the default)."""
+        llm = self.cfg.llm
+        if llm is None:
+            return {}
+        a, pop = llm.agents, self.population
+        mask = np.ones(pop.size, dtype=bool)
+        if a.ids is not None:
+            mask = np.zeros(pop.size, dtype=bool)
+            mask[[i for i in a.ids if i < pop.size]] = True
+        if a.groups is not None:
+            mask &= pop.group_mask(a.groups)
+        if a.fraction < 1.0:
+            rng = CounterRNG(self.cfg.seed).generator(_LLM_AGENTS)
+            mask &= rng.random(pop.size) < a.fraction
+        mask &= self.alive
+        out = {}
+        for agent in np.nonzero(mask)[0].tolist():
+            g = pop.group[agent]
+            group = pop.group_names[g] if g >= 0 else None
+            out[agent] = a.by_group.get(group, a.provider) if group else a.provider
+        return out
 
     @property
     def n_agents(self) -> int:

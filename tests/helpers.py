@@ -12,9 +12,11 @@ from sim.run import Run, create_run, run_rounds
 
 # Columns that legitimately differ between two runs of the same config.
 VOLATILE = {"rounds": ["ms_schedule", "ms_observe", "ms_context", "ms_decide", "ms_apply",
-                       "ms_update", "ms_log", "wall_time"]}
+                       "ms_update", "ms_log", "wall_time"],
+            # The loopback server listens on a fresh port each run; latency is wall time.
+            "llm_calls": ["base_url", "latency_ms"]}
 COMPARED = ("agents", "posts", "post_stances", "actions", "exposures", "beliefs", "trust",
-            "follows", "rounds", "topics", "interventions", "memory", "context")
+            "follows", "rounds", "topics", "interventions", "memory", "context", "llm_calls")
 
 
 def make_config(data: dict, out: Path, **overrides) -> Config:

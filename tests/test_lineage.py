@@ -25,15 +25,13 @@ from sim.fork import fork_run
 from sim.lineage import fork_rounds, lineage, read_table, run_tree
 from sim.run import run_rounds
 from tests.conftest import CONFIGS
-from tests.helpers import make_config, run_config
+from tests.helpers import VOLATILE, make_config, run_config
 
 K = 4
 ROUNDS = 8
 ROUND_TABLES = ("rounds", "actions", "exposures", "beliefs", "trust", "follows",
                 "interventions")
 HISTORY = (*ROUND_TABLES, "posts", "post_stances")
-VOLATILE = ["ms_schedule", "ms_observe", "ms_decide", "ms_apply", "ms_update", "ms_log",
-            "wall_time"]
 
 
 def small_dict(**overrides) -> dict:
@@ -69,7 +67,7 @@ def family(tmp_path_factory) -> SimpleNamespace:
 def history(run: Path, table: str, where: str | None = None) -> pd.DataFrame:
     """read_table without the columns that differ between identical runs (timings)."""
     df = read_table(run, table, where)
-    return df.drop(columns=[c for c in VOLATILE if c in df.columns])
+    return df.drop(columns=[c for c in VOLATILE.get(table, []) if c in df.columns])
 
 
 def raw(db: Path, sql: str) -> pd.DataFrame:

@@ -1,0 +1,231 @@
+"""LLM decisions for a shard's LLM agents, with every failure survived and recorded.
+
+Each LLM agent acting on a platform makes one call (the driver assembled its system text
+and observation); the reply is parsed tolerantly and validated against the agent's feed
+and the accounts that exist; an invalid reply gets one repair retry that says what was
+wrong; after that the configured fallback applies (the agent's rule-based decision, or
+doing nothing) and the reason is recorded. Calls run concurrently under the shard's share
+of each provider's concurrency limit; when the round deadline passes, stragglers are
+cancelled and fall back. Every call, its tokens per section, latency, retries, status and
+cost becomes a row of the `llm_calls` table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from agents.actions import ActionBatch, ActionType
+from agents.llm_client import CallResult, LLMClient
+from agents.llm_tools import (
+    WRITES,
+    Parsed,
+    Valid,
+    json_instructions,
+    parse_reply,
+    tools,
+    validate,
+)
+from agents.observation import PlatformView, Prompt
+from sim.config import Config
+
+SOURCE = {"rule": 0, "llm": 1, "fallback_rule": 2, "fallback_nothing": 3}
+STANCE_METHOD = {"data": 0, "self_report": 1, "lexicon": 2, "none": 3}
+
+
+@dataclass
+class Turn:
+    """The outcome of one LLM agent's turn on one platform."""
+
+    row: int  # row in the view
+    valid: Valid | None
+    reason: str  # why it fell back ("" if it did not)
+    calls: list[dict]
+
+
+def estimate_stance(text: str, topics) -> tuple[np.ndarray, str]:
+    """Stance from free text (beliefs.stance when available; otherwise none)."""
+    try:
+        from beliefs.stance import estimate_stance as lexicon
+    except ImportError:  # the estimator is optional for the protocol itself
+        return np.full(len(topics), np.nan), "none"
+    return lexicon(text, topics)
+
+
+class LLMPolicy:
+    """Decides for the LLM agents of one shard."""
+
+    def __init__(self, cfg: Config, usernames: list[str], n_shards: int,
+                 base_urls: dict[str, list[str]]):
+        assert cfg.llm is not None
+        self.cfg = cfg
+        self.llm = cfg.llm
+        self.topics = [t.name for t in cfg.topics]
+        self.topic_specs = cfg.topics
+        self.usernames = {u: i for i, u in enumerate(usernames)}
+        self.clients = {
+            p.name: LLMClient(p, base_urls.get(p.name, p.base_urls),
+                              math.ceil(p.concurrency / n_shards), seed=cfg.seed)
+            for p in self.llm.providers}
+
+    def _body(self, prompt: Prompt, platform: str, agent: int, round_: int) -> dict:
+        provider = self.llm.provider(prompt.provider)
+        user = prompt.observation
+        body = {"model": provider.model, "temperature": provider.temperature,
+                "max_tokens": provider.max_tokens,
+                "seed": (self.cfg.seed * 1_000_003 + round_ * 7919 + agent) % 2**31}
+        if provider.tools == "native":
+            body["tools"] = tools(platform, self.topics)
+            body["tool_choice"] = "auto"
+        else:
+            user = f"{user}\n\n{json_instructions(platform, self.topics)}"
+        body["messages"] = [{"role": "system", "content": prompt.system},
+                            {"role": "user", "content": user}]
+        body.update(provider.extra_body)
+        return body
+
+    def _record(self, result: CallResult, prompt: Prompt, agent: int, platform: str,
+                round_: int, call: int) -> dict:
+        p = self.llm.provider(prompt.provider)
+        prompt_tokens = result.prompt_tokens if result.prompt_tokens is not None else sum(
+            v for k, v in prompt.section_tokens.items() if k in ("system", "observation"))
+        completion = result.completion_tokens or 0
+        return {"round": round_, "agent": agent, "platform": platform, "provider": p.name,
+                "model": p.model, "base_url": result.base_url, "call": call,
+                "status": result.status, "http_status": result.http_status,
+                "prompt_tokens": int(prompt_tokens), "completion_tokens": int(completion),
+                "section_tokens": json.dumps(prompt.section_tokens),
+                "latency_ms": result.latency_ms, "retries": result.retries,
+                "error": result.error, "outcome": "", "fallback_reason": "",
+                "cost_usd": (prompt_tokens * p.price_prompt_per_mtok
+                             + completion * p.price_completion_per_mtok) / 1e6}
+
+    async def _turn(self, view: PlatformView, row: int, round_: int) -> Turn:
+        prompt = view.prompts[row]
+        agent = int(view.agents[row])
+        feed = {int(p) for p in view.feed[row] if p >= 0}
+        client = self.clients[prompt.provider]
+        body = self._body(prompt, view.name, agent, round_)
+        calls: list[dict] = []
+        why = ""
+        for call in (1, 2):  # the first call, then one repair retry
+            result = await client.chat(body, key=agent)
+            calls.append(self._record(result, prompt, agent, view.name, round_, call))
+            if result.status != "ok":
+                return Turn(row, None, result.status, calls)
+            parsed, why = parse_reply(result.message)
+            valid = None
+            if parsed is not None:
+                valid, why = validate(parsed, view.name, feed, self.usernames, agent,
+                                      self.topics)
+            if valid is not None:
+                calls[-1]["outcome"] = parsed.name
+                return Turn(row, valid, "", calls)
+            calls[-1]["outcome"] = "invalid"
+            calls[-1]["error"] = why
+            body = {**body, "messages": [*body["messages"], _echo(result.message, parsed),
+                                         {"role": "user", "content":
+                                          f"That was not a possible action: {why}. Reply "
+                                          "again with exactly one action."}]}
+        return Turn(row, None, f"invalid: {why}", calls)
+
+    async def decide(self, view: PlatformView, rule: ActionBatch, round_: int
+                     ) -> tuple[ActionBatch, list[dict]]:
+        """Replace the rule rows of this view's LLM agents with their LLM decisions (or
+        their fallbacks). `rule` is the rule-based batch of the same view."""
+        rows = [i for i, p in enumerate(view.prompts or []) if p is not None]
+        if not rows:
+            return rule, []
+        tasks = {asyncio.ensure_future(self._turn(view, i, round_)): i for i in rows}
+        done, pending = await asyncio.wait(tasks, timeout=self.llm.round_deadline_s)
+        turns = [t.result() for t in done]
+        for task in pending:  # stragglers: cancelled, they fall back
+            task.cancel()
+            i = tasks[task]
+            record = {"round": round_, "agent": int(view.agents[i]), "platform": view.name,
+                      "provider": view.prompts[i].provider, "model":
+                          self.llm.provider(view.prompts[i].provider).model, "base_url": "",
+                      "call": 1, "status": "cancelled", "http_status": None,
+                      "prompt_tokens": 0, "completion_tokens": 0,
+                      "section_tokens": json.dumps(view.prompts[i].section_tokens),
+                      "latency_ms": 1e3 * self.llm.round_deadline_s, "retries": 0,
+                      "error": "round deadline passed", "outcome": "", "fallback_reason": "",
+                      "cost_usd": 0.0}
+            turns.append(Turn(i, None, "deadline", [record]))
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        return self._merge(view, rule, sorted(turns, key=lambda t: t.row))
+
+    def _merge(self, view: PlatformView, rule: ActionBatch, turns: list[Turn]
+               ) -> tuple[ActionBatch, list[dict]]:
+        n_topics = len(self.topics)
+        llm_agents = {int(view.agents[t.row]) for t in turns}
+        keep = np.array([int(a) not in llm_agents for a in rule.agent], dtype=bool)
+        base = rule.take(np.nonzero(keep)[0])
+        base.meta = {"source": np.zeros(len(base), np.int8),
+                     "stance_method": np.zeros(len(base), np.int8)}
+        rows, calls = [], []
+        for turn in turns:
+            agent = int(view.agents[turn.row])
+            if turn.valid is not None:
+                rows.append(self._row(turn.valid, agent, view))
+                outcome = "llm"
+            elif self.llm.fallback == "rule":
+                mine = np.nonzero((rule.agent == agent) & (rule.slot == 0))[0]
+                fallback = rule.take(mine)
+                fallback.meta = {"source": np.full(len(mine), SOURCE["fallback_rule"], np.int8),
+                                 "stance_method": np.zeros(len(mine), np.int8)}
+                rows.append(fallback)
+                outcome = "fallback_rule"
+            else:
+                rows.append(self._row(Valid(ActionType.DO_NOTHING), agent, view,
+                                      source="fallback_nothing"))
+                outcome = "fallback_nothing"
+            for c in turn.calls:
+                c["fallback_reason"] = turn.reason
+            turn.calls[-1]["outcome"] = turn.calls[-1]["outcome"] or outcome
+            calls += turn.calls
+        return ActionBatch.concat([base, *rows], n_topics), calls
+
+    def _row(self, v: Valid, agent: int, view: PlatformView, source: str = "llm"
+             ) -> ActionBatch:
+        stance = np.full((1, len(self.topics)), np.nan)
+        method = "data"
+        name = v.action.name.lower()
+        if name in WRITES:
+            if v.stance:
+                for topic, value in v.stance.items():
+                    stance[0, self.topics.index(topic)] = value
+                method = "self_report"
+            else:
+                stance[0], method = estimate_stance(v.text, self.topic_specs)
+        if v.action == ActionType.REPOST:
+            method = "data"  # the engine copies the root's stance
+        return ActionBatch(
+            agent=np.array([agent], np.int32), platform=np.array([view.platform], np.int8),
+            action=np.array([int(v.action)], np.int8),
+            target_post=np.array([v.post_id], np.int64),
+            target_agent=np.array([v.target_agent], np.int32), stance=stance, text=[v.text],
+            slot=np.zeros(1, np.int8),
+            meta={"source": np.array([SOURCE[source]], np.int8),
+                  "stance_method": np.array([STANCE_METHOD[method]], np.int8)})
+
+    async def close(self) -> None:
+        """Close every client."""
+        for client in self.clients.values():
+            await client.close()
+
+
+def _echo(message: dict | None, parsed: Parsed | None) -> dict:
+    """The model's invalid answer, as the assistant turn of the repair conversation (as
+    plain text: some servers reject a tool call without its tool result)."""
+    if message and message.get("content"):
+        return {"role": "assistant", "content": message["content"]}
+    if parsed is not None:
+        return {"role": "assistant", "content": json.dumps({"action": parsed.name,
+                                                            **parsed.args})}
+    return {"role": "assistant", "content": "(no answer)"}

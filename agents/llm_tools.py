@@ -1,0 +1,212 @@
+"""The action protocol of LLM agents: platform actions as tools, a JSON-in-text fallback,
+tolerant reply parsing, and validation against what the agent can actually see.
+
+Local and reasoning models are messy: tool calls with arguments wrapped in code fences,
+answers after a `<think>` block or a paragraph of reasoning, JSON with trailing prose, an
+empty `content` with everything in `reasoning_content`. `parse_reply` accepts all of
+those; `validate` then checks the action is possible (the post is in this agent's feed,
+the account exists, there is text to post) and returns a reason when it is not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from agents.actions import ActionType
+
+_POST_ARG = {"type": "integer", "description": "the id shown as [post N] in your feed"}
+_TEXT_ARG = {"type": "string", "description": "what you write, in your own voice"}
+_USER_ARG = {"type": "string", "description": "the account's @username, without the @"}
+
+# action name -> (ActionType, required args, description)
+ACTIONS = {
+    "post": (ActionType.POST, ["text"], "Write a new post."),
+    "repost": (ActionType.REPOST, ["post_id"], "Share a post from your feed as it is."),
+    "quote": (ActionType.QUOTE, ["post_id", "text"], "Share a post with your own comment."),
+    "reply": (ActionType.REPLY, ["post_id", "text"], "Reply to a post."),
+    "comment": (ActionType.COMMENT, ["post_id", "text"], "Comment on a post."),
+    "like": (ActionType.LIKE, ["post_id"], "Like a post."),
+    "upvote": (ActionType.UPVOTE, ["post_id"], "Upvote a post."),
+    "downvote": (ActionType.DOWNVOTE, ["post_id"], "Downvote a post."),
+    "follow": (ActionType.FOLLOW, ["username"], "Follow an account."),
+    "unfollow": (ActionType.UNFOLLOW, ["username"], "Stop following an account."),
+    "do_nothing": (ActionType.DO_NOTHING, [], "Do nothing this turn."),
+}
+PLATFORM_ACTIONS = {
+    "twitter": ["post", "repost", "quote", "reply", "like", "follow", "unfollow", "do_nothing"],
+    "reddit": ["post", "comment", "upvote", "downvote", "follow", "do_nothing"],
+}
+WRITES = {"post", "quote", "reply", "comment"}
+
+
+def _params(name: str, topics: list[str]) -> dict:
+    _, required, _ = ACTIONS[name]
+    props: dict = {}
+    if "post_id" in required:
+        props["post_id"] = _POST_ARG
+    if "text" in required:
+        props["text"] = _TEXT_ARG
+        props["stance"] = {
+            "type": "object", "description": "optional: your position on each topic this "
+            "post takes a side on, from -1 (strongly against) to 1 (strongly for)",
+            "properties": {t: {"type": "number", "minimum": -1, "maximum": 1} for t in topics},
+            "additionalProperties": False}
+    if "username" in required:
+        props["username"] = _USER_ARG
+    if name == "do_nothing":
+        props["reason"] = {"type": "string"}
+    return {"type": "object", "properties": props, "required": required}
+
+
+def tools(platform: str, topics: list[str]) -> list[dict]:
+    """OpenAI-style tool definitions for the platform's actions."""
+    return [{"type": "function", "function": {"name": name, "description": ACTIONS[name][2],
+                                              "parameters": _params(name, topics)}}
+            for name in PLATFORM_ACTIONS[platform]]
+
+
+def json_instructions(platform: str, topics: list[str]) -> str:
+    """The instruction for models without tool calling: answer with one JSON object."""
+    names = ", ".join(PLATFORM_ACTIONS[platform])
+    return ("Answer with exactly one JSON object and nothing else, with an \"action\" field "
+            f"(one of: {names}) and its arguments: \"post_id\" (a number from your feed), "
+            "\"text\" (for writing), \"username\" (for follow/unfollow), optionally "
+            f"\"stance\" (an object mapping {', '.join(topics)} to a number from -1 to 1). "
+            'Example: {"action": "reply", "post_id": 12, "text": "I disagree."}')
+
+
+@dataclass
+class Parsed:
+    """An action the model asked for (not yet validated)."""
+
+    name: str
+    args: dict
+
+
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
+
+
+def _json_objects(text: str):
+    """Every top-level {...} substring that parses as JSON, in order."""
+    depth, start, in_str, escaped = 0, -1, False, False
+    for i, ch in enumerate(text):
+        if in_str:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_str = False
+            continue
+        if ch == '"':
+            in_str = True
+        elif ch == "{":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == "}" and depth:
+            depth -= 1
+            if depth == 0:
+                with contextlib.suppress(json.JSONDecodeError):
+                    yield json.loads(text[start:i + 1])
+
+
+def _clean(text: str) -> str:
+    text = _THINK.sub("", text)
+    if "</think>" in text.lower():  # an unclosed opening tag upstream: keep what follows
+        text = re.split(r"</think>", text, flags=re.IGNORECASE)[-1]
+    fenced = _FENCE.findall(text)
+    return "\n".join(fenced) if fenced else text
+
+
+def _arguments(raw) -> dict | None:
+    if isinstance(raw, dict):
+        return raw
+    if not isinstance(raw, str):
+        return None
+    for obj in _json_objects(_clean(raw)):
+        if isinstance(obj, dict):
+            return obj
+    return None
+
+
+def parse_reply(message: dict) -> tuple[Parsed | None, str]:
+    """The action in a chat-completions `message`, or None and why not."""
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function") or {}
+        name = fn.get("name")
+        args = _arguments(fn.get("arguments", {}))
+        if name and args is not None:
+            return Parsed(name, args), ""
+        return None, f"tool call {name!r} with unparseable arguments"
+    content = message.get("content") or ""
+    if not content.strip():
+        content = message.get("reasoning_content") or message.get("reasoning") or ""
+        if not content.strip():
+            return None, "empty reply"
+    for obj in _json_objects(_clean(content)):
+        if isinstance(obj, dict):
+            if "action" in obj:
+                name = obj.pop("action")
+                return Parsed(str(name), obj), ""
+            if "name" in obj and "arguments" in obj:  # a tool call written as text
+                args = _arguments(obj["arguments"])
+                if args is not None:
+                    return Parsed(str(obj["name"]), args), ""
+    return None, "no action found in the reply"
+
+
+@dataclass
+class Valid:
+    """A validated action, ready to become a row of the shard's ActionBatch."""
+
+    action: ActionType
+    post_id: int = -1
+    target_agent: int = -1
+    text: str = ""
+    stance: dict | None = None  # self-reported stance per topic, if given
+
+
+def validate(p: Parsed, platform: str, feed: set[int], usernames: dict[str, int],
+             agent: int, topics: list[str]) -> tuple[Valid | None, str]:
+    """Check an action against the agent's situation; a reason when it is not possible."""
+    if p.name not in PLATFORM_ACTIONS[platform]:
+        return None, f"unknown action {p.name!r} on {platform}"
+    action, required, _ = ACTIONS[p.name]
+    out = Valid(action)
+    if "post_id" in required:
+        try:
+            out.post_id = int(p.args.get("post_id"))
+        except (TypeError, ValueError):
+            return None, f"post_id {p.args.get('post_id')!r} is not a number"
+        if out.post_id not in feed:
+            return None, f"post {out.post_id} is not in your feed"
+    if "username" in required:
+        name = str(p.args.get("username", "")).lstrip("@").strip()
+        if name not in usernames:
+            return None, f"no account @{name}"
+        out.target_agent = usernames[name]
+        if out.target_agent == agent:
+            return None, "you cannot follow yourself"
+    if "text" in required:
+        out.text = " ".join(str(p.args.get("text", "")).split())
+        if not out.text:
+            return None, "text is empty"
+        stance = p.args.get("stance")
+        if isinstance(stance, dict) and stance:
+            clean = {}
+            for topic, value in stance.items():
+                if topic not in topics:
+                    return None, f"unknown topic {topic!r} in stance"
+                try:
+                    clean[topic] = float(np.clip(float(value), -1.0, 1.0))
+                except (TypeError, ValueError):
+                    return None, f"stance for {topic!r} is not a number"
+            out.stance = clean
+    return out, ""

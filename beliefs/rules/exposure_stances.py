@@ -1,0 +1,25 @@
+"""The stances an agent read this round, as the exposure-driven modes of the rules use them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from beliefs.rules.base import Exposures, UpdateContext, UpdateRule
+
+
+def exposure_stances(exposures: Exposures, ctx: UpdateContext, skip_seen: bool = False
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Stance [A, M, T] of each exposure (0 where unaddressed) and the addressed mask.
+
+    With `skip_seen`, posts the reader had already seen in an earlier round are masked out
+    (the exposure history is recorded after the update, so "seen" means before this round).
+    """
+    stance, addressed = UpdateRule.stances(exposures, ctx)
+    if skip_seen and ctx.history is not None and exposures.posts.size:
+        valid = exposures.valid
+        readers = np.broadcast_to(exposures.agents[:, None], exposures.posts.shape)
+        seen = np.zeros(exposures.posts.shape, dtype=bool)
+        seen[valid] = ctx.history.seen(readers[valid], exposures.posts[valid])
+        addressed = addressed & ~seen[:, :, None]
+        stance = np.where(addressed, stance, 0.0)
+    return stance, addressed

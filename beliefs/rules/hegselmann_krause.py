@@ -1,0 +1,28 @@
+"""Hegselmann–Krause bounded confidence (Hegselmann & Krause 2002, JASSS 5(3):2).
+
+x_i ← mean of {x_i} ∪ {s_j : |s_j − x_i| ≤ ε} over agent i's influences this round
+(`influences.py`): in mode `complete` the classic synchronous model, in which every agent
+moves to the average of everyone within ε of it. Confidence is not used.
+"""
+
+from __future__ import annotations
+
+from beliefs.rules.base import Exposures, UpdateContext, UpdateRule
+from beliefs.rules.influences import influences
+from beliefs.state import BeliefState
+from sim.config import HegselmannKrause
+
+
+class HegselmannKrauseRule(UpdateRule):
+    """Average over the influences within the confidence bound (oneself included)."""
+
+    def __init__(self, cfg: HegselmannKrause):
+        self.cfg = cfg
+        self.uses_novelty = cfg.skip_seen
+
+    def update(self, beliefs: BeliefState, exposures: Exposures, ctx: UpdateContext) -> None:
+        c = self.cfg
+        inf = influences(beliefs.position, exposures, ctx, c.mode, within=c.epsilon,
+                         skip_seen=c.skip_seen)
+        x = beliefs.position[inf.rows]
+        beliefs.position[inf.rows] = (x + inf.weighted) / (1.0 + inf.weight)
