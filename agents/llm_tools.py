@@ -117,10 +117,16 @@ def _json_objects(text: str):
                     yield json.loads(text[start:i + 1])
 
 
-def _clean(text: str) -> str:
+def strip_reasoning(text: str) -> str:
+    """`text` without `<think>` blocks (or everything up to an unmatched `</think>`)."""
     text = _THINK.sub("", text)
     if "</think>" in text.lower():  # an unclosed opening tag upstream: keep what follows
         text = re.split(r"</think>", text, flags=re.IGNORECASE)[-1]
+    return text.strip()
+
+
+def _clean(text: str) -> str:
+    text = strip_reasoning(text)
     fenced = _FENCE.findall(text)
     return "\n".join(fenced) if fenced else text
 

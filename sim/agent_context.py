@@ -1,5 +1,6 @@
 """An agent's context inputs, read from the live world (driver) or a restored one
-(`shoal inspect`): persona, beliefs in words, round memory, digest, events, the feed."""
+(`shoal inspect`): persona, beliefs in words, round memory, digest, events, notifications,
+the feed with its top comments."""
 
 from __future__ import annotations
 
@@ -17,19 +18,52 @@ FEED_ORDER = {"following": "newest first", "popularity": "hot posts",
               "random": "a random selection", "personalized": "picked for you"}
 
 
-def feed_items(world, feed_row: np.ndarray, round_: int, pinned: set[int]) -> list[FeedItem]:
-    """The posts of one feed row as the agent sees them (counts as of the last round)."""
+def top_comments(world, post_ids: np.ndarray, k: int = 2) -> dict[int, list[int]]:
+    """The `k` best replies/comments of each of `post_ids` (by score, then earliest), for
+    the whole round's feeds at once: one pass over the post store, not one per feed."""
+    posts = world.posts
+    n = posts.n
+    kind = posts.kind[:n]
+    parent = posts.parent[:n]
+    sel = np.nonzero(((kind == PostKind.REPLY) | (kind == PostKind.COMMENT))
+                     & np.isin(parent, post_ids))[0]
+    if not len(sel):
+        return {}
+    score = posts.up[sel].astype(np.int64) - posts.down[sel]
+    order = np.lexsort((sel, -score, parent[sel]))  # by parent, best first, oldest first
+    out: dict[int, list[int]] = {}
+    for i in sel[order].tolist():
+        best = out.setdefault(int(parent[i]), [])
+        if len(best) < k:
+            best.append(i)
+    return out
+
+
+def feed_items(world, feed_row: np.ndarray, round_: int, pinned: set[int],
+               comments: dict[int, list[int]] | None = None) -> list[FeedItem]:
+    """The posts of one feed row as the agent sees them (counts as of the last round),
+    each with its top comments (computed here if the caller did not for the round)."""
     posts, users = world.posts, world.population.username
+    rows = feed_row[feed_row >= 0]
+    if comments is None:
+        comments = top_comments(world, rows)
+
+    def name(author: int) -> str:
+        return users[author] if author != NEWS_AUTHOR else "news"
+
     out = []
-    for post in feed_row[feed_row >= 0].tolist():
+    for post in rows.tolist():
         author = int(posts.author[post])
         text = posts.text[post] or posts.text[int(posts.root[post])]  # a repost shows its root
         out.append(FeedItem(
-            post_id=post, author=users[author] if author != NEWS_AUTHOR else "news",
+            post_id=post, author=name(author),
             kind=KIND_NAMES[int(posts.kind[post])], text=text,
             age_rounds=round_ - int(posts.round[post]), up=int(posts.up[post]),
             down=int(posts.down[post]), shares=int(posts.shares[post]),
-            replies=int(posts.replies[post]), pinned=post in pinned))
+            replies=int(posts.replies[post]), pinned=post in pinned,
+            top_comments=[(name(int(posts.author[c])), posts.text[c],
+                           int(posts.up[c]) - int(posts.down[c]))
+                          for c in comments.get(post, ())]))
     return out
 
 
@@ -48,8 +82,10 @@ def event_lines(world, agent: int, round_: int) -> list[Line]:
 
 
 def context_inputs(world, digest: CrossPlatformDigest, agent: int, platform: str,
-                   round_: int, feed_row: np.ndarray) -> ContextInputs:
-    """Everything agent `agent` is shown on `platform` in `round_`."""
+                   round_: int, feed_row: np.ndarray | None,
+                   comments: dict[int, list[int]] | None = None) -> ContextInputs:
+    """Everything agent `agent` is shown on `platform` in `round_` (`comments`: the round's
+    `top_comments`, when the caller builds many contexts)."""
     pop = world.population
     labels = [t.label or t.name for t in world.cfg.topics]
     trusted, distrusted = trusted_accounts(world.trust, agent, pop.username)
@@ -64,7 +100,9 @@ def context_inputs(world, digest: CrossPlatformDigest, agent: int, platform: str
         trusted=trusted, distrusted=distrusted,
         memory=world.memory.lines(round_, agent), digest=digest.lines(agent, platform),
         events=event_lines(world, agent, round_),
-        feed=feed_items(world, feed_row, round_, pinned),
+        feed=[] if feed_row is None else feed_items(world, feed_row, round_, pinned, comments),
+        notifications=world.notifications.lines(agent, platform, round_),
         minutes_per_round=world.cfg.minutes_per_round,
-        feed_order=FEED_ORDER[world.platforms[platform].cfg.recommender.kind],
+        feed_order=FEED_ORDER[world.platforms[platform].cfg.recommender.kind]
+        if platform in world.platforms else "",
     )

@@ -35,7 +35,7 @@ from sim.faults import crash_point
 from sim.keys import unique_sorted
 
 _NAME = re.compile(r"^round-(\d{6})$")
-FORMAT = 3  # bump when what a checkpoint holds changes; older ones are refused clearly
+FORMAT = 4  # bump when what a checkpoint holds changes; older ones are refused clearly
 
 
 def _round_name(r: int) -> str:

@@ -25,7 +25,7 @@ from rich.progress import (
 )
 
 from sim.config import load_config, resolved_dict
-from sim.errors import InputError
+from sim.errors import InputError, ProviderDown
 
 console = Console(stderr=True, soft_wrap=True)  # error lines stay whole for grep
 out = Console()
@@ -178,6 +178,49 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_interview(args: argparse.Namespace) -> int:
+    """Ask an agent a question as it was at the end of a round."""
+    from sim.interview import interview
+
+    result = interview(args.run, args.agent, args.question, args.round, args.base_url,
+                       args.model, args.api_key_env)
+    console.print(f"[bold]agent {result.agent}[/] as of the end of round {result.round} "
+                  f"({result.provider}: {result.model}; system text "
+                  f"{result.context.tokens['system']} tokens)")
+    if args.show_context:
+        out.print("=== SYSTEM ===", markup=False)
+        out.print(result.context.system, markup=False, highlight=False)
+        out.print("=== QUESTION ===", markup=False)
+        out.print(result.question, markup=False, highlight=False)
+        out.print("=== ANSWER ===", markup=False)
+    if result.status != "ok":
+        console.print(f"[red]no answer[/]: {escape(result.status)}: {escape(result.error)}",
+                      highlight=False)
+        return 3
+    out.print(result.answer, markup=False, highlight=False)
+    return 0
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    """Predict a config's LLM calls, tokens and cost with a dry run."""
+    from sim.estimate import estimate
+
+    cfg = load_config(args.config, _overrides(args))
+    est = estimate(cfg, args.completion_tokens)
+    out.print(f"{cfg.name}: {est.rounds} rounds; predicted LLM use (dry run: rule decisions, "
+              f"contexts measured, nothing sent; took {est.seconds:.1f} s)", highlight=False)
+    for p in est.providers:
+        out.print(f"provider {p.provider} ({p.model}): {p.agents:,} agents, {p.calls:,} calls\n"
+                  f"  prompt tokens      {p.prompt_tokens:,} (per call: median "
+                  f"{p.prompt_p50:,.0f}, max {p.prompt_max:,})\n"
+                  f"  completion tokens  {p.completion_typical:,} typical "
+                  f"({args.completion_tokens}/call) to {p.completion_max:,} (max_tokens)\n"
+                  f"  cost               ${p.cost_typical:,.4f} typical to ${p.cost_max:,.4f}",
+                  highlight=False)
+    console.print("One call per LLM agent turn; repair and HTTP retries come on top.")
+    return 0
+
+
 def cmd_diagnose_memory(args: argparse.Namespace) -> int:
     """Plant a fact, run with compaction, report created / retained / injected."""
     from pathlib import Path
@@ -317,6 +360,57 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--group", help="plant it for one group only (event)")
     p.set_defaults(func=cmd_diagnose_memory)
 
+    p = sub.add_parser("interview", help="ask an agent a question, as it was at a round")
+    p.add_argument("run", help="run directory (or run id under runs/)")
+    p.add_argument("question", help="the question, in quotes")
+    p.add_argument("--agent", type=int, required=True)
+    p.add_argument("--round", type=int,
+                   help="the agent as of the end of this round (default: the last one)")
+    p.add_argument("--base-url", help="an OpenAI-compatible endpoint (default: the run's "
+                                      "provider; 'loopback' for a dry run)")
+    p.add_argument("--model", help="the model to ask (default: the run's)")
+    p.add_argument("--api-key-env", help="NAME of the environment variable holding the key")
+    p.add_argument("--show-context", action="store_true",
+                   help="print the system text the agent was given")
+    p.set_defaults(func=cmd_interview)
+
+    p = sub.add_parser("estimate", help="predict a config's LLM calls, tokens and cost")
+    _add_config_flags(p)
+    p.add_argument("--completion-tokens", type=int, default=60,
+                   help="typical completion tokens per call (default: 60)")
+    p.set_defaults(func=cmd_estimate)
+
+    p = sub.add_parser("llm-serve", help="run Shoal's loopback OpenAI-compatible LLM server")
+    from sim.llm_server import add_arguments, serve
+
+    add_arguments(p)
+    p.set_defaults(func=serve)
+
+    # analysis commands register here (report, sweep)
+    # (their modules load pandas and matplotlib, so they are imported only when run)
+    p = sub.add_parser("report", help="write a self-contained HTML report of a run")
+    p.add_argument("run", help="run directory (or run id under runs/)")
+    p.add_argument("--out", metavar="FILE.html",
+                   help="where to write it (default: report.html in the run directory)")
+    p.set_defaults(func=lambda a: __import__("sim.report", fromlist=["_"]).cmd_report(a))
+
+    p = sub.add_parser("sweep", help="run a config over seeds (and a grid) in parallel on Ray")
+    p.add_argument("config", help="YAML config file")
+    p.add_argument("--seeds", type=int, required=True, metavar="N",
+                   help="members per grid point, seeds seed-base..seed-base+N-1")
+    p.add_argument("--seed-base", type=int, default=0, help="first seed (default: 0)")
+    p.add_argument("--grid", action="append", metavar="KEY=V1,V2",
+                   help="a config field and its values; several --grid make a product")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a config field for every member (repeatable)")
+    p.add_argument("--rounds", type=int, help="override the number of rounds")
+    p.add_argument("--out", default="runs", help="folder for the sweep directory (default: runs)")
+    p.add_argument("--parallel", type=int, metavar="K",
+                   help="members running at once (default: the Ray cluster's CPUs)")
+    p.add_argument("--address", help="Ray cluster address ('auto' joins a running cluster)")
+    p.add_argument("--quiet", action="store_true", help="no per-member lines")
+    p.set_defaults(func=lambda a: __import__("sim.sweep", fromlist=["_"]).cmd_sweep(a))
+
     p = sub.add_parser("check", help="validate a config and print it resolved")
     _add_config_flags(p)
     p.set_defaults(func=cmd_check)
@@ -336,6 +430,9 @@ def _guarded(func: Callable[[argparse.Namespace], int], args, debug: bool) -> in
     except InputError as exc:
         console.print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
         return 2
+    except ProviderDown as exc:
+        console.print(f"[red]stopped[/]: {escape(str(exc))}", highlight=False)
+        return 3
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]")
         return 130

@@ -566,8 +566,8 @@ class ContextConfig(Strict):
 
     budget_tokens: int = Field(default=2500, ge=200)
     build_for: Literal["llm", "all", "none"] = "llm"
-    sections: dict[Literal["rules", "persona", "beliefs", "events", "feed", "memory",
-                           "digest"], SectionConfig] = Field(default_factory=dict)
+    sections: dict[Literal["rules", "persona", "beliefs", "events", "feed", "notifications",
+                           "memory", "digest"], SectionConfig] = Field(default_factory=dict)
 
 
 class MemoryConfig(Strict):
@@ -590,6 +590,22 @@ class MemoryConfig(Strict):
     context: ContextConfig = Field(default_factory=ContextConfig)
 
 
+class LoopbackConfig(Strict):
+    """Latency and injected faults of the loopback server started for a provider whose
+    `base_urls` is `[loopback]` (rates are per request; docs/llm.md)."""
+
+    latency_ms: float = Field(default=0.0, ge=0)
+    error_rate: float = Field(default=0.0, ge=0, le=1)
+    timeout_rate: float = Field(default=0.0, ge=0, le=1)
+    timeout_sleep_s: float = Field(default=30.0, gt=0)
+    malformed_rate: float = Field(default=0.0, ge=0, le=1)
+    rate_limit_rate: float = Field(default=0.0, ge=0, le=1)
+    retry_after_s: float = Field(default=1.0, ge=0)
+    empty_rate: float = Field(default=0.0, ge=0, le=1)
+    burst_every_s: float = Field(default=0.0, ge=0)
+    burst_length_s: float = Field(default=0.0, ge=0)
+
+
 class ProviderConfig(Strict):
     """An OpenAI-compatible chat-completions endpoint (vLLM, Ollama, llama.cpp, OpenAI,
     DeepSeek, OpenRouter, ...). `api_key_env` is the *name* of the environment variable
@@ -609,6 +625,7 @@ class ProviderConfig(Strict):
     price_prompt_per_mtok: float = Field(default=0.0, ge=0)
     price_completion_per_mtok: float = Field(default=0.0, ge=0)
     extra_body: dict[str, Any] = Field(default_factory=dict)
+    loopback: LoopbackConfig = Field(default_factory=LoopbackConfig)
 
     @field_validator("base_urls")
     @classmethod
@@ -722,6 +739,14 @@ class Config(Strict):
         if self.memory.summarizer == "llm" and (self.llm is None
                                                 or not self.llm.summarizer_provider):
             raise ValueError("memory.summarizer: 'llm' needs llm.summarizer_provider")
+        if self.llm is not None and self.memory.context.build_for == "none":
+            raise ValueError("memory.context.build_for: 'none' leaves LLM agents without a "
+                             "prompt; use 'llm' (or 'all') when the config has an llm section")
+        if self.llm is not None and self.population.size:  # (profile files: checked later)
+            for group in [*(self.llm.agents.groups or []), *self.llm.agents.by_group]:
+                if group not in {g.name for g in self.population.groups}:
+                    raise ValueError(f"llm.agents: unknown group {group!r}; population.groups "
+                                     f"defines {sorted(g.name for g in self.population.groups)}")
         groups = {g.name for g in self.population.groups}
         for p in PLATFORMS:
             wanted = getattr(self.platforms, p).members.groups or []

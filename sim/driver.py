@@ -21,7 +21,8 @@ from agents.observation import Prompt
 from agents.prompt import SectionSpec, build_context
 from beliefs.rules import UpdateContext, make_rule
 from memory.digest import Entry
-from sim.agent_context import context_inputs
+from memory.notifications import FOLLOW, REACTIONS, REPLIES, Notice
+from sim.agent_context import context_inputs, top_comments
 from sim.apply import Reason, apply_actions
 from sim.checkpoint import CheckpointStore
 from sim.counter_rng import CounterRNG
@@ -70,13 +71,14 @@ class RoundStats:
 
 
 def check_providers(calls: list[dict], round_: int) -> None:
-    """Stop (before anything of the round is applied) when no call could reach its
-    provider: the run can be resumed once the provider is back."""
-    if calls and all(c["status"] in ("unreachable", "cancelled") for c in calls):
+    """Stop (before anything of the round is applied) when not one LLM call of the round
+    got an answer, retries included: the provider is down, unreachable or refusing us
+    (a wrong key, a wrong model). The run can be resumed once it is back."""
+    if calls and all(c["status"] != "ok" for c in calls):
         failed = {c["base_url"] for c in calls if c["base_url"]}
         example = next((c["error"] for c in calls if c["error"]), "")
         raise ProviderDown(
-            f"round {round_}: none of {len(calls)} LLM calls reached a provider "
+            f"round {round_}: none of {len(calls)} LLM calls got an answer "
             f"({', '.join(sorted(failed)) or 'no endpoint'}: {example}); the run stopped "
             f"after round {round_ - 1} and can be resumed with `shoal resume`")
 
@@ -85,8 +87,10 @@ class RoundDriver:
     """Runs rounds on a world, deciding through an executor, logging through a writer."""
 
     def __init__(self, world: World, executor: Executor, writer: RoundWriter,
-                 checkpoints: CheckpointStore | None = None, on_checkpoint=None):
+                 checkpoints: CheckpointStore | None = None, on_checkpoint=None,
+                 send_prompts: bool = True):
         self.world = world
+        self.send_prompts = send_prompts  # False: LLM agents' contexts are built, not sent
         self.executor = executor
         self.writer = writer
         self.checkpoints = checkpoints
@@ -164,7 +168,7 @@ class RoundDriver:
         if w.history is not None:
             w.history.record(*exp.flat(), r)
         w.round = r
-        self.remember(r, applied, fired)
+        self.remember(r, views, applied, fired)
         t5 = clock()
 
         new_ids = np.sort(np.concatenate([
@@ -208,42 +212,64 @@ class RoundDriver:
         for view in views:
             rows = np.nonzero(np.isin(view.agents, self.context_agents))[0]
             prompts: list[Prompt | None] = [None] * len(view.agents)
+            shown = view.feed[rows]
+            comments = top_comments(w, np.unique(shown[shown >= 0])) if len(rows) else {}
             for i in rows:
                 agent = int(view.agents[i])
-                inputs = context_inputs(w, w.digest, agent, view.name, r, view.feed[i])
+                inputs = context_inputs(w, w.digest, agent, view.name, r, view.feed[i],
+                                        comments)
                 assembled = build_context(inputs, budget, self.section_specs)
                 out.append((view.name, agent, assembled))
                 provider = self.providers.get(agent)
                 if provider is not None:
                     prompts[i] = Prompt(assembled.system, assembled.observation,
                                         assembled.tokens, provider)
-            if self.providers:
+            if self.providers and self.send_prompts:
                 view.prompts = prompts
         return out
 
-    def remember(self, r: int, applied, fired) -> None:
-        """Step 8: the round's memory items (compaction starts in the background) and the
-        digest entries of agents whose context is built."""
+    def remember(self, r: int, views, applied, fired) -> None:
+        """Step 8: the round's memory items (compaction starts in the background), and
+        for agents whose context is built: their digest entries and their notifications."""
         w = self.world
         items = round_items(w, w.memory, w.cfg.memory, r, applied, fired, w.last_means)
         w.last_means = w.beliefs.position.mean(axis=0)
         w.memory.record_round(r, round_header(w.cfg, r), items)
         if not len(self.context_agents):
             return
+        for view in views:  # notices older than this turn were shown in it
+            for agent in view.agents[np.isin(view.agents, self.context_agents)].tolist():
+                w.notifications.seen(agent, view.name, r)
         a = applied.actions
-        tracked = np.isin(a.agent, self.context_agents) & (applied.reason == Reason.OK)
+        ok = applied.reason == Reason.OK
         posts, users = w.posts, w.population.username
-        for i in np.nonzero(tracked)[0]:
+        authors = np.full(len(a.agent), -1, np.int64)
+        on_post = a.target_post >= 0
+        authors[on_post] = posts.author[a.target_post[on_post]]
+        other = np.where(a.target_agent >= 0, a.target_agent, authors)
+        by_tracked = np.isin(a.agent, self.context_agents) & ok
+        to_tracked = np.isin(other, self.context_agents) & ok & (other != a.agent)
+        for i in np.nonzero(by_tracked | to_tracked)[0]:
             action = ACTION_NAMES[int(a.action[i])]
-            post = int(applied.new_post[i]) if applied.new_post[i] >= 0 else (
-                int(a.target_post[i]) if a.target_post[i] >= 0 else None)
-            other = int(a.target_agent[i]) if a.target_agent[i] >= 0 else (
-                int(posts.author[a.target_post[i]]) if a.target_post[i] >= 0 else -1)
-            text = "" if post is None else (posts.text[post]
-                                            or posts.text[int(posts.root[post])])
-            w.digest.record(int(a.agent[i]), Entry(
-                r, PLATFORM_NAMES[int(a.platform[i])], action, post,
-                users[other] if other >= 0 else None, text))
+            platform = PLATFORM_NAMES[int(a.platform[i])]
+            new = int(applied.new_post[i])
+            target = int(a.target_post[i])
+            post = new if new >= 0 else (target if target >= 0 else None)
+            who = int(other[i])
+            if by_tracked[i]:
+                text = "" if post is None else (posts.text[post]
+                                                or posts.text[int(posts.root[post])])
+                w.digest.record(int(a.agent[i]), Entry(
+                    r, platform, action, post, users[who] if who >= 0 else None, text))
+            if to_tracked[i] and (action in REPLIES or action in REACTIONS
+                                  or action == FOLLOW):
+                mine = target if target >= 0 else None
+                text = posts.text[new] if action in REPLIES else (
+                    posts.text[mine] or posts.text[int(posts.root[mine])]
+                    if mine is not None else "")
+                w.notifications.record(who, Notice(
+                    r, platform, action, users[int(a.agent[i])], mine, text,
+                    new if new >= 0 else None))
 
     def _log(self, r: int, views, applied, fired: Fired, new_ids: np.ndarray,
              stats: RoundStats, clock, after_commit=None, contexts=(), calls=()) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from abc import ABC, abstractmethod
 
 import numpy as np
@@ -54,7 +55,9 @@ class Executor(ABC):
 
 
 class LocalExecutor(Executor):
-    """Shards as plain objects in this process, run on one asyncio loop."""
+    """Shards as plain objects in this process, run on a private asyncio loop in its own
+    thread: the caller may itself be inside a running loop (a Jupyter kernel is), where
+    `run_until_complete` is refused."""
 
     kind = "local"
 
@@ -64,6 +67,12 @@ class LocalExecutor(Executor):
         self.shards = [AgentShard(s, n_shards, cfg, population, llm_urls)
                        for s in range(n_shards)]
         self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="shoal-shards",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     def update(self, cfg: Config, population: Population) -> None:
         for shard in self.shards:
@@ -76,13 +85,17 @@ class LocalExecutor(Executor):
             return await asyncio.gather(*(shard.decide(part) for shard, part
                                           in zip(self.shards, parts, strict=True)))
 
-        return self._loop.run_until_complete(run_all())
+        return self._run(run_all())
 
     def close(self) -> None:
-        for shard in self.shards:
-            if shard.llm is not None:
-                self._loop.run_until_complete(shard.llm.close())
-        self._loop.close()
+        try:
+            for shard in self.shards:
+                if shard.llm is not None:
+                    self._run(shard.llm.close())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(5)
+            self._loop.close()
 
 
 class RayExecutor(Executor):

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import os
 import random
 import re
 import sys
@@ -58,10 +59,12 @@ class Faults:
 
 
 class LoopbackState:
-    """Configuration and the request log, shared by the handler threads."""
+    """Configuration and the request log. `key`, if set, is the API key every request must
+    bear (to test that clients send one); it is never logged."""
 
-    def __init__(self, faults: Faults, seed: int, record: Path | None, keep: int = 5000):
-        self.faults, self.seed, self.record = faults, seed, record
+    def __init__(self, faults: Faults, seed: int, record: Path | None, keep: int = 5000,
+                 key: str | None = None):
+        self.faults, self.seed, self.record, self.key = faults, seed, record, key
         self.requests: deque[dict] = deque(maxlen=keep)
         self.lock = threading.Lock()
         self.started = time.monotonic()
@@ -172,9 +175,11 @@ class LoopbackServer:
 
     def __init__(self, state: LoopbackState):
         self.state = state
+        self.connections: set[asyncio.StreamWriter] = set()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Serve one connection until the client closes it."""
+        self.connections.add(writer)
         try:
             while True:
                 head = await reader.readline()
@@ -199,6 +204,7 @@ class LoopbackServer:
         except (ConnectionError, asyncio.IncompleteReadError, ValueError):
             pass  # a client that went away (e.g. after an injected timeout)
         finally:
+            self.connections.discard(writer)
             writer.close()
 
     async def route(self, method: str, path: str, headers: dict, body: bytes
@@ -219,6 +225,8 @@ class LoopbackServer:
             return 200, {"ok": True}, {}
         if not (method == "POST" and path.rstrip("/").endswith("/chat/completions")):
             return 404, {"error": {"message": f"no route {method} {path}"}}, {}
+        if state.key and headers.get("authorization") != f"Bearer {state.key}":
+            return 401, {"error": {"message": "invalid API key"}}, {}
         try:
             request = json.loads(body)
         except json.JSONDecodeError:
@@ -281,9 +289,11 @@ class RunningServer:
         ready = threading.Event()
         box: dict = {}
 
+        self._handler = LoopbackServer(state)
+
         async def start() -> None:
             box["server"] = await asyncio.start_server(
-                LoopbackServer(state).handle, host, port, backlog=1024)
+                self._handler.handle, host, port, backlog=1024)
             ready.set()
 
         def run() -> None:
@@ -300,32 +310,44 @@ class RunningServer:
         self.url = f"http://{self.host}:{self.port}/v1"
 
     def stop(self) -> None:
-        """Close the server and its loop."""
-        def shutdown() -> None:
+        """Close the server, drop its open connections (clients see the server gone, as
+        when a real one dies) and stop its loop."""
+        async def shutdown() -> None:
             self._server.close()
+            for writer in list(self._handler.connections):
+                writer.transport.abort()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             self._loop.stop()
-        self._loop.call_soon_threadsafe(shutdown)
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop)
         self._thread.join(5)
 
 
 def serve_in_thread(host: str = "127.0.0.1", port: int = 0, faults: Faults | None = None,
-                    seed: int = 0, record: Path | None = None) -> RunningServer:
+                    seed: int = 0, record: Path | None = None, key: str | None = None
+                    ) -> RunningServer:
     """Start a loopback server in this process; `.url` is its base URL (…/v1)."""
-    return RunningServer(host, port, LoopbackState(faults or Faults(), seed, record))
+    return RunningServer(host, port, LoopbackState(faults or Faults(), seed, record, key=key))
 
 
 class LoopbackProcess:
     """A loopback server in a child process (so it does not compete with the driver for
     the GIL), for configs whose provider says `base_urls: [loopback]`."""
 
-    def __init__(self, seed: int = 0, timeout_s: float = 30.0):
+    def __init__(self, seed: int = 0, faults: Faults | None = None, timeout_s: float = 30.0):
+        import dataclasses
         import subprocess
         import tempfile
 
         ready = Path(tempfile.mkdtemp(prefix="shoal-loopback-")) / "url"
+        options = [f"--{k.replace('_', '-')}={v}"
+                   for k, v in dataclasses.asdict(faults or Faults()).items()]
         self.process = subprocess.Popen(
             [sys.executable, "-m", "sim.llm_server", "--port", "0", "--seed", str(seed),
-             "--ready-file", str(ready)], stdout=subprocess.DEVNULL,
+             "--ready-file", str(ready), *options], stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
         while not ready.exists():
@@ -362,6 +384,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--burst-length-s", type=float, default=0.0)
     p.add_argument("--record", help="append every request and reply to this JSONL file")
     p.add_argument("--ready-file", help="write the base URL here once listening")
+    p.add_argument("--require-key-env", metavar="NAME",
+                   help="answer 401 unless requests bear the key in this environment variable")
 
 
 def faults_from(args: argparse.Namespace) -> Faults:
@@ -373,16 +397,25 @@ def faults_from(args: argparse.Namespace) -> Faults:
 
 def serve(args: argparse.Namespace) -> int:
     """Run the server in the foreground until interrupted."""
+    key = None
+    if args.require_key_env:
+        key = os.environ.get(args.require_key_env)
+        if not key:
+            print(f"error: --require-key-env: {args.require_key_env} is not set",
+                  file=sys.stderr)
+            return 2
     state = LoopbackState(faults_from(args), args.seed,
-                          Path(args.record) if args.record else None)
+                          Path(args.record) if args.record else None, key=key)
 
     async def main() -> None:
         server = await asyncio.start_server(LoopbackServer(state).handle, args.host,
                                             args.port, backlog=1024)
         host, port = server.sockets[0].getsockname()[:2]
         url = f"http://{host}:{port}/v1"
-        if args.ready_file:
-            Path(args.ready_file).write_text(url)
+        if args.ready_file:  # written whole, then renamed: the reader never sees half
+            tmp = Path(args.ready_file).with_suffix(".tmp")
+            tmp.write_text(url)
+            tmp.replace(args.ready_file)
         print(f"loopback LLM server on {url}", file=sys.stderr, flush=True)
         async with server:
             await server.serve_forever()

@@ -11,7 +11,7 @@ import secrets
 import shutil
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -111,29 +111,39 @@ class Run:
     store: TrajectoryStore
     executor: Executor | None = None
     writer: RoundWriter | None = None
-    loopback: object | None = None  # a LoopbackProcess when a provider uses `loopback`
+    loopbacks: list = field(default_factory=list)  # LoopbackProcess per `loopback` provider
+    dry_llm: bool = False  # build LLM agents' contexts but decide by rule (`shoal estimate`)
 
     def driver(self) -> RoundDriver:
         """A driver over this run (creates the executor and the writer on first use)."""
         if self.executor is None:
-            self.executor = make_executor(self.cfg, self.world.population, self._llm_urls())
+            urls = {} if self.dry_llm else self._llm_urls()
+            self.executor = make_executor(self.cfg, self.world.population, urls)
         if self.writer is None:
             mirror = LiveMirror(self.dir.root) if self.cfg.output.live_parquet else None
             self.writer = RoundWriter(self.store, mirror)
         return RoundDriver(self.world, self.executor, self.writer, self.dir.checkpoints,
-                           on_checkpoint=lambda r: self.dir.write_meta(rounds_done=r))
+                           on_checkpoint=lambda r: self.dir.write_meta(rounds_done=r),
+                           send_prompts=not self.dry_llm)
 
     def _llm_urls(self) -> dict[str, list[str]]:
-        """Providers' base URLs, with `loopback` replaced by a server started for the run."""
+        """Providers' base URLs, with `loopback` replaced by a server started for the run
+        (one per provider that names it, with that provider's `loopback` faults)."""
         if self.cfg.llm is None:
             return {}
         out = {}
         for p in self.cfg.llm.providers:
-            if "loopback" in p.base_urls and self.loopback is None:
-                from sim.llm_server import LoopbackProcess
+            if "loopback" in p.base_urls:
+                from sim.llm_server import Faults, LoopbackProcess
 
-                self.loopback = LoopbackProcess(self.cfg.seed)
-            out[p.name] = [self.loopback.url if u == "loopback" else u for u in p.base_urls]
+                server = LoopbackProcess(self.cfg.seed, Faults(**p.loopback.model_dump()))
+                self.loopbacks.append(server)
+                out[p.name] = [server.url if u == "loopback" else u for u in p.base_urls]
+            else:
+                out[p.name] = list(p.base_urls)
+        summarizer = self.world.memory.summarizer
+        if self.cfg.llm.summarizer_provider and hasattr(summarizer, "base_urls"):
+            summarizer.base_urls = out[self.cfg.llm.summarizer_provider]
         return out
 
     def close(self) -> None:
@@ -148,9 +158,9 @@ class Run:
                 self.executor = None
             self.world.memory.close()
             self.store.close()
-            if self.loopback is not None:
-                self.loopback.stop()
-                self.loopback = None
+            for server in self.loopbacks:
+                server.stop()
+            self.loopbacks.clear()
 
 
 def create_run(cfg: Config, lineage: dict | None = None) -> Run:

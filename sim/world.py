@@ -19,6 +19,7 @@ from beliefs.state import BeliefState
 from beliefs.trust import TrustStore
 from memory.compaction import ExtractiveSummarizer, Summarizer
 from memory.digest import CrossPlatformDigest
+from memory.notifications import Notifications
 from memory.round_memory import MemorySettings, RoundMemory
 from sim.config import Config
 from sim.counter_rng import CounterRNG
@@ -50,6 +51,7 @@ class World:
     joined: np.ndarray | None = None  # int32 [N]: the round each agent joined (0: initial)
     memory: RoundMemory | None = None  # round memory and its compaction
     digest: CrossPlatformDigest | None = None  # own actions, for agents whose context is built
+    notifications: Notifications | None = None  # what others did to those agents
     last_means: np.ndarray | None = None  # per-topic mean position at the end of the round
     initial_position: np.ndarray | None = None  # [N, T] positions at round 0 (or on joining)
 
@@ -65,6 +67,10 @@ class World:
         if self.digest is None:
             d = self.cfg.memory.digest
             self.digest = CrossPlatformDigest(d.keep, d.show, d.preview_chars)
+        if self.notifications is None:
+            self.notifications = Notifications(
+                preview_chars=self.cfg.memory.digest.preview_chars,
+                minutes_per_round=self.cfg.minutes_per_round)
         if self.last_means is None:
             self.last_means = self.beliefs.position.mean(axis=0)
         if self.initial_position is None:
@@ -118,7 +124,10 @@ def make_summarizer(cfg: Config) -> Summarizer:
     """The compaction summariser the config asks for."""
     m = cfg.memory
     if m.summarizer == "llm":
-        raise InputError("memory.summarizer: 'llm' needs an llm section in the config")
+        from memory.llm_summarizer import LLMSummarizer
+
+        provider = cfg.llm.provider(cfg.llm.summarizer_provider)  # checked by the config
+        return LLMSummarizer(provider, m.input_tokens, m.summary_tokens, m.narrative_tokens)
     return ExtractiveSummarizer(m.input_tokens, m.summary_tokens, m.narrative_tokens)
 
 

@@ -114,7 +114,9 @@ def snapshot(world: World) -> Snapshot:
     }
     return Snapshot(world.round, arrays, {"config": resolved_dict(world.cfg),
                                           "interventions": iv_meta, "memory": memory_meta,
-                                          "digest": world.digest.state(), "counts": counts})
+                                          "digest": world.digest.state(),
+                                          "notifications": world.notifications.state(),
+                                          "counts": counts})
 
 
 def restore_world(store: CheckpointStore, round_: int, cfg: Config | None = None
@@ -175,6 +177,7 @@ def restore_world(store: CheckpointStore, round_: int, cfg: Config | None = None
                   initial_position=snap.arrays["initial_position"].astype(np.float64))
     world.memory.load_state(snap.meta.get("memory", {}), snap.arrays)
     world.digest.load_state(snap.meta.get("digest", {}))
+    world.notifications.load_state(snap.meta.get("notifications", {}))
     _check_counts(world, snap.meta.get("counts", {}))
     return world, snap.meta
 

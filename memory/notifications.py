@@ -1,0 +1,108 @@
+"""Notifications: what others did to an agent since its last turn on a platform.
+
+Replies, comments and quotes of its posts, likes, upvotes, downvotes and reposts of them,
+and new followers, grouped per post so that a popular post costs one line, not fifty.
+Like the digest, they are kept live only for agents whose context is built; an entry
+is dropped once the agent has had a turn on that platform after it happened (it was
+shown then). Entries are plain tuples, so they checkpoint as JSON.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from dataclasses import dataclass
+
+from memory.context import Line, quote
+
+REPLIES = frozenset({"reply", "comment", "quote"})
+REACTIONS = {"like": "liked", "upvote": "upvoted", "downvote": "downvoted",
+             "repost": "reposted"}
+FOLLOW = "follow"
+
+
+@dataclass
+class Notice:
+    """One thing another account did to the agent."""
+
+    round: int
+    platform: str
+    action: str  # reply, comment, quote, like, upvote, downvote, repost, follow
+    who: str  # the other account's username
+    post: int | None  # the agent's post it concerns
+    text: str  # the agent's post's text (reactions) or the reply's text (replies)
+    reply: int | None = None  # the reply's own post id
+
+    def astuple(self) -> tuple:
+        """The fields in order."""
+        return (self.round, self.platform, self.action, self.who, self.post, self.text,
+                self.reply)
+
+
+class Notifications:
+    """Bounded per-(agent, platform) queues of notices, dropped once seen."""
+
+    def __init__(self, keep: int = 40, preview_chars: int = 160, minutes_per_round: int = 60):
+        self.keep, self.preview_chars = keep, preview_chars
+        self.minutes_per_round = minutes_per_round
+        self.queues: dict[int, dict[str, deque[Notice]]] = {}
+
+    def record(self, agent: int, notice: Notice) -> None:
+        """Queue a notice for `agent`."""
+        per = self.queues.setdefault(agent, {})
+        per.setdefault(notice.platform, deque(maxlen=self.keep)).append(notice)
+
+    def seen(self, agent: int, platform: str, round_: int) -> None:
+        """The agent had a turn on `platform` in `round_`: what happened before it was shown."""
+        q = self.queues.get(agent, {}).get(platform)
+        while q and q[0].round < round_:
+            q.popleft()
+
+    def lines(self, agent: int, platform: str, round_: int) -> list[Line]:
+        """The notices waiting for `agent` on `platform` at the start of `round_`."""
+        notices = [n for n in self.queues.get(agent, {}).get(platform, ()) if n.round < round_]
+        out: list[Line] = []
+        for n in notices:
+            if n.action in REPLIES:
+                verb = {"reply": "replied to", "comment": "commented on",
+                        "quote": "quoted"}[n.action]
+                out.append(Line(f"- @{n.who} {verb} your post {n.post} "
+                                f"({self._age(round_ - n.round)}): "
+                                f"{quote(n.text, self.preview_chars)}",
+                                {"kind": "observed", "post": n.reply, "rank": n.round}))
+        reactions: dict[tuple[int | None, str], list[Notice]] = defaultdict(list)
+        for n in notices:
+            if n.action in REACTIONS:
+                reactions[(n.post, n.action)].append(n)
+        for (post, action), group in reactions.items():
+            out.append(Line(f"- {_who(group)} {REACTIONS[action]} your post {post}: "
+                            f"{quote(group[-1].text, self.preview_chars)}",
+                            {"kind": "observed", "post": post, "rank": group[-1].round}))
+        followers = [n for n in notices if n.action == FOLLOW]
+        if followers:
+            out.append(Line(f"- new follower{'s' * (len(followers) > 1)}: {_who(followers)}",
+                            {"kind": "observed", "rank": followers[-1].round}))
+        return out
+
+    def _age(self, rounds: int) -> str:
+        minutes = rounds * self.minutes_per_round
+        return f"{minutes}m ago" if minutes < 60 else f"{minutes // 60}h ago"
+
+    def state(self) -> dict:
+        """Checkpoint form (notices as field tuples)."""
+        return {str(a): {p: [n.astuple() for n in q] for p, q in per.items()}
+                for a, per in self.queues.items()}
+
+    def load_state(self, state: dict) -> None:
+        """Inverse of `state`."""
+        self.queues = {int(a): {p: deque((Notice(*n) for n in q), maxlen=self.keep)
+                                for p, q in per.items()} for a, per in state.items()}
+
+
+def _who(notices: list[Notice], show: int = 3) -> str:
+    """'@a', '@a and @b', '@a, @b, @c and 4 others' (distinct accounts, latest first)."""
+    names = list(dict.fromkeys(n.who for n in reversed(notices)))
+    shown = [f"@{u}" for u in names[:show]]
+    rest = len(names) - len(shown)
+    if rest:
+        return f"{', '.join(shown)} and {rest} other{'s' * (rest > 1)}"
+    return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"

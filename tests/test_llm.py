@@ -1,0 +1,340 @@
+"""LLM agents end to end, over real HTTP against the loopback server Shoal ships.
+
+What the provider receives (every context section), faults survived and recorded, the
+same trajectory on both executors and across a stop-and-resume, the API key kept out of
+everything written, interviews from a run directory, and estimates before a run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import httpx
+import numpy as np
+import pytest
+import yaml
+
+from beliefs.render import stance_lines
+from sim.errors import ProviderDown
+from sim.llm_server import serve_in_thread
+from sim.run import create_run, resume_run, run_rounds
+from tests.conftest import CONFIGS, ROOT
+from tests.helpers import make_config, run_config, tables_differ
+
+EVENT = "BREAKING: the government announces a carbon tax rebate for every household"
+
+
+def llm_dict(url: str, size: int = 120, rounds: int = 5, fraction: float = 0.5) -> dict:
+    """The LLM quick start, smaller, pointed at `url`, with the event at round 2."""
+    data = yaml.safe_load((CONFIGS / "llm_quickstart.yaml").read_text())
+    data.update(rounds=rounds)
+    data["population"]["size"] = size
+    provider = data["llm"]["providers"][0]
+    provider.update(base_urls=[url], max_retries=1, timeout_s=10)
+    data["llm"]["agents"]["fraction"] = fraction
+    data["interventions"][0]["round"] = 2
+    return data
+
+
+def query(db: Path, sql: str) -> list[tuple]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def cli(*args: str, env: dict | None = None, timeout: float = 300
+        ) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sim.cli", *args], capture_output=True,
+                          text=True, cwd=ROOT, env={**os.environ, **(env or {})},
+                          timeout=timeout)
+
+
+@pytest.fixture
+def server():
+    s = serve_in_thread(seed=0)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def module_server():
+    s = serve_in_thread(seed=0)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def reference(module_server, tmp_path_factory):
+    """A small LLM run on the local executor, and its config mapping."""
+    data = llm_dict(module_server.url)
+    run = run_config(make_config(data, tmp_path_factory.mktemp("ref")))
+    return run.dir, data
+
+
+# ------------------------------------------------------------------ what the model receives
+
+
+def _section(text: str, title: str) -> str:
+    """The body of the `## title` section of a prompt."""
+    m = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    assert m, f"no section {title!r}"
+    return m.group(1)
+
+
+def test_requests_carry_every_context_section(server, tmp_path):
+    run = run_config(make_config(llm_dict(server.url), tmp_path))
+    db = run.dir.db
+    received = httpx.get(server.url.replace("/v1", "/_shoal/requests")).json()["requests"]
+    calls = query(db, "SELECT count(*) FROM llm_calls")[0][0]
+    assert len(received) == calls > 100  # one request per logged call (no faults here)
+    users = dict(query(db, "SELECT username, agent_id FROM agents"))
+    beliefs = {(r, a, t): (x, c) for r, a, t, x, c in query(
+        db, "SELECT round, agent, topic, position, confidence FROM beliefs")}
+    labels = [t["label"] for t in llm_dict("x")["topics"]]
+    topics = [t["name"] for t in llm_dict("x")["topics"]]
+    seen = {"event": 0, "memory": 0, "digest": 0, "notifications": 0, "comments": 0}
+    for entry in received:
+        req = entry["request"]
+        system, user = req["messages"][0]["content"], req["messages"][1]["content"]
+        assert {t["function"]["name"] for t in req["tools"]} >= {"post", "do_nothing"}
+        round_ = int(re.search(r"feed \(round (\d+)", user).group(1))
+        agent = users[re.search(r"\(@([\w.]+)\)", system).group(1)]
+        # Beliefs: the agent's state at the end of the previous round, in words.
+        x, c = zip(*(beliefs[(round_ - 1, agent, t)] for t in topics), strict=True)
+        assert _section(system, "What you think").startswith(
+            "\n".join(stance_lines(labels, np.array(x), np.array(c))))
+        events = _section(system, "Breaking news")
+        if round_ in (2, 3):  # the event runs for two rounds
+            assert EVENT in events
+            seen["event"] += 1
+        else:
+            assert "None right now." in events
+        memory = _section(system, "What has happened so far")
+        if round_ > 1:
+            assert "Nothing yet" not in memory and len(memory.strip().splitlines()) > 1
+            seen["memory"] += 1
+        digest = _section(system, "Your recent activity on other platforms")
+        other = "Twitter" if "Reddit feed" in user else "Reddit"
+        seen["digest"] += f"On {other}, round" in digest
+        seen["notifications"] += "your post" in _section(user, "Since your last turn here")
+        seen["comments"] += "top comment by @" in user
+    assert all(seen.values()), seen
+    # Each call's tokens per section are logged with it.
+    sections = json.loads(query(db, "SELECT section_tokens FROM llm_calls LIMIT 1")[0][0])
+    assert {"beliefs", "memory", "digest", "events", "feed", "notifications"} <= set(sections)
+
+
+# ------------------------------------------------------------------ faults
+
+
+def test_a_thousand_agents_survive_injected_faults(tmp_path):
+    """10% errors, 5% timeouts, 5% malformed tool calls, 2% empty replies, bursts of 429:
+    the run completes, every failure is logged with its reason, no turn or round is lost."""
+    data = llm_dict("loopback", size=1000, rounds=3, fraction=1.0)
+    provider = data["llm"]["providers"][0]
+    provider.update(max_retries=3, timeout_s=1.0, concurrency=96, loopback={
+        "error_rate": 0.10, "timeout_rate": 0.05, "timeout_sleep_s": 3.0,
+        "malformed_rate": 0.05, "empty_rate": 0.02, "burst_every_s": 2.0,
+        "burst_length_s": 0.2, "retry_after_s": 0.1, "latency_ms": 5})
+    data["platforms"]["twitter"]["feed_size"] = 5
+    run = create_run(make_config(data, tmp_path))
+    try:
+        run_rounds(run)
+        log = httpx.get(run.loopbacks[0].url.replace("/v1", "/_shoal/requests"),
+                        timeout=30).json()["requests"]
+    finally:
+        run.close()
+    db = run.dir.db
+    assert [r for (r,) in query(db, "SELECT round FROM rounds ORDER BY round")] == [1, 2, 3]
+    assert json.loads(run.dir.meta.read_text())["status"] == "finished"
+    assert {e["fault"] for e in log} >= {"429", "500", "timeout", "malformed", "empty"}
+    # Every failed call and every invalid reply says why; every fallback says why.
+    assert query(db, "SELECT count(*) FROM llm_calls WHERE status <> 'ok' AND "
+                     "(error = '' OR fallback_reason = '')")[0][0] == 0
+    assert query(db, "SELECT count(*) FROM llm_calls WHERE outcome = 'invalid' AND "
+                     "error = ''")[0][0] == 0
+    statuses = dict(query(db, "SELECT status, count(*) FROM llm_calls GROUP BY ALL"))
+    assert statuses["ok"] > 1000 and query(db, "SELECT sum(retries) FROM llm_calls")[0][0] > 50
+    assert query(db, "SELECT count(*) FROM llm_calls WHERE outcome = 'invalid'")[0][0] > 0
+    # No turn lost: each LLM turn is exactly one action, its source matching its outcome.
+    turns = query(db, """
+        WITH turns AS (SELECT round, agent, platform, max(fallback_reason) AS reason
+                       FROM llm_calls GROUP BY ALL),
+             acts AS (SELECT round, agent, platform::VARCHAR AS platform,
+                             count(*) AS n, any_value(source::VARCHAR) AS source
+                      FROM actions WHERE source <> 'rule' GROUP BY ALL)
+        SELECT t.reason, a.n, a.source FROM turns t
+        LEFT JOIN acts a USING (round, agent, platform)""")
+    assert len(turns) > 1000
+    assert all(n == 1 for _, n, _ in turns)
+    assert all((reason == "") == (source == "llm") for reason, _, source in turns)
+    assert any(source == "fallback_rule" for _, _, source in turns)
+
+
+# ------------------------------------------------------------------ determinism
+
+
+def test_same_trajectory_on_ray(reference, module_server, tmp_path, ray_session):
+    ref_dir, data = reference
+    run = run_config(make_config({**data, "executor": {"kind": "ray", "shards": 2}}, tmp_path))
+    assert tables_differ(ref_dir.db, run.dir.db) == []
+
+
+def test_provider_down_stops_at_a_boundary_and_resumes_identically(reference, tmp_path):
+    """The server goes away after round 2: the run stops cleanly (status stopped, rounds
+    1-2 kept); with the server back on the same port, resume gives the reference run."""
+    ref_dir, data = reference
+    first = serve_in_thread(seed=0)
+    port = first.port
+    cfg = make_config({**data, "llm": {**data["llm"], "providers": [
+        {**data["llm"]["providers"][0], "base_urls": [first.url]}]}}, tmp_path)
+    run = create_run(cfg)
+    try:
+        with pytest.raises(ProviderDown, match="shoal resume"):
+            run_rounds(run, on_round=lambda s: first.stop() if s.round == 2 else None)
+    finally:
+        run.close()
+    meta = json.loads(run.dir.meta.read_text())
+    assert meta["status"] == "stopped" and meta["rounds_done"] == 2
+    assert query(run.dir.db, "SELECT max(round) FROM rounds")[0][0] == 2
+    second = serve_in_thread(port=port, seed=0)
+    try:
+        again = resume_run(run.dir.root)
+        try:
+            run_rounds(again)
+        finally:
+            again.close()
+    finally:
+        second.stop()
+    assert tables_differ(ref_dir.db, run.dir.db) == []
+
+
+def test_unreachable_provider_exits_3_and_says_so(tmp_path):
+    data = llm_dict("http://127.0.0.1:9/v1", rounds=2)  # the discard port: nothing listens
+    data["output"] = {"dir": str(tmp_path)}
+    path = tmp_path / "down.yaml"
+    path.write_text(yaml.safe_dump(data))
+    proc = cli("run", str(path), "--quiet")
+    assert proc.returncode == 3, proc.stderr
+    assert "none of" in proc.stderr and "shoal resume" in proc.stderr
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "stopped"
+
+
+# ------------------------------------------------------------------ secrets
+
+
+def test_api_key_never_written(tmp_path):
+    """The key goes in the Authorization header (the server refuses requests without
+    it) and nowhere else: not the run directory, DuckDB, stdout/stderr or errors."""
+    key, wrong = (f"sk-shoal-test-{secrets.token_hex(16)}" for _ in range(2))
+    server = serve_in_thread(seed=0, key=key)
+    try:
+        data = llm_dict(server.url, size=80, rounds=2)
+        data["llm"]["providers"][0]["api_key_env"] = "SHOAL_TEST_API_KEY"
+        path = tmp_path / "keyed.yaml"
+        path.write_text(yaml.safe_dump(data))
+        good = cli("run", str(path), "--out", str(tmp_path / "runs"), "--quiet",
+                   env={"SHOAL_TEST_API_KEY": key})
+        bad = cli("run", str(path), "--out", str(tmp_path / "runs"), "--quiet",
+                  env={"SHOAL_TEST_API_KEY": wrong})
+    finally:
+        server.stop()
+    assert good.returncode == 0, good.stderr
+    assert bad.returncode == 3 and "401" in bad.stderr  # refused: the run stops, says why
+    ok_run = next(p for p in (tmp_path / "runs").iterdir()
+                  if json.loads((p / "run.json").read_text())["status"] == "finished")
+    assert query(ok_run / "trajectory.duckdb",
+                 "SELECT count(*) FROM llm_calls WHERE status = 'ok'")[0][0] > 0
+    texts = [good.stdout, good.stderr, bad.stdout, bad.stderr]
+    for f in (tmp_path / "runs").rglob("*"):
+        if f.is_file():
+            texts.append(f.read_bytes().decode("latin-1"))
+            if f.name == "trajectory.duckdb":
+                texts += [str(row) for row in _all_text(f)]
+    for secret in (key, wrong):
+        assert not any(secret in t or secret[-12:] in t for t in texts)
+
+
+def _all_text(db: Path) -> list[tuple]:
+    """Every VARCHAR/JSON value of every table (DuckDB may compress strings on disk)."""
+    rows = []
+    for table, column in query(db, "SELECT table_name, column_name FROM "
+                                   "information_schema.columns WHERE data_type IN "
+                                   "('VARCHAR', 'JSON') AND table_name NOT LIKE 'post_stats'"):
+        rows += query(db, f'SELECT "{column}" FROM "{table}"')
+    return rows
+
+
+# ------------------------------------------------------------------ interview and estimate
+
+
+def test_interview_from_the_run_directory(reference, module_server):
+    """A separate process, the run directory and an endpoint: the answer comes from the
+    agent's state at the end of the asked round (the loopback echoes its first belief)."""
+    ref_dir, data = reference
+    agent = query(ref_dir.db, "SELECT agent FROM llm_calls LIMIT 1")[0][0]
+    proc = cli("interview", str(ref_dir.root), "--agent", str(agent), "--round", "3",
+               "What do you make of the carbon tax rebate?", "--show-context")
+    assert proc.returncode == 0, proc.stderr
+    x, c = query(ref_dir.db, f"SELECT position, confidence FROM beliefs WHERE round = 3 "
+                             f"AND agent = {agent} ORDER BY topic")[0]
+    first = stance_lines([data["topics"][0]["label"]], np.array([x]), np.array([c]))[0]
+    answer = proc.stdout.split("=== ANSWER ===")[1]
+    assert "Speaking for myself: " + first in " ".join(answer.split())
+    assert EVENT in " ".join(proc.stdout.split())  # breaking news is pinned in its memory
+    for bad, why in ((["--agent", "99999"], "no such agent"),
+                     (["--agent", "0", "--round", "99"], "kept rounds")):
+        proc = cli("interview", str(ref_dir.root), *bad, "Hello?")
+        assert proc.returncode == 2 and why in proc.stderr
+
+
+def test_interview_of_a_rule_run_needs_an_endpoint(tmp_path, quickstart_dict):
+    quickstart_dict.update(rounds=2, population={"size": 100})
+    run = run_config(make_config(quickstart_dict, tmp_path))
+    proc = cli("interview", str(run.dir.root), "--agent", "3", "Hi?")
+    assert proc.returncode == 2 and "--base-url" in proc.stderr
+    proc = cli("interview", str(run.dir.root), "--agent", "3", "Hi?", "--base-url",
+               "loopback", "--model", "shoal-loopback")
+    assert proc.returncode == 0 and "Speaking for myself" in proc.stdout
+
+
+def test_estimate_predicts_the_calls(reference, tmp_path):
+    """Who acts does not depend on what they decide, so the dry run's call count is the
+    real run's; prompt tokens are close (the feeds differ)."""
+    ref_dir, data = reference
+    path = tmp_path / "est.yaml"
+    path.write_text(yaml.safe_dump(data))
+    proc = cli("estimate", str(path))
+    assert proc.returncode == 0, proc.stderr
+    out = " ".join(proc.stdout.split())
+    calls = int(re.search(r"([\d,]+) calls", out).group(1).replace(",", ""))
+    prompt = int(re.search(r"prompt tokens ([\d,]+)", out).group(1).replace(",", ""))
+    real = query(ref_dir.db, "SELECT count(*) FROM llm_calls WHERE call = 1")[0][0]
+    contexts = query(ref_dir.db, "SELECT sum(tokens) FROM context WHERE section = 'total'")[0][0]
+    assert calls == real
+    assert 0.7 * contexts < prompt < 1.3 * (contexts + calls * 1000)
+    assert not list(tmp_path.glob("*/trajectory.duckdb"))  # nothing was left behind
+
+
+def test_runs_inside_a_running_event_loop(reference, tmp_path):
+    """A Jupyter kernel runs an asyncio loop: a run started from inside one (LLM agents
+    included) works and gives the same trajectory."""
+    import asyncio
+
+    ref_dir, data = reference
+
+    async def in_loop():
+        return run_config(make_config(data, tmp_path))
+
+    run = asyncio.run(in_loop())
+    assert tables_differ(ref_dir.db, run.dir.db) == []
