@@ -111,6 +111,10 @@ def fork_rounds(run: str | Path) -> list[int]:
     return [s.last_round for s in lineage(run)[:-1] if s.last_round is not None]
 
 
+class MissingTableError(InputError):
+    """No file of the run's lineage has the table (runs made before it existed)."""
+
+
 def read_table(run: str | Path, table: str, where: str | None = None) -> pd.DataFrame:
     """The full history of `table` for `run`: its ancestors' rows before each fork, then
     its own, sorted by round and the table's natural key. `where` is an extra SQL filter.
@@ -120,19 +124,30 @@ def read_table(run: str | Path, table: str, where: str | None = None) -> pd.Data
     segments = lineage(run)
     if table in OWN_TABLES:
         segments = segments[-1:]
-    frames = [_read_segment(s, table, where) for s in segments]
+    read = [_read_segment(s, table, where) for s in segments]
+    frames = [f for f in read if f is not None]
+    if not frames:  # no segment has the table (a run older than it)
+        raise MissingTableError(f"{run}: the trajectory has no table {table!r} (written by "
+                                "an older version of Shoal)")
     frames = [f for f in frames if len(f)] or frames[-1:]
     return pd.concat(frames, ignore_index=True)
 
 
-def _read_segment(segment: Segment, table: str, where: str | None) -> pd.DataFrame:
-    """One segment's rows of a table, in ORDER."""
+def _read_segment(segment: Segment, table: str, where: str | None) -> pd.DataFrame | None:
+    """One segment's rows of a table, in ORDER (None: an older file without the table,
+    e.g. a parent run from before `llm_calls` existed)."""
     conditions = [c for c in (segment.condition(table), where and f"({where})") if c]
     sql = f"SELECT * FROM {table}"
     if conditions:
         sql += " WHERE " + " AND ".join(conditions)
     with _connect(segment.dir, table) as con:
-        return con.sql(f"{sql} ORDER BY {ORDER.get(table, 'ALL')}").df()
+        try:
+            return con.sql(f"{sql} ORDER BY {ORDER.get(table, 'ALL')}").df()
+        except duckdb.CatalogException:
+            if con.execute("SELECT count(*) FROM information_schema.tables "
+                           "WHERE table_name = ?", [table]).fetchall()[0][0]:
+                raise  # the table is there: the error is in the query (`where`)
+            return None
 
 
 @contextmanager
