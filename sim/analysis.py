@@ -545,10 +545,15 @@ def open_run(path: str | Path | Any) -> Run:
 def open_runs(paths: Iterable[str | Path | Any] | str | Path,
               labels: Sequence[str] | None = None) -> Runs:
     """Several runs as one: `paths` lists run directories (or ids, or Run objects), or
-    is one output folder (e.g. a sweep's), whose runs are all read (parents before their
-    forks). `labels` name the runs in the `run` column (default: their ids)."""
+    is one output folder, whose runs are all read (parents before their forks); a sweep
+    directory opens as `sim.sweep.open_sweep` does, with seed and grid columns. `labels`
+    name the runs in the `run` column (default: their ids)."""
     if isinstance(paths, str | Path):
         folder = Path(paths)
+        if (folder / "sweep.json").is_file() and labels is None:  # seed and grid columns too
+            from sim.sweep import open_sweep
+
+            return open_sweep(folder)
         if (folder / "run.json").is_file():
             paths = [folder]
         else:

@@ -84,6 +84,9 @@ def test_eight_seeds_of_the_quick_start_run_on_ray_with_intervals(ray_session, t
     final = pol[(pol["round"] == 5) & (pol["topic"] == "carbon_tax")].sort_values("seed")
     members = sweep.members.sort_values("seed")
     assert np.allclose(final["bimodality"], members["polarization.carbon_tax"])
+    from sim import open_runs  # the notebook entry point opens a sweep folder the same way
+
+    assert open_runs(root).beliefs.equals(beliefs)
 
 
 def test_a_grid_gives_one_summary_row_per_point_and_members_are_normal_runs(
