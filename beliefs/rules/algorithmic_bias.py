@@ -95,14 +95,18 @@ class AlgorithmicBiasRule(UpdateRule):
         out = np.full((n_live, n_topics), -1, dtype=np.int64)
         u = draws(ctx, Draw.PARTNER, live, n_topics)
         x = pos[live]
+        xt = np.ascontiguousarray(x.T)  # [T, L]: candidates on the last, contiguous axis
         step = max(1, _CHUNK_CELLS // max(n_live * n_topics, 1))
         for lo in range(0, n_live, step):  # chunks of agents bound memory; not per agent
             hi = min(lo + step, n_live)
-            w = bias_weights(np.abs(x[None, :, :] - x[lo:hi, None, :]), c.gamma,
-                             c.min_distance)  # [C, L, T]
-            w[np.arange(hi - lo), np.arange(lo, hi)] = 0.0  # nobody meets themself
-            pick = pick_weighted(w, u[lo:hi])
-            out[lo:hi] = np.where(pick >= 0, live[np.maximum(pick, 0)], -1)
+            w = bias_weights(np.abs(xt[None, :, :] - x[lo:hi, :, None]), c.gamma,
+                             c.min_distance)  # [C, T, L]
+            rows = np.arange(hi - lo)
+            w[rows, :, rows + lo] = 0.0  # nobody meets themself
+            cdf = np.cumsum(w, axis=2)
+            target = u[lo:hi] * cdf[:, :, -1]
+            pick = np.minimum((cdf < target[:, :, None]).sum(axis=2), n_live - 1)
+            out[lo:hi] = np.where(cdf[:, :, -1] > 0, live[pick], -1)
         return out
 
     def _biased_followees(self, pos: np.ndarray, live: np.ndarray, ctx: UpdateContext
