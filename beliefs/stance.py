@@ -214,20 +214,12 @@ class _Part:
     negated: bool
 
 
-class _SpanMatcher(TopicMatcher):
-    """A TopicMatcher that also says where each topic is mentioned."""
-
-    def spans(self, text: str) -> list[list[tuple[int, int]]]:
-        """Per topic, the (start, end) character spans of its mentions in `text`."""
-        return [[m.span() for m in p.finditer(text)] for p in self._patterns]
-
-
 class StanceEstimator:
     """Estimates per-topic stance of free texts for a fixed topic list."""
 
     def __init__(self, keywords: list[list[str]]):
         self.n_topics = len(keywords)
-        self.matcher = _SpanMatcher([[_normalise(k) for k in kws] for kws in keywords])
+        self.matcher = TopicMatcher([[_normalise(k) for k in kws] for kws in keywords])
 
     def estimate(self, text: str) -> tuple[np.ndarray, str]:
         """(stance [T] with NaN where the text takes no stance, method)."""

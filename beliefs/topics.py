@@ -33,3 +33,7 @@ class TopicMatcher:
     def match(self, text: str) -> np.ndarray:
         """Boolean mask [T]: topics the text mentions."""
         return np.array([bool(p.search(text)) for p in self._patterns], dtype=bool)
+
+    def spans(self, text: str) -> list[list[tuple[int, int]]]:
+        """Per topic, the (start, end) character spans of its mentions in `text`."""
+        return [[m.span() for m in p.finditer(text)] for p in self._patterns]
