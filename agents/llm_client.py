@@ -11,8 +11,10 @@ in the Authorization header, and redacted from every error text.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import random
+import ssl
 import time
 from dataclasses import dataclass
 
@@ -21,29 +23,42 @@ import httpx
 from sim.config import ProviderConfig
 
 RETRYABLE = {408, 409, 425, 429, 500, 502, 503, 504}
-CONNECTIONS_PER_POOL = 8
+CONNECTIONS_PER_POOL = 1
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """httpx's default TLS settings (certifi's CA bundle), built once per process."""
+    return httpx.create_ssl_context()
 
 
 class StripedTransport(httpx.AsyncBaseTransport):
-    """httpx's transport, split over several small connection pools used in turn.
+    """httpx's transport as one single-connection pool per concurrent call.
 
-    httpcore's pool rescans every connection for every queued request (httpx issue #3215),
-    so one pool of 128 connections spends more CPU on bookkeeping than on HTTP: measured
-    here, 68 requests/s at 128 concurrent against 680 with pools of 8. Connections are
-    still reused; each pool keeps its own keep-alive connections.
+    httpcore's pool rescans every connection (and asks each socket whether it expired)
+    for every queued request (httpx issue #3215), so one pool of 128 connections spends
+    more CPU on bookkeeping than on HTTP. Each request goes to the pool with the fewest
+    requests in flight, which with the shard's semaphore is an idle one: no queueing, no
+    rescans, connections still reused. Measured against the loopback server (2,000 calls,
+    128 concurrent, 50 ms): one pool of 128 about 29 s, pools of 8 used in turn 2.0-2.5 s,
+    this 1.5 s (the ideal is 0.78 s).
     """
 
     def __init__(self, connections: int):
         n = max(1, -(-connections // CONNECTIONS_PER_POOL))
         per = max(1, -(-connections // n))
         limits = httpx.Limits(max_connections=per, max_keepalive_connections=per)
-        self._pools = [httpx.AsyncHTTPTransport(limits=limits) for _ in range(n)]
-        self._next = 0
+        tls = _tls_context()  # one for all pools: building one loads the CA bundle (~10 ms)
+        self._pools = [httpx.AsyncHTTPTransport(limits=limits, verify=tls) for _ in range(n)]
+        self._busy = [0] * n
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        pool = self._pools[self._next]
-        self._next = (self._next + 1) % len(self._pools)
-        return await pool.handle_async_request(request)
+        i = self._busy.index(min(self._busy))
+        self._busy[i] += 1
+        try:
+            return await self._pools[i].handle_async_request(request)
+        finally:
+            self._busy[i] -= 1
 
     async def aclose(self) -> None:
         for pool in self._pools:

@@ -67,10 +67,17 @@ class LLMPolicy:
         self.topics = [t.name for t in cfg.topics]
         self.topic_specs = cfg.topics
         self.usernames = {u: i for i, u in enumerate(usernames)}
+        self._tool_defs: dict[str, list[dict]] = {}
         self.clients = {
             p.name: LLMClient(p, base_urls.get(p.name, p.base_urls),
                               math.ceil(p.concurrency / n_shards), seed=cfg.seed)
             for p in self.llm.providers}
+
+    def _tools(self, platform: str) -> list[dict]:
+        """The platform's tool definitions (built once; they never change in a run)."""
+        if platform not in self._tool_defs:
+            self._tool_defs[platform] = tools(platform, self.topics)
+        return self._tool_defs[platform]
 
     def _body(self, prompt: Prompt, platform: str, agent: int, round_: int) -> dict:
         provider = self.llm.provider(prompt.provider)
@@ -79,7 +86,7 @@ class LLMPolicy:
                 "max_tokens": provider.max_tokens,
                 "seed": (self.cfg.seed * 1_000_003 + round_ * 7919 + agent) % 2**31}
         if provider.tools == "native":
-            body["tools"] = tools(platform, self.topics)
+            body["tools"] = self._tools(platform)
             body["tool_choice"] = "auto"
         else:
             user = f"{user}\n\n{json_instructions(platform, self.topics)}"

@@ -82,7 +82,7 @@ class Assembled:
 
     system: str
     observation: str
-    tokens: dict[str, int]  # per section (rendered text), plus "system", "observation", "total"
+    tokens: dict[str, int]  # per section (estimate), "system", "observation", "total" (exact)
     trimmed: list[Trimmed]
     kept: dict[str, int]  # lines kept per section
 
@@ -145,7 +145,9 @@ def assemble(sections: list[Section], budget: int) -> Assembled:
         total = count(system) + count(observation)
         if total <= budget or not plan.drop_by_priority():
             break
-    tokens = {s.name: count(s.render(plan.keep[s.name])) for s in sections}
+    # Per section: its header and lines, each counted on its own (cached: lines recur
+    # across agents), so within a few tokens of the section's text; the totals are exact.
+    tokens = {s.name: plan.used(s) for s in sections}
     tokens.update(system=count(system), observation=count(observation))
     tokens["total"] = tokens["system"] + tokens["observation"]
     return Assembled(system, observation, tokens, plan.trimmed,

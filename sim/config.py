@@ -1027,18 +1027,29 @@ def config_hash(cfg: Config) -> str:
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply `a.b.c=value` overrides (value parsed as YAML) to a raw config mapping."""
+    """Apply `a.b.c=value` overrides (value parsed as YAML) to a raw config mapping. A
+    numeric part indexes an existing list (`llm.providers.0.model=gpt-4o-mini`)."""
     for item in overrides:
         if "=" not in item:
             raise ConfigError([f"--set {item!r}: expected key=value"])
         key, raw = item.split("=", 1)
         parts = key.strip().split(".")
-        cur = data
-        for part in parts[:-1]:
-            nxt = cur.get(part)
-            if not isinstance(nxt, dict):
-                nxt = {}
-                cur[part] = nxt
-            cur = nxt
-        cur[parts[-1]] = yaml.safe_load(raw)
+        cur: Any = data
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            if isinstance(cur, list):
+                if not part.isdigit() or int(part) >= len(cur):
+                    raise ConfigError([f"--set {item!r}: {'.'.join(parts[:i]) or key} is a "
+                                       f"list of {len(cur)}; index it with 0..{len(cur) - 1}"])
+                part = int(part)
+                if last:
+                    cur[part] = yaml.safe_load(raw)
+                elif not isinstance(cur[part], dict | list):
+                    cur[part] = {}
+            elif last:
+                cur[part] = yaml.safe_load(raw)
+            elif not isinstance(cur.get(part), dict | list):
+                cur[part] = {}
+            if not last:
+                cur = cur[part]
     return data

@@ -121,6 +121,11 @@ def test_overrides_validate_like_yaml(tmp_path, quickstart_dict):
     assert cfg.platforms.twitter.recommender.kind == "random"
     with pytest.raises(ConfigError, match=r"population\.size: must be > 0, got -1"):
         load_config(path, ["population.size=-1"])
+    # A number indexes a list; out of range it says how long the list is.
+    cfg = load_config(path, ["topics.1.label=atomic energy", "topics.0.keywords=[CO2 tax]"])
+    assert cfg.topics[1].label == "atomic energy" and cfg.topics[0].keywords == ["CO2 tax"]
+    with pytest.raises(ConfigError, match=r"topics is a list of 2; index it with 0\.\.1"):
+        load_config(path, ["topics.2.label=x"])
 
 
 def test_shorthands(quickstart_dict):

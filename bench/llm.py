@@ -1,0 +1,144 @@
+"""LLM agents at scale: round time against the ideal, engine CPU per call, prompt tokens.
+
+1,000 LLM agents act every round (everyone active, Twitter only) against Shoal's loopback
+server (a separate process) answering after 50 ms, with a concurrency limit of 128. The
+ideal round is calls / concurrency x latency: what a client that did nothing but wait
+would need. Reported per run:
+
+- round time / ideal, and the decide step alone / ideal (the decide step is the calls;
+  the rest of a round is feeds, context assembly, apply, update and logging);
+- a baseline in the same run: the same number of calls with the same concurrency through
+  the same client (`agents.llm_client.LLMClient`), one prompt body replayed, no engine:
+  what this machine's HTTP stack and server reach;
+- engine CPU time per call (this process only; the server runs in its own process);
+- prompt tokens per call (context total, tiktoken) at rounds 1, 10, 25, 50, 100: flat,
+  within the budget.
+
+    .venv/bin/python bench/llm.py                 # 1,000 agents x 100 rounds (~4 minutes)
+    .venv/bin/python bench/llm.py --rounds 10     # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+
+from agents.llm_client import LLMClient
+from sim.config import load_config
+from sim.llm_server import Faults, LoopbackProcess
+from sim.run import create_run, run_rounds
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cpu_seconds() -> float:
+    """User + system CPU of this process (all its threads)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def overrides(args: argparse.Namespace, out: str) -> list[str]:
+    """The LLM quick start turned into the benchmark workload."""
+    return [f"population.size={args.agents}", f"rounds={args.rounds}", "population.groups=[]",
+            "activity.level=1.0", "activity.hourly=flat", "platforms.reddit.enabled=false",
+            "llm.agents.fraction=1.0", f"llm.providers.0.concurrency={args.concurrency}",
+            f"llm.providers.0.loopback.latency_ms={args.latency_ms}",
+            "llm.providers.0.timeout_s=60", "llm.round_deadline_s=600",
+            f"memory.context.budget_tokens={args.budget}", "interventions=[]",
+            "checkpoints.keep_last=2", f"output.dir={out}", f"executor.kind={args.executor}",
+            f"executor.shards={args.shards}"]
+
+
+def baseline(url: str, body: dict, calls: int, concurrency: int, provider) -> float:
+    """Seconds for `calls` replays of one body through LLMClient at `concurrency`."""
+    client = LLMClient(provider, [url], concurrency)
+
+    async def go() -> float:
+        await asyncio.gather(*(client.chat(body, key=i) for i in range(concurrency)))  # warm
+        start = time.perf_counter()
+        await asyncio.gather(*(client.chat(body, key=i) for i in range(calls)))
+        elapsed = time.perf_counter() - start
+        await client.close()
+        return elapsed
+
+    return asyncio.run(go())
+
+
+def main() -> None:
+    """Run the workload and print the results as JSON lines."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--agents", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--latency-ms", type=float, default=50.0)
+    ap.add_argument("--concurrency", type=int, default=128)
+    ap.add_argument("--budget", type=int, default=2500)
+    ap.add_argument("--executor", choices=["local", "ray"], default="local")
+    ap.add_argument("--shards", type=int, default=1)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as out:
+        cfg = load_config(ROOT / "configs" / "llm_quickstart.yaml", overrides(args, out))
+        run = create_run(cfg)
+        marks: list[tuple[int, float, float]] = []
+        try:
+            run.driver()  # starts the executor and the loopback server before timing
+            start_wall, start_cpu = time.perf_counter(), cpu_seconds()
+            run_rounds(run, on_round=lambda s: marks.append(
+                (s.round, time.perf_counter(), cpu_seconds())))
+            wall, cpu = time.perf_counter() - start_wall, cpu_seconds() - start_cpu
+            url = run.loopbacks[0].url
+            received = json.loads(__import__("httpx").get(
+                url.replace("/v1", "/_shoal/requests"), timeout=30).text)["requests"]
+            body = received[-1]["request"]
+            base_s = baseline(url, body, args.agents, args.concurrency,
+                              cfg.llm.providers[0])
+        finally:
+            run.close()
+        con = duckdb.connect(str(run.dir.db), read_only=True)
+        per_round = con.execute("""
+            SELECT r.round, r.ms_decide, r.ms_context, c.calls, c.failed
+            FROM rounds r JOIN (SELECT round, count(*) AS calls,
+                                       count(*) FILTER (WHERE status <> 'ok') AS failed
+                                FROM llm_calls GROUP BY round) c USING (round)
+            ORDER BY r.round""").fetchall()
+        tokens = con.execute("""
+            SELECT round, avg(tokens), max(tokens), max(budget) FROM context
+            WHERE section = 'total' AND round IN (1, 10, 25, 50, 100) GROUP BY round
+            ORDER BY round""").fetchall()
+        con.close()
+    latency = args.latency_ms / 1e3
+    calls = sum(r[3] for r in per_round)
+    ideal = sum(r[3] / args.concurrency * latency for r in per_round)
+    decide = sum(r[1] for r in per_round) / 1e3
+    steady = per_round[len(per_round) // 2:]  # the second half: memory and feeds filled
+    ideal_steady = sum(r[3] / args.concurrency * latency for r in steady)
+    round_steady = sum(b[1] - a[1] for a, b in zip(marks, marks[1:], strict=False)
+                       if b[0] > per_round[len(per_round) // 2][0] - 1)
+    ideal_base = args.agents / args.concurrency * latency
+    results = {
+        "executor": f"{args.executor} x{args.shards}", "agents": args.agents, "rounds": args.rounds, "calls": calls,
+        "failed_calls": sum(r[4] for r in per_round), "latency_ms": args.latency_ms,
+        "concurrency": args.concurrency,
+        "round_s_mean": round(wall / args.rounds, 3),
+        "ideal_round_s": round(ideal / args.rounds, 3),
+        "ideal_over_round": round(ideal / wall, 3),
+        "ideal_over_decide": round(ideal / decide, 3),
+        "ideal_over_round_second_half": round(ideal_steady / round_steady, 3)
+        if round_steady else None,
+        "baseline_client_s": round(base_s, 3), "ideal_over_baseline": round(ideal_base / base_s, 3),
+        "engine_cpu_ms_per_call": round(1e3 * cpu / calls, 3),
+        "context_ms_per_call": round(sum(r[2] for r in per_round) / calls, 3),
+        "prompt_tokens": [{"round": r, "mean": round(m, 1), "max": mx, "budget": b}
+                          for r, m, mx, b in tokens],
+    }
+    print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
