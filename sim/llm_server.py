@@ -370,18 +370,23 @@ class LoopbackProcess:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The `shoal llm-serve` options."""
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8765)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--latency-ms", type=float, default=0.0)
-    p.add_argument("--error-rate", type=float, default=0.0)
-    p.add_argument("--timeout-rate", type=float, default=0.0)
+    p.add_argument("--port", type=int, default=8765, help="0 picks a free port")
+    p.add_argument("--seed", type=int, default=0, help="seeds the replies")
+    p.add_argument("--latency-ms", type=float, default=0.0, help="mean answer delay")
+    p.add_argument("--error-rate", type=float, default=0.0, help="share answered HTTP 500")
+    p.add_argument("--timeout-rate", type=float, default=0.0,
+                   help="share that stall for --timeout-sleep-s (longer than the client waits)")
     p.add_argument("--timeout-sleep-s", type=float, default=30.0)
-    p.add_argument("--malformed-rate", type=float, default=0.0)
-    p.add_argument("--rate-limit-rate", type=float, default=0.0)
+    p.add_argument("--malformed-rate", type=float, default=0.0,
+                   help="share of replies with broken or impossible tool calls")
+    p.add_argument("--rate-limit-rate", type=float, default=0.0,
+                   help="share answered 429 with Retry-After")
     p.add_argument("--retry-after-s", type=float, default=1.0)
-    p.add_argument("--empty-rate", type=float, default=0.0)
-    p.add_argument("--burst-every-s", type=float, default=0.0)
-    p.add_argument("--burst-length-s", type=float, default=0.0)
+    p.add_argument("--empty-rate", type=float, default=0.0,
+                   help="share of empty replies (reasoning models: content in reasoning_content)")
+    p.add_argument("--burst-every-s", type=float, default=0.0,
+                   help="every N seconds, answer 429 to everything...")
+    p.add_argument("--burst-length-s", type=float, default=0.0, help="...for this long")
     p.add_argument("--record", help="append every request and reply to this JSONL file")
     p.add_argument("--ready-file", help="write the base URL here once listening")
     p.add_argument("--require-key-env", metavar="NAME",
