@@ -32,7 +32,6 @@ import duckdb
 
 from agents.llm_client import LLMClient
 from sim.config import load_config
-from sim.llm_server import Faults, LoopbackProcess
 from sim.run import create_run, run_rounds
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,13 +115,15 @@ def main() -> None:
     calls = sum(r[3] for r in per_round)
     ideal = sum(r[3] / args.concurrency * latency for r in per_round)
     decide = sum(r[1] for r in per_round) / 1e3
-    steady = per_round[len(per_round) // 2:]  # the second half: memory and feeds filled
-    ideal_steady = sum(r[3] / args.concurrency * latency for r in steady)
-    round_steady = sum(b[1] - a[1] for a, b in zip(marks, marks[1:], strict=False)
-                       if b[0] > per_round[len(per_round) // 2][0] - 1)
+    # The second half alone: memory and feeds filled, the client's pools warm.
+    half = args.rounds // 2
+    ends = {r: t for r, t, _ in marks}
+    round_steady = ends[args.rounds] - ends[half] if half else 0.0
+    ideal_steady = sum(r[3] / args.concurrency * latency for r in per_round if r[0] > half)
     ideal_base = args.agents / args.concurrency * latency
     results = {
-        "executor": f"{args.executor} x{args.shards}", "agents": args.agents, "rounds": args.rounds, "calls": calls,
+        "executor": f"{args.executor} x{args.shards}", "agents": args.agents,
+        "rounds": args.rounds, "calls": calls,
         "failed_calls": sum(r[4] for r in per_round), "latency_ms": args.latency_ms,
         "concurrency": args.concurrency,
         "round_s_mean": round(wall / args.rounds, 3),
