@@ -15,7 +15,8 @@ from sim.posts import PostKind
 
 KIND_NAMES = {k.value: k.name.lower() for k in PostKind}
 FEED_ORDER = {"following": "newest first", "popularity": "hot posts",
-              "random": "a random selection", "personalized": "picked for you"}
+              "random": "a random selection", "personalized": "picked for you",
+              "algorithmic_bias": "picked for you"}
 
 
 def top_comments(world, post_ids: np.ndarray, k: int = 2) -> dict[int, list[int]]:

@@ -217,13 +217,27 @@ class PersonalizedRec(Strict):
     explore: float = Field(default=0.1, ge=0)
 
 
+class AlgorithmicBiasRec(Strict):
+    """Sîrbu et al. 2019's bias as a feed: k of the newest `pool_size` posts of the last
+    `window_rounds`, drawn without replacement with probability ∝ max(d, min_distance)^−γ,
+    d the mean |reader position − post stance| over the topics the post addresses (1 for
+    a post that takes no side). γ = 0 is a uniform random feed."""
+
+    kind: Literal["algorithmic_bias"]
+    gamma: float = Field(default=1.0, ge=0, le=20)
+    min_distance: float = Field(default=2e-5, ge=1e-6, le=1)
+    pool_size: int = Field(default=200, gt=0)
+    window_rounds: int = Field(default=24, gt=0)
+
+
 def _recommender(value: object) -> object:
     return {"kind": value} if isinstance(value, str) else value
 
 
 Recommender = Annotated[
     Annotated[
-        FollowingRec | PopularityRec | RandomRec | PersonalizedRec, Field(discriminator="kind")
+        FollowingRec | PopularityRec | RandomRec | PersonalizedRec | AlgorithmicBiasRec,
+        Field(discriminator="kind")
     ],
     BeforeValidator(_recommender),
 ]

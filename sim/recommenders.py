@@ -4,7 +4,8 @@ A feed is an int64 matrix [agents, k]: column 0 is the top of the feed, -1 an em
 Feeds are built at the start of round r from the world as of the end of r-1. No
 recommender scans the post table per agent: `following` reads the maintained inboxes,
 `popularity` scores one window of recent posts once per round, `random` samples a window,
-and `personalized` ranks a shared candidate pool plus each agent's inbox.
+`personalized` ranks a shared candidate pool plus each agent's inbox, and
+`algorithmic_bias` samples a window's newest posts with a bias towards the reader's views.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.config import (
+    AlgorithmicBiasRec,
     FollowingRec,
     PersonalizedRec,
     PopularityRec,
@@ -246,8 +248,44 @@ class PersonalizedFeed(Recommender):
         return score
 
 
+class AlgorithmicBiasFeed(Recommender):
+    """Feeds drawn with Sîrbu et al.'s bias towards posts close to the reader's opinion:
+    weighted sampling without replacement by the Gumbel-top-k trick, one keyed uniform per
+    (agent, candidate), so a feed never depends on shards or on other agents."""
+
+    CHUNK = 4096
+
+    def __init__(self, cfg: AlgorithmicBiasRec):
+        self.cfg = cfg
+
+    def feeds(self, ctx: FeedContext, agents: np.ndarray) -> np.ndarray:
+        c, k = self.cfg, ctx.platform.k
+        out = np.full((len(agents), k), -1, dtype=np.int64)
+        pool = ctx.window(c.window_rounds)[-c.pool_size:]
+        if not len(pool) or not len(agents):
+            return out
+        stance = ctx.posts.stance[pool]  # [C, T]
+        addressed = ~np.isnan(stance)
+        n_addr = addressed.sum(axis=1)
+        authors = ctx.posts.author[pool]
+        for start in range(0, len(agents), self.CHUNK):
+            chunk = agents[start:start + self.CHUNK]
+            gap = np.abs(ctx.position[chunk][:, None, :] - np.nan_to_num(stance)[None])
+            dist = np.where(n_addr > 0, (gap * addressed).sum(axis=2)
+                            / np.maximum(n_addr, 1), 1.0)
+            log_w = -c.gamma * np.log(np.maximum(dist, c.min_distance))
+            u = ctx.draws(chunk, len(pool))
+            key = log_w - np.log(-np.log(np.clip(u, 1e-300, 1.0 - 1e-16)))  # + Gumbel
+            key[authors[None, :] == chunk[:, None]] = -np.inf  # never one's own posts
+            top = np.argsort(-key, axis=1, kind="stable")[:, :k]
+            picked = pool[top]
+            picked[np.take_along_axis(key, top, axis=1) == -np.inf] = -1
+            out[start:start + len(chunk), :picked.shape[1]] = picked
+        return out
+
+
 def make_recommender(cfg) -> Recommender:
     """The recommender for a platform's config."""
     kinds = {"following": FollowingFeed, "popularity": PopularityFeed, "random": RandomFeed,
-             "personalized": PersonalizedFeed}
+             "personalized": PersonalizedFeed, "algorithmic_bias": AlgorithmicBiasFeed}
     return kinds[cfg.kind](cfg)

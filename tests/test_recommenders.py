@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from sim.config import (
+    AlgorithmicBiasRec,
     FollowingRec,
     PersonalizedRec,
     PopularityRec,
@@ -24,6 +25,7 @@ from sim.counter_rng import CounterRNG
 from sim.platform import Platform
 from sim.posts import NewPosts, PostKind
 from sim.recommenders import (
+    AlgorithmicBiasFeed,
     FeedContext,
     FollowingFeed,
     PersonalizedFeed,
@@ -571,6 +573,43 @@ def test_personalized_feed_ignores_non_candidate_post_zero() -> None:
     assert feed[0].tolist() == [popular]
 
 
+# --------------------------------------------------------------------------- algorithmic bias
+
+
+def _feed_distance(world: World, feed: np.ndarray, position: np.ndarray) -> float:
+    """Mean over shown posts of d = mean |x - s| over the topics each addresses."""
+    out = []
+    for a, row in enumerate(feed):
+        for post in row[row >= 0].tolist():
+            s = world.posts.stance[post]
+            m = ~np.isnan(s)
+            out.append(np.abs(position[a][m] - s[m]).mean() if m.any() else 1.0)
+    return float(np.mean(out))
+
+
+@pytest.mark.parametrize("seed", SEEDS[:2])
+def test_algorithmic_bias_feed_leans_towards_the_reader(seed: int) -> None:
+    """gamma 0 samples the pool uniformly (distinct, never own, full); larger gamma shows
+    posts ever closer to the reader's opinion; a feed does not depend on other readers."""
+    world, _ = played_world(seed, rounds=10)
+    agents = np.arange(world.n_agents)
+    position = world.beliefs.position
+    dist = {}
+    for gamma in (0.0, 1.0, 4.0):
+        rec = AlgorithmicBiasFeed(AlgorithmicBiasRec(kind="algorithmic_bias", gamma=gamma,
+                                                     pool_size=40, window_rounds=6))
+        ctx = ctx_for(world, "twitter", 11)
+        feed = rec.feeds(ctx, agents)
+        assert_feed_basics(world, "twitter", agents, feed, 11)
+        pool = set(feedable_ids(world, world.platforms["twitter"]))
+        assert set(feed[feed >= 0].tolist()) <= pool
+        assert (feed >= 0).sum(axis=1).min() == world.platforms["twitter"].k
+        np.testing.assert_array_equal(rec.feeds(ctx, agents[::-3]), feed[::-3])
+        dist[gamma] = _feed_distance(world, feed, position)
+    assert dist[0.0] > dist[1.0] > dist[4.0]
+    assert dist[4.0] < 0.6 * dist[0.0]
+
+
 # --------------------------------------------------------------------------- snapshot, reddit
 
 
@@ -586,7 +625,8 @@ def test_every_recommender_respects_snapshot_and_kinds(seed: int) -> None:
             PopularityFeed(PopularityRec(kind="popularity", window_rounds=3, pool_size=10)),
             PopularityFeed(PopularityRec(kind="popularity", window_rounds=3, sample="top")),
             RandomFeed(RandomRec(kind="random", window_rounds=2)),
-            PersonalizedFeed(PersonalizedRec(kind="personalized", window_rounds=3))]
+            PersonalizedFeed(PersonalizedRec(kind="personalized", window_rounds=3)),
+            AlgorithmicBiasFeed(AlgorithmicBiasRec(kind="algorithmic_bias", window_rounds=3))]
     shown_reddit_kinds: set[int] = set()
     for r in range(1, 9):
         agents = np.sort(rng.permutation(world.n_agents)[:20])
