@@ -24,7 +24,7 @@ from sim.intervention_specs import MUTABLE_PREFIXES
 from sim.interventions import check_against_population, check_settings
 from sim.live_mirror import LiveMirror
 from sim.round_log import agents_table, topics_table
-from sim.run import Run, RunDir, engine_version, new_run_id, open_run_dir
+from sim.run import Run, RunDir, check_api_keys, engine_version, new_run_id, open_run_dir
 from sim.store import TrajectoryStore
 from sim.world_checkpoint import CheckpointError, restore_world, snapshot
 
@@ -107,6 +107,7 @@ def fork_run(parent: str | Path, fork_round: int, sets: list[str] | None = None,
     except CheckpointError as exc:
         raise InputError(f"{parent_dir.run_id}: {exc}") from None
     check_against_population(cfg, world)
+    check_api_keys(cfg)
 
     parent_meta = parent_dir.read_meta()
     lineage = {"parent_run_id": parent_dir.run_id,

@@ -413,8 +413,13 @@ def serve(args: argparse.Namespace) -> int:
                           Path(args.record) if args.record else None, key=key)
 
     async def main() -> None:
-        server = await asyncio.start_server(LoopbackServer(state).handle, args.host,
-                                            args.port, backlog=1024)
+        try:
+            server = await asyncio.start_server(LoopbackServer(state).handle, args.host,
+                                                args.port, backlog=1024)
+        except OSError as exc:  # port taken, host not ours: the user's to fix
+            print(f"error: --host {args.host} --port {args.port}: {exc.strerror or exc}",
+                  file=sys.stderr)
+            raise SystemExit(2) from None
         host, port = server.sockets[0].getsockname()[:2]
         url = f"http://{host}:{port}/v1"
         if args.ready_file:  # written whole, then renamed: the reader never sees half

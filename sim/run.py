@@ -7,6 +7,7 @@ directory exists, so a bad input leaves nothing behind.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
 import threading
@@ -163,9 +164,21 @@ class Run:
             self.loopbacks.clear()
 
 
+def check_api_keys(cfg: Config) -> None:
+    """Every provider that names a key variable finds it set (InputError otherwise), so a
+    missing key stops a run before it starts, not as 401s in round 1."""
+    for i, p in enumerate(cfg.llm.providers if cfg.llm else []):
+        if p.api_key_env and set(p.base_urls) != {"loopback"} and not os.environ.get(
+                p.api_key_env):
+            raise InputError(f"llm.providers.{i}.api_key_env: the environment variable "
+                             f"{p.api_key_env} is not set; export it (the key itself never "
+                             "goes in the config)")
+
+
 def create_run(cfg: Config, lineage: dict | None = None) -> Run:
     """Build round 0 (may raise InputError), then create the run directory and its store."""
     # Every input check happens here, before anything is written.
+    check_api_keys(cfg)
     world = build_world(cfg)
     check_settings(cfg)
     check_against_population(cfg, world)
@@ -263,6 +276,7 @@ def resume_run(path: str | Path) -> Run:
     except CheckpointError as exc:
         raise InputError(f"{path}: {exc}") from None
     cfg = world.cfg
+    check_api_keys(cfg)
     db = TrajectoryStore(run_dir.db)
     db.truncate_after(last, world.posts.n)
     store.truncate_after(last)

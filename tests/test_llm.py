@@ -265,6 +265,26 @@ def test_api_key_never_written(tmp_path):
         assert not any(secret in t or secret[-12:] in t for t in texts)
 
 
+def test_a_missing_key_variable_stops_before_anything_is_written(tmp_path):
+    data = llm_dict("http://127.0.0.1:9/v1", rounds=2)
+    data["llm"]["providers"][0]["api_key_env"] = "SHOAL_TEST_UNSET_KEY"
+    path = tmp_path / "nokey.yaml"
+    path.write_text(yaml.safe_dump(data))
+    env = {k: v for k, v in os.environ.items() if k != "SHOAL_TEST_UNSET_KEY"}
+    proc = subprocess.run([sys.executable, "-m", "sim.cli", "run", str(path), "--out",
+                           str(tmp_path / "runs")], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=120)
+    assert proc.returncode == 2
+    assert "llm.providers.0.api_key_env: the environment variable SHOAL_TEST_UNSET_KEY is " \
+           "not set" in " ".join(proc.stderr.split())
+    assert not (tmp_path / "runs").exists()
+    data["llm"]["providers"][0]["api_key_env"] = "sk-proj-abc123-pasted-by-mistake"
+    path.write_text(yaml.safe_dump(data))
+    proc = cli("check", str(path))  # a key pasted in place of a name: refused, not echoed
+    assert proc.returncode == 2 and "NAME of an environment variable" in proc.stderr
+    assert "abc123" not in proc.stderr + proc.stdout
+
+
 def _all_text(db: Path) -> list[tuple]:
     """Every VARCHAR/JSON value of every table (DuckDB may compress strings on disk)."""
     rows = []
