@@ -98,8 +98,9 @@ class RunDir:
 
 
 def new_run_id(cfg: Config) -> str:
-    """`<name>-<YYYYmmdd-HHMMSS>-<4 hex>`: sortable by creation, unique."""
-    return f"{cfg.name}-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+    """`<name>-<YYYYmmdd-HHMMSS>-<6 hex>`: sortable by creation; 16M suffixes a second,
+    so runs created in parallel (sweeps, forks) do not collide."""
+    return f"{cfg.name}-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 
 @dataclass
