@@ -68,6 +68,7 @@ class LLMPolicy:
         self.topic_specs = cfg.topics
         self.usernames = {u: i for i, u in enumerate(usernames)}
         self._tool_defs: dict[str, list[dict]] = {}
+        self.json_only: set[str] = set()  # providers that refused tools: JSON in text
         self.clients = {
             p.name: LLMClient(p, base_urls.get(p.name, p.base_urls),
                               math.ceil(p.concurrency / n_shards), seed=cfg.seed)
@@ -85,7 +86,7 @@ class LLMPolicy:
         body = {"model": provider.model, "temperature": provider.temperature,
                 "max_tokens": provider.max_tokens,
                 "seed": (self.cfg.seed * 1_000_003 + round_ * 7919 + agent) % 2**31}
-        if provider.tools == "native":
+        if provider.tools == "native" and provider.name not in self.json_only:
             body["tools"] = self._tools(platform)
             body["tool_choice"] = "auto"
         else:
@@ -119,10 +120,19 @@ class LLMPolicy:
         body = self._body(prompt, view.name, agent, round_)
         calls: list[dict] = []
         why = ""
-        for call in (1, 2):  # the first call, then one repair retry
+        repaired = False
+        while True:  # the call, once more without tools if they are refused, one repair
             result = await client.chat(body, key=agent)
-            calls.append(self._record(result, prompt, agent, view.name, round_, call))
+            calls.append(self._record(result, prompt, agent, view.name, round_, len(calls) + 1))
             if result.status != "ok":
+                if "tools" in body and tools_refused(result):
+                    # A server without tool support (vLLM without a tool parser, Ollama
+                    # models without tools, llama.cpp without --jinja): JSON in text from
+                    # now on, for this provider, for the rest of the run.
+                    self.json_only.add(prompt.provider)
+                    calls[-1]["outcome"] = "tools_refused"
+                    body = self._body(prompt, view.name, agent, round_)
+                    continue
                 return Turn(row, None, result.status, calls)
             parsed, why = parse_reply(result.message)
             valid = None
@@ -134,11 +144,13 @@ class LLMPolicy:
                 return Turn(row, valid, "", calls)
             calls[-1]["outcome"] = "invalid"
             calls[-1]["error"] = why
+            if repaired:
+                return Turn(row, None, f"invalid: {why}", calls)
+            repaired = True
             body = {**body, "messages": [*body["messages"], _echo(result.message, parsed),
                                          {"role": "user", "content":
                                           f"That was not a possible action: {why}. Reply "
                                           "again with exactly one action."}]}
-        return Turn(row, None, f"invalid: {why}", calls)
 
     async def decide(self, view: PlatformView, rule: ActionBatch, round_: int
                      ) -> tuple[ActionBatch, list[dict]]:
@@ -225,6 +237,12 @@ class LLMPolicy:
         """Close every client."""
         for client in self.clients.values():
             await client.close()
+
+
+def tools_refused(result: CallResult) -> bool:
+    """Did the server reject the request because of its tools (HTTP 400/422/500 whose
+    error names them)?"""
+    return result.http_status in (400, 422, 500) and "tool" in result.error.lower()
 
 
 def _echo(message: dict | None, parsed: Parsed | None) -> dict:

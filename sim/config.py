@@ -618,6 +618,7 @@ class LoopbackConfig(Strict):
     empty_rate: float = Field(default=0.0, ge=0, le=1)
     burst_every_s: float = Field(default=0.0, ge=0)
     burst_length_s: float = Field(default=0.0, ge=0)
+    reject_tools: bool = False  # 400 to requests with tools, like a model without them
 
 
 class ProviderConfig(Strict):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -56,6 +57,7 @@ class Faults:
     empty_rate: float = 0.0
     burst_every_s: float = 0.0  # every N seconds...
     burst_length_s: float = 0.0  # ...answer 429 to everything for this long
+    reject_tools: bool = False  # answer 400 to requests with tools (models without them)
 
 
 class LoopbackState:
@@ -227,6 +229,8 @@ class LoopbackServer:
             return 404, {"error": {"message": f"no route {method} {path}"}}, {}
         if state.key and headers.get("authorization") != f"Bearer {state.key}":
             return 401, {"error": {"message": "invalid API key"}}, {}
+        if state.faults.reject_tools and b'"tools"' in body:
+            return 400, {"error": {"message": "this model does not support tools"}}, {}
         try:
             request = json.loads(body)
         except json.JSONDecodeError:
@@ -338,13 +342,12 @@ class LoopbackProcess:
     the GIL), for configs whose provider says `base_urls: [loopback]`."""
 
     def __init__(self, seed: int = 0, faults: Faults | None = None, timeout_s: float = 30.0):
-        import dataclasses
         import subprocess
         import tempfile
 
         ready = Path(tempfile.mkdtemp(prefix="shoal-loopback-")) / "url"
-        options = [f"--{k.replace('_', '-')}={v}"
-                   for k, v in dataclasses.asdict(faults or Faults()).items()]
+        options = [f"--{k.replace('_', '-')}" if v is True else f"--{k.replace('_', '-')}={v}"
+                   for k, v in dataclasses.asdict(faults or Faults()).items() if v is not False]
         self.process = subprocess.Popen(
             [sys.executable, "-m", "sim.llm_server", "--port", "0", "--seed", str(seed),
              "--ready-file", str(ready), *options], stdout=subprocess.DEVNULL,
@@ -387,6 +390,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--burst-every-s", type=float, default=0.0,
                    help="every N seconds, answer 429 to everything...")
     p.add_argument("--burst-length-s", type=float, default=0.0, help="...for this long")
+    p.add_argument("--reject-tools", action="store_true",
+                   help="answer 400 to requests with tools, as servers without tool support do")
     p.add_argument("--record", help="append every request and reply to this JSONL file")
     p.add_argument("--ready-file", help="write the base URL here once listening")
     p.add_argument("--require-key-env", metavar="NAME",
@@ -395,9 +400,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def faults_from(args: argparse.Namespace) -> Faults:
     """Faults from parsed `llm-serve` options."""
-    return Faults(args.latency_ms, args.error_rate, args.timeout_rate, args.timeout_sleep_s,
-                  args.malformed_rate, args.rate_limit_rate, args.retry_after_s,
-                  args.empty_rate, args.burst_every_s, args.burst_length_s)
+    return Faults(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Faults)})
 
 
 def serve(args: argparse.Namespace) -> int:

@@ -180,6 +180,24 @@ def test_a_thousand_agents_survive_injected_faults(tmp_path):
     assert any(source == "fallback_rule" for _, _, source in turns)
 
 
+def test_a_server_without_tools_gets_json_in_text(tmp_path):
+    """vLLM without a tool parser, Ollama models without tools: a 400 that names tools
+    switches the provider to JSON-in-text for the rest of the run; the turn goes on."""
+    data = llm_dict("loopback", size=120, rounds=3)
+    data["llm"]["providers"][0]["loopback"] = {"reject_tools": True}
+    run = run_config(make_config(data, tmp_path))
+    db = run.dir.db
+    refused, first_round = query(db, "SELECT count(*), min(round) FROM llm_calls "
+                                     "WHERE outcome = 'tools_refused'")[0]
+    first_turns = query(db, "SELECT count(*) FROM llm_calls WHERE round = 1 AND call = 1")[0][0]
+    assert 1 <= refused <= first_turns and first_round == 1  # at most the turns under way
+    assert query(db, "SELECT count(*) FROM llm_calls WHERE round > 1 AND "
+                     "outcome = 'tools_refused'")[0][0] == 0
+    llm_actions = query(db, "SELECT count(*) FROM actions WHERE source = 'llm'")[0][0]
+    turns = query(db, "SELECT count(DISTINCT (round, agent, platform)) FROM llm_calls")[0][0]
+    assert llm_actions > 0.9 * turns  # answered in JSON (a few invalid ones fall back)
+
+
 # ------------------------------------------------------------------ determinism
 
 
