@@ -247,13 +247,18 @@ def _drive(run, quiet: bool) -> None:
     try:
         with _progress(quiet) as progress:
             task = progress.add_task("rounds", total=run.cfg.rounds,
-                                     completed=run.world.round, actions=0)
-            total_actions = 0
+                                     completed=run.world.round, actions=0, llm="")
+            totals = {"actions": 0, "calls": 0, "failed": 0, "fallbacks": 0}
 
             def on_round(stats) -> None:
-                nonlocal total_actions
-                total_actions += stats.n_actions
-                progress.update(task, completed=stats.round, actions=total_actions)
+                totals["actions"] += stats.n_actions
+                totals["calls"] += stats.n_llm_calls
+                totals["failed"] += stats.n_llm_failed
+                totals["fallbacks"] += stats.n_llm_fallbacks
+                llm = (f"{totals['calls']:,} LLM calls ({totals['failed']:,} failed, "
+                       f"{totals['fallbacks']:,} fallbacks)" if totals["calls"] else "")
+                progress.update(task, completed=stats.round, actions=totals["actions"],
+                                llm=llm)
 
             run_rounds(run, on_round)
     finally:
@@ -282,7 +287,8 @@ def _progress(quiet: bool):
     return Progress(
         TextColumn("round"), MofNCompleteColumn(), BarColumn(),
         TextColumn("{task.fields[actions]:,} actions"), TimeElapsedColumn(),
-        TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False,
+        TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.fields[llm]}"),
+        console=console, transient=False,
     )
 
 

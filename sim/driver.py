@@ -67,6 +67,9 @@ class RoundStats:
     n_exposures: int = 0
     n_trust_events: int = 0
     n_interventions: int = 0
+    n_llm_calls: int = 0
+    n_llm_failed: int = 0  # calls without an answer (after their retries)
+    n_llm_fallbacks: int = 0  # LLM turns decided by the fallback
     ms: dict[str, float] = field(default_factory=dict)
 
 
@@ -153,6 +156,10 @@ class RoundDriver:
         results = self.executor.decide(request)
         calls = [c for res in results for c in res.llm_calls]
         check_providers(calls, r)
+        stats.n_llm_calls = len(calls)
+        stats.n_llm_failed = sum(c["status"] != "ok" for c in calls)
+        stats.n_llm_fallbacks = sum(c["call"] == 1 and bool(c["fallback_reason"])
+                                    for c in calls)  # one first call per turn
         crash_point("mid_round", r)
         t3 = clock()
         actions = ActionBatch.concat([res.actions for res in results], len(w.topics)
