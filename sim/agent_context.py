@@ -52,17 +52,19 @@ def feed_items(world, feed_row: np.ndarray, round_: int, pinned: set[int],
     def name(author: int) -> str:
         return users[author] if author != NEWS_AUTHOR else "news"
 
+    # One gather per column for the whole row (not one attribute lookup per field and post).
+    cols = {c: getattr(posts, c)[rows].tolist()
+            for c in ("author", "root", "kind", "round", "up", "down", "shares", "replies")}
+    texts = posts.text
     out = []
-    for post in rows.tolist():
-        author = int(posts.author[post])
-        text = posts.text[post] or posts.text[int(posts.root[post])]  # a repost shows its root
+    for i, post in enumerate(rows.tolist()):
         out.append(FeedItem(
-            post_id=post, author=name(author),
-            kind=KIND_NAMES[int(posts.kind[post])], text=text,
-            age_rounds=round_ - int(posts.round[post]), up=int(posts.up[post]),
-            down=int(posts.down[post]), shares=int(posts.shares[post]),
-            replies=int(posts.replies[post]), pinned=post in pinned,
-            top_comments=[(name(int(posts.author[c])), posts.text[c],
+            post_id=post, author=name(cols["author"][i]),
+            kind=KIND_NAMES[cols["kind"][i]],
+            text=texts[post] or texts[cols["root"][i]],  # a repost shows its root
+            age_rounds=round_ - cols["round"][i], up=cols["up"][i], down=cols["down"][i],
+            shares=cols["shares"][i], replies=cols["replies"][i], pinned=post in pinned,
+            top_comments=[(name(int(posts.author[c])), texts[c],
                            int(posts.up[c]) - int(posts.down[c]))
                           for c in comments.get(post, ())]))
     return out
