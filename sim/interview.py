@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+
 from agents.llm_client import LLMClient
 from agents.llm_tools import strip_reasoning
 from agents.prompt import INTERVIEW, SectionSpec, build_context
@@ -76,8 +78,11 @@ def interview_provider(world, agent: int, base_url: str | None, model: str | Non
             return ProviderConfig(name="interview", base_urls=[base_url],
                                   model=model or fallback.model,
                                   api_key_env=api_key_env or (fallback and fallback.api_key_env))
-        except ValueError as exc:
-            raise InputError(f"--base-url/--api-key-env: {exc}") from None
+        except ValidationError as exc:
+            problems = "; ".join(f"--{str(e['loc'][0]).replace('_', '-').rstrip('s')}: "
+                                 f"{e['msg'].removeprefix('Value error, ')}"
+                                 for e in exc.errors())
+            raise InputError(problems) from None
     if world.cfg.llm is None:
         raise InputError("the run has no LLM providers: pass --base-url and --model (for a "
                          "dry run, --base-url loopback)")

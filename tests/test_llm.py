@@ -344,6 +344,9 @@ def test_interview_of_a_rule_run_needs_an_endpoint(tmp_path, quickstart_dict):
     proc = cli("interview", str(run.dir.root), "--agent", "3", "Hi?", "--base-url",
                "loopback", "--model", "shoal-loopback")
     assert proc.returncode == 0 and "Speaking for myself" in proc.stdout
+    proc = cli("interview", str(run.dir.root), "--agent", "3", "Hi?", "--base-url",
+               "ftp://example.org", "--model", "m")
+    assert proc.returncode == 2 and "--base-url: must be http(s) URLs" in proc.stderr
 
 
 def test_estimate_predicts_the_calls(reference, tmp_path):
