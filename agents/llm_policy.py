@@ -31,6 +31,7 @@ from agents.llm_tools import (
     validate,
 )
 from agents.observation import PlatformView, Prompt
+from beliefs.stance import estimate_stance
 from sim.config import Config
 
 SOURCE = {"rule": 0, "llm": 1, "fallback_rule": 2, "fallback_nothing": 3}
@@ -45,15 +46,6 @@ class Turn:
     valid: Valid | None
     reason: str  # why it fell back ("" if it did not)
     calls: list[dict]
-
-
-def estimate_stance(text: str, topics) -> tuple[np.ndarray, str]:
-    """Stance from free text (beliefs.stance when available; otherwise none)."""
-    try:
-        from beliefs.stance import estimate_stance as lexicon
-    except ImportError:  # the estimator is optional for the protocol itself
-        return np.full(len(topics), np.nan), "none"
-    return lexicon(text, topics)
 
 
 class LLMPolicy:
@@ -162,18 +154,13 @@ class LLMPolicy:
         tasks = {asyncio.ensure_future(self._turn(view, i, round_)): i for i in rows}
         done, pending = await asyncio.wait(tasks, timeout=self.llm.round_deadline_s)
         turns = [t.result() for t in done]
+        cancelled = CallResult(None, "cancelled", None, "round deadline passed", 0, 0,
+                               1e3 * self.llm.round_deadline_s, 0, "")
         for task in pending:  # stragglers: cancelled, they fall back
             task.cancel()
             i = tasks[task]
-            record = {"round": round_, "agent": int(view.agents[i]), "platform": view.name,
-                      "provider": view.prompts[i].provider, "model":
-                          self.llm.provider(view.prompts[i].provider).model, "base_url": "",
-                      "call": 1, "status": "cancelled", "http_status": None,
-                      "prompt_tokens": 0, "completion_tokens": 0,
-                      "section_tokens": json.dumps(view.prompts[i].section_tokens),
-                      "latency_ms": 1e3 * self.llm.round_deadline_s, "retries": 0,
-                      "error": "round deadline passed", "outcome": "", "fallback_reason": "",
-                      "cost_usd": 0.0}
+            record = self._record(cancelled, view.prompts[i], int(view.agents[i]), view.name,
+                                  round_, 1)
             turns.append(Turn(i, None, "deadline", [record]))
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)

@@ -98,6 +98,25 @@ class LocalExecutor(Executor):
             self._loop.close()
 
 
+def ensure_ray(address: str | None) -> bool:
+    """Connect to Ray: join the cluster at `address`, or start a local instance on all
+    CPUs, unless this process is already connected. True if this call connected (so the
+    caller shuts it down)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    try:
+        if address:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False,
+                     log_to_driver=False)
+    except ConnectionError as exc:
+        raise InputError(f"--address {address}: cannot join a Ray cluster: {exc}") from None
+    return True
+
+
 class RayExecutor(Executor):
     """Shards as Ray async actors; one remote call per shard per round."""
 
@@ -108,16 +127,7 @@ class RayExecutor(Executor):
         import ray  # imported here: the local executor must not pay Ray's import time
 
         self._ray = ray
-        self._owns_ray = not ray.is_initialized()
-        if self._owns_ray:
-            try:
-                if address:
-                    ray.init(address=address, include_dashboard=False, log_to_driver=False)
-                else:
-                    ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False,
-                             log_to_driver=False)
-            except ConnectionError as exc:
-                raise InputError(f"--address {address}: cannot join a Ray cluster: {exc}") from None
+        self._owns_ray = ensure_ray(address)
         self.n_shards = n_shards
         actor_cls = ray.remote(num_cpus=0)(_ShardActor)
         pop_ref = ray.put(population)

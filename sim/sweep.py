@@ -31,7 +31,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
 import re
 import secrets
 import shutil
@@ -51,6 +50,7 @@ from rich.table import Table
 from sim import metrics
 from sim.config import Config, load_config, parse_config, resolved_dict
 from sim.errors import InputError
+from sim.executors import ensure_ray
 from sim.lineage import read_table
 
 SWEEP_FILE = "sweep.json"
@@ -263,16 +263,7 @@ def run_sweep(plan: SweepPlan, parallel: int | None = None, address: str | None 
 
     if parallel is not None and parallel < 1:
         raise InputError(f"--parallel {parallel}: must be >= 1")
-    owns_ray = not ray.is_initialized()
-    if owns_ray:
-        try:
-            if address:
-                ray.init(address=address, include_dashboard=False, log_to_driver=False)
-            else:
-                ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False,
-                         log_to_driver=False)
-        except ConnectionError as exc:
-            raise InputError(f"--address {address}: cannot join a Ray cluster: {exc}") from None
+    owns_ray = ensure_ray(address)
     start = time.perf_counter()
     records = [_record(m) for m in plan.members]
     spec = _spec(plan, records)

@@ -36,6 +36,27 @@ def run_config(cfg: Config) -> Run:
     return run
 
 
+def query(db: Path, sql: str) -> list[tuple]:
+    """Rows of a query on a trajectory file (opened read-only, then closed)."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def fork_and_run(parent: Path, fork_round: int, **kwargs) -> Path:
+    """Fork `parent` (into its own output folder), run the fork, return its directory."""
+    from sim.fork import fork_run
+
+    run = fork_run(parent, fork_round, **kwargs)
+    try:
+        run_rounds(run)
+    finally:
+        run.close()
+    return run.dir.root
+
+
 def read_table(db: Path, table: str) -> pd.DataFrame:
     """A whole table, sorted by all its columns, volatile columns dropped."""
     con = duckdb.connect(str(db), read_only=True)

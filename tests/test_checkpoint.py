@@ -17,7 +17,7 @@ from sim.cli import main
 from sim.run import create_run, run_rounds
 from sim.world_checkpoint import restore_world
 from tests.conftest import write_config
-from tests.helpers import make_config, tables_differ
+from tests.helpers import make_config, run_config, tables_differ
 
 ROUNDS = 14
 
@@ -134,13 +134,8 @@ def test_sigkill_at_random_moments(tmp_path, small_dict, reference_db):
 def test_retention_keeps_what_was_asked(tmp_path, small_dict):
     """every: 4, keep_last: 2 keeps round 0, the last round and the last two multiples of
     4; logs of every round stay, so those states can still be restored."""
-    cfg = make_config({**small_dict, "rounds": 13,
-                       "checkpoints": {"every": 4, "keep_last": 2}}, tmp_path)
-    run = create_run(cfg)
-    try:
-        run_rounds(run)
-    finally:
-        run.close()
+    run = run_config(make_config({**small_dict, "rounds": 13,
+                                  "checkpoints": {"every": 4, "keep_last": 2}}, tmp_path))
     store = run.dir.checkpoints
     assert store.available() == [0, 8, 12, 13]
     world, _ = restore_world(store, 8)

@@ -20,23 +20,12 @@ from sim.compare import (
     max_mean_gap,
     per_round_means,
 )
-from sim.fork import fork_run
-from sim.run import run_rounds
 from tests.conftest import CONFIGS
-from tests.helpers import make_config, run_config
+from tests.helpers import fork_and_run, make_config, run_config
 
 K = 3
 ROUNDS = 7
 
-
-def fork_and_run(parent: Path, fork_round: int, **kwargs) -> Path:
-    """Fork `parent` (into its own output folder), run the fork, return its directory."""
-    run = fork_run(parent, fork_round, **kwargs)
-    try:
-        run_rounds(run)
-    finally:
-        run.close()
-    return run.dir.root
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import duckdb
 import numpy as np
 import pytest
 
@@ -15,7 +14,7 @@ from agents.prompt import ContextInputs, FeedItem, build_context
 from memory.context import HEADER, Line, Section, assemble, quote
 from sim.inspection import _digest_from_log, inspect_agent
 from sim.world_checkpoint import restore_world
-from tests.helpers import make_config, run_config
+from tests.helpers import make_config, query, run_config
 
 SECTION_TITLES = ("## Who you are", "## What you think", "## What has happened so far",
                   "## Your recent activity on other platforms", "## Breaking news",
@@ -99,20 +98,13 @@ def context_run(tmp_path_factory):
     return run_config(make_config(data, tmp_path_factory.mktemp("ctx")))
 
 
-def _q(db, sql):
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
-
 
 def test_logged_turns_fit_the_budget(context_run):
     """Every assembled turn is within budget; each has a row per section and a total."""
-    rows = _q(context_run.dir.db, "SELECT max(tokens), min(budget), count(*) FROM context "
+    rows = query(context_run.dir.db, "SELECT max(tokens), min(budget), count(*) FROM context "
                                   "WHERE section = 'total'")
     assert rows[0][0] <= rows[0][1] == 1800 and rows[0][2] > 500
-    sections = {r[0] for r in _q(context_run.dir.db, "SELECT DISTINCT section FROM context")}
+    sections = {r[0] for r in query(context_run.dir.db, "SELECT DISTINCT section FROM context")}
     assert sections == {"persona", "beliefs", "memory", "digest", "events", "rules", "feed",
                         "notifications", "total"}
 
@@ -120,7 +112,7 @@ def test_logged_turns_fit_the_budget(context_run):
 def test_events_reach_only_their_audience(context_run):
     """During the event, activists' events section has it; others' does not."""
     db = context_run.dir.db
-    rows = _q(db, """SELECT coalesce(g.group_name, '') = 'activists', max(c.lines) FROM context c
+    rows = query(db, """SELECT coalesce(g.group_name, '') = 'activists', max(c.lines) FROM context c
                      JOIN agents g ON g.agent_id = c.agent
                      WHERE c.section = 'events' AND c.round = 5 GROUP BY 1 ORDER BY 1""")
     assert rows == [(False, 0), (True, 1)]
@@ -130,13 +122,13 @@ def test_inspect_rebuilds_what_the_run_assembled(context_run):
     """For agents that acted, `inspect` gives the same feed as the exposures table and the
     same per-section token counts as the run logged."""
     db = context_run.dir.db
-    turns = _q(db, "SELECT agent, platform, round FROM context WHERE section = 'total' "
+    turns = query(db, "SELECT agent, platform, round FROM context WHERE section = 'total' "
                    "AND round IN (4, 9) ORDER BY round, agent LIMIT 6")
     assert turns
     for agent, platform, rnd in turns:
         (got,) = inspect_agent(str(context_run.dir.root), agent, rnd, platform)
         assert got.acted and got.feed_matches_log
-        logged = dict(_q(db, f"SELECT section, tokens FROM context WHERE agent = {agent} "
+        logged = dict(query(db, f"SELECT section, tokens FROM context WHERE agent = {agent} "
                              f"AND round = {rnd} AND platform = '{platform}'"))
         assert {k: got.assembled.tokens[k] for k in logged} == logged
 

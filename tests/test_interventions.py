@@ -8,16 +8,14 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
-import duckdb
 import numpy as np
 import pytest
 
 from sim.cli import main
 from sim.errors import InputError
 from tests.conftest import write_config
-from tests.helpers import make_config, run_config, tables_differ
+from tests.helpers import make_config, query, run_config, tables_differ
 
 ROUNDS = 9
 
@@ -60,32 +58,25 @@ def iv_run(tmp_path_factory, iv_dict):
     return run_config(make_config(iv_dict, tmp_path_factory.mktemp("iv")))
 
 
-def _q(db: Path, sql: str):
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
-
 
 def test_each_entry_fires_once_in_its_round(iv_run):
     """One interventions row per entry, at its round, in schedule order."""
-    rows = _q(iv_run.dir.db, "SELECT round, idx, kind FROM interventions ORDER BY idx")
+    rows = query(iv_run.dir.db, "SELECT round, idx, kind FROM interventions ORDER BY idx")
     assert rows == [(0, 0, "posts"), (3, 1, "event"), (4, 2, "beliefs"), (5, 3, "add_agents"),
                     (6, 4, "remove_agents"), (7, 5, "set"), (8, 6, "post")]
-    assert _q(iv_run.dir.db, "SELECT round, n_interventions FROM rounds WHERE "
+    assert query(iv_run.dir.db, "SELECT round, n_interventions FROM rounds WHERE "
                              "n_interventions > 0 ORDER BY round") == [
         (3, 1), (4, 1), (5, 1), (6, 1), (7, 1), (8, 1)]
 
 
 def test_seed_posts_carry_their_initial_votes(iv_run):
     """Round-0 posts by the news account, visible from round 1, with their seeded votes."""
-    rows = _q(iv_run.dir.db, "SELECT post_id, author, round, seed_up, seed_down FROM posts "
+    rows = query(iv_run.dir.db, "SELECT post_id, author, round, seed_up, seed_down FROM posts "
                              "WHERE text LIKE 'Seed %' ORDER BY post_id")
     assert rows == [(0, -1, 0, 1, 0), (1, -1, 0, 0, 1)]
-    first_seen = _q(iv_run.dir.db, "SELECT min(round) FROM exposures WHERE post_id IN (0, 1)")
+    first_seen = query(iv_run.dir.db, "SELECT min(round) FROM exposures WHERE post_id IN (0, 1)")
     assert first_seen == [(1,)]
-    up, down = _q(iv_run.dir.db, "SELECT up, down FROM post_stats WHERE post_id = 0")[0]
+    up, down = query(iv_run.dir.db, "SELECT up, down FROM post_stats WHERE post_id = 0")[0]
     assert up >= 1 and down >= 0
 
 
@@ -93,14 +84,14 @@ def test_event_is_pinned_to_the_group_for_its_duration(iv_run):
     """The breaking news tops the feeds of acting activists in rounds 3-4, nobody else's,
     and expires after."""
     db = iv_run.dir.db
-    shown = _q(db, """
+    shown = query(db, """
         SELECT e.round, min(e.rank), max(e.rank), bool_and(a.group_name = 'activists'),
                count(DISTINCT e.agent)
         FROM exposures e JOIN posts p USING (post_id) JOIN agents a ON a.agent_id = e.agent
         WHERE p.kind = 'event' GROUP BY e.round ORDER BY e.round""")
     assert [r[0] for r in shown] == [3, 4]
     assert all(r[1] == 0 and r[2] == 0 and r[3] for r in shown)
-    acting_activists = _q(db, """
+    acting_activists = query(db, """
         SELECT count(DISTINCT x.agent) FROM actions x JOIN agents a ON a.agent_id = x.agent
         WHERE x.round = 3 AND a.group_name = 'activists'""")[0][0]
     assert shown[0][4] == acting_activists > 0
@@ -110,10 +101,10 @@ def test_beliefs_are_set_for_the_group(iv_run):
     """At the start of round 4 the activists' nuclear position is -0.8 with confidence 0.9
     (visible in round 3's log as before, and as the starting point of round 4's update)."""
     db = iv_run.dir.db
-    before = _q(db, """SELECT avg(b.position) FROM beliefs b JOIN agents a
+    before = query(db, """SELECT avg(b.position) FROM beliefs b JOIN agents a
                        ON a.agent_id = b.agent WHERE b.round = 3 AND b.topic = 'nuclear_power'
                        AND a.group_name = 'activists'""")[0][0]
-    after = _q(db, """SELECT avg(b.position), min(b.confidence) FROM beliefs b JOIN agents a
+    after = query(db, """SELECT avg(b.position), min(b.confidence) FROM beliefs b JOIN agents a
                       ON a.agent_id = b.agent WHERE b.round = 4
                       AND b.topic = 'nuclear_power' AND a.group_name = 'activists'""")[0]
     assert before > -0.5
@@ -124,24 +115,24 @@ def test_added_agents_join_and_act(iv_run):
     """30 newcomers (ids 300-329) join at round 5 in their group, follow 4 members each,
     get beliefs from then on, and act."""
     db = iv_run.dir.db
-    assert _q(db, "SELECT count(*), min(agent_id), max(agent_id), min(joined_round), "
+    assert query(db, "SELECT count(*), min(agent_id), max(agent_id), min(joined_round), "
                   "max(group_name) FROM agents WHERE joined_round > 0") == [
         (30, 300, 329, 5, "newcomers")]
-    assert _q(db, "SELECT min(round) FROM beliefs WHERE agent >= 300") == [(5,)]
-    assert _q(db, "SELECT count(*) FROM follows WHERE round = 5 AND follower >= 300 "
+    assert query(db, "SELECT min(round) FROM beliefs WHERE agent >= 300") == [(5,)]
+    assert query(db, "SELECT count(*) FROM follows WHERE round = 5 AND follower >= 300 "
                   "AND op = 'follow' AND platform = 'twitter'")[0][0] >= 30 * 4
-    assert _q(db, "SELECT count(*) FROM actions WHERE agent >= 300")[0][0] > 0
+    assert query(db, "SELECT count(*) FROM actions WHERE agent >= 300")[0][0] > 0
 
 
 def test_removed_agents_never_act_again(iv_run):
     """Agents 1, 2, 3 act in no round from 6 on; their earlier posts stay."""
-    assert _q(iv_run.dir.db, "SELECT count(*) FROM actions WHERE agent IN (1, 2, 3) "
+    assert query(iv_run.dir.db, "SELECT count(*) FROM actions WHERE agent IN (1, 2, 3) "
                              "AND round >= 6") == [(0,)]
 
 
 def test_parameter_change_applies_from_its_round(iv_run):
     """From round 7 twitter feeds hold 6 items (feed_size set by the intervention)."""
-    sizes = _q(iv_run.dir.db, "SELECT round, max(rank) + 1 FROM exposures "
+    sizes = query(iv_run.dir.db, "SELECT round, max(rank) + 1 FROM exposures "
                               "WHERE platform = 'twitter' AND round >= 5 GROUP BY round "
                               "ORDER BY round")
     assert [s for r, s in sizes if r < 7] == [10, 10] and all(s == 6 for r, s in sizes if r >= 7)
@@ -150,10 +141,10 @@ def test_parameter_change_applies_from_its_round(iv_run):
 def test_injected_agent_post_reaches_followers(iv_run):
     """A post injected for agent 5 is stamped round 7 and shown to others in round 8."""
     db = iv_run.dir.db
-    ((post_id, rnd),) = _q(db, "SELECT post_id, round FROM posts WHERE text = "
+    ((post_id, rnd),) = query(db, "SELECT post_id, round FROM posts WHERE text = "
                                "'Agent five speaks.'")
     assert rnd == 7
-    assert _q(db, f"SELECT count(*) FROM exposures WHERE post_id = {post_id} "
+    assert query(db, f"SELECT count(*) FROM exposures WHERE post_id = {post_id} "
                   "AND round = 8")[0][0] > 0
 
 
@@ -170,7 +161,7 @@ def test_fires_once_across_a_resume(tmp_path, iv_dict, iv_run, fault):
     (run_dir,) = out.iterdir()
     assert main(["resume", str(run_dir), "--quiet"]) == 0
     db = run_dir / "trajectory.duckdb"
-    assert _q(db, "SELECT count(*), count(DISTINCT idx) FROM interventions") == [(7, 7)]
+    assert query(db, "SELECT count(*), count(DISTINCT idx) FROM interventions") == [(7, 7)]
     assert tables_differ(iv_run.dir.db, db) == []
 
 
@@ -209,7 +200,7 @@ def test_fraction_targets_are_seeded(tmp_path, quickstart_dict):
     b = run_config(make_config(data, tmp_path / "b"))
     assert np.array_equal(a.world.alive, b.world.alive)
     assert 20 < (~a.world.alive).sum() < 60
-    effect = json.loads(_q(a.dir.db, "SELECT effect FROM interventions")[0][0])
+    effect = json.loads(query(a.dir.db, "SELECT effect FROM interventions")[0][0])
     assert effect["agents"] == int((~a.world.alive).sum())
 
 

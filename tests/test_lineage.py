@@ -21,11 +21,9 @@ import yaml
 
 from sim.cli import main
 from sim.errors import InputError
-from sim.fork import fork_run
 from sim.lineage import fork_rounds, lineage, read_table, run_tree
-from sim.run import run_rounds
 from tests.conftest import CONFIGS
-from tests.helpers import VOLATILE, make_config, run_config
+from tests.helpers import VOLATILE, fork_and_run, make_config, run_config
 
 K = 4
 ROUNDS = 8
@@ -41,15 +39,6 @@ def small_dict(**overrides) -> dict:
         {"name": "activists", "fraction": 0.1}]}, **overrides})
     return data
 
-
-def fork_and_run(parent: Path, fork_round: int, **kwargs) -> Path:
-    """Fork `parent` (into its own output folder), run the fork, return its directory."""
-    run = fork_run(parent, fork_round, **kwargs)
-    try:
-        run_rounds(run)
-    finally:
-        run.close()
-    return run.dir.root
 
 
 @pytest.fixture(scope="module")

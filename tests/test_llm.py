@@ -15,18 +15,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-import duckdb
 import httpx
 import numpy as np
 import pytest
 import yaml
 
+from agents.llm_tools import tools
 from beliefs.render import stance_lines
+from memory.tokens import count
 from sim.errors import ProviderDown
 from sim.llm_server import serve_in_thread
 from sim.run import create_run, resume_run, run_rounds
 from tests.conftest import CONFIGS, ROOT
-from tests.helpers import make_config, run_config, tables_differ
+from tests.helpers import make_config, query, run_config, tables_differ
 
 EVENT = "BREAKING: the government announces a carbon tax rebate for every household"
 
@@ -42,13 +43,6 @@ def llm_dict(url: str, size: int = 120, rounds: int = 5, fraction: float = 0.5) 
     data["interventions"][0]["round"] = 2
     return data
 
-
-def query(db: Path, sql: str) -> list[tuple]:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 def cli(*args: str, env: dict | None = None, timeout: float = 300
@@ -362,8 +356,12 @@ def test_estimate_predicts_the_calls(reference, tmp_path):
     prompt = int(re.search(r"prompt tokens ([\d,]+)", out).group(1).replace(",", ""))
     real = query(ref_dir.db, "SELECT count(*) FROM llm_calls WHERE call = 1")[0][0]
     contexts = query(ref_dir.db, "SELECT sum(tokens) FROM context WHERE section = 'total'")[0][0]
+    topics = [t["name"] for t in data["topics"]]
+    overhead = [count(json.dumps(tools(p, topics))) for p in ("twitter", "reddit")]
     assert calls == real
-    assert 0.7 * contexts < prompt < 1.3 * (contexts + calls * 1000)
+    # The dry run's contexts differ from the real ones only in what the feeds hold.
+    assert 0.8 * (contexts + calls * min(overhead)) < prompt
+    assert prompt < 1.2 * (contexts + calls * max(overhead))
     assert not list(tmp_path.glob("*/trajectory.duckdb"))  # nothing was left behind
 
 

@@ -4,7 +4,6 @@ diagnostic names the stage where a fact is lost."""
 
 from __future__ import annotations
 
-import duckdb
 import numpy as np
 import pytest
 import yaml
@@ -15,7 +14,7 @@ from memory.tokens import count, encoding
 from sim.memory_diagnostic import carries, diagnose, key_terms
 from sim.run import create_run, run_rounds
 from tests.conftest import CONFIGS
-from tests.helpers import make_config
+from tests.helpers import make_config, query
 
 FACT = "The amber sundial was hidden inside the cracked teapot at the harbour cafe."
 
@@ -26,13 +25,6 @@ def _base(**over) -> dict:
                 **over)
     return data
 
-
-def _q(db, sql):
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 def test_200_rounds_stay_within_budget_and_flat(tmp_path):
@@ -45,12 +37,12 @@ def test_200_rounds_stay_within_budget_and_flat(tmp_path):
         run_rounds(run)
     finally:
         run.close()
-    rows = _q(run.dir.db, "SELECT round, avg(tokens), max(tokens), min(budget) FROM context "
+    rows = query(run.dir.db, "SELECT round, avg(tokens), max(tokens), min(budget) FROM context "
                           "WHERE section = 'memory' OR section = 'total' GROUP BY round, "
                           "section = 'total' ORDER BY 1")
     total = {r: (mean, top) for r, mean, top, _ in rows if top is not None}
     assert max(top for _, top in total.values()) <= 1500
-    memory = np.array(_q(run.dir.db, "SELECT round, avg(tokens) FROM context WHERE "
+    memory = np.array(query(run.dir.db, "SELECT round, avg(tokens) FROM context WHERE "
                                      "section = 'memory' GROUP BY round ORDER BY round"))
     late = memory[memory[:, 0] > 30]
     slope = np.polyfit(late[:, 0], late[:, 1], 1)[0]
@@ -126,7 +118,7 @@ def test_failed_compaction_stays_pending_is_retried_and_recorded(tmp_path):
         run_rounds(run)
     finally:
         run.close()
-    rows = _q(run.dir.db, "SELECT covers_from, round, status, attempts, note FROM memory "
+    rows = query(run.dir.db, "SELECT covers_from, round, status, attempts, note FROM memory "
                           "WHERE level = 'summary' AND kind = 'round' AND covers_from IN "
                           "(3, 4) ORDER BY covers_from, round, attempts")
     for r in (3, 4):
@@ -134,7 +126,7 @@ def test_failed_compaction_stays_pending_is_retried_and_recorded(tmp_path):
         statuses = [(s, a) for _, _, s, a, _ in mine]
         assert statuses == [("pending", 0), ("failed", 1), ("failed", 2), ("done", 3)]
         assert all("TimeoutError" in note for _, _, s, _, note in mine if s == "failed")
-    assert _q(run.dir.db, "SELECT count(*) FROM rounds") == [(10,)]
+    assert query(run.dir.db, "SELECT count(*) FROM rounds") == [(10,)]
 
 
 def test_a_fallback_line_shows_while_a_summary_is_pending():
