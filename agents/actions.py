@@ -95,11 +95,14 @@ class ActionBatch:
         return ActionBatch(
             agent=self.agent[idx], platform=self.platform[idx], action=self.action[idx],
             target_post=self.target_post[idx], target_agent=self.target_agent[idx],
-            stance=self.stance[idx], text=[self.text[i] for i in idx], slot=self.slot[idx],
+            stance=self.stance[idx], text=[self.text[i] for i in idx.tolist()],
+            slot=self.slot[idx],
             meta={k: v[idx] for k, v in self.meta.items()},
         )
 
     def canonical(self) -> ActionBatch:
         """Sorted by (platform, agent, slot): the order in which actions apply."""
         order = np.lexsort((self.slot, self.agent, self.platform))
+        if np.array_equal(order, np.arange(len(order))):
+            return self  # already canonical (one shard, rule-based): skip the copy
         return self.take(order)

@@ -121,25 +121,35 @@ class RulePolicy:
         target_agent = np.where(is_graph, target_author, -1).astype(np.int32)
         target_post = np.where(is_graph, -1, target_post)
         key = 100 * view.platform + 1000 * slot
-        noise = self.cfg.expression_noise * self.rng.normal(
-            round_, Purpose.EXPRESSION + key, view.agents, n_topics)
-        expressed = np.clip(position + noise, -1.0, 1.0)
+        posting = action == ActionType.POST
+        responding = np.isin(action, [ActionType.QUOTE, ActionType.REPLY, ActionType.COMMENT])
+        # Expression noise and topic choice matter only to the agents who write this slot;
+        # draws are keyed per agent, so drawing for those alone gives them the same numbers.
+        writers = np.nonzero(posting | responding)[0]
+        who = view.agents[writers]
+        expressed = np.full((n_agents, n_topics), np.nan)
+        noise = (self.cfg.expression_noise
+                 * self.rng.normal(round_, Purpose.EXPRESSION + key, who, n_topics)
+                 if self.cfg.expression_noise else 0.0)
+        expressed[writers] = np.clip(position[writers] + noise, -1.0, 1.0)
         stance = np.full((n_agents, n_topics), np.nan)
 
         # New posts: one topic by interest, sometimes a second one.
-        posting = action == ActionType.POST
-        u_topic = self.rng.uniform(round_, Purpose.TOPIC + key, view.agents, 3)
-        interests = self.interests[view.agents]
-        first = _draw_index(interests, u_topic[:, 0])
+        u = self.rng.uniform(round_, Purpose.TOPIC + key, who, 3)
+        interests = self.interests[who]
+        first = np.zeros(n_agents, np.int64)
+        first[writers] = _draw_index(interests, u[:, 0])
         second_w = interests.copy()
-        second_w[rows, first] = 0.0
-        second = _draw_index(second_w, u_topic[:, 1])
-        two = posting & (u_topic[:, 2] < self.cfg.second_topic_prob) & (second_w.sum(1) > 0)
+        second_w[np.arange(len(writers)), first[writers]] = 0.0
+        second = np.zeros(n_agents, np.int64)
+        second[writers] = _draw_index(second_w, u[:, 1])
+        two = np.zeros(n_agents, bool)
+        two[writers] = (u[:, 2] < self.cfg.second_topic_prob) & (second_w.sum(1) > 0)
+        two &= posting
         stance[posting, first[posting]] = expressed[posting, first[posting]]
         stance[two, second[two]] = expressed[two, second[two]]
 
         # Responses take a stance on the topics of the post they respond to.
-        responding = np.isin(action, [ActionType.QUOTE, ActionType.REPLY, ActionType.COMMENT])
         target_stance = view.stance[rows, item]  # [A, T]
         on_topic = ~np.isnan(target_stance)
         no_topic = responding & ~on_topic.any(axis=1)

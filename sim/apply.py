@@ -41,6 +41,9 @@ REASON_NAMES = {r: r.name.lower() for r in Reason}
 _KIND_OF = {ActionType.POST: PostKind.POST, ActionType.REPOST: PostKind.REPOST,
             ActionType.QUOTE: PostKind.QUOTE, ActionType.REPLY: PostKind.REPLY,
             ActionType.COMMENT: PostKind.COMMENT}
+_KIND_LUT = np.full(max(ActionType) + 1, -1, np.int8)  # action code -> post kind
+for _action, _kind in _KIND_OF.items():
+    _KIND_LUT[_action] = _kind
 _TRUST_CAUSES = ("like", "repost", "downvote", "follow", "unfollow", "reply_agree",
                  "reply_disagree")
 
@@ -72,14 +75,14 @@ def _in_feed(actions: ActionBatch, views: dict[int, PlatformView]) -> np.ndarray
     """Mask: is each action's target post in that agent's feed this round?"""
     ok = np.zeros(len(actions), dtype=bool)
     for code, view in views.items():
-        rows = np.nonzero(actions.platform == code)[0]
+        rows = np.nonzero((actions.platform == code) & (actions.target_post >= 0))[0]
         if not len(rows) or not len(view.agents):
             continue
         pos = np.searchsorted(view.agents, actions.agent[rows])
         pos = np.minimum(pos, len(view.agents) - 1)
         known = view.agents[pos] == actions.agent[rows]
         hit = (view.feed[pos] == actions.target_post[rows][:, None]).any(axis=1)
-        ok[rows] = known & hit & (actions.target_post[rows] >= 0)
+        ok[rows] = known & hit
     return ok
 
 
@@ -154,14 +157,14 @@ def apply_actions(world: World, actions: ActionBatch, views: list[PlatformView],
         parent = actions.target_post[idx].copy()
         is_repost = act[idx] == ActionType.REPOST
         parent[is_repost] = posts.root[parent[is_repost]]
-        kinds = np.array([_KIND_OF[ActionType(int(a))] for a in act[idx]], dtype=np.int8)
+        kinds = _KIND_LUT[act[idx]]
         stance = actions.stance[idx].copy()
         stance[is_repost] = posts.stance[parent[is_repost]]  # a repost carries its root's
         method = actions.meta.get("stance_method")
         new_post[idx] = posts.append(NewPosts(
             platform=actions.platform[idx], author=actions.agent[idx], kind=kinds,
             parent=np.where(act[idx] == ActionType.POST, -1, parent),
-            stance=stance, text=[actions.text[i] for i in idx],
+            stance=stance, text=[actions.text[i] for i in idx.tolist()],
             stance_method=method[idx] if method is not None else None,
         ), round_)
 

@@ -22,6 +22,7 @@ from agents.prompt import SectionSpec, build_context
 from beliefs.rules import UpdateContext, make_rule
 from memory.digest import Entry
 from memory.notifications import FOLLOW, REACTIONS, REPLIES, Notice
+from memory.tokens import encoding
 from sim.agent_context import context_inputs, top_comments
 from sim.apply import Reason, apply_actions
 from sim.checkpoint import CheckpointStore
@@ -100,6 +101,7 @@ class RoundDriver:
         self.on_checkpoint = on_checkpoint  # e.g. record progress in run.json
         self.rng = CounterRNG(world.cfg.seed)
         self.configure()
+        self.warm_up()
 
     def configure(self) -> None:
         """(Re)build everything derived from the effective config and population: called
@@ -121,6 +123,15 @@ class RoundDriver:
         self.providers = w.llm_providers()  # LLM agent -> provider name
         self.section_specs = {name: SectionSpec(s.priority, s.max_tokens)
                               for name, s in cfg.memory.context.sections.items()}
+
+    def warm_up(self) -> None:
+        """Build once, before round 1, what every round reads and round 1 would otherwise
+        pay for inside its timings: the tokenizer (memory counts tokens each round) and
+        the follow graphs' CSR views (kept until the graph changes)."""
+        encoding()
+        for plat in self.world.platforms.values():
+            plat.graph.followees()
+            plat.graph.followers()
 
     def acting_agents(self, round_: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Step 1: the active mask and, per platform, the agents acting there."""

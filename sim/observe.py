@@ -25,10 +25,13 @@ def platform_view(world: World, name: str, agents: np.ndarray, feed: np.ndarray,
     ids = feed[valid]  # gather only real items (the post table may be empty)
     readers = np.broadcast_to(agents[:, None], feed.shape)[valid]
 
+    safe = np.where(valid, feed, 0)  # gather with a fancy index, then blank the gaps
+
     def gather(column: np.ndarray, fill, dtype) -> np.ndarray:
-        out = np.full(feed.shape + column.shape[1:], fill, dtype=dtype)
-        out[valid] = column[ids]
-        return out
+        if not len(ids):
+            return np.full(feed.shape + column.shape[1:], fill, dtype=dtype)
+        mask = valid.reshape(valid.shape + (1,) * (column.ndim - 1))
+        return np.where(mask, column[safe], fill).astype(dtype, copy=False)
 
     author = gather(posts.author, -1, np.int64)
     follows = np.zeros(feed.shape, dtype=bool)
@@ -106,22 +109,31 @@ def exposures(views: list[PlatformView]) -> Exposures:
         empty = np.empty((0, 0), dtype=np.int64)
         return Exposures(np.empty(0, np.int64), empty, empty.astype(np.int32),
                          empty.astype(np.int32), empty.astype(np.float64))
-    agents = unique_sorted(np.concatenate([v.agents for v in views]))
-    width = sum(v.feed.shape[1] for v in views)
-    posts = np.full((len(agents), width), -1, dtype=np.int64)
-    up = np.zeros((len(agents), width), dtype=np.int32)
-    down = np.zeros((len(agents), width), dtype=np.int32)
-    trust = np.zeros((len(agents), width))
-    col = 0
-    for v in views:
-        rows = np.searchsorted(agents, v.agents)
-        k = v.feed.shape[1]
-        posts[rows, col:col + k] = v.feed
-        up[rows, col:col + k] = v.up
-        down[rows, col:col + k] = v.down
-        trust[rows, col:col + k] = v.trust
-        col += k
-    order = np.argsort(posts, axis=1, kind="stable")  # -1 padding sorts to the left
-    take = np.take_along_axis
-    return Exposures(agents, take(posts, order, 1), take(up, order, 1), take(down, order, 1),
-                     take(trust, order, 1))
+    if len(views) == 1 and _strictly_increasing(views[0].agents):
+        v = views[0]  # one platform: its matrices are already one row per agent
+        mats = (v.feed, v.up, v.down, v.trust)
+        if v.feed.shape[1] and (v.feed[:, :-1] >= v.feed[:, 1:]).all():
+            # Newest-first rows (the following feed): oldest first is each row reversed
+            # (the padding entries are alike, so their order does not matter).
+            return Exposures(v.agents, *(np.ascontiguousarray(m[:, ::-1]) for m in mats))
+        agents = v.agents
+    else:
+        agents = unique_sorted(np.concatenate([v.agents for v in views]))
+        width = sum(v.feed.shape[1] for v in views)
+        mats = (np.full((len(agents), width), -1, dtype=np.int64),
+                np.zeros((len(agents), width), dtype=np.int32),
+                np.zeros((len(agents), width), dtype=np.int32),
+                np.zeros((len(agents), width)))
+        col = 0
+        for v in views:
+            rows = np.searchsorted(agents, v.agents)
+            k = v.feed.shape[1]
+            for out, part in zip(mats, (v.feed, v.up, v.down, v.trust), strict=True):
+                out[rows, col:col + k] = part
+            col += k
+    order = np.argsort(mats[0], axis=1, kind="stable")  # -1 padding sorts to the left
+    return Exposures(agents, *(np.take_along_axis(m, order, axis=1) for m in mats))
+
+
+def _strictly_increasing(a: np.ndarray) -> bool:
+    return bool((a[1:] > a[:-1]).all())

@@ -144,9 +144,13 @@ class PostStore:
         column = getattr(self, name)
         ids = np.asarray(ids, dtype=np.int64)
         ok = ids >= 0
-        out = np.full(ids.shape + column.shape[1:], fill, dtype=column.dtype)
-        out[ok] = column[ids[ok]]
-        return out
+        if not ok.any():
+            return np.full(ids.shape + column.shape[1:], fill, dtype=column.dtype)
+        # A fancy index over all ids (gaps read row 0), then the gaps blanked: faster than
+        # boolean-mask indexing on big feed matrices.
+        picked = column[np.where(ok, ids, 0)]
+        mask = ok.reshape(ok.shape + (1,) * (column.ndim - 1))
+        return np.where(mask, picked, fill).astype(column.dtype, copy=False)
 
     def platform_ids(self, platform: int, since_round: int = 0) -> np.ndarray:
         """Ids of the platform's posts created in rounds >= since_round, ascending."""

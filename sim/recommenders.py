@@ -25,7 +25,7 @@ from sim.config import (
 from sim.counter_rng import CounterRNG, Purpose
 from sim.platform import FEEDABLE, Platform
 from sim.posts import PostStore
-from sim.rowsets import first_valid
+from sim.rowsets import count_valid, first_valid
 
 
 @dataclass
@@ -116,21 +116,43 @@ class FollowingFeed(Recommender):
         feed = _newest_first(ctx.platform.inbox[agents])
         if self.cfg.fallback == "none":
             return feed
-        short = np.nonzero((feed < 0).any(axis=1))[0]
+        have = count_valid(feed)
+        short = np.nonzero(have < k)[0]
         width = 2 * k + 1
         while len(short):
             recent, exhausted = ctx.newest(width)
-            cand = np.broadcast_to(recent, (len(short), len(recent)))
-            valid = ctx.posts.author[recent][None, :] != agents[short][:, None]
-            valid &= (cand[:, :, None] != feed[short][:, None, :]).all(axis=2)
-            both = np.concatenate([feed[short], np.where(valid, cand, -1)], axis=1)
-            # Feed items and candidates are distinct by construction: skip the dedup sort.
-            feed[short] = first_valid(both, both >= 0, k, distinct=True)
+            rows = feed[short]
+            top_up(rows, have[short], agents[short], recent, ctx.posts.author[recent])
+            feed[short] = rows
             if exhausted:
                 break
-            short = short[(feed[short] < 0).any(axis=1)]
+            have[short] = count_valid(rows)
+            short = short[have[short] < k]
             width *= 4
         return feed
+
+
+def top_up(rows: np.ndarray, have: np.ndarray, readers: np.ndarray, recent: np.ndarray,
+           recent_author: np.ndarray) -> None:
+    """Fill the empty tail of feed rows in place with the first of `recent` (newest first)
+    that are not by the row's reader and not already in the row.
+
+    Works column-major ([candidate, row]) so the running count is a cumsum over axis 0:
+    one vector add per candidate instead of a short scan per row.
+    """
+    k = rows.shape[1]
+    valid = recent_author[:, None] != readers[None, :]  # [m, S]
+    # A row item can only repeat a candidate if it is at least as new as the oldest one.
+    if len(recent):
+        ri, ci = np.nonzero(rows >= recent.min())
+        asc = recent[::-1]
+        pos = np.searchsorted(asc, rows[ri, ci])
+        hit = asc[np.minimum(pos, len(asc) - 1)] == rows[ri, ci]
+        valid[len(asc) - 1 - pos[hit], ri[hit]] = False
+    slot = np.cumsum(valid, axis=0, dtype=np.int32) - 1 + have[None, :].astype(np.int32)
+    take = valid & (slot < k)
+    ci, ri = np.nonzero(take)
+    rows[ri, slot[ci, ri]] = recent[ci]
 
 
 def hot_score(up: np.ndarray, down: np.ndarray, seconds: np.ndarray) -> np.ndarray:

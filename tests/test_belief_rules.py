@@ -276,3 +276,19 @@ def test_exposures_merge_platforms_oldest_first() -> None:
         (1, 4), (1, 8), (2, 3), (2, 7), (5, 1), (5, 6), (5, 12)]
     empty = gather_exposures([])
     assert empty.posts.shape == (0, 0) and len(empty.agents) == 0
+
+
+@pytest.mark.parametrize("feed", [
+    [[9, 7, -1], [12, 4, 1], [-1, -1, -1]],  # newest first (the following feed): reversed
+    [[7, 9, -1], [4, 12, 1], [-1, -1, -1]],  # ranked feed: sorted
+])
+def test_exposures_of_one_platform(feed: list[list[int]]) -> None:
+    """With one platform each row is that agent's feed, oldest first, -1 padding on the
+    left, up/down/trust aligned, whichever order the recommender produced."""
+    e = gather_exposures([view(0, [2, 5, 8], feed, 0)])
+    assert e.agents.tolist() == [2, 5, 8]
+    assert e.posts.tolist() == [[-1, 7, 9], [1, 4, 12], [-1, -1, -1]]
+    v = e.posts >= 0
+    np.testing.assert_array_equal(e.up[v], e.posts[v] * 10)
+    np.testing.assert_allclose(e.trust[v], e.posts[v] / 100.0)
+    assert e.posts.flags.c_contiguous
