@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 import httpx
+import orjson
 
 from sim.config import ProviderConfig
 
@@ -122,6 +123,8 @@ class LLMClient:
         http = self._client()
         assert self._sem is not None
         result = CallResult(None, "unreachable", None, "", None, None, 0.0, 0, "")
+        # orjson: about a tenth of the stdlib's CPU per body, and encoded once for retries.
+        content = orjson.dumps(body)
         async with self._sem:
             start = time.perf_counter()  # latency excludes waiting for a concurrency slot
             for attempt in range(self.provider.max_retries + 1):
@@ -129,8 +132,10 @@ class LLMClient:
                 result.base_url, result.retries = url, attempt
                 retry_after = None
                 try:
-                    response = await http.post(f"{url}/chat/completions", json=body,
-                                               headers={"X-Shoal-Attempt": str(attempt)})
+                    response = await http.post(
+                        f"{url}/chat/completions", content=content,
+                        headers={"Content-Type": "application/json",
+                                 "X-Shoal-Attempt": str(attempt)})
                 except httpx.TimeoutException:
                     result.status, result.error = "timeout", (
                         f"no answer within {self.provider.timeout_s:g} s")
@@ -155,7 +160,7 @@ class LLMClient:
     def _ok(self, result: CallResult, response: httpx.Response, start: float) -> CallResult:
         result.latency_ms = 1e3 * (time.perf_counter() - start)
         try:
-            data = response.json()
+            data = orjson.loads(response.content)
             result.message = data["choices"][0]["message"]
         except (ValueError, KeyError, IndexError, TypeError):
             result.status = "bad_response"

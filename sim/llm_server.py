@@ -31,6 +31,8 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
+
 _POST = re.compile(r"\[post (\d+)\] @([\w\-.]+)")
 WEIGHTS = {"post": 0.2, "like": 0.22, "upvote": 0.22, "repost": 0.1, "quote": 0.07,
            "reply": 0.1, "comment": 0.12, "downvote": 0.06, "follow": 0.07, "unfollow": 0.02,
@@ -139,8 +141,8 @@ def reply(request: dict, rng: random.Random, malformed: bool, empty: bool) -> di
         first = next((ln for ln in user.splitlines() if ln.strip()), "Nothing happened.")
         return {"role": "assistant", "content": first[:400]}
     tools = request.get("tools")
-    wants_json = "exactly one JSON object" in json.dumps(request.get("messages", []))
-    if not tools and not wants_json:  # an interview
+    if not tools and b"exactly one JSON object" not in orjson.dumps(
+            request.get("messages", [])):  # an interview
         belief = re.search(r"On [^:]+: [^\n]+", system)
         said = belief.group(0) if belief else "I have not made up my mind."
         return {"role": "assistant", "content": f"Speaking for myself: {said}"}
@@ -197,7 +199,7 @@ class LoopbackServer:
                     headers[key.strip().lower()] = value.strip()
                 body = await reader.readexactly(int(headers.get("content-length") or 0))
                 status, payload, extra = await self.route(method, path, headers, body)
-                data = json.dumps(payload).encode()
+                data = orjson.dumps(payload)
                 lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'OK')}",
                          "Content-Type: application/json", f"Content-Length: {len(data)}",
                          *(f"{k}: {v}" for k, v in extra.items())]
@@ -232,8 +234,8 @@ class LoopbackServer:
         if state.faults.reject_tools and b'"tools"' in body:
             return 400, {"error": {"message": "this model does not support tools"}}, {}
         try:
-            request = json.loads(body)
-        except json.JSONDecodeError:
+            request = orjson.loads(body)
+        except orjson.JSONDecodeError:
             return 400, {"error": {"message": "request body is not JSON"}}, {}
         return await self.complete(request, body, headers.get("x-shoal-attempt", "0"))
 
@@ -267,8 +269,8 @@ class LoopbackServer:
         # Usage as a provider would report it, estimated cheaply (4 characters a token):
         # exact counting here would cost the test server more CPU than the engine spends.
         prompt = sum(len(m.get("content") or "") for m in request.get("messages", [])) // 4
-        prompt += len(json.dumps(request.get("tools") or "")) // 4
-        completion = max(1, len(json.dumps(message)) // 4)
+        prompt += len(orjson.dumps(request.get("tools") or "")) // 4
+        completion = max(1, len(orjson.dumps(message)) // 4)
         state.log({**entry, "fault": "malformed" if malformed else "empty" if empty else None,
                    "reply": message})
         return 200, {
