@@ -11,6 +11,7 @@ the `run` table; `sim.lineage` reads a fork with its parent's prefix.
 
 from __future__ import annotations
 
+import copy
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from sim.agent_history import newly_tracked, rebuild_history
 from sim.config import ConfigError, apply_overrides, config_hash, parse_config, resolved_dict
 from sim.errors import InputError
 from sim.intervention_specs import MUTABLE_PREFIXES
@@ -50,7 +52,7 @@ def _load_interventions(path: Path) -> list[Any]:
 def fork_config(parent_cfg_dict: dict, fork_round: int, sets: list[str],
                 seed: int | None, intervene: Path | None) -> tuple[Any, dict]:
     """The fork's config and a record of what changed (raises InputError/ConfigError)."""
-    data = dict(parent_cfg_dict)
+    data = copy.deepcopy(parent_cfg_dict)  # overrides edit nested dicts in place
     for item in sets:
         key = item.split("=", 1)[0].strip()
         if not key.startswith(MUTABLE_PREFIXES) or key.startswith("interventions"):
@@ -108,6 +110,11 @@ def fork_run(parent: str | Path, fork_round: int, sets: list[str] | None = None,
         raise InputError(f"{parent_dir.run_id}: {exc}") from None
     check_against_population(cfg, world)
     check_api_keys(cfg)
+    # Agents the fork starts tracking (more LLM agents, build_for: all) get the digest and
+    # notifications they would have had, rebuilt from the parent's actions.
+    rebuild_history(str(parent_dir.root), world,
+                    newly_tracked(world, parse_config(meta["config"])), fork_round + 1,
+                    world.digest, world.notifications)
 
     parent_meta = parent_dir.read_meta()
     lineage = {"parent_run_id": parent_dir.run_id,

@@ -5,8 +5,9 @@ driver does at the start of round R is done again — interventions due at R fir
 memory takes its finished compaction, the agent's feed is built by the platform's
 recommender (with breaking news pinned) — and the context is assembled with the run's own
 settings. If the agent acted in round R, its feed is checked against the `exposures`
-table. The digest comes from the checkpoint when the run kept it live, otherwise from the
-agent's logged actions (the same function of the same history).
+table. The digest and notifications come from the checkpoint when the run kept them live,
+otherwise from the logged actions (`sim.agent_history`: the same function of the same
+history).
 """
 
 from __future__ import annotations
@@ -14,12 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from agents.prompt import SectionSpec, build_context
 from memory.context import Assembled
-from memory.digest import CrossPlatformDigest, Entry
 from sim.agent_context import context_inputs
+from sim.agent_history import rebuild_history
 from sim.counter_rng import CounterRNG
 from sim.errors import InputError
 from sim.lineage import read_table
@@ -38,30 +38,6 @@ class Inspection:
     assembled: Assembled
     feed_matches_log: bool | None  # None when the agent did not act
     budget: int
-
-
-def _opt(value) -> int | None:
-    """A nullable integer column value as int or None."""
-    return None if pd.isna(value) else int(value)
-
-
-def _digest_from_log(run, agent: int, before_round: int, world) -> CrossPlatformDigest:
-    """The agent's digest rebuilt from its applied actions before `before_round`."""
-    d = world.cfg.memory.digest
-    digest = CrossPlatformDigest(d.keep, d.show, d.preview_chars)
-    rows = read_table(run, "actions", f"agent = {agent} AND round < {before_round} "
-                                      "AND status = 'ok' AND action <> 'do_nothing'")
-    posts, users = world.posts, world.population.username
-    for row in rows.sort_values(["round", "platform", "slot"], kind="stable").itertuples():
-        made, target, other = _opt(row.new_post_id), _opt(row.target_post), _opt(row.target_agent)
-        post = made if made is not None else target
-        if other is None and target is not None:
-            other = int(posts.author[target])
-        text = "" if post is None else (posts.text[post] or posts.text[int(posts.root[post])])
-        digest.record(agent, Entry(int(row.round), str(row.platform), str(row.action), post,
-                                   users[other] if other is not None and other >= 0 else None,
-                                   text))
-    return digest
 
 
 def inspect_agent(run: str, agent: int, round_: int, platform: str | None = None
@@ -84,8 +60,10 @@ def inspect_agent(run: str, agent: int, round_: int, platform: str | None = None
     world.interventions.fire_due(world, round_)
     world.interventions.expire(round_)
     world.memory.boundary(round_)
-    digest = world.digest if agent in world.context_agents() else _digest_from_log(
-        run, agent, round_, world)
+    if agent not in world.context_agents():  # not tracked live: rebuilt from its actions
+        rebuild_history(run, world, np.array([agent]), round_, world.digest,
+                        world.notifications)
+    digest = world.digest
     names = [platform] if platform else [n for n, p in world.platforms.items()
                                          if p.members[agent]]
     if platform and platform not in world.platforms:

@@ -12,7 +12,10 @@ import pytest
 import memory.tokens as tokens
 from agents.prompt import ContextInputs, FeedItem, build_context
 from memory.context import HEADER, Line, Section, assemble, quote
-from sim.inspection import _digest_from_log, inspect_agent
+from memory.digest import CrossPlatformDigest
+from memory.notifications import Notifications
+from sim.agent_history import rebuild_history
+from sim.inspection import inspect_agent
 from sim.world_checkpoint import restore_world
 from tests.helpers import make_config, query, run_config
 
@@ -133,15 +136,54 @@ def test_inspect_rebuilds_what_the_run_assembled(context_run):
         assert {k: got.assembled.tokens[k] for k in logged} == logged
 
 
-def test_digest_from_the_log_equals_the_live_digest(context_run):
-    """The digest rebuilt from the actions table equals the one kept during the run."""
-    world, _ = restore_world(context_run.dir.checkpoints, 10)
-    agents = np.nonzero([bool(world.digest.logs.get(a)) for a in range(world.n_agents)])[0]
-    assert len(agents) > 10
-    for agent in agents[:10].tolist():
-        rebuilt = _digest_from_log(str(context_run.dir.root), agent, 11, world)
-        for platform in ("twitter", "reddit"):
-            live = [ln.text for ln in world.digest.lines(agent, platform)]
-            again = [ln.text for ln in rebuilt.lines(agent, platform)]
-            assert live == again
-    world.memory.close()
+def _history(world, rnd: int) -> list[list[str]]:
+    """Every agent's digest and notification lines at the start of round `rnd`."""
+    return [[ln.text for ln in world.digest.lines(a, p)]
+            + [ln.text for ln in world.notifications.lines(a, p, rnd)]
+            for a in range(world.n_agents) for p in ("twitter", "reddit")]
+
+
+def test_a_fork_that_starts_tracking_agents_gives_them_their_history(context_run, tmp_path):
+    """Fork a run that tracked nobody (build_for: none) with build_for: all: every agent
+    starts the fork with the digest and notifications of a run that tracked it from round
+    1 (the same model and seed)."""
+    import yaml
+
+    from sim.fork import fork_run
+
+    data = yaml.safe_load(context_run.dir.config.read_text())
+    data["memory"]["context"]["build_for"] = "none"
+    untracked = run_config(make_config(data, tmp_path))
+    fork = fork_run(untracked.dir.root, 6, sets=["memory.context.build_for=all"])
+    try:
+        truth, _ = restore_world(context_run.dir.checkpoints, 6)
+        assert not untracked.world.digest.logs  # the parent really kept nothing
+        assert _history(fork.world, 7) == _history(truth, 7)
+        assert sum(map(len, _history(truth, 7))) > 100
+        truth.memory.close()
+    finally:
+        fork.close()
+
+
+def test_history_from_the_log_equals_the_live_one(context_run):
+    """Digests and notifications rebuilt from the actions table equal the ones the run
+    kept live, for every agent, at several rounds."""
+    for rnd in (4, 10):
+        world, _ = restore_world(context_run.dir.checkpoints, rnd)
+        digest = CrossPlatformDigest(world.digest.keep, world.digest.show,
+                                     world.digest.preview_chars)
+        notes = Notifications(world.notifications.keep, world.notifications.preview_chars,
+                              world.notifications.minutes_per_round)
+        rebuild_history(str(context_run.dir.root), world, np.arange(world.n_agents),
+                        rnd + 1, digest, notes)
+        with_digest = with_notes = 0
+        for agent in range(world.n_agents):
+            for platform in ("twitter", "reddit"):
+                live = [ln.text for ln in world.digest.lines(agent, platform)]
+                assert [ln.text for ln in digest.lines(agent, platform)] == live
+                with_digest += bool(live)
+                live = [ln.text for ln in world.notifications.lines(agent, platform, rnd + 1)]
+                assert [ln.text for ln in notes.lines(agent, platform, rnd + 1)] == live
+                with_notes += bool(live)
+        assert with_digest > 50 and with_notes > 20  # the comparison covered real entries
+        world.memory.close()
