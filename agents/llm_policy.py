@@ -1,14 +1,13 @@
 """LLM decisions for a shard's LLM agents, with every failure survived and recorded.
 
-Each LLM agent acting on a platform makes one call; its system text and observation are
-assembled here from the typed inputs the driver gathered (so the tokenizer work runs on
-the shards, interleaved with the calls in flight). The reply is parsed tolerantly and
-validated against the agent's feed and the accounts that exist; an invalid reply gets one
-repair retry that says what was wrong; after that the configured fallback applies (the
-agent's rule-based decision, or doing nothing) and the reason is recorded. Calls run
-concurrently under the shard's share of each provider's concurrency limit; when the round
-deadline passes, stragglers are cancelled and fall back. Every call, its tokens per
-section, latency, retries, status and cost becomes a row of the `llm_calls` table.
+Each LLM agent acting on a platform makes one call (the driver assembled its system text
+and observation); the reply is parsed tolerantly and validated against the agent's feed
+and the accounts that exist; an invalid reply gets one repair retry that says what was
+wrong; after that the configured fallback applies (the agent's rule-based decision, or
+doing nothing) and the reason is recorded. Calls run concurrently under the shard's share
+of each provider's concurrency limit; when the round deadline passes, stragglers are
+cancelled and fall back. Every call, its tokens per section, latency, retries, status and
+cost becomes a row of the `llm_calls` table.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,10 +30,8 @@ from agents.llm_tools import (
     tools,
     validate,
 )
-from agents.observation import PlatformView, Prompt, TurnInputs
-from agents.prompt import SectionSpec, build_context
+from agents.observation import PlatformView, Prompt
 from beliefs.stance import estimate_stance
-from memory.context import Assembled
 from sim.config import Config
 
 SOURCE = {"rule": 0, "llm": 1, "fallback_rule": 2, "fallback_nothing": 3}
@@ -50,16 +46,6 @@ class Turn:
     valid: Valid | None
     reason: str  # why it fell back ("" if it did not)
     calls: list[dict]
-    context: Assembled  # its token accounting (texts dropped)
-
-
-@dataclass
-class Decided:
-    """One view's decisions: actions, the calls made, each turn's context accounting."""
-
-    actions: ActionBatch
-    calls: list[dict]
-    contexts: list[tuple[str, int, Assembled]]  # (platform, agent, accounting)
 
 
 class LLMPolicy:
@@ -118,36 +104,17 @@ class LLMPolicy:
                 "cost_usd": (prompt_tokens * p.price_prompt_per_mtok
                              + completion * p.price_completion_per_mtok) / 1e6}
 
-    @staticmethod
-    def _assemble(turn: TurnInputs, budget: int, specs: dict[str, SectionSpec]
-                  ) -> tuple[Prompt, Assembled]:
-        a = build_context(turn.inputs, budget, specs)
-        return Prompt(a.system, a.observation, a.tokens, turn.provider), a.accounting()
-
-    async def _turn(self, view: PlatformView, row: int, round_: int, budget: int,
-                    specs: dict[str, SectionSpec]) -> Turn:
-        turn_in: TurnInputs = view.prompts[row]
+    async def _turn(self, view: PlatformView, row: int, round_: int) -> Turn:
+        prompt = view.prompts[row]
         agent = int(view.agents[row])
         feed = {int(p) for p in view.feed[row] if p >= 0}
-        client = self.clients[turn_in.provider]
-        built: list = []  # prompt, accounting, body
-
-        def first_body() -> dict:
-            # Assembled once a concurrency slot is free: context building (tokenizer work)
-            # interleaves with the responses of the calls in flight instead of delaying them.
-            prompt, context = self._assemble(turn_in, budget, specs)
-            built.extend([prompt, context, self._body(prompt, view.name, agent, round_)])
-            return built[2]
-
-        body: dict | Callable[[], dict] = first_body
+        client = self.clients[prompt.provider]
+        body = self._body(prompt, view.name, agent, round_)
         calls: list[dict] = []
         why = ""
         repaired = False
         while True:  # the call, once more without tools if they are refused, one repair
             result = await client.chat(body, key=agent)
-            if callable(body):  # the first call built it
-                body = built[2]
-            prompt, context = built[0], built[1]
             calls.append(self._record(result, prompt, agent, view.name, round_, len(calls) + 1))
             if result.status != "ok":
                 if "tools" in body and tools_refused(result):
@@ -158,7 +125,7 @@ class LLMPolicy:
                     calls[-1]["outcome"] = "tools_refused"
                     body = self._body(prompt, view.name, agent, round_)
                     continue
-                return Turn(row, None, result.status, calls, context)
+                return Turn(row, None, result.status, calls)
             parsed, why = parse_reply(result.message)
             valid = None
             if parsed is not None:
@@ -166,27 +133,25 @@ class LLMPolicy:
                                       self.topics)
             if valid is not None:
                 calls[-1]["outcome"] = parsed.name
-                return Turn(row, valid, "", calls, context)
+                return Turn(row, valid, "", calls)
             calls[-1]["outcome"] = "invalid"
             calls[-1]["error"] = why
             if repaired:
-                return Turn(row, None, f"invalid: {why}", calls, context)
+                return Turn(row, None, f"invalid: {why}", calls)
             repaired = True
             body = {**body, "messages": [*body["messages"], _echo(result.message, parsed),
                                          {"role": "user", "content":
                                           f"That was not a possible action: {why}. Reply "
                                           "again with exactly one action."}]}
 
-    async def decide(self, view: PlatformView, rule: ActionBatch, round_: int, budget: int,
-                     specs: dict[str, SectionSpec]) -> Decided:
+    async def decide(self, view: PlatformView, rule: ActionBatch, round_: int
+                     ) -> tuple[ActionBatch, list[dict]]:
         """Replace the rule rows of this view's LLM agents with their LLM decisions (or
-        their fallbacks). `rule` is the rule-based batch of the same view; `budget` and
-        `specs` are the context's token budget and section limits."""
+        their fallbacks). `rule` is the rule-based batch of the same view."""
         rows = [i for i, p in enumerate(view.prompts or []) if p is not None]
         if not rows:
-            return Decided(rule, [], [])
-        tasks = {asyncio.ensure_future(self._turn(view, i, round_, budget, specs)): i
-                 for i in rows}
+            return rule, []
+        tasks = {asyncio.ensure_future(self._turn(view, i, round_)): i for i in rows}
         done, pending = await asyncio.wait(tasks, timeout=self.llm.round_deadline_s)
         turns = [t.result() for t in done]
         cancelled = CallResult(None, "cancelled", None, "round deadline passed", 0, 0,
@@ -194,15 +159,12 @@ class LLMPolicy:
         for task in pending:  # stragglers: cancelled, they fall back
             task.cancel()
             i = tasks[task]
-            prompt, context = self._assemble(view.prompts[i], budget, specs)
-            record = self._record(cancelled, prompt, int(view.agents[i]), view.name, round_, 1)
-            turns.append(Turn(i, None, "deadline", [record], context))
+            record = self._record(cancelled, view.prompts[i], int(view.agents[i]), view.name,
+                                  round_, 1)
+            turns.append(Turn(i, None, "deadline", [record]))
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
-        turns.sort(key=lambda t: t.row)
-        actions, calls = self._merge(view, rule, turns)
-        return Decided(actions, calls,
-                       [(view.name, int(view.agents[t.row]), t.context) for t in turns])
+        return self._merge(view, rule, sorted(turns, key=lambda t: t.row))
 
     def _merge(self, view: PlatformView, rule: ActionBatch, turns: list[Turn]
                ) -> tuple[ActionBatch, list[dict]]:

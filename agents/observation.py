@@ -7,26 +7,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agents.prompt import ContextInputs
-
 
 @dataclass
 class Prompt:
-    """An LLM agent's assembled context for one turn."""
+    """An LLM agent's assembled context for one turn (built by the driver)."""
 
     system: str
     observation: str
     section_tokens: dict[str, int]
-    provider: str
-
-
-@dataclass
-class TurnInputs:
-    """An LLM agent's turn as the driver hands it over: the typed state its context is made
-    of. The shard assembles it (token counting, budget trimming), so that work runs on the
-    shards, in parallel, and interleaves with the calls already in flight."""
-
-    inputs: ContextInputs
     provider: str
 
 
@@ -47,7 +35,7 @@ class PlatformView:
     trust: np.ndarray  # float64 [A, K]
     voted: np.ndarray  # bool [A, K]
     reposted: np.ndarray  # bool [A, K]
-    prompts: list[TurnInputs | None] | None = None  # per row: an LLM agent's turn
+    prompts: list[Prompt | None] | None = None  # per row: the context of an LLM agent
 
     def take(self, rows: np.ndarray) -> PlatformView:
         """The view restricted to some rows (e.g. one shard's agents)."""

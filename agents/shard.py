@@ -16,7 +16,6 @@ from agents.actions import ActionBatch
 from agents.llm_policy import LLMPolicy
 from agents.observation import DecisionRequest
 from agents.population import Population
-from agents.prompt import SectionSpec
 from agents.rule_policy import RulePolicy
 from sim.config import Config
 from sim.counter_rng import CounterRNG
@@ -28,7 +27,6 @@ class ShardResult:
 
     actions: ActionBatch
     llm_calls: list[dict] = field(default_factory=list)
-    contexts: list[tuple] = field(default_factory=list)  # (platform, agent, accounting)
 
 
 class AgentShard:
@@ -76,15 +74,11 @@ class AgentShard:
             ))
         if self.llm is None or not any(v.prompts for v in request.views):
             return ShardResult(ActionBatch.concat(rule, self.n_topics))
-        ctx = self.cfg.memory.context
-        specs = {name: SectionSpec(s.priority, s.max_tokens)
-                 for name, s in ctx.sections.items()}
-        decided = await asyncio.gather(*(
-            self.llm.decide(view, batch, request.round, ctx.budget_tokens, specs)
-            for view, batch in zip(request.views, rule, strict=True)))
-        return ShardResult(ActionBatch.concat([d.actions for d in decided], self.n_topics),
-                           [c for d in decided for c in d.calls],
-                           [c for d in decided for c in d.contexts])
+        decided = await asyncio.gather(*(self.llm.decide(view, batch, request.round)
+                                         for view, batch in zip(request.views, rule,
+                                                                strict=True)))
+        return ShardResult(ActionBatch.concat([b for b, _ in decided], self.n_topics),
+                           [c for _, calls in decided for c in calls])
 
     async def ping(self) -> int:
         """Liveness check (used by the Ray executor at start-up)."""

@@ -16,7 +16,7 @@ fake one, and it is visibly data.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from memory.tokens import count, count_many
 
@@ -90,10 +90,6 @@ class Assembled:
     def total_tokens(self) -> int:
         """Tokens of system text and observation together."""
         return self.tokens["total"]
-
-    def accounting(self) -> Assembled:
-        """The token accounting without the texts (what the `context` table logs)."""
-        return replace(self, system="", observation="")
 
 
 class _Plan:

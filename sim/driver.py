@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from agents.actions import ACTION_NAMES, ActionBatch
-from agents.observation import TurnInputs
+from agents.observation import Prompt
 from agents.prompt import SectionSpec, build_context
 from beliefs.rules import UpdateContext, make_rule
 from memory.digest import Entry
@@ -166,7 +166,6 @@ class RoundDriver:
         t2 = clock()
         results = self.executor.decide(request)
         calls = [c for res in results for c in res.llm_calls]
-        contexts = _canonical(contexts + [c for res in results for c in res.contexts], views)
         check_providers(calls, r)
         stats.n_llm_calls = len(calls)
         stats.n_llm_failed = sum(c["status"] != "ok" for c in calls)
@@ -221,32 +220,30 @@ class RoundDriver:
         return stats
 
     def build_contexts(self, r: int, views) -> list[tuple]:
-        """Step 4 for every acting agent whose context is built: LLM agents get the typed
-        inputs of theirs (their shard assembles it); the others' are assembled here, for
-        the logs. Returns (platform, agent, Assembled) of those assembled here."""
+        """Assemble the context of every acting agent whose context is built (step 4) and
+        hand LLM agents theirs as prompts: returns (platform, agent, Assembled)."""
         if not len(self.context_agents):
             return []
         w = self.world
         budget = w.cfg.memory.context.budget_tokens
-        handed_over = self.providers and self.send_prompts
         out = []
         for view in views:
             rows = np.nonzero(np.isin(view.agents, self.context_agents))[0]
-            turns: list[TurnInputs | None] = [None] * len(view.agents)
+            prompts: list[Prompt | None] = [None] * len(view.agents)
             shown = view.feed[rows]
             comments = top_comments(w, np.unique(shown[shown >= 0])) if len(rows) else {}
             for i in rows:
                 agent = int(view.agents[i])
                 inputs = context_inputs(w, w.digest, agent, view.name, r, view.feed[i],
                                         comments)
+                assembled = build_context(inputs, budget, self.section_specs)
+                out.append((view.name, agent, assembled))
                 provider = self.providers.get(agent)
-                if handed_over and provider is not None:
-                    turns[i] = TurnInputs(inputs, provider)
-                else:
-                    out.append((view.name, agent,
-                                build_context(inputs, budget, self.section_specs)))
-            if handed_over:
-                view.prompts = turns
+                if provider is not None:
+                    prompts[i] = Prompt(assembled.system, assembled.observation,
+                                        assembled.tokens, provider)
+            if self.providers and self.send_prompts:
+                view.prompts = prompts
         return out
 
     def remember(self, r: int, views, applied, fired) -> None:
@@ -336,10 +333,3 @@ class RoundDriver:
             "wall_time": [datetime.now()],
         }
         return pa.table(row)
-
-
-def _canonical(contexts: list[tuple], views) -> list[tuple]:
-    """Assembled contexts in view order, then agent order (as the driver once built them
-    all), whichever shard assembled each."""
-    order = {view.name: i for i, view in enumerate(views)}
-    return sorted(contexts, key=lambda c: (order[c[0]], c[1]))
