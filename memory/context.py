@@ -125,9 +125,21 @@ class _Plan:
         return any(self.drop(s, "budget") for s in sorted(self.sections,
                                                           key=lambda s: -s.priority))
 
-    def text(self, part: str) -> str:
-        return "\n\n".join(s.render(self.keep[s.name]) for s in self.sections
-                            if s.part == part)
+    def parts(self, part: str) -> list[str]:
+        return [s.render(self.keep[s.name]) for s in self.sections if s.part == part]
+
+
+def count_joined(parts: list[str]) -> int:
+    """Tokens of `"\n\n".join(parts)`, exactly, from counts of the parts (which recur
+    across agents and rounds, so they come from the cache). Every part after the first
+    starts with a section header: cl100k's pre-tokenizer always ends a piece at the blank
+    line before a "#", so the pieces of the whole are the pieces of `part + "\n\n"` and
+    of the last part, and BPE counts add up. Otherwise the whole text is counted."""
+    if not parts:
+        return 0
+    if any(not p.startswith(HEADER) for p in parts[1:]):
+        return count("\n\n".join(parts))
+    return sum(count(p + "\n\n") for p in parts[:-1]) + count(parts[-1])
 
 
 def assemble(sections: list[Section], budget: int) -> Assembled:
@@ -141,14 +153,15 @@ def assemble(sections: list[Section], budget: int) -> Assembled:
         # Fast on per-line estimates, then confirmed by an exact count of the final text.
         while plan.estimate() > budget and plan.drop_by_priority():
             pass
-        system, observation = plan.text("system"), plan.text("observation")
-        total = count(system) + count(observation)
-        if total <= budget or not plan.drop_by_priority():
+        system_parts, observation_parts = plan.parts("system"), plan.parts("observation")
+        n_system, n_observation = count_joined(system_parts), count_joined(observation_parts)
+        if n_system + n_observation <= budget or not plan.drop_by_priority():
             break
     # Per section: its header and lines, each counted on its own (cached: lines recur
     # across agents), so within a few tokens of the section's text; the totals are exact.
     tokens = {s.name: plan.used(s) for s in sections}
-    tokens.update(system=count(system), observation=count(observation))
-    tokens["total"] = tokens["system"] + tokens["observation"]
+    tokens.update(system=n_system, observation=n_observation)
+    tokens["total"] = n_system + n_observation
+    system, observation = "\n\n".join(system_parts), "\n\n".join(observation_parts)
     return Assembled(system, observation, tokens, plan.trimmed,
                      {name: len(k) for name, k in plan.keep.items()})

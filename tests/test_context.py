@@ -11,7 +11,7 @@ import pytest
 
 import memory.tokens as tokens
 from agents.prompt import ContextInputs, FeedItem, build_context
-from memory.context import HEADER, Line, Section, assemble, quote
+from memory.context import HEADER, Line, Section, assemble, count_joined, quote
 from memory.digest import CrossPlatformDigest
 from memory.notifications import Notifications
 from sim.agent_history import rebuild_history
@@ -56,6 +56,27 @@ def _inputs(n_memory: int = 3, n_feed: int = 3) -> ContextInputs:
         digest=[Line("On Reddit, round 3: you posted: \"x\"")],
         events=[Line('- "BREAKING: news" (until round 5)')],
         feed=[FeedItem(i, "bob_1", "post", "text " * 20, 1, up=i) for i in range(n_feed)])
+
+
+# Endings that meet the blank line before the next header in every way cl100k's
+# pre-tokenizer distinguishes: letters, digits, punctuation runs, quotes, spaces, tabs,
+# newlines, contractions, non-Latin scripts, emoji, a lone "#".
+ENDINGS = ["word", "1234", "end.", 'said "so"', "trailing space ", "tab\t", "nl\n",
+           "it's", "naïve", "中文", "😀", "…", "#", "## ", "- ", '"', "x  \n ", "'"]
+
+
+def test_joined_counts_are_exact():
+    """count_joined (sums of per-part counts) equals encoding the joined text, for parts
+    ending in every kind of character and for parts that do not start with a header."""
+    enc = tokens.encoding()
+    headed = [f"{HEADER}Title {i}\nbody {e}" for i, e in enumerate(ENDINGS)]
+    for a in headed:
+        for b in headed:
+            parts = [a, b, a]
+            assert count_joined(parts) == len(enc.encode_ordinary("\n\n".join(parts)))
+    bare = ["no header " + e for e in ENDINGS]  # falls back to counting the whole
+    assert count_joined(bare) == len(enc.encode_ordinary("\n\n".join(bare)))
+    assert count_joined([]) == 0
 
 
 def test_every_section_is_in_the_text():
@@ -134,6 +155,10 @@ def test_inspect_rebuilds_what_the_run_assembled(context_run):
         logged = dict(query(db, f"SELECT section, tokens FROM context WHERE agent = {agent} "
                              f"AND round = {rnd} AND platform = '{platform}'"))
         assert {k: got.assembled.tokens[k] for k in logged} == logged
+        enc = tokens.encoding()  # the totals are exact counts of the texts sent
+        assert got.assembled.tokens["system"] == len(enc.encode_ordinary(got.assembled.system))
+        assert got.assembled.tokens["observation"] == len(
+            enc.encode_ordinary(got.assembled.observation))
 
 
 def _history(world, rnd: int) -> list[list[str]]:
