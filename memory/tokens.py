@@ -40,11 +40,23 @@ def encoding() -> tiktoken.Encoding:
     return tiktoken.get_encoding(_ENCODING_NAME)
 
 
-@lru_cache(maxsize=200_000)
+_LONG = 1024  # characters: texts longer than this are few, big and mostly unique
+
+
 def count(text: str) -> int:
     """Tokens in `text` (special tokens treated as plain text). Cached: the same memory
-    lines, feed lines and sections recur across the agents of a round."""
+    lines, feed lines and sections recur across the agents of a round. Long texts get a
+    small cache of their own, so a big run's unique texts cannot fill memory (200,000
+    entries of lines, 16,384 of long texts such as a round's shared memory section)."""
+    return _count_line(text) if len(text) <= _LONG else _count_long(text)
+
+
+def _encoded_length(text: str) -> int:
     return len(encoding().encode_ordinary(text))
+
+
+_count_line = lru_cache(maxsize=200_000)(_encoded_length)
+_count_long = lru_cache(maxsize=16_384)(_encoded_length)
 
 
 def count_many(texts: list[str]) -> list[int]:
