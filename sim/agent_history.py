@@ -1,29 +1,72 @@
-"""Agents' cross-platform digests and notifications, rebuilt from the trajectory.
+"""Agents' cross-platform digests and notifications: how applied actions become entries.
 
-The driver keeps both live only for agents whose context is built during the run
-(`memory.context.build_for`). For any other agent they are a function of the logged
-`actions` table, and this module computes them with the driver's rules
-(`RoundDriver.remember`): the digest is the agent's last `keep` applied actions per
-platform; the notifications are what others did to the agent or its posts since its last
-turn on that platform. `shoal inspect` uses it for agents the run did not track, and a fork
-that starts tracking agents (more LLM agents, `build_for: all`) hands them what they would
-have had. Exact when idle actions are logged (`output.log_idle_actions`, the default):
-otherwise a turn with nothing done is invisible and older notices stay queued.
+`record_actions` is the one place the rules live: an applied action is a digest entry of
+its actor and, if it replies to, reacts to or follows someone else, a notice for them. The
+driver calls it every round for the agents whose context is built
+(`memory.context.build_for`). For any other agent both are a function of the logged
+`actions` table: `rebuild_history` replays the table through the same function, for
+`shoal inspect` of an untracked agent and for a fork that starts tracking agents (more LLM
+agents, `build_for: all`). The rebuild is exact when idle actions are logged
+(`output.log_idle_actions`, the default): otherwise a turn with nothing done is invisible
+and notices from before it stay queued.
 """
 
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from memory.digest import NOISE, CrossPlatformDigest, Entry
+from memory.digest import CrossPlatformDigest, Entry
 from memory.notifications import FOLLOW, REACTIONS, REPLIES, Notice, Notifications
-from sim.lineage import read_table
 
 _NOTIFYING = sorted(REPLIES | set(REACTIONS) | {FOLLOW})
-_MAX_LISTED_POSTS = 20_000  # beyond this, read every action and filter in memory
+_MAX_LISTED_IDS = 20_000  # beyond this, read every action and filter in memory
+
+
+@dataclass
+class AppliedRows:
+    """Applied actions in application order: names as strings, ids as int64 (-1: none)."""
+
+    round: np.ndarray
+    platform: np.ndarray
+    action: np.ndarray
+    agent: np.ndarray
+    target_post: np.ndarray
+    target_agent: np.ndarray
+    new_post: np.ndarray
+
+
+def record_actions(world, tracked: np.ndarray, rows: AppliedRows,
+                   digest: CrossPlatformDigest, notifications: Notifications,
+                   notify: np.ndarray | None = None) -> None:
+    """Digest entries of tracked actors and notices to tracked agents (`tracked`: bool
+    per agent) for these applied actions. `notify` can veto notices row by row."""
+    posts, users = world.posts, world.population.username
+    author = posts.get("author", rows.target_post, -1).astype(np.int64)
+    other = np.where(rows.target_agent >= 0, rows.target_agent, author)
+    by = tracked[rows.agent]
+    to = (other >= 0) & tracked[np.maximum(other, 0)] & (other != rows.agent)
+    to &= np.isin(rows.action, _NOTIFYING)
+    if notify is not None:
+        to &= notify
+    for i in np.nonzero(by | to)[0].tolist():
+        r, platform, action = int(rows.round[i]), str(rows.platform[i]), str(rows.action[i])
+        new, target, who = int(rows.new_post[i]), int(rows.target_post[i]), int(other[i])
+        if by[i]:
+            post = new if new >= 0 else (target if target >= 0 else None)
+            text = "" if post is None else (posts.text[post] or posts.text[int(posts.root[post])])
+            digest.record(int(rows.agent[i]), Entry(r, platform, action, post,
+                                                    users[who] if who >= 0 else None, text))
+        if to[i]:
+            mine = target if target >= 0 else None
+            text = posts.text[new] if action in REPLIES else (
+                posts.text[mine] or posts.text[int(posts.root[mine])]
+                if mine is not None else "")
+            notifications.record(who, Notice(r, platform, action, users[int(rows.agent[i])],
+                                             mine, text, new if new >= 0 else None))
 
 
 def newly_tracked(world, before_cfg) -> np.ndarray:
@@ -41,60 +84,38 @@ def rebuild_history(run: str, world, agents: np.ndarray, before_round: int,
     agents = np.unique(np.asarray(agents, dtype=np.int64))
     if not len(agents) or before_round <= 1:
         return
-    rows = _actions(run, world, agents, before_round)
-    if rows.empty:
+    logged = _actions(run, world, agents, before_round)
+    if logged.empty:
         return
     tracked = np.zeros(world.n_agents, dtype=bool)
     tracked[agents] = True
-    actor = rows["agent"].to_numpy(np.int64)
-    target_post = rows["target_post"].fillna(-1).to_numpy(np.int64)
-    target_agent = rows["target_agent"].fillna(-1).to_numpy(np.int64)
-    new_post = rows["new_post_id"].fillna(-1).to_numpy(np.int64)
-    action = rows["action"].astype(str).to_numpy()
-    platform = rows["platform"].astype(str).to_numpy()
-    rounds = rows["round"].to_numpy(np.int64)
-    ok = (rows["status"].astype(str) == "ok").to_numpy() & ~np.isin(action, list(NOISE))
-    posts, users = world.posts, world.population.username
-    author = np.where(target_post >= 0, posts.author[np.maximum(target_post, 0)], -1)
-    other = np.where(target_agent >= 0, target_agent, author)
-
-    own = ok & tracked[actor]
-    for i in np.nonzero(own)[0].tolist():
-        post = int(new_post[i]) if new_post[i] >= 0 else (
-            int(target_post[i]) if target_post[i] >= 0 else None)
-        text = "" if post is None else (posts.text[post] or posts.text[int(posts.root[post])])
-        who = users[int(other[i])] if other[i] >= 0 else None
-        digest.record(int(actor[i]), Entry(int(rounds[i]), str(platform[i]), str(action[i]),
-                                           post, who, text))
-
-    # A turn (any logged action, idle included) on a platform clears what came before it.
-    last_turn: dict[tuple[int, str], int] = {}
-    for a, p, r in zip(actor[tracked[actor]].tolist(), platform[tracked[actor]].tolist(),
-                       rounds[tracked[actor]].tolist(), strict=True):
-        last_turn[(a, p)] = max(r, last_turn.get((a, p), 0))
-    to_them = ok & (other >= 0) & tracked[np.maximum(other, 0)] & (other != actor)
-    to_them &= np.isin(action, _NOTIFYING)
-    for i in np.nonzero(to_them)[0].tolist():
-        who, p, r = int(other[i]), str(platform[i]), int(rounds[i])
-        if r < last_turn.get((who, p), 0):
-            continue
-        act = str(action[i])
-        mine = int(target_post[i]) if target_post[i] >= 0 else None
-        new = int(new_post[i]) if new_post[i] >= 0 else None
-        if act in REPLIES:
-            text = posts.text[new] if new is not None else ""
-        else:
-            text = (posts.text[mine] or posts.text[int(posts.root[mine])]
-                    if mine is not None else "")
-        notifications.record(who, Notice(r, p, act, users[int(actor[i])], mine, text, new))
+    # A turn (any logged action, idle included) on a platform shows, and so clears, the
+    # notices from before it.
+    mine = logged[tracked[logged["agent"].to_numpy(np.int64)]]
+    last_turn = mine.groupby([mine["agent"].astype(np.int64),
+                              mine["platform"].astype(str)])["round"].max()
+    ok = logged[logged["status"].astype(str) == "ok"]
+    rows = AppliedRows(
+        round=ok["round"].to_numpy(np.int64), platform=ok["platform"].astype(str).to_numpy(),
+        action=ok["action"].astype(str).to_numpy(), agent=ok["agent"].to_numpy(np.int64),
+        target_post=ok["target_post"].fillna(-1).to_numpy(np.int64),
+        target_agent=ok["target_agent"].fillna(-1).to_numpy(np.int64),
+        new_post=ok["new_post_id"].fillna(-1).to_numpy(np.int64))
+    author = world.posts.get("author", rows.target_post, -1).astype(np.int64)
+    other = np.where(rows.target_agent >= 0, rows.target_agent, author)
+    since = last_turn.reindex(pd.MultiIndex.from_arrays([other, rows.platform])).fillna(0)
+    notify = rows.round >= since.to_numpy()
+    record_actions(world, tracked, rows, digest, notifications, notify)
 
 
 def _actions(run: str, world, agents: np.ndarray, before_round: int) -> pd.DataFrame:
     """The actions before `before_round` by `agents`, on their posts or at them, in the
     order the driver applied them (round, platform, agent, slot)."""
+    from sim.lineage import read_table  # lineage -> run -> driver imports this module
+
     where = f"round < {before_round}"
     mine = np.nonzero(np.isin(world.posts.author, agents))[0]
-    if len(agents) + len(mine) <= _MAX_LISTED_POSTS:
+    if len(agents) + len(mine) <= _MAX_LISTED_IDS:
         ids = ", ".join(map(str, agents.tolist()))
         parts = [f"agent IN ({ids})", f"target_agent IN ({ids})"]
         if len(mine):

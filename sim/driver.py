@@ -20,10 +20,9 @@ from agents.actions import ACTION_NAMES, ActionBatch
 from agents.observation import Prompt
 from agents.prompt import SectionSpec, build_context
 from beliefs.rules import UpdateContext, make_rule
-from memory.digest import Entry
-from memory.notifications import FOLLOW, REACTIONS, REPLIES, Notice
 from memory.tokens import encoding
 from sim.agent_context import context_inputs, top_comments
+from sim.agent_history import AppliedRows, record_actions
 from sim.apply import Reason, apply_actions
 from sim.checkpoint import CheckpointStore
 from sim.counter_rng import CounterRNG
@@ -259,35 +258,17 @@ class RoundDriver:
             for agent in view.agents[np.isin(view.agents, self.context_agents)].tolist():
                 w.notifications.seen(agent, view.name, r)
         a = applied.actions
-        ok = applied.reason == Reason.OK
-        posts, users = w.posts, w.population.username
-        authors = np.full(len(a.agent), -1, np.int64)
-        on_post = a.target_post >= 0
-        authors[on_post] = posts.author[a.target_post[on_post]]
-        other = np.where(a.target_agent >= 0, a.target_agent, authors)
-        by_tracked = np.isin(a.agent, self.context_agents) & ok
-        to_tracked = np.isin(other, self.context_agents) & ok & (other != a.agent)
-        for i in np.nonzero(by_tracked | to_tracked)[0]:
-            action = ACTION_NAMES[int(a.action[i])]
-            platform = PLATFORM_NAMES[int(a.platform[i])]
-            new = int(applied.new_post[i])
-            target = int(a.target_post[i])
-            post = new if new >= 0 else (target if target >= 0 else None)
-            who = int(other[i])
-            if by_tracked[i]:
-                text = "" if post is None else (posts.text[post]
-                                                or posts.text[int(posts.root[post])])
-                w.digest.record(int(a.agent[i]), Entry(
-                    r, platform, action, post, users[who] if who >= 0 else None, text))
-            if to_tracked[i] and (action in REPLIES or action in REACTIONS
-                                  or action == FOLLOW):
-                mine = target if target >= 0 else None
-                text = posts.text[new] if action in REPLIES else (
-                    posts.text[mine] or posts.text[int(posts.root[mine])]
-                    if mine is not None else "")
-                w.notifications.record(who, Notice(
-                    r, platform, action, users[int(a.agent[i])], mine, text,
-                    new if new >= 0 else None))
+        ok = np.nonzero(applied.reason == Reason.OK)[0]
+        tracked = np.zeros(w.n_agents, dtype=bool)
+        tracked[self.context_agents] = True
+        rows = AppliedRows(
+            round=np.full(len(ok), r), agent=a.agent[ok].astype(np.int64),
+            platform=_names(PLATFORM_NAMES)[a.platform[ok]],
+            action=_names(ACTION_NAMES)[a.action[ok]],
+            target_post=a.target_post[ok].astype(np.int64),
+            target_agent=a.target_agent[ok].astype(np.int64),
+            new_post=applied.new_post[ok].astype(np.int64))
+        record_actions(w, tracked, rows, w.digest, w.notifications)
 
     def _log(self, r: int, views, applied, fired: Fired, new_ids: np.ndarray,
              stats: RoundStats, clock, after_commit=None, contexts=(), calls=()) -> None:
@@ -333,3 +314,11 @@ class RoundDriver:
             "wall_time": [datetime.now()],
         }
         return pa.table(row)
+
+
+def _names(by_code: dict) -> np.ndarray:
+    """A code -> name mapping as an array to index with code arrays."""
+    out = np.empty(max(by_code) + 1, dtype=object)
+    for code, name in by_code.items():
+        out[int(code)] = name
+    return out
