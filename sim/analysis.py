@@ -34,7 +34,7 @@ from matplotlib.figure import Figure
 
 from sim import metrics
 from sim.errors import InputError
-from sim.lineage import MissingTableError, lineage, read_table, run_status, run_tree
+from sim.lineage import ForkInfo, MissingTableError, lineage, read_table, run_status, run_tree
 from sim.run import RunDir, open_run_dir
 from sim.store import SCHEMA, TABLES
 
@@ -81,7 +81,7 @@ def _plain(df: pd.DataFrame, table: str) -> pd.DataFrame:
     return df
 
 
-class Run:
+class Run(ForkInfo):
     """One run's trajectory as DataFrames (see the module docstring). Not to be confused
     with `sim.run.Run`, the lifecycle of a run being simulated."""
 
@@ -139,16 +139,6 @@ class Run:
             df = pd.DataFrame(rows, columns=["run_id", "path", "last_round", "n_posts"])
             return df.astype({"last_round": "Int64", "n_posts": "Int64"})
         return self._cached("lineage", read)
-
-    @property
-    def parent_run_id(self) -> str | None:
-        """The run this one was forked from (None for a root run)."""
-        return (self.meta.get("lineage") or {}).get("parent_run_id")
-
-    @property
-    def fork_round(self) -> int | None:
-        """The round this run was forked at (None for a root run)."""
-        return (self.meta.get("lineage") or {}).get("fork_round")
 
     @property
     def fork_rounds(self) -> list[int]:

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -42,6 +43,15 @@ from sim.intervention_specs import (
 PLATFORMS = ("twitter", "reddit")
 Dist = Annotated[Distribution, BeforeValidator(as_distribution)]
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
+
+
+def _check_name(v: str) -> str:
+    if not _NAME.match(v):
+        raise ValueError(f"must start with a letter and use letters, digits, _ or -, got {v!r}")
+    return v
+
+
+Name = Annotated[str, AfterValidator(_check_name)]  # a topic's or a run's name
 
 
 class Strict(BaseModel):
@@ -91,16 +101,9 @@ class PopulationConfig(Strict):
 class TopicSpec(Strict):
     """A debated topic. `keywords` match free text on word boundaries."""
 
-    name: str
+    name: Name
     label: str | None = None
     keywords: list[str] = Field(default_factory=list)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not _NAME.match(v):
-            raise ValueError(f"must start with a letter and use letters, digits, _ or -, got {v!r}")
-        return v
 
     @model_validator(mode="after")
     def _fill(self):
@@ -712,7 +715,7 @@ class CheckpointConfig(Strict):
 class Config(Strict):
     """A whole simulation, as read from YAML with defaults filled in."""
 
-    name: str = "shoal"
+    name: Name = "shoal"
     seed: int = Field(default=0, ge=0, lt=2**63)
     rounds: int = Field(gt=0)
     minutes_per_round: int = Field(default=60, gt=0)
@@ -731,13 +734,6 @@ class Config(Strict):
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     llm: LLMConfig | None = None
     interventions: list[Intervention] = Field(default_factory=list)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not _NAME.match(v):
-            raise ValueError(f"must start with a letter and use letters, digits, _ or -, got {v!r}")
-        return v
 
     @model_validator(mode="after")
     def _cross(self):

@@ -26,7 +26,15 @@ from sim.intervention_specs import MUTABLE_PREFIXES
 from sim.interventions import check_against_population, check_settings
 from sim.live_mirror import LiveMirror
 from sim.round_log import agents_table, topics_table
-from sim.run import Run, RunDir, check_api_keys, engine_version, new_run_id, open_run_dir
+from sim.run import (
+    Run,
+    RunDir,
+    check_api_keys,
+    engine_version,
+    new_run_id,
+    open_run_dir,
+    run_row,
+)
 from sim.store import TrajectoryStore
 from sim.world_checkpoint import CheckpointError, restore_world, snapshot
 
@@ -151,13 +159,7 @@ def _write_fork_setup(db: TrajectoryStore, world, run_dir: RunDir, lineage: dict
     """The fork's own rows: its run row (with lineage), topics and the agents as of K."""
     cfg = world.cfg
     db.con.execute("BEGIN TRANSACTION")
-    db.write_run({
-        "run_id": run_dir.run_id, "name": cfg.name, "created_at": datetime.now(),
-        "seed": cfg.seed, "engine_version": engine_version(), "config_hash": config_hash(cfg),
-        "config": resolved_dict(cfg), "topics": cfg.topic_names,
-        "parent_run_id": lineage["parent_run_id"], "fork_round": lineage["fork_round"],
-        "lineage": lineage,
-    })
+    db.write_run(run_row(cfg, run_dir, lineage))
     db.insert("topics", topics_table(cfg))
     db.insert("agents", agents_table(world, np.arange(world.n_agents)))
     db.con.execute("COMMIT")

@@ -188,15 +188,10 @@ def _live_connection(run_dir: RunDir, table: str) -> duckdb.DuckDBPyConnection:
     return con
 
 
-@dataclass(frozen=True)
-class RunEntry:
-    """A run in an output folder's tree; `depth` 0 for runs whose parent is not there."""
+class ForkInfo:
+    """Where a run comes from, read from its `run.json` (`meta`)."""
 
-    dir: RunDir
     meta: dict
-    depth: int
-    status: str  # run.json's, or "interrupted" if it says running but no process writes it
-    rounds_done: int | None  # the last checkpointed round (what a resume continues from)
 
     @property
     def parent_run_id(self) -> str | None:
@@ -207,6 +202,17 @@ class RunEntry:
     def fork_round(self) -> int | None:
         """The round this run was forked at (None for a root)."""
         return (self.meta.get("lineage") or {}).get("fork_round")
+
+
+@dataclass(frozen=True)
+class RunEntry(ForkInfo):
+    """A run in an output folder's tree; `depth` 0 for runs whose parent is not there."""
+
+    dir: RunDir
+    meta: dict
+    depth: int
+    status: str  # run.json's, or "interrupted" if it says running but no process writes it
+    rounds_done: int | None  # the last checkpointed round (what a resume continues from)
 
 
 def run_tree(folder: str | Path) -> list[RunEntry]:

@@ -202,19 +202,25 @@ def create_run(cfg: Config, lineage: dict | None = None) -> Run:
     return Run(cfg=cfg, world=world, dir=run_dir, store=store)
 
 
+def run_row(cfg: Config, run_dir: RunDir, lineage: dict) -> dict:
+    """The `run` table's single row: identity, config, engine and lineage (empty for a
+    root run)."""
+    return {
+        "run_id": run_dir.run_id, "name": cfg.name, "created_at": datetime.now(),
+        "seed": cfg.seed, "engine_version": engine_version(), "config_hash": config_hash(cfg),
+        "config": resolved_dict(cfg), "topics": cfg.topic_names,
+        "parent_run_id": lineage.get("parent_run_id"), "fork_round": lineage.get("fork_round"),
+        "lineage": lineage,
+    }
+
+
 def _write_setup(store: TrajectoryStore, world: World, run_dir: RunDir, lineage: dict,
                  fired: Fired) -> None:
     """Round 0 in one transaction: run row, topics, agents, initial beliefs and graph,
     seeded posts and the interventions that made them."""
     cfg = world.cfg
     store.con.execute("BEGIN TRANSACTION")
-    store.write_run({
-        "run_id": run_dir.run_id, "name": cfg.name, "created_at": datetime.now(),
-        "seed": cfg.seed, "engine_version": engine_version(), "config_hash": config_hash(cfg),
-        "config": resolved_dict(cfg), "topics": cfg.topic_names,
-        "parent_run_id": lineage.get("parent_run_id"), "fork_round": lineage.get("fork_round"),
-        "lineage": lineage,
-    })
+    store.write_run(run_row(cfg, run_dir, lineage))
     tables = {
         "topics": topics_table(cfg),
         "agents": agents_table(world, np.arange(world.n_agents)),

@@ -250,26 +250,18 @@ def assert_feed_basics(world: World, name: str, agents: np.ndarray, feed: np.nda
 
 
 @pytest.mark.parametrize("seed", SEEDS[:2])
-def test_recent_buffers_match_brute_force(seed: int) -> None:
-    """Platform.recent holds each author's k newest feedable posts after every round."""
+@pytest.mark.parametrize("index, brute", [("recent", brute_recent), ("inbox", brute_inbox)])
+def test_platform_indexes_match_brute_force_under_follow_churn(seed: int, index: str,
+                                                                 brute) -> None:
+    """After every round, Platform.recent holds each author's k newest feedable posts and
+    Platform.inbox 'the k newest posts of my current followees' (push for unchanged
+    readers, pull for readers whose follows changed)."""
     world = make_world(seed)
     rng = np.random.default_rng(seed)
     for r in range(1, 8):
         play_round(world, rng, r)
         for plat in world.platforms.values():
-            np.testing.assert_array_equal(plat.recent, brute_recent(world, plat))
-
-
-@pytest.mark.parametrize("seed", SEEDS[:2])
-def test_inbox_matches_brute_force_under_follow_churn(seed: int) -> None:
-    """Platform.inbox is always 'the k newest posts of my current followees' (push for
-    unchanged readers, pull for readers whose follows changed)."""
-    world = make_world(seed)
-    rng = np.random.default_rng(seed)
-    for r in range(1, 8):
-        play_round(world, rng, r)
-        for plat in world.platforms.values():
-            np.testing.assert_array_equal(plat.inbox, brute_inbox(world, plat))
+            np.testing.assert_array_equal(getattr(plat, index), brute(world, plat))
 
 
 @pytest.mark.parametrize("seed", SEEDS[:2])
