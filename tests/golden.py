@@ -1,0 +1,138 @@
+"""Golden digests: one sha256 per trajectory table of the example configs.
+
+They pin the engine's output while its code is reorganised: a refactor must leave every
+digest unchanged (on both executors); a deliberate change of behaviour updates the file
+and says why in its commit. Regenerate with
+
+    .venv/bin/python -m tests.golden --write
+
+A digest covers a whole table, rows in a canonical order (sorted by every column), without
+the columns that legitimately differ between two runs of one config: timings, wall-clock
+stamps, run ids and paths, the loopback server's port.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "tests" / "data" / "golden_digests.json"
+
+TABLES = ("run", "topics", "agents", "rounds", "posts", "post_stances", "actions",
+          "exposures", "beliefs", "trust", "follows", "interventions", "memory", "context",
+          "llm_calls")
+# Columns that differ between two runs of the same config and seed.
+VOLATILE = {
+    "run": ["run_id", "created_at", "engine_version", "config_hash", "config", "lineage",
+            "parent_run_id"],
+    "rounds": ["ms_schedule", "ms_observe", "ms_context", "ms_decide", "ms_apply",
+               "ms_update", "ms_log", "wall_time"],
+    "llm_calls": ["base_url", "latency_ms"],
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """An example config run as it ships (`overrides`: only to make it small), and
+    optionally forked with an intervention file."""
+
+    name: str
+    config: str
+    overrides: tuple[str, ...] = ()
+    fork_round: int | None = None
+    intervene: str | None = None
+
+
+CASES = (
+    Case("quickstart", "configs/quickstart.yaml"),
+    Case("llm_quickstart", "configs/llm_quickstart.yaml"),
+    Case("workload_w", "bench/configs/workload_w.yaml", ("population.size=2000",)),
+    *(Case(f"model_{p.stem}", f"configs/models/{p.name}")
+      for p in sorted((ROOT / "configs" / "models").glob("*.yaml"))),
+    Case("herd_effect_up", "configs/herd_effect.yaml", fork_round=10,
+         intervene="configs/herd_effect/up.yaml"),
+)
+
+
+def table_digest(db: Path, table: str) -> str:
+    """sha256 of a table's rows in canonical order, volatile columns dropped. Rows are
+    rendered by DuckDB (floats in their shortest exact form) and sorted as text."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        cols = [r[0] for r in con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
+            "ORDER BY ordinal_position", [table]).fetchall()]
+        keep = ", ".join(f'"{c}"' for c in cols if c not in VOLATILE.get(table, []))
+        (digest,) = con.execute(
+            f"SELECT sha256(coalesce(string_agg(r, chr(10) ORDER BY r), '')) FROM "
+            f"(SELECT CAST(ROW({keep}) AS VARCHAR) AS r FROM {table})").fetchone()
+    finally:
+        con.close()
+    return digest
+
+
+def run_digests(db: Path) -> dict[str, str]:
+    """Every table's digest of one trajectory file."""
+    return {table: table_digest(db, table) for table in TABLES}
+
+
+def run_case(case: Case, out: Path, executor: str = "local") -> dict[str, str]:
+    """Run a case through the CLI into `out`; the digests of its (last) trajectory."""
+    from sim.cli import main
+
+    args = ["run", str(ROOT / case.config), "--out", str(out), "--quiet",
+            "--executor", executor]
+    for item in case.overrides:
+        args += ["--set", item]
+    if executor == "ray":
+        args += ["--shards", "2"]
+    if main(args) != 0:
+        raise RuntimeError(f"{case.name}: shoal run failed")
+    (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
+    if case.fork_round is None:
+        return run_digests(run_dir / "trajectory.duckdb")
+    fork_args = ["fork", str(run_dir), "--round", str(case.fork_round), "--quiet",
+                 "--intervene", str(ROOT / case.intervene), "--name", "golden-fork"]
+    if main(fork_args) != 0:
+        raise RuntimeError(f"{case.name}: shoal fork failed")
+    (fork_dir,) = [p for p in out.iterdir() if p.name.startswith("golden-fork")]
+    return run_digests(fork_dir / "trajectory.duckdb")
+
+
+def load_golden() -> dict[str, dict[str, str]]:
+    """The committed digests, by case and table."""
+    return json.loads(GOLDEN.read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print (or with --write, store) the digests of every case on the local executor."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help=f"write {GOLDEN}")
+    parser.add_argument("--case", action="append", help="only these cases")
+    args = parser.parse_args(argv)
+    found = {}
+    for case in CASES:
+        if args.case and case.name not in args.case:
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            found[case.name] = run_case(case, Path(tmp))
+        print(case.name, file=sys.stderr)
+    if args.write:
+        merged = {**(load_golden() if GOLDEN.exists() and args.case else {}), **found}
+        GOLDEN.write_text(json.dumps(merged, indent=1, sort_keys=True) + "\n")
+    else:
+        print(yaml.safe_dump(found, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
