@@ -14,7 +14,6 @@ stamps, run ids and paths, the loopback server's port.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import tempfile

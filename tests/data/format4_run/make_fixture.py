@@ -1,7 +1,7 @@
 """Make tests/data/format4_run: a small run stopped after round 3 of 6 (checkpoint format 4)."""
-import shutil, sys
+import sys
 from pathlib import Path
-import yaml
+
 from sim.config import load_config
 from sim.run import create_run
 
