@@ -8,36 +8,8 @@ have decided).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import IntEnum
 
 import numpy as np
-
-
-class ActionType(IntEnum):
-    """Platform actions. Twitter: POST, REPOST, QUOTE, REPLY, LIKE, FOLLOW, UNFOLLOW;
-    Reddit: POST, COMMENT, UPVOTE, DOWNVOTE, FOLLOW; both: DO_NOTHING."""
-
-    DO_NOTHING = 0
-    POST = 1
-    REPOST = 2
-    QUOTE = 3
-    REPLY = 4
-    COMMENT = 5
-    LIKE = 6
-    UPVOTE = 7
-    DOWNVOTE = 8
-    FOLLOW = 9
-    UNFOLLOW = 10
-
-
-ACTION_NAMES = {a: a.name.lower() for a in ActionType}
-CREATES_POST = frozenset({ActionType.POST, ActionType.REPOST, ActionType.QUOTE,
-                          ActionType.REPLY, ActionType.COMMENT})
-TARGETS_POST = frozenset({ActionType.REPOST, ActionType.QUOTE, ActionType.REPLY,
-                          ActionType.COMMENT, ActionType.LIKE, ActionType.UPVOTE,
-                          ActionType.DOWNVOTE})
-TARGETS_AGENT = frozenset({ActionType.FOLLOW, ActionType.UNFOLLOW})
-VOTES = frozenset({ActionType.LIKE, ActionType.UPVOTE, ActionType.DOWNVOTE})
 
 
 @dataclass

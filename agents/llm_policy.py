@@ -19,8 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agents.actions import ActionBatch, ActionType
-from agents.llm_client import CallResult, LLMClient
+from agents.actions import ActionBatch
 from agents.llm_tools import (
     WRITES,
     Parsed,
@@ -32,10 +31,9 @@ from agents.llm_tools import (
 )
 from agents.observation import PlatformView, Prompt
 from beliefs.stance import estimate_stance
-from sim.config import Config
-
-SOURCE = {"rule": 0, "llm": 1, "fallback_rule": 2, "fallback_nothing": 3}
-STANCE_METHOD = {"data": 0, "self_report": 1, "lexicon": 2, "none": 3}
+from sim.config.model import Config
+from sim.core.vocabulary import SOURCE, STANCE_METHOD, ActionType
+from sim.llm.openai import CallResult, LLMClient
 
 
 @dataclass

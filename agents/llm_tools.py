@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agents.actions import ActionType
+from sim.core.vocabulary import ActionType
+from sim.llm.chat import strip_reasoning
 
 _POST_ARG = {"type": "integer", "description": "the id shown as [post N] in your feed"}
 _TEXT_ARG = {"type": "string", "description": "what you write, in your own voice"}
@@ -88,7 +89,6 @@ class Parsed:
     args: dict
 
 
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
 
 
@@ -115,14 +115,6 @@ def _json_objects(text: str):
             if depth == 0:
                 with contextlib.suppress(json.JSONDecodeError):
                     yield json.loads(text[start:i + 1])
-
-
-def strip_reasoning(text: str) -> str:
-    """`text` without `<think>` blocks (or everything up to an unmatched `</think>`)."""
-    text = _THINK.sub("", text)
-    if "</think>" in text.lower():  # an unclosed opening tag upstream: keep what follows
-        text = re.split(r"</think>", text, flags=re.IGNORECASE)[-1]
-    return text.strip()
 
 
 def _clean(text: str) -> str:

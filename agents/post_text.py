@@ -9,14 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-# (lower bound, verb): a position >= bound takes the verb; the first match wins.
-STANCE_BINS = (
-    (0.6, "strongly support"),
-    (0.2, "support"),
-    (-0.2, "am undecided about"),
-    (-0.6, "oppose"),
-    (-2.0, "strongly oppose"),
-)
+from beliefs.render import STANCE_BINS, stance_bin
+
 _SIGN_OF_BIN = (1, 1, 0, -1, -1)
 OPENERS = ("", "Honestly, ", "Let me be clear: ", "Thinking about it more, ",
            "For the record, ", "Hot take: ", "After reading the news today, ")
@@ -30,17 +24,6 @@ REASONS = {
          "The evidence does not support it.", "It will hurt people like me.",
          "Nobody asked the people who pay for it."),
 }
-
-
-def stance_bin(position: np.ndarray) -> np.ndarray:
-    """Index into STANCE_BINS for each position."""
-    bounds = np.array([b for b, _ in STANCE_BINS[:-1]])
-    return (np.asarray(position)[..., None] < bounds).sum(axis=-1)
-
-
-def stance_verb(position: float) -> str:
-    """'strongly support' … 'strongly oppose' for a position in [-1, 1]."""
-    return STANCE_BINS[int(stance_bin(np.asarray(position)))][1]
 
 
 class PostWriter:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from agents.actions import ActionBatch, ActionType
+from agents.actions import ActionBatch
 from agents.observation import PlatformView
 from agents.post_text import PostWriter
-from sim.config import RulePolicyConfig, TopicSpec
-from sim.counter_rng import CounterRNG, Purpose
+from sim.config.model import RulePolicyConfig, TopicSpec
+from sim.core.counter_rng import CounterRNG, Purpose
+from sim.core.vocabulary import ActionType
 
 ENGAGEMENTS = {
     "twitter": (ActionType.LIKE, ActionType.REPOST, ActionType.QUOTE, ActionType.REPLY,

@@ -17,8 +17,8 @@ from agents.llm_policy import LLMPolicy
 from agents.observation import DecisionRequest
 from agents.population import Population
 from agents.rule_policy import RulePolicy
-from sim.config import Config
-from sim.counter_rng import CounterRNG
+from sim.config.model import Config
+from sim.core.counter_rng import CounterRNG
 
 
 @dataclass

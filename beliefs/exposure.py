@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.keys import pack, unique_sorted
+from sim.core.keys import pack, unique_sorted
 
 
 class ExposureHistory:

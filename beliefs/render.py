@@ -6,8 +6,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from agents.post_text import stance_verb
 from beliefs.trust import TrustStore
+
+# (lower bound, verb): a position >= bound takes the verb; the first match wins.
+STANCE_BINS = (
+    (0.6, "strongly support"),
+    (0.2, "support"),
+    (-0.2, "am undecided about"),
+    (-0.6, "oppose"),
+    (-2.0, "strongly oppose"),
+)
+def stance_bin(position: np.ndarray) -> np.ndarray:
+    """Index into STANCE_BINS for each position."""
+    bounds = np.array([b for b, _ in STANCE_BINS[:-1]])
+    return (np.asarray(position)[..., None] < bounds).sum(axis=-1)
+
+
+def stance_verb(position: float) -> str:
+    """'strongly support' … 'strongly oppose' for a position in [-1, 1]."""
+    return STANCE_BINS[int(stance_bin(np.asarray(position)))][1]
+
 
 CONFIDENCE_LABELS = (
     (0.8, "you are very sure of this"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.keys import pack
+from sim.core.keys import pack
 
 
 class TrustStore:

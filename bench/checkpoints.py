@@ -22,9 +22,9 @@ from pathlib import Path
 
 import duckdb
 
-from sim.config import load_config
-from sim.fork import fork_run
-from sim.run import create_run, resume_run, run_rounds
+from sim.config.model import load_config
+from sim.runs.fork import fork_run
+from sim.runs.run import create_run, resume_run, run_rounds
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -23,9 +23,9 @@ from pathlib import Path
 import duckdb
 
 from memory.tokens import encoding
-from sim.config import load_config
-from sim.inspection import inspect_agent
-from sim.run import create_run, run_rounds
+from sim.config.model import load_config
+from sim.runs.inspect import inspect_agent
+from sim.runs.run import create_run, run_rounds
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -30,9 +30,9 @@ from pathlib import Path
 
 import duckdb
 
-from agents.llm_client import LLMClient
-from sim.config import load_config
-from sim.run import create_run, run_rounds
+from sim.config.model import load_config
+from sim.llm.openai import LLMClient
+from sim.runs.run import create_run, run_rounds
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -35,8 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.config import load_config
-from sim.run import create_run, run_rounds
+from sim.config.model import load_config
+from sim.runs.run import create_run, run_rounds
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

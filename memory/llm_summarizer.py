@@ -14,9 +14,9 @@ import os
 
 import httpx
 
-from agents.llm_tools import strip_reasoning
 from memory.compaction import Item, Summarizer, chunks
 from memory.tokens import truncate
+from sim.llm.chat import strip_reasoning
 
 MARKER = "Shoal memory compaction"  # the loopback server answers these calls differently
 ROUND = (f"{MARKER}. Summarise what happened in one round of a social-media simulation "

@@ -86,7 +86,7 @@ def run_digests(db: Path) -> dict[str, str]:
 
 def run_case(case: Case, out: Path, executor: str = "local") -> dict[str, str]:
     """Run a case through the CLI into `out`; the digests of its (last) trajectory."""
-    from sim.cli import main
+    from sim.cli.main import main
 
     args = ["run", str(ROOT / case.config), "--out", str(out), "--quiet",
             "--executor", executor]

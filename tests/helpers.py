@@ -7,8 +7,8 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from sim.config import Config, parse_config
-from sim.run import Run, create_run, run_rounds
+from sim.config.model import Config, parse_config
+from sim.runs.run import Run, create_run, run_rounds
 
 # Columns that legitimately differ between two runs of the same config.
 VOLATILE = {"rounds": ["ms_schedule", "ms_observe", "ms_context", "ms_decide", "ms_apply",
@@ -47,7 +47,7 @@ def query(db: Path, sql: str) -> list[tuple]:
 
 def fork_and_run(parent: Path, fork_round: int, **kwargs) -> Path:
     """Fork `parent` (into its own output folder), run the fork, return its directory."""
-    from sim.fork import fork_run
+    from sim.runs.fork import fork_run
 
     run = fork_run(parent, fork_round, **kwargs)
     try:

@@ -17,12 +17,14 @@ import pytest
 import yaml
 from matplotlib.figure import Figure
 
-from sim import open_run, open_runs, plots
-from sim.analysis import FRAMES, Run
-from sim.errors import InputError
-from sim.fork import fork_run
-from sim.lineage import being_written
-from sim.run import RunDir, run_rounds
+from sim import open_run, open_runs
+from sim.analysis import plots
+from sim.analysis.runs import FRAMES, Run
+from sim.core.errors import InputError
+from sim.runs.fork import fork_run
+from sim.runs.run import run_rounds
+from sim.store.lineage import being_written
+from sim.store.run_dir import RunDir
 from tests.conftest import CONFIGS, write_config
 from tests.helpers import make_config, run_config
 

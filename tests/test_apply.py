@@ -11,16 +11,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agents.actions import TARGETS_POST, VOTES, ActionBatch, ActionType
+from agents.actions import ActionBatch
 from agents.observation import PlatformView
 from beliefs.trust import TrustStore
-from sim.apply import Applied, Reason, apply_actions
-from sim.config import parse_config
-from sim.counter_rng import CounterRNG
-from sim.observe import observe
-from sim.posts import PostKind
-from sim.recommenders import make_recommender
-from sim.world import World, build_world
+from sim.config.model import parse_config
+from sim.core.counter_rng import CounterRNG
+from sim.core.posts import PostKind
+from sim.core.vocabulary import TARGETS_POST, VOTES, ActionType, Reason
+from sim.engine.apply import Applied, apply_actions
+from sim.engine.observe import observe
+from sim.engine.recommenders import make_recommender
+from sim.world.world import World, build_world
 
 A = ActionType
 TOPICS = ["alpha", "beta"]

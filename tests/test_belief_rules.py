@@ -14,9 +14,9 @@ from beliefs.rules.bounded_confidence import BoundedConfidenceRule
 from beliefs.rules.social_influence import SocialInfluenceRule
 from beliefs.state import BeliefState
 from beliefs.trust import TrustStore
-from sim.config import BoundedConfidence, SocialInfluence
-from sim.observe import exposures as gather_exposures
-from sim.posts import NewPosts, PostStore
+from sim.config.model import BoundedConfidence, SocialInfluence
+from sim.core.posts import NewPosts, PostStore
+from sim.engine.observe import exposures as gather_exposures
 
 SEEDS = [0, 1, 2, 3, 4, 5]
 N, T = 30, 2

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.cli import main
-from sim.run import create_run, run_rounds
-from sim.world_checkpoint import restore_world
+from sim.cli.main import main
+from sim.runs.run import create_run, run_rounds
+from sim.world.checkpoint import restore_world
 from tests.conftest import write_config
 from tests.helpers import make_config, run_config, tables_differ
 

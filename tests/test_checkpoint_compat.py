@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.cli import main
+from sim.cli.main import main
 from tests.golden import TABLES, run_digests
 
 DATA = Path(__file__).parent / "data"

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from sim.cli import main
+from sim.cli.main import main
 from tests.conftest import CONFIGS, write_config
 
 
@@ -87,12 +87,12 @@ def test_console_script_end_to_end(tmp_path):
 
 def test_internal_error_is_one_line_exit_1(tmp_path, quickstart_dict, capsys, monkeypatch):
     """An unexpected exception is exit 1 with a one-line message (no traceback)."""
-    import sim.driver
+    import sim.engine.driver
 
     def boom(self):
         raise RuntimeError("simulated failure\nsecond line")
 
-    monkeypatch.setattr(sim.driver.RoundDriver, "step", boom)
+    monkeypatch.setattr(sim.engine.driver.RoundDriver, "step", boom)
     path = write_config(tmp_path / "c.yaml", {**quickstart_dict, "rounds": 2})
     assert main(["run", str(path), "--out", str(tmp_path / "runs"), "--quiet"]) == 1
     err = capsys.readouterr().err

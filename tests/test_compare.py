@@ -11,8 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from sim.cli import main
-from sim.compare import (
+from sim.analysis.compare import (
     ACTIVITY,
     ENGAGEMENT,
     compare_runs,
@@ -20,6 +19,7 @@ from sim.compare import (
     max_mean_gap,
     per_round_means,
 )
+from sim.cli.main import main
 from tests.conftest import CONFIGS
 from tests.helpers import fork_and_run, make_config, run_config
 

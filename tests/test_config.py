@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
-from sim.config import config_hash, load_config, parse_config, resolved_dict
-from sim.errors import ConfigError
+from sim.config.model import config_hash, load_config, parse_config, resolved_dict
+from sim.core.errors import ConfigError
 from tests.conftest import CONFIGS, write_config
 
 

@@ -14,9 +14,9 @@ from agents.prompt import ContextInputs, FeedItem, build_context
 from memory.context import HEADER, Line, Section, assemble, count_joined, quote
 from memory.digest import CrossPlatformDigest
 from memory.notifications import Notifications
-from sim.agent_history import rebuild_history
-from sim.inspection import inspect_agent
-from sim.world_checkpoint import restore_world
+from sim.engine.agent_history import rebuild_history
+from sim.runs.inspect import inspect_agent
+from sim.world.checkpoint import restore_world
 from tests.helpers import make_config, query, run_config
 
 SECTION_TITLES = ("## Who you are", "## What you think", "## What has happened so far",
@@ -174,7 +174,7 @@ def test_a_fork_that_starts_tracking_agents_gives_them_their_history(context_run
     1 (the same model and seed)."""
     import yaml
 
-    from sim.fork import fork_run
+    from sim.runs.fork import fork_run
 
     data = yaml.safe_load(context_run.dir.config.read_text())
     data["memory"]["context"]["build_for"] = "none"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.counter_rng import CounterRNG, Purpose, philox4x32
+from sim.core.counter_rng import CounterRNG, Purpose, philox4x32
 
 M32 = 0xFFFFFFFF
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from sim.cli import main
+from sim.cli.main import main
 from tests.conftest import CONFIGS
 from tests.helpers import make_config, run_config, tables_differ
 

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from sim.cli import main
-from sim.fork import fork_run
-from sim.run import run_rounds
+from sim.cli.main import main
+from sim.runs.fork import fork_run
+from sim.runs.run import run_rounds
 from tests.helpers import make_config, run_config
 
 K = 5
@@ -95,7 +95,7 @@ def test_fork_with_an_event_differs_only_after_k(parent, tmp_path):
     first = _frame(fork.dir.db, "SELECT min(round) FROM beliefs").iloc[0, 0]
     assert first == K + 1
     # The fork's starting state is the parent's end of K.
-    from sim.world_checkpoint import restore_world
+    from sim.world.checkpoint import restore_world
     start, _ = restore_world(fork.dir.checkpoints, K)
     end_k = _frame(parent.dir.db, f"SELECT agent, topic, position FROM beliefs "
                                   f"WHERE round = {K} ORDER BY agent, topic")

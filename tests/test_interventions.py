@@ -12,8 +12,8 @@ import sys
 import numpy as np
 import pytest
 
-from sim.cli import main
-from sim.errors import InputError
+from sim.cli.main import main
+from sim.core.errors import InputError
 from tests.conftest import write_config
 from tests.helpers import make_config, query, run_config, tables_differ
 

@@ -19,9 +19,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from sim.cli import main
-from sim.errors import InputError
-from sim.lineage import fork_rounds, lineage, read_table, run_tree
+from sim.cli.main import main
+from sim.core.errors import InputError
+from sim.store.lineage import fork_rounds, lineage, read_table, run_tree
 from tests.conftest import CONFIGS
 from tests.helpers import VOLATILE, fork_and_run, make_config, run_config
 

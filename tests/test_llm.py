@@ -23,9 +23,9 @@ import yaml
 from agents.llm_tools import tools
 from beliefs.render import stance_lines
 from memory.tokens import count
-from sim.errors import ProviderDown
-from sim.llm_server import serve_in_thread
-from sim.run import create_run, resume_run, run_rounds
+from sim.core.errors import ProviderDown
+from sim.llm.server import serve_in_thread
+from sim.runs.run import create_run, resume_run, run_rounds
 from tests.conftest import CONFIGS, ROOT
 from tests.helpers import make_config, query, run_config, tables_differ
 

@@ -6,16 +6,16 @@ import json
 
 import pytest
 
-from agents.actions import ActionType
 from agents.llm_tools import (
     PLATFORM_ACTIONS,
     Parsed,
     json_instructions,
     parse_reply,
-    strip_reasoning,
     tools,
     validate,
 )
+from sim.core.vocabulary import ActionType
+from sim.llm.chat import strip_reasoning
 
 TOPICS = ["carbon_tax", "nuclear_power"]
 USERS = {"ana": 0, "bo": 1, "cy": 2}

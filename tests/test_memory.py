@@ -11,8 +11,8 @@ import yaml
 from memory.compaction import ExtractiveSummarizer, Item, chunks
 from memory.round_memory import MemoryItem, MemorySettings, RoundMemory
 from memory.tokens import count, encoding
-from sim.memory_diagnostic import carries, diagnose, key_terms
-from sim.run import create_run, run_rounds
+from sim.runs.memory_diagnostic import carries, diagnose, key_terms
+from sim.runs.run import create_run, run_rounds
 from tests.conftest import CONFIGS
 from tests.helpers import make_config, query
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim import metrics
+from sim.analysis import metrics
 
 # ---------------------------------------------------------------------- fixtures
 

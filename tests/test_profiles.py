@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from agents.profiles import load_population_file
-from sim.config import Config, parse_config, resolve_paths
-from sim.errors import ConfigError, InputError
+from sim.config.model import Config, parse_config, resolve_paths
+from sim.core.errors import ConfigError, InputError
 
 DATA = Path(__file__).parent / "data" / "profiles"
 TOPICS = [

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from sim.config import (
+from sim.config.model import (
     AlgorithmicBiasRec,
     FollowingRec,
     PersonalizedRec,
@@ -21,10 +21,9 @@ from sim.config import (
     RandomRec,
     parse_config,
 )
-from sim.counter_rng import CounterRNG
-from sim.platform import Platform
-from sim.posts import NewPosts, PostKind
-from sim.recommenders import (
+from sim.core.counter_rng import CounterRNG
+from sim.core.posts import NewPosts, PostKind
+from sim.engine.recommenders import (
     AlgorithmicBiasFeed,
     FeedContext,
     FollowingFeed,
@@ -33,7 +32,8 @@ from sim.recommenders import (
     RandomFeed,
     hot_score,
 )
-from sim.world import World, build_world
+from sim.world.platform import Platform
+from sim.world.world import World, build_world
 
 SEEDS = [0, 1, 2, 3]
 TOPICS = ["alpha", "beta"]

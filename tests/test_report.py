@@ -22,9 +22,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from sim.cli import main
-from sim.fork import fork_run
-from sim.report import llm_html, write_report
+from sim.analysis.report import llm_html, write_report
+from sim.cli.main import main
+from sim.runs.fork import fork_run
 from tests.conftest import CONFIGS
 from tests.helpers import make_config, run_config
 
@@ -260,7 +260,7 @@ def test_fork_report_covers_the_full_history(small_run, tmp_path):
     """A fork's report lists its lineage and plots rounds from 0, not from the fork."""
     fork = fork_run(small_run, 2, sets=["policy.post_rate=0.4"], out=tmp_path)
     try:
-        from sim.run import run_rounds
+        from sim.runs.run import run_rounds
         run_rounds(fork)
     finally:
         fork.close()

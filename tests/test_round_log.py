@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.config import parse_config
-from sim.round_log import beliefs_table, initial_follows_table
-from sim.world import build_world
+from sim.config.model import parse_config
+from sim.engine.round_log import beliefs_table, initial_follows_table
+from sim.world.world import build_world
 
 
 def test_tables_do_not_alias_world_state(quickstart_dict):

@@ -15,10 +15,11 @@ import json
 import numpy as np
 import pytest
 
-from agents.post_text import PostWriter, stance_bin
+from agents.post_text import PostWriter
+from beliefs.render import stance_bin
 from beliefs.stance import estimate_stance
 from beliefs.topics import TopicMatcher
-from sim.config import TopicSpec
+from sim.config.model import TopicSpec
 from tests.conftest import ROOT
 
 TOPICS = [

@@ -11,18 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.cli import main
-from sim.errors import InputError
-from sim.sweep import (
-    SUMMARY_FILE,
-    SWEEP_FILE,
-    open_sweep,
-    parse_grid,
-    plan_sweep,
-    run_sweep,
-    seed_stats,
-    summarize_members,
-)
+from sim.analysis.notebook import open_sweep
+from sim.analysis.sweeps import SUMMARY_FILE, SWEEP_FILE, seed_stats, summarize_members
+from sim.cli.main import main
+from sim.core.errors import InputError
+from sim.runs.sweep import parse_grid, plan_sweep, run_sweep
 from tests.conftest import write_config
 from tests.helpers import make_config, run_config, tables_differ
 

@@ -34,7 +34,7 @@ from beliefs.rules.partners import (
     pick_weighted_segments,
 )
 from beliefs.state import BeliefState
-from sim.config import AlgorithmicBias
+from sim.config.model import AlgorithmicBias
 
 _CHUNK_CELLS = 4_000_000  # bound on the distance matrix held at once (32 MB)
 

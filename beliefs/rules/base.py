@@ -10,9 +10,9 @@ import numpy as np
 from beliefs.exposure import ExposureHistory
 from beliefs.state import BeliefState
 from beliefs.trust import TrustStore
-from sim.counter_rng import CounterRNG
-from sim.follow_graph import FollowGraph
-from sim.posts import PostStore
+from sim.core.counter_rng import CounterRNG
+from sim.core.follow_graph import FollowGraph
+from sim.core.posts import PostStore
 
 
 @dataclass

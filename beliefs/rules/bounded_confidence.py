@@ -9,7 +9,7 @@ rule in mode `exposures` under its historical name (same code path, same numbers
 from __future__ import annotations
 
 from beliefs.rules.deffuant import DeffuantRule
-from sim.config import BoundedConfidence, Deffuant
+from sim.config.model import BoundedConfidence, Deffuant
 
 
 class BoundedConfidenceRule(DeffuantRule):

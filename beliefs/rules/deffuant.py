@@ -27,7 +27,7 @@ from beliefs.rules.partners import (
     random_others,
 )
 from beliefs.state import BeliefState
-from sim.config import Deffuant
+from sim.config.model import Deffuant
 
 
 def read_sequentially(x: np.ndarray, stance: np.ndarray, addressed: np.ndarray, eps: float,

@@ -16,7 +16,7 @@ import numpy as np
 from beliefs.rules.base import Exposures, UpdateContext, UpdateRule
 from beliefs.rules.influences import influences
 from beliefs.state import BeliefState
-from sim.config import DeGroot, FriedkinJohnsen
+from sim.config.model import DeGroot, FriedkinJohnsen
 
 
 def average(x: np.ndarray, weight: np.ndarray, weighted: np.ndarray,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from beliefs.rules.base import Exposures, UpdateContext
 from beliefs.rules.degroot import DeGrootRule
 from beliefs.state import BeliefState
-from sim.config import FriedkinJohnsen
+from sim.config.model import FriedkinJohnsen
 
 
 class FriedkinJohnsenRule(DeGrootRule):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from beliefs.rules.base import Exposures, UpdateContext, UpdateRule
 from beliefs.rules.influences import influences
 from beliefs.state import BeliefState
-from sim.config import HegselmannKrause
+from sim.config.model import HegselmannKrause
 
 
 class HegselmannKrauseRule(UpdateRule):

@@ -18,7 +18,7 @@ from enum import IntEnum
 import numpy as np
 
 from beliefs.rules.base import UpdateContext
-from sim.counter_rng import CounterRNG, Purpose
+from sim.core.counter_rng import CounterRNG, Purpose
 
 _STRIDE = 1000  # purposes elsewhere are enum + 100·platform + 1000·slot, slots < 10
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from beliefs.rules.base import Exposures, UpdateContext, UpdateRule
 from beliefs.state import BeliefState
-from sim.config import SocialInfluence
+from sim.config.model import SocialInfluence
 
 
 class SocialInfluenceRule(UpdateRule):

@@ -30,7 +30,7 @@ from beliefs.rules.partners import (
     random_others,
 )
 from beliefs.state import BeliefState
-from sim.config import Voter
+from sim.config.model import Voter
 
 
 def uniform_choice(mask: np.ndarray, u: np.ndarray) -> np.ndarray:

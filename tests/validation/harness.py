@@ -12,10 +12,10 @@ import numpy as np
 from beliefs.rules import Exposures, UpdateContext, make_rule
 from beliefs.state import BeliefState
 from beliefs.trust import TrustStore
-from sim.config import BeliefRule
-from sim.counter_rng import CounterRNG
-from sim.follow_graph import FollowGraph
-from sim.posts import PostStore
+from sim.config.model import BeliefRule
+from sim.core.counter_rng import CounterRNG
+from sim.core.follow_graph import FollowGraph
+from sim.core.posts import PostStore
 
 NO_EXPOSURES = Exposures(np.empty(0, np.int64), np.empty((0, 0), np.int64),
                          np.empty((0, 0), np.int32), np.empty((0, 0), np.int32),

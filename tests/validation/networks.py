@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from beliefs.trust import TrustStore
-from sim.follow_graph import FollowGraph
+from sim.core.follow_graph import FollowGraph
 
 
 def strongly_connected_graph(n: int, extra: int, seed: int) -> tuple[FollowGraph, TrustStore]:

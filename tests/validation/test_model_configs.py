@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.cli import main
+from sim.cli.main import main
 from tests.conftest import CONFIGS
 from tests.validation.harness import clusters
 

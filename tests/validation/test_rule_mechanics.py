@@ -19,11 +19,11 @@ from beliefs.rules.partners import (
 )
 from beliefs.state import BeliefState
 from beliefs.trust import TrustStore
-from sim.config import PLATFORMS
-from sim.counter_rng import CounterRNG, Purpose
-from sim.errors import ConfigError
-from sim.follow_graph import FollowGraph
-from sim.posts import NewPosts, PostStore
+from sim.config.model import PLATFORMS
+from sim.core.counter_rng import CounterRNG, Purpose
+from sim.core.errors import ConfigError
+from sim.core.follow_graph import FollowGraph
+from sim.core.posts import NewPosts, PostStore
 from tests.validation.harness import rule_config, run_rule
 from tests.validation.networks import strongly_connected_graph
 
@@ -306,7 +306,7 @@ def test_flags() -> None:
 ])
 def test_config_errors_name_the_field(quickstart_dict, update: dict, message: str) -> None:
     """Bad rule parameters are config errors that name the field and the problem."""
-    from sim.config import parse_config
+    from sim.config.model import parse_config
 
     with pytest.raises(ConfigError) as err:
         parse_config({**quickstart_dict, "beliefs": {"update": update}})

@@ -2,8 +2,9 @@
 import sys
 from pathlib import Path
 
-from sim.config import load_config
 from sim.run import create_run
+
+from sim.config import load_config
 
 out = Path(sys.argv[1])
 cfg = load_config("tests/data/format4_run.yaml", [f"output.dir={out}"])

@@ -1,0 +1,277 @@
+"""Compare runs (typically a parent and its forks): beliefs, activity and engagement.
+
+Every run is read with its full history (`sim.lineage.read_table`), so a fork compares
+with its parent's rounds before the fork included. The first run is the reference; each
+other run is compared with it over the rounds they both have (0..R, R the last round
+common to all runs). `shoal compare` prints the tables and writes a PNG.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from rich.table import Table
+
+from sim.core.errors import InputError
+from sim.store.lineage import fork_rounds, lineage, read_table
+from sim.store.run_dir import RunDir
+
+# Applied actions counted as engagement, by the kind shown (actions of either platform).
+ENGAGEMENT = {
+    "posts": ("post",),
+    "likes/upvotes": ("like", "upvote"),
+    "reposts/quotes": ("repost", "quote"),
+    "replies/comments": ("reply", "comment"),
+    "downvotes": ("downvote",),
+    "follows": ("follow",),
+}
+ACTIVITY = "acting agents"
+LABELS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+@dataclass
+class RunData:
+    """What a comparison needs of one run (its full history)."""
+
+    label: str
+    dir: RunDir
+    meta: dict
+    fork_rounds: list[int]
+    beliefs: pd.DataFrame  # round, agent, topic, position
+    stats: pd.DataFrame  # index (round, topic); columns mean, sd (population sd)
+    per_round: pd.DataFrame  # index round; ACTIVITY and one column per ENGAGEMENT kind
+
+    @property
+    def last_round(self) -> int:
+        """The last round with data (0 if none ran yet)."""
+        return int(self.per_round.index.max()) if len(self.per_round) else 0
+
+
+@dataclass
+class Comparison:
+    """Runs, the rounds they share (0..last_round) and the topics compared."""
+
+    runs: list[RunData]
+    last_round: int
+    topics: list[str]
+
+    @property
+    def reference(self) -> RunData:
+        """The first run, which the others are compared with."""
+        return self.runs[0]
+
+
+def load_run(run: str | Path, label: str) -> RunData:
+    """Read one run's beliefs, activity and engagement through its lineage. `rounds` is
+    read first and the rest up to its last round, so a run still being written (read
+    from its live mirror) gives whole rounds only."""
+    run_dir = lineage(run)[-1].dir
+    per_round = activity_per_round(run)
+    last = int(per_round.index.max()) if len(per_round) else 0
+    beliefs = read_table(run, "beliefs", f"round <= {last}")
+    beliefs = beliefs[["round", "agent", "topic", "position"]]
+    beliefs = beliefs.assign(topic=beliefs["topic"].astype(str))
+    grouped = beliefs.groupby(["round", "topic"], sort=True)["position"]
+    stats = pd.DataFrame({"mean": grouped.mean(), "sd": grouped.std(ddof=0)})
+    return RunData(label=label, dir=run_dir, meta=run_dir.read_meta(),
+                   fork_rounds=fork_rounds(run), beliefs=beliefs, stats=stats,
+                   per_round=per_round)
+
+
+def activity_per_round(run: str | Path) -> pd.DataFrame:
+    """Acting agents and applied actions of each engagement kind, per completed round."""
+    rounds = read_table(run, "rounds")[["round", "n_acting"]].set_index("round")
+    last = int(rounds.index.max()) if len(rounds) else 0
+    actions = read_table(run, "actions", f"status = 'ok' AND round <= {last}")
+    kind_of = {a: kind for kind, names in ENGAGEMENT.items() for a in names}
+    kinds = actions["action"].astype(str).map(kind_of)
+    counts = (actions.assign(kind=kinds).dropna(subset=["kind"])
+              .groupby(["round", "kind"]).size().unstack(fill_value=0))
+    table = rounds.rename(columns={"n_acting": ACTIVITY}).join(counts, how="left")
+    return table.reindex(columns=[ACTIVITY, *ENGAGEMENT]).fillna(0).astype(float)
+
+
+def compare_runs(runs: list[str | Path], topic: str | None = None) -> Comparison:
+    """Load the runs (the first is the reference) and find what they share."""
+    if len(runs) < 2:
+        raise InputError("compare needs at least two runs")
+    if len(runs) > len(LABELS):
+        raise InputError(f"compare takes at most {len(LABELS)} runs")
+    data = [load_run(run, LABELS[i]) for i, run in enumerate(runs)]
+    topics = list(dict.fromkeys(t for d in data for t in d.stats.index.get_level_values(1)))
+    if topic is not None:
+        if topic not in topics:
+            raise InputError(f"--topic {topic}: not a topic of these runs "
+                             f"({', '.join(topics)})")
+        topics = [topic]
+    return Comparison(runs=data, last_round=min(d.last_round for d in data), topics=topics)
+
+
+def first_difference(a: pd.DataFrame, b: pd.DataFrame, upto: int) -> int | None:
+    """The first round <= upto at which any (agent, topic) position differs exactly
+    (a row present in only one run counts as a difference); None if there is none."""
+    keys = ["round", "agent", "topic"]
+    a, b = a[a["round"] <= upto], b[b["round"] <= upto]
+    both = a.merge(b, on=keys, how="outer", suffixes=("_a", "_b"), indicator=True)
+    pa, pb = both["position_a"], both["position_b"]
+    same = (both["_merge"] == "both") & ((pa == pb) | (pa.isna() & pb.isna()))
+    rounds = both.loc[~same, "round"]
+    return int(rounds.min()) if len(rounds) else None
+
+
+def max_mean_gap(cmp: Comparison, run: RunData, topic: str) -> tuple[float, int | None]:
+    """The largest |mean(run) − mean(reference)| of a topic over rounds 0..R, and where."""
+    rounds = pd.RangeIndex(cmp.last_round + 1, name="round")
+    gap = (_topic_stats(run, topic, rounds)["mean"]
+           - _topic_stats(cmp.reference, topic, rounds)["mean"]).abs().dropna()
+    if gap.empty or gap.max() == 0:
+        return 0.0, None
+    return float(gap.max()), int(gap.idxmax())
+
+
+def _topic_stats(run: RunData, topic: str, rounds: pd.Index) -> pd.DataFrame:
+    """mean and sd of one topic per round (NaN where the run has none)."""
+    if topic not in run.stats.index.get_level_values("topic"):
+        return pd.DataFrame(index=rounds, columns=["mean", "sd"], dtype=float)
+    return run.stats.xs(topic, level="topic").reindex(rounds)
+
+
+def per_round_means(cmp: Comparison, run: RunData) -> pd.Series:
+    """Activity and engagement per round, averaged over rounds 1..R."""
+    rows = run.per_round.loc[1:cmp.last_round]
+    return rows.mean() if len(rows) else pd.Series(np.nan, index=run.per_round.columns)
+
+
+# ---------------------------------------------------------------------- rendering
+
+
+def _num(x: float, fmt: str = "{:+.3f}") -> str:
+    return "—" if x is None or pd.isna(x) else fmt.format(x)
+
+
+def _fork_of(cmp: Comparison, run: RunData) -> str:
+    """"B @ 4": the parent (its label if compared, else its id) and the fork round."""
+    info = run.meta.get("lineage") or {}
+    if not info.get("parent_run_id"):
+        return ""
+    labels = {d.dir.run_id: d.label for d in cmp.runs}
+    return f"{labels.get(info['parent_run_id'], info['parent_run_id'])} @ {info['fork_round']}"
+
+
+def runs_table(cmp: Comparison) -> Table:
+    """One row per run: id, parent and fork round, rounds done, first belief difference."""
+    ref = cmp.reference
+    table = Table(title="runs", box=None, title_justify="left")
+    table.add_column("")
+    table.add_column("run", no_wrap=True, min_width=max(len(d.dir.run_id) for d in cmp.runs))
+    for col in ("fork of", "rounds", f"beliefs differ from {ref.label}"):
+        table.add_column(col)
+    for run in cmp.runs:
+        if run is ref:
+            first = ""
+        else:
+            r = first_difference(ref.beliefs, run.beliefs, cmp.last_round)
+            first = "never" if r is None else f"from round {r}"
+        table.add_row(run.label, run.dir.run_id, _fork_of(cmp, run),
+                      f"{run.last_round}/{run.meta.get('rounds', '?')}", first)
+    return table
+
+
+def beliefs_table(cmp: Comparison) -> Table:
+    """Per topic and run: mean and spread at round R, and the largest gap in means."""
+    ref = cmp.reference
+    table = Table(title=f"beliefs at round {cmp.last_round} (last common round)", box=None,
+                  title_justify="left")
+    for col in ("topic", "run", "mean", "Δ mean", "sd", "Δ sd", "max |Δ mean|", "at round"):
+        table.add_column(col, justify="left" if col in ("topic", "run") else "right")
+    at = pd.RangeIndex(cmp.last_round, cmp.last_round + 1)
+    for topic in cmp.topics:
+        base = _topic_stats(ref, topic, at).iloc[0]
+        for run in cmp.runs:
+            row = _topic_stats(run, topic, at).iloc[0]
+            cells = [_num(row["mean"]), "", _num(row["sd"], "{:.3f}"), "", "", ""]
+            if run is not ref:
+                gap, where = max_mean_gap(cmp, run, topic)
+                cells[1] = _num(row["mean"] - base["mean"])
+                cells[3] = _num(row["sd"] - base["sd"])
+                cells[4] = _num(gap, "{:.3f}")
+                cells[5] = "—" if where is None else str(where)
+            table.add_row(topic if run is ref else "", run.label, *cells)
+    return table
+
+
+def activity_table(cmp: Comparison) -> Table:
+    """Acting agents and applied actions per round (means over rounds 1..R)."""
+    ref = cmp.reference
+    table = Table(title=f"per round, mean over rounds 1..{cmp.last_round}", box=None,
+                  title_justify="left")
+    table.add_column("")
+    for run in cmp.runs:
+        table.add_column(run.label, justify="right")
+        if run is not ref:
+            table.add_column(f"Δ {run.label}", justify="right")
+    means = {run.label: per_round_means(cmp, run) for run in cmp.runs}
+    for metric in (ACTIVITY, *ENGAGEMENT):
+        cells = []
+        for run in cmp.runs:
+            value = means[run.label][metric]
+            cells.append(_num(value, "{:.1f}"))
+            if run is not ref:
+                cells.append(_num(value - means[ref.label][metric], "{:+.1f}"))
+        table.add_row(metric, *cells)
+    return table
+
+
+def comparison_tables(cmp: Comparison) -> list[Table]:
+    """The tables `shoal compare` prints."""
+    return [runs_table(cmp), beliefs_table(cmp), activity_table(cmp)]
+
+
+def plot_comparison(cmp: Comparison, path: str | Path) -> Path:
+    """A PNG: per topic, mean ± sd per run over rounds; then acting agents per round.
+    Dashed vertical lines mark fork rounds (labelled with the runs forked there)."""
+    path = Path(path)
+    n = len(cmp.topics) + 1
+    fig = Figure(figsize=(9, 2.8 * n), layout="constrained")  # Agg canvas, no pyplot state
+    axes = fig.subplots(n, 1, sharex=True, squeeze=False)[:, 0]
+    styles = [(f"C{i % 10}", ("-", "--", ":", "-.")[i % 4]) for i in range(len(cmp.runs))]
+    for ax, topic in zip(axes, cmp.topics, strict=False):
+        for run, (color, style) in zip(cmp.runs, styles, strict=True):
+            stats = _topic_stats(run, topic, pd.RangeIndex(run.last_round + 1))
+            x = stats.index.to_numpy()
+            ax.plot(x, stats["mean"], color=color, linestyle=style,
+                    label=f"{run.label}: {run.dir.run_id}")
+            ax.fill_between(x, stats["mean"] - stats["sd"], stats["mean"] + stats["sd"],
+                            color=color, alpha=0.08, linewidth=0)
+        ax.set_ylabel(f"{topic}\nmean ± sd")
+    activity = axes[-1]
+    for run, (color, style) in zip(cmp.runs, styles, strict=True):
+        rows = run.per_round[ACTIVITY]
+        activity.plot(rows.index, rows.to_numpy(), color=color, linestyle=style, marker=".")
+    activity.set_ylabel("acting agents")
+    activity.set_xlabel("round")
+    _mark_forks(cmp, axes)
+    axes[0].legend(loc="best", fontsize="small")
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def _mark_forks(cmp: Comparison, axes) -> None:
+    """A dashed line at every round where a compared history passes to a fork, with the
+    labels of the runs forked at that round."""
+    forked: dict[int, list[str]] = {}
+    for run in cmp.runs:
+        for r in run.fork_rounds:
+            forked.setdefault(r, [])
+        if run.fork_rounds:
+            forked[run.fork_rounds[-1]].append(run.label)
+    for ax in axes:
+        for r in forked:
+            ax.axvline(r, color="0.4", linestyle="--", linewidth=0.8)
+    for r, labels in forked.items():
+        axes[0].annotate(f"fork: {', '.join(labels)}", (r, 1), xycoords=("data", "axes fraction"),
+                         xytext=(3, -3), textcoords="offset points", va="top", fontsize="small")

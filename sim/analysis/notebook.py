@@ -1,0 +1,56 @@
+"""The notebook API: `open_run`, `open_runs` and `open_sweep` (exported by `sim`).
+
+    from sim import open_run, open_runs
+    run = open_run("runs/<run_id>")      # or a run id under runs/
+    run.beliefs                          # round, agent, topic, position, confidence
+    run.polarization()                   # per round and topic
+    both = open_runs([parent, fork])     # the same frames, with a `run` column
+
+Reading a run loads neither the engine, nor Ray, nor an HTTP client.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sim.analysis.runs import Run, Runs
+from sim.analysis.sweeps import SWEEP_FILE, Sweep
+from sim.core.errors import InputError
+from sim.store.lineage import run_tree
+
+
+def open_run(path: str | Path | Any) -> Run:
+    """A run's trajectory as DataFrames: `path` is a run directory, a run id under
+    `runs/`, or a `sim.run.Run` (e.g. one just simulated in the notebook)."""
+    return Run(path)
+
+
+def open_runs(paths: Iterable[str | Path | Any] | str | Path,
+              labels: Sequence[str] | None = None) -> Runs:
+    """Several runs as one: `paths` lists run directories (or ids, or Run objects), or
+    is one output folder, whose runs are all read (parents before their forks); a sweep
+    directory opens as `sim.sweep.open_sweep` does, with seed and grid columns. `labels`
+    name the runs in the `run` column (default: their ids)."""
+    if isinstance(paths, str | Path):
+        folder = Path(paths)
+        if (folder / SWEEP_FILE).is_file() and labels is None:  # seed and grid columns too
+            return open_sweep(folder)
+        if (folder / "run.json").is_file():
+            paths = [folder]
+        else:
+            paths = [e.dir.root for e in run_tree(folder)]
+            if not paths:
+                raise InputError(f"{folder}: no runs in this folder")
+    return Runs([p if isinstance(p, Run) else Run(p) for p in paths], labels)
+
+
+def open_sweep(path: str | Path) -> Sweep:
+    """Open a sweep directory (the one holding sweep.json); a sweep still running shows
+    the members finished so far."""
+    root = Path(path)
+    if not (root / SWEEP_FILE).is_file():
+        raise InputError(f"{path}: not a sweep directory (no {SWEEP_FILE})")
+    return Sweep(root, json.loads((root / SWEEP_FILE).read_text()))

@@ -1,0 +1,526 @@
+"""The notebook API: a run's trajectory as pandas DataFrames, its metrics and plots.
+
+    from sim import open_run, open_runs
+    run = open_run("runs/<run_id>")      # or a run id under runs/
+    run.beliefs                          # round, agent, topic, position, confidence
+    run.polarization()                   # per round and topic
+    both = open_runs([parent, fork])     # the same frames, with a `run` column
+
+Frames are read on first use and cached. They are lineage-aware (`sim.lineage.read_table`):
+a fork's frames hold its parent's rows up to the fork round, then its own. A run that is
+still being written is read from its live Parquet mirror (`output.live_parquet: true`)
+without touching the writer's lock; its frames are a consistent snapshot: the last round
+of `rounds` is read first (`run.last_round`) and every other frame is cut at that round.
+`run.refresh()` drops the cache and takes a new snapshot.
+
+Enum columns (platform, kind, action, status, cause, op, ...) are plain strings, the same dtype
+as the other text columns, so frames of different runs concatenate and compare without
+categorical surprises. JSON columns (interventions.spec and effect, context.trimmed,
+llm_calls.section_tokens) are parsed into Python objects. Column reference: docs/analysis.md.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+import yaml
+from matplotlib.figure import Figure
+
+from sim.analysis import metrics
+from sim.core.errors import InputError
+from sim.store.lineage import ForkInfo, MissingTableError, lineage, read_table, run_status
+from sim.store.run_dir import RunDir, open_run_dir
+from sim.store.trajectory import SCHEMA, TABLES
+
+FRAMES = ("rounds", "agents", "posts", "actions", "exposures", "beliefs", "trust",
+          "follows", "memory", "context", "interventions", "llm_calls")
+METRICS = ("belief_stats", "polarization", "group_distance", "echo_chambers",
+           "like_minded_share", "cascades", "cascade_growth", "herd_effect", "engagement",
+           "engagement_gini")
+JSON_COLUMNS = {"interventions": ("spec", "effect"), "context": ("trimmed",),
+                "llm_calls": ("section_tokens",)}
+
+
+@cache
+def _schema_frames() -> dict[str, pd.DataFrame]:
+    """An empty, typed frame of every table of the store's schema."""
+    con = duckdb.connect()
+    try:
+        con.execute(SCHEMA)
+        names = [r[0] for r in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_type = "
+            "'BASE TABLE'").fetchall()]
+        return {name: con.sql(f"SELECT * FROM {name} LIMIT 0").df() for name in names}
+    finally:
+        con.close()
+
+
+def _empty(table: str) -> pd.DataFrame:
+    """A typed frame with no rows for a table a run's file does not have (e.g. `llm_calls`
+    in runs made before the engine logged LLM calls): the current schema's columns."""
+    frames = _schema_frames()
+    if table not in frames:
+        raise InputError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
+    return frames[table].copy()
+
+
+def _plain(df: pd.DataFrame, table: str) -> pd.DataFrame:
+    """Enum categoricals to plain strings; JSON text to Python objects."""
+    for col in df.columns:
+        if isinstance(df[col].dtype, pd.CategoricalDtype):
+            df[col] = df[col].astype(metrics.TEXT)
+    for col in JSON_COLUMNS.get(table, ()):
+        if col in df.columns:
+            df[col] = df[col].map(lambda v: json.loads(v) if isinstance(v, str) else v)
+    return df
+
+
+class Run(ForkInfo):
+    """One run's trajectory as DataFrames (see the module docstring). Not to be confused
+    with `sim.run.Run`, the lifecycle of a run being simulated."""
+
+    def __init__(self, path: str | Path | RunDir | Any):
+        if hasattr(path, "dir") and isinstance(path.dir, RunDir):  # a sim.run.Run
+            path = path.dir.root
+        self.dir: RunDir = open_run_dir(path.root if isinstance(path, RunDir) else path)
+        self._cache: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return (f"<Run {self.run_id}: {self.status}, rounds 0..{self.last_round} of "
+                f"{self.meta.get('rounds', '?')}, {len(self.topics)} topics>")
+
+    # ------------------------------------------------------------- identity
+
+    @property
+    def run_id(self) -> str:
+        """The run's id (its folder name)."""
+        return self.dir.run_id
+
+    @property
+    def path(self) -> Path:
+        """The run directory."""
+        return self.dir.root
+
+    @property
+    def meta(self) -> dict:
+        """run.json (status, rounds done, lineage), read afresh each time."""
+        return self.dir.read_meta()
+
+    @property
+    def status(self) -> str:
+        """created, running, resumed, finished, or interrupted (see `shoal runs`)."""
+        return run_status(self.dir, self.meta)
+
+    @property
+    def config(self) -> dict:
+        """The run's resolved config (its config.yaml) as a dict."""
+        return self._cached("config", lambda: yaml.safe_load(self.dir.config.read_text()))
+
+    @property
+    def topics(self) -> list[str]:
+        """The topic names, in the config's order."""
+        return [t["name"] for t in self.config.get("topics", [])]
+
+    @property
+    def lineage(self) -> pd.DataFrame:
+        """The runs making up this run's history, root first, this run last: run_id, path,
+        last_round (its rounds used, up to; NA: all) and n_posts (its posts used, ids
+        below; NA: all)."""
+        def read() -> pd.DataFrame:
+            rows = [{"run_id": s.dir.run_id, "path": str(s.dir.root),
+                     "last_round": s.last_round, "n_posts": s.n_posts}
+                    for s in lineage(self.path)]
+            df = pd.DataFrame(rows, columns=["run_id", "path", "last_round", "n_posts"])
+            return df.astype({"last_round": "Int64", "n_posts": "Int64"})
+        return self._cached("lineage", read)
+
+    @property
+    def fork_rounds(self) -> list[int]:
+        """Every round where this run's history passes to a fork, root first."""
+        return [int(r) for r in self.lineage["last_round"].dropna()]
+
+    @property
+    def last_round(self) -> int:
+        """The last complete round of the snapshot the frames show (0: only the initial
+        state). Pinned at first use; `refresh()` takes it again."""
+        if "last_round" not in self._cache:
+            rounds = self._read("rounds")
+            self._cache["rounds"] = rounds
+            self._cache["last_round"] = int(rounds["round"].max()) if len(rounds) else 0
+        return self._cache["last_round"]
+
+    def refresh(self) -> Run:
+        """Forget every cached frame (to see the new rounds of a running run)."""
+        self._cache.clear()
+        return self
+
+    # ------------------------------------------------------------- frames
+
+    def table(self, name: str) -> pd.DataFrame:
+        """A store table as stored (lineage-aware, cut at `last_round`, enums as strings):
+        any of sim.store.TABLES, e.g. `post_stances`, `topics`, `run`. A table the run's
+        file does not have (older runs) is an empty frame with the schema's columns."""
+        return self._cached(f"table:{name}", lambda: self._snapshot(name))
+
+    @property
+    def rounds(self) -> pd.DataFrame:
+        """One row per completed round: counts and timings (docs/store.md)."""
+        self.last_round  # noqa: B018  (reads and pins `rounds`)
+        return self._cache["rounds"]
+
+    @property
+    def agents(self) -> pd.DataFrame:
+        """One row per agent that joined by `last_round`: persona and platform membership."""
+        return self.table("agents")
+
+    @property
+    def posts(self) -> pd.DataFrame:
+        """One row per post (posts, replies, reposts, quotes, comments, events) with the
+        counts of the `post_stats` view, computed on this snapshot: up and down (seeded
+        votes included), shares (reposts and quotes of it), replies; and one column
+        `stance_<topic>` per topic (NaN where the post does not address it)."""
+        return self._cached("posts", self._posts)
+
+    @property
+    def actions(self) -> pd.DataFrame:
+        """One row per decision, applied (`status == 'ok'`) or rejected (the reason)."""
+        return self.table("actions")
+
+    @property
+    def exposures(self) -> pd.DataFrame:
+        """One row per feed item shown: round, platform, agent, post_id, rank."""
+        return self.table("exposures")
+
+    @property
+    def beliefs(self) -> pd.DataFrame:
+        """One row per (round, agent, topic), rounds 0..last_round: position, confidence."""
+        return self.table("beliefs")
+
+    @property
+    def trust(self) -> pd.DataFrame:
+        """One row per trust-changing interaction: truster, trustee, cause, delta, value."""
+        return self.table("trust")
+
+    @property
+    def follows(self) -> pd.DataFrame:
+        """The follow-graph log: init (round 0), follow and unfollow rows."""
+        return self.table("follows")
+
+    @property
+    def memory(self) -> pd.DataFrame:
+        """Round-memory records and their compaction (docs/memory.md)."""
+        return self.table("memory")
+
+    @property
+    def context(self) -> pd.DataFrame:
+        """Per agent context section: tokens, lines, budget, what was trimmed."""
+        return self.table("context")
+
+    @property
+    def interventions(self) -> pd.DataFrame:
+        """One row per fired intervention; spec and effect parsed from JSON."""
+        return self.table("interventions")
+
+    @property
+    def llm_calls(self) -> pd.DataFrame:
+        """One row per LLM call: model, tokens, latency, outcome, cost (empty for
+        rule-based runs and for runs made before LLM calls were logged)."""
+        return self.table("llm_calls")
+
+    def _cached(self, key: str, read: Callable[[], Any]) -> Any:
+        if key not in self._cache:
+            self._cache[key] = read()
+        return self._cache[key]
+
+    def _read(self, table: str, where: str | None = None) -> pd.DataFrame:
+        """A table through the lineage; an empty typed frame if the run has no such table."""
+        try:
+            df = read_table(self.path, table, where)
+        except (duckdb.CatalogException, MissingTableError):
+            df = _empty(table)  # a table added to the store after this run was made
+        return _plain(df, table)
+
+    def _snapshot(self, table: str) -> pd.DataFrame:
+        """A table cut at `last_round` (rows of later rounds of a running run dropped)."""
+        if table == "rounds":
+            return self.rounds
+        last = self.last_round
+        where = {"agents": f"joined_round <= {last}"}.get(table)
+        if where is None and "round" in _empty(table).columns:
+            where = f"round <= {last}"
+        df = self._read(table, where)
+        if table == "posts":
+            df = df[~df["post_id"].isin(self._injected_after(last))].reset_index(drop=True)
+        elif table == "post_stances":
+            df = df[df["post_id"].isin(self.table("posts")["post_id"])]
+            df = df.reset_index(drop=True)
+        return df
+
+    def _injected_after(self, last: int) -> list[int]:
+        """Posts injected by interventions of rounds after `last` (they are stamped with
+        the round before theirs, so `round <= last` alone would let them in)."""
+        later = self._read("interventions", f"round > {last}")
+        return [int(i) for effect in later["effect"] if isinstance(effect, dict)
+                for i in _as_list(effect.get("post_ids"))]
+
+    def _posts(self) -> pd.DataFrame:
+        """posts + post_stats counts + per-topic stance columns."""
+        posts = self.table("posts")
+        actions = self.actions
+        ok = actions[actions["status"] == "ok"]
+
+        def count(kinds: tuple[str, ...]) -> pd.Series:
+            hits = ok[ok["action"].isin(kinds)]
+            return posts["post_id"].map(hits.groupby("target_post").size()).fillna(0)
+
+        shared = posts[posts["kind"].isin(metrics.SHARE_KINDS)].groupby("parent_id").size()
+        out = posts.assign(
+            up=posts["seed_up"] + count(metrics.UP_ACTIONS).astype("int64"),
+            down=posts["seed_down"] + count(metrics.DOWN_ACTIONS).astype("int64"),
+            shares=posts["post_id"].map(shared).fillna(0).astype("int64"),
+            replies=count(metrics.REPLY_ACTIONS).astype("int64"))
+        stances = self.table("post_stances").pivot(index="post_id", columns="topic",
+                                                   values="stance")
+        for topic in dict.fromkeys([*self.topics, *stances.columns]):
+            column = stances[topic] if topic in stances.columns else pd.Series(dtype=float)
+            out[f"stance_{topic}"] = out["post_id"].map(column).astype(float)
+        return out
+
+    # ------------------------------------------------------------- metrics
+
+    def belief_stats(self) -> pd.DataFrame:
+        """Per round and topic: n, mean, var, sd of positions (`metrics.belief_stats`)."""
+        return metrics.belief_stats(self.beliefs)
+
+    def polarization(self, alpha: float = 1.6, bins: int = 5) -> pd.DataFrame:
+        """Per round and topic: sd, bimodality coefficient, Esteban–Ray, distance between
+        the means of those against and for (`metrics.polarization`)."""
+        return metrics.polarization(self.beliefs, alpha=alpha, bins=bins)
+
+    def group_distance(self, groups: str | Any | None = None) -> pd.DataFrame:
+        """Distance between two groups' mean positions per round and topic; `groups`:
+        None (by sign), an `agents` column such as `group_name` (exactly two values), or a
+        mapping agent → label (`metrics.group_mean_distance`)."""
+        beliefs = self.beliefs
+        if isinstance(groups, str) and groups not in beliefs.columns:
+            labels = self.agents.set_index("agent_id")[groups]
+            groups = labels[labels.notna()]
+            beliefs = beliefs[beliefs["agent"].isin(groups.index)]
+        return metrics.group_mean_distance(beliefs, groups)
+
+    def echo_chambers(self, rounds: Iterable[int] | None = None,
+                      platform: str | None = None) -> pd.DataFrame:
+        """Follower–followee stance correlation per round and topic
+        (`metrics.follower_followee_correlation`)."""
+        return metrics.follower_followee_correlation(self.beliefs, self.follows, rounds,
+                                                     platform)
+
+    def like_minded_share(self, threshold: float | None = None,
+                          by: tuple[str, ...] = ("round", "topic")) -> pd.DataFrame:
+        """Share of exposures whose author is like-minded (`metrics.like_minded_share`)."""
+        return metrics.like_minded_share(self.exposures, self.posts, self.beliefs,
+                                         threshold=threshold, by=by)
+
+    def cascades(self, kinds: Iterable[str] | None = None, min_size: int = 1) -> pd.DataFrame:
+        """Per root post: size, users, depth, max breadth, structural virality
+        (`metrics.cascades`)."""
+        return metrics.cascades(self.posts, kinds=kinds, min_size=min_size)
+
+    def cascade_growth(self, top: int = 5, roots: Iterable[int] | None = None,
+                       kinds: Iterable[str] | None = None) -> pd.DataFrame:
+        """Cascade size per round for the `top` largest cascades (or `roots`)."""
+        return metrics.cascade_growth(self.posts, roots=roots, top=top, kinds=kinds)
+
+    def treated_posts(self) -> list[int]:
+        """Ids of the posts injected by interventions (`post`, `posts` kinds)."""
+        iv = self.interventions
+        return [int(i) for kind, effect in zip(iv["kind"], iv["effect"], strict=True)
+                if kind in ("post", "posts") and isinstance(effect, dict)
+                for i in _as_list(effect.get("post_ids"))]
+
+    def herd_effect(self, post_ids: Iterable[int] | None = None,
+                    confidence: float = 0.95) -> pd.DataFrame:
+        """Final score by initial-vote arm (`metrics.herd_effect`) of `post_ids`, default
+        the posts injected by interventions (empty if there are none)."""
+        ids = self.treated_posts() if post_ids is None else list(post_ids)
+        return metrics.herd_effect(self.posts, post_ids=ids, confidence=confidence)
+
+    def engagement(self) -> pd.DataFrame:
+        """Engagement received per agent, every agent included
+        (`metrics.engagement_received`)."""
+        return metrics.engagement_received(self.posts, self.agents["agent_id"])
+
+    def engagement_gini(self) -> float:
+        """Gini coefficient of the engagement received per agent (`metrics.gini`)."""
+        return metrics.gini(self.engagement()["engagement"])
+
+    # ------------------------------------------------------------- plots
+
+    def plot_beliefs(self, path: str | Path | None = None, bins: int = 40) -> Figure:
+        """Belief distribution over rounds, one heatmap per topic (`plots`)."""
+        from sim.analysis import plots
+
+        return plots.belief_distribution(self.beliefs, bins=bins, path=path,
+                                         title=self.run_id)
+
+    def plot_polarization(self, path: str | Path | None = None) -> Figure:
+        """Polarization measures over rounds, one line per topic (`plots`)."""
+        from sim.analysis import plots
+
+        return plots.polarization_over_time(self.polarization(), path=path,
+                                            title=self.run_id)
+
+    def plot_cascades(self, top: int = 5, path: str | Path | None = None) -> Figure:
+        """Growth of the `top` largest cascades over rounds (`plots`)."""
+        from sim.analysis import plots
+
+        return plots.cascade_growth(self.cascade_growth(top=top), path=path,
+                                    title=self.run_id)
+
+
+def _as_list(value: Any) -> list:
+    """post_ids of an effect: a list, or a mapping platform → id (events)."""
+    if value is None:
+        return []
+    if isinstance(value, dict):
+        return list(value.values())
+    return list(value)
+
+
+class Runs:
+    """Several runs read together: every frame is the runs' frames concatenated, with a
+    `run` column first (the run's label: its id unless labels were given). Metrics compute
+    per run. Index by position or label to get one `Run`."""
+
+    # Generated below from FRAMES and METRICS: each frame property concatenates the runs'
+    # frames; each metric method concatenates the runs' results.
+    rounds: pd.DataFrame
+    agents: pd.DataFrame
+    posts: pd.DataFrame
+    actions: pd.DataFrame
+    exposures: pd.DataFrame
+    beliefs: pd.DataFrame
+    trust: pd.DataFrame
+    follows: pd.DataFrame
+    memory: pd.DataFrame
+    context: pd.DataFrame
+    interventions: pd.DataFrame
+    llm_calls: pd.DataFrame
+    belief_stats: Callable[..., pd.DataFrame]
+    polarization: Callable[..., pd.DataFrame]
+    group_distance: Callable[..., pd.DataFrame]
+    echo_chambers: Callable[..., pd.DataFrame]
+    like_minded_share: Callable[..., pd.DataFrame]
+    cascades: Callable[..., pd.DataFrame]
+    cascade_growth: Callable[..., pd.DataFrame]
+    herd_effect: Callable[..., pd.DataFrame]
+    engagement: Callable[..., pd.DataFrame]
+    engagement_gini: Callable[..., pd.Series]
+
+    def __init__(self, runs: Sequence[Run], labels: Sequence[str] | None = None):
+        self.runs = list(runs)
+        self.labels = [r.run_id for r in self.runs] if labels is None else list(labels)
+        if len(self.labels) != len(self.runs):
+            raise InputError(f"{len(self.labels)} labels for {len(self.runs)} runs")
+        if len(set(self.labels)) != len(self.labels):
+            raise InputError("runs must have distinct labels (pass labels=[...])")
+
+    def __repr__(self) -> str:
+        return f"<Runs {', '.join(self.labels)}>"
+
+    def __len__(self) -> int:
+        return len(self.runs)
+
+    def __iter__(self) -> Iterator[Run]:
+        return iter(self.runs)
+
+    def __getitem__(self, key: int | str) -> Run:
+        return self.runs[key if isinstance(key, int) else self.labels.index(key)]
+
+    @property
+    def run_ids(self) -> list[str]:
+        """The runs' ids, in order."""
+        return [r.run_id for r in self.runs]
+
+    @property
+    def config(self) -> dict[str, dict]:
+        """Each run's resolved config, by label."""
+        return {label: r.config for label, r in zip(self.labels, self.runs, strict=True)}
+
+    @property
+    def topics(self) -> list[str]:
+        """The topics of all runs, in order of first appearance."""
+        return list(dict.fromkeys(t for r in self.runs for t in r.topics))
+
+    @property
+    def lineage(self) -> pd.DataFrame:
+        """Each run's lineage (`Run.lineage`) with a run column."""
+        return self._concat(lambda r: r.lineage)
+
+    def refresh(self) -> Runs:
+        """Forget every run's cached frames."""
+        for r in self.runs:
+            r.refresh()
+        return self
+
+    def table(self, name: str) -> pd.DataFrame:
+        """`Run.table` of every run, concatenated, with a run column."""
+        return self._concat(lambda r: r.table(name))
+
+    def _concat(self, get: Callable[[Run], pd.DataFrame]) -> pd.DataFrame:
+        """`get` of every run, concatenated, with the run's label as a first column."""
+        return _with_run(self.labels, [get(r) for r in self.runs])
+
+    def _each(self, method: str, *args: Any, **kwargs: Any) -> pd.DataFrame | pd.Series:
+        """A Run method per run: frames concatenated with a run column, numbers as a
+        Series by label."""
+        values = [getattr(r, method)(*args, **kwargs) for r in self.runs]
+        if all(isinstance(v, pd.DataFrame) for v in values):
+            return _with_run(self.labels, values)
+        return pd.Series(values, index=pd.Index(self.labels, name="run"), name=method)
+
+    # ------------------------------------------------------------- plots
+
+    def plot_comparison(self, path: str | Path | None = None,
+                        topics: Sequence[str] | None = None) -> Figure:
+        """Per topic, each run's mean ± sd over rounds; dashed lines at fork rounds."""
+        from sim.analysis import plots
+
+        forks = {label: r.fork_rounds for label, r in zip(self.labels, self.runs,
+                                                          strict=True)}
+        return plots.compare_runs(self.beliefs, fork_rounds=forks, topics=topics, path=path)
+
+
+def _with_run(labels: Sequence[str], frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """Frames concatenated, each with its label in a first `run` column."""
+    labelled = [f.assign(run=label)[["run", *[c for c in f.columns if c != "run"]]]
+                for label, f in zip(labels, frames, strict=True)]
+    return pd.concat(labelled, ignore_index=True)
+
+
+def _frame_property(name: str) -> property:
+    def get(self: Runs) -> pd.DataFrame:
+        return self._concat(lambda r: getattr(r, name))
+    get.__doc__ = f"Every run's `{name}`, concatenated, with a run column first."
+    return property(get)
+
+
+def _metric_method(name: str) -> Callable[..., Any]:
+    def method(self: Runs, *args: Any, **kwargs: Any) -> pd.DataFrame | pd.Series:
+        return self._each(name, *args, **kwargs)
+    method.__name__ = name
+    method.__doc__ = (f"`Run.{name}` of every run: frames concatenated with a run column, "
+                      "numbers as a Series by run.")
+    return method
+
+
+for _name in FRAMES:
+    setattr(Runs, _name, _frame_property(_name))
+for _name in METRICS:
+    setattr(Runs, _name, _metric_method(_name))

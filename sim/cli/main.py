@@ -1,0 +1,428 @@
+"""The `shoal` command line.
+
+Exit codes: 0 done; 2 bad config or input (the message names the field, file or line);
+1 internal error (one line; `--debug` shows the traceback); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from collections.abc import Callable
+
+import yaml
+from rich.markup import escape
+
+from sim.cli.console import console, out, print_whole, progress_bar
+from sim.config.model import load_config, resolved_dict
+from sim.core.errors import InputError, ProviderDown
+
+
+def _overrides(args: argparse.Namespace) -> list[str]:
+    """CLI flags as `--set`-style overrides, so they validate like the YAML."""
+    sets = list(args.set or [])
+    for flag, key in (("executor", "executor.kind"), ("shards", "executor.shards"),
+                      ("address", "executor.address"), ("seed", "seed"),
+                      ("rounds", "rounds"), ("out", "output.dir")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            sets.append(f"{key}={value}")
+    if getattr(args, "address", None) and not getattr(args, "executor", None):
+        sets.append("executor.kind=ray")  # --address only makes sense on Ray
+    return sets
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Validate a config and print it with every default filled in."""
+    cfg = load_config(args.config, _overrides(args))
+    out.print(yaml.safe_dump(resolved_dict(cfg), sort_keys=False), end="", markup=False,
+              highlight=False)
+    console.print(f"[green]ok[/]: {args.config} is valid")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run a simulation from a config, with a progress bar and a final summary."""
+    from sim.cli.summary import summarize
+    from sim.runs.run import create_run
+
+    cfg = load_config(args.config, _overrides(args))
+    start = time.perf_counter()
+    run = create_run(cfg)
+    console.print(f"run [bold]{run.dir.run_id}[/] → {run.dir.root}")
+    _drive(run, args.quiet)
+    out.print(summarize(run.dir.root, time.perf_counter() - start))
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """Continue a run from its last checkpointed round."""
+    from sim.cli.summary import summarize
+    from sim.runs.run import resume_run
+
+    start = time.perf_counter()
+    run = resume_run(args.run)
+    for flag, field in (("executor", "kind"), ("shards", "shards"), ("address", "address")):
+        value = getattr(args, flag)
+        if value is not None:  # where agents run never changes the results
+            setattr(run.cfg.executor, field, int(value) if value.isdigit() else value)
+    console.print(f"resume [bold]{run.dir.run_id}[/] from round {run.world.round}")
+    _drive(run, args.quiet)
+    out.print(summarize(run.dir.root, time.perf_counter() - start))
+    return 0
+
+
+def cmd_fork(args: argparse.Namespace) -> int:
+    """Fork a run at a checkpointed round, with changes, and run the fork."""
+    from sim.cli.summary import summarize
+    from sim.runs.fork import fork_run
+
+    start = time.perf_counter()
+    run = fork_run(args.run, args.round, sets=args.set, seed=args.seed,
+                   intervene=args.intervene, out=args.out, name=args.name)
+    lineage = run.dir.read_meta()["lineage"]
+    console.print(f"fork [bold]{run.dir.run_id}[/] of {lineage['parent_run_id']} at round "
+                  f"{args.round} → {run.dir.root}")
+    if args.no_run:
+        run.close()
+        return 0
+    _drive(run, args.quiet)
+    out.print(summarize(run.dir.root, time.perf_counter() - start))
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    """List the runs of an output folder as a lineage tree (forks under their parents)."""
+    from rich.table import Table
+
+    from sim.store.lineage import run_tree
+
+    entries = run_tree(args.folder)
+    if not entries:
+        console.print(f"no runs in {args.folder}")
+        return 0
+    table = Table(box=None)
+    table.add_column("run", no_wrap=True,
+                     min_width=max(2 * e.depth + len(e.dir.run_id) for e in entries))
+    for col in ("forked", "status", "rounds", "created"):
+        table.add_column(col)
+    for e in entries:
+        name = "  " * (e.depth - 1) + "└ " + e.dir.run_id if e.depth else e.dir.run_id
+        forked = ""
+        if e.parent_run_id is not None:
+            forked = f"at round {e.fork_round}" if e.depth else \
+                f"from {e.parent_run_id} at round {e.fork_round}"
+        created = str(e.meta.get("created_at", ""))[:19].replace("T", " ")
+        done = "?" if e.rounds_done is None else e.rounds_done
+        table.add_row(name, forked, e.status, f"{done}/{e.meta.get('rounds', '?')}", created)
+    print_whole(table)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Compare runs with the first: beliefs, first divergence, activity; write a plot."""
+    from sim.analysis.compare import compare_runs, comparison_tables, plot_comparison
+
+    cmp = compare_runs(args.runs, topic=args.topic)
+    for table in comparison_tables(cmp):
+        print_whole(table)
+        out.print()
+    path = plot_comparison(cmp, args.out)
+    console.print(f"plot → {path}")
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    """Print the exact system text and observation of an agent in a round."""
+    from sim.runs.inspect import inspect_agent
+
+    for item in inspect_agent(args.run, args.agent, args.round, args.platform):
+        a = item.assembled
+        how = "got" if item.acted else "would get (it did not act there this round)"
+        check = "" if item.feed_matches_log is None else (
+            "; feed matches the exposures table" if item.feed_matches_log
+            else "; WARNING: feed differs from the exposures table")
+        console.print(f"[bold]agent {args.agent}, round {args.round}, {item.platform}[/]: "
+                      f"the context it {how}{check}")
+        tokens = ", ".join(f"{k} {v}" for k, v in a.tokens.items()
+                           if k not in ("system", "observation", "total"))
+        console.print(f"tokens: {a.tokens['total']} of the budget {item.budget} "
+                      f"(system {a.tokens['system']}, observation "
+                      f"{a.tokens['observation']}); per section: {tokens}")
+        if a.trimmed:
+            console.print(f"trimmed: {len(a.trimmed)} line(s): " + "; ".join(
+                f"{t.section} ({t.reason})" for t in a.trimmed[:10]))
+        out.print("=== SYSTEM ===", markup=False)
+        out.print(a.system, markup=False, highlight=False)
+        out.print("=== OBSERVATION ===", markup=False)
+        out.print(a.observation, markup=False, highlight=False)
+    return 0
+
+
+def cmd_interview(args: argparse.Namespace) -> int:
+    """Ask an agent a question as it was at the end of a round."""
+    from sim.runs.interview import interview
+
+    result = interview(args.run, args.agent, args.question, args.round, args.base_url,
+                       args.model, args.api_key_env)
+    console.print(f"[bold]agent {result.agent}[/] as of the end of round {result.round} "
+                  f"({result.provider}: {result.model}; system text "
+                  f"{result.context.tokens['system']} tokens)")
+    if args.show_context:
+        out.print("=== SYSTEM ===", markup=False)
+        out.print(result.context.system, markup=False, highlight=False)
+        out.print("=== QUESTION ===", markup=False)
+        out.print(result.question, markup=False, highlight=False)
+        out.print("=== ANSWER ===", markup=False)
+    if result.status != "ok":
+        console.print(f"[red]no answer[/]: {escape(result.status)}: {escape(result.error)}",
+                      highlight=False)
+        return 3
+    out.print(result.answer, markup=False, highlight=False)
+    return 0
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    """Predict a config's LLM calls, tokens and cost with a dry run."""
+    from sim.runs.estimate import estimate
+
+    cfg = load_config(args.config, _overrides(args))
+    est = estimate(cfg, args.completion_tokens)
+    out.print(f"{cfg.name}: {est.rounds} rounds; predicted LLM use (dry run: rule decisions, "
+              f"contexts measured, nothing sent; took {est.seconds:.1f} s)", highlight=False)
+    for p in est.providers:
+        out.print(f"provider {p.provider} ({p.model}): {p.agents:,} agents, {p.calls:,} calls\n"
+                  f"  prompt tokens      {p.prompt_tokens:,} (per call: median "
+                  f"{p.prompt_p50:,.0f}, max {p.prompt_max:,})\n"
+                  f"  completion tokens  {p.completion_typical:,} typical "
+                  f"({args.completion_tokens}/call) to {p.completion_max:,} (max_tokens)\n"
+                  f"  cost               ${p.cost_typical:,.4f} typical to ${p.cost_max:,.4f}",
+                  highlight=False)
+    console.print("One call per LLM agent turn; repair and HTTP retries come on top.")
+    return 0
+
+
+def cmd_diagnose_memory(args: argparse.Namespace) -> int:
+    """Plant a fact, run with compaction, report created / retained / injected."""
+    from pathlib import Path
+
+    from sim.runs.memory_diagnostic import DEFAULT_FACT, diagnose
+
+    cfg = load_config(args.config, _overrides(args))
+    result = diagnose(cfg, args.plant_round, args.check_round, args.fact or DEFAULT_FACT,
+                      args.plant_as, args.group, Path(args.out) if args.out else None)
+    console.print(f"planted at round {result.plant_round} as {args.plant_as}: "
+                  f"{result.fact!r}; checked at round {result.check_round}; run "
+                  f"{result.run_dir}")
+    for stage in result.stages:
+        mark = "[green]yes[/]" if stage.ok else "[red]no[/]"
+        console.print(f"  {stage.stage:9} {mark}  {escape(stage.detail)}")
+    out.print(f"verdict: {result.verdict}", markup=False)
+    return 0 if result.first_failure is None else 3
+
+
+def _drive(run, quiet: bool) -> None:
+    """Run the remaining rounds with a progress bar; always close the run."""
+    from sim.runs.run import run_rounds
+
+    try:
+        with progress_bar(quiet) as progress:
+            task = progress.add_task("rounds", total=run.cfg.rounds,
+                                     completed=run.world.round, actions=0, llm="")
+            totals = {"actions": 0, "calls": 0, "failed": 0, "fallbacks": 0}
+
+            def on_round(stats) -> None:
+                totals["actions"] += stats.n_actions
+                totals["calls"] += stats.n_llm_calls
+                totals["failed"] += stats.n_llm_failed
+                totals["fallbacks"] += stats.n_llm_fallbacks
+                llm = (f"{totals['calls']:,} LLM calls ({totals['failed']:,} failed, "
+                       f"{totals['fallbacks']:,} fallbacks)" if totals["calls"] else "")
+                progress.update(task, completed=stats.round, actions=totals["actions"],
+                                llm=llm)
+
+            run_rounds(run, on_round)
+    finally:
+        run.close()
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """`shoal report RUN [--out FILE.html]`."""
+    from sim.analysis.report import write_report
+
+    path = write_report(args.run, args.out)
+    console.print(f"report → {path} ({path.stat().st_size / 1e3:,.0f} kB)")
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """`shoal sweep CONFIG --seeds N [--grid key=v1,v2 ...]`."""
+    from sim.cli.sweep import sweep
+
+    return sweep(args)
+
+
+def _add_config_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", help="YAML config file")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a config field, e.g. --set population.size=500 (repeatable)")
+    p.add_argument("--seed", type=int, help="override the seed")
+    p.add_argument("--rounds", type=int, help="override the number of rounds")
+    p.add_argument("--executor", choices=["local", "ray"], help="where agents decide")
+    p.add_argument("--shards", help="number of agent shards (or 'auto')")
+    p.add_argument("--address", help="Ray cluster address ('auto' joins a running cluster)")
+    p.add_argument("--out", help="output folder for run directories (default: runs)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with all subcommands."""
+    parser = argparse.ArgumentParser(prog="shoal", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="run a simulation")
+    _add_config_flags(p)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("resume", help="continue a run from its last checkpoint")
+    p.add_argument("run", help="run directory (or run id under runs/)")
+    p.add_argument("--executor", choices=["local", "ray"], help="where agents decide")
+    p.add_argument("--shards", help="number of agent shards (or 'auto')")
+    p.add_argument("--address", help="Ray cluster address ('auto' joins a running cluster)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_resume)
+
+    p = sub.add_parser("fork", help="start a counterfactual run from a round of another")
+    p.add_argument("run", help="parent run directory (or run id under runs/)")
+    p.add_argument("--round", type=int, required=True, help="fork from the end of this round")
+    p.add_argument("--intervene", metavar="FILE",
+                   help="YAML list of interventions to schedule after the fork round")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="change a parameter for the fork (repeatable)")
+    p.add_argument("--seed", type=int, help="a new seed for the rounds after the fork")
+    p.add_argument("--out", help="output folder (default: the parent's)")
+    p.add_argument("--name", help="name of the fork run (default: the parent's)")
+    p.add_argument("--no-run", action="store_true", help="create the fork but do not run it")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_fork)
+
+    p = sub.add_parser("runs", help="list the runs of an output folder as a lineage tree")
+    p.add_argument("folder", nargs="?", default="runs", help="output folder (default: runs)")
+    p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("compare", help="compare runs (e.g. a parent and its forks)")
+    p.add_argument("runs", nargs="+", metavar="RUN",
+                   help="run directories (or run ids under runs/); the first is the reference")
+    p.add_argument("--out", default="compare.png", help="PNG to write (default: compare.png)")
+    p.add_argument("--topic", help="compare only this topic")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("inspect", help="print the context an agent got in a round")
+    p.add_argument("run", help="run directory (or run id under runs/)")
+    p.add_argument("--agent", type=int, required=True)
+    p.add_argument("--round", type=int, required=True)
+    p.add_argument("--platform", choices=["twitter", "reddit"], help="one platform only")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("diagnose-memory",
+                       help="plant a fact and report whether memory carries it to later rounds")
+    _add_config_flags(p)
+    p.add_argument("--plant-round", type=int, default=5)
+    p.add_argument("--check-round", type=int, default=50)
+    p.add_argument("--fact", help="the text to plant (a distinctive sentence)")
+    p.add_argument("--plant-as", choices=["event", "post"], default="event",
+                   help="breaking news (pinned) or a news post (not pinned)")
+    p.add_argument("--group", help="plant it for one group only (event)")
+    p.set_defaults(func=cmd_diagnose_memory)
+
+    p = sub.add_parser("interview", help="ask an agent a question, as it was at a round")
+    p.add_argument("run", help="run directory (or run id under runs/)")
+    p.add_argument("question", help="the question, in quotes")
+    p.add_argument("--agent", type=int, required=True)
+    p.add_argument("--round", type=int,
+                   help="the agent as of the end of this round (default: the last one)")
+    p.add_argument("--base-url", help="an OpenAI-compatible endpoint (default: the run's "
+                                      "provider; 'loopback' for a dry run)")
+    p.add_argument("--model", help="the model to ask (default: the run's)")
+    p.add_argument("--api-key-env", help="NAME of the environment variable holding the key")
+    p.add_argument("--show-context", action="store_true",
+                   help="print the system text the agent was given")
+    p.set_defaults(func=cmd_interview)
+
+    p = sub.add_parser("estimate", help="predict a config's LLM calls, tokens and cost")
+    _add_config_flags(p)
+    p.add_argument("--completion-tokens", type=int, default=60,
+                   help="typical completion tokens per call (default: 60)")
+    p.set_defaults(func=cmd_estimate)
+
+    p = sub.add_parser("llm-serve", help="run Shoal's loopback OpenAI-compatible LLM server")
+    from sim.llm.server import add_arguments, serve
+
+    add_arguments(p)
+    p.set_defaults(func=serve)
+
+    # analysis commands register here (report, sweep)
+    # (their modules load pandas and matplotlib, so they are imported only when run)
+    p = sub.add_parser("report", help="write a self-contained HTML report of a run")
+    p.add_argument("run", help="run directory (or run id under runs/)")
+    p.add_argument("--out", metavar="FILE.html",
+                   help="where to write it (default: report.html in the run directory)")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("sweep", help="run a config over seeds (and a grid) in parallel on Ray")
+    p.add_argument("config", help="YAML config file")
+    p.add_argument("--seeds", type=int, required=True, metavar="N",
+                   help="members per grid point, seeds seed-base..seed-base+N-1")
+    p.add_argument("--seed-base", type=int, default=0, help="first seed (default: 0)")
+    p.add_argument("--grid", action="append", metavar="KEY=V1,V2",
+                   help="a config field and its values; several --grid make a product")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a config field for every member (repeatable)")
+    p.add_argument("--rounds", type=int, help="override the number of rounds")
+    p.add_argument("--out", default="runs", help="folder for the sweep directory (default: runs)")
+    p.add_argument("--parallel", type=int, metavar="K",
+                   help="members running at once (default: the Ray cluster's CPUs)")
+    p.add_argument("--address", help="Ray cluster address ('auto' joins a running cluster)")
+    p.add_argument("--quiet", action="store_true", help="no per-member lines")
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("check", help="validate a config and print it resolved")
+    _add_config_flags(p)
+    p.set_defaults(func=cmd_check)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `shoal` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return _guarded(args.func, args, args.debug)
+
+
+def _guarded(func: Callable[[argparse.Namespace], int], args, debug: bool) -> int:
+    try:
+        return func(args)
+    except InputError as exc:
+        console.print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
+        return 2
+    except ProviderDown as exc:
+        console.print(f"[red]stopped[/]: {escape(str(exc))}", highlight=False)
+        return 3
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]")
+        return 130
+    except Exception as exc:
+        if debug:
+            traceback.print_exc()
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        console.print(f"[red]internal error[/]: {type(exc).__name__}: {escape(first)}"
+                      + ("" if debug else "  (run with --debug for the traceback)"),
+                      highlight=False)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

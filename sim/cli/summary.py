@@ -1,0 +1,102 @@
+"""The one-screen summary printed after a run, computed from its DuckDB file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from sim.store.checkpoints import CheckpointStore
+
+
+def _checkpoints_line(store: CheckpointStore) -> str:
+    """Kept states, total sizes, and the per-round cost (from the kept states' metadata)."""
+    rounds = store.available()
+    if not rounds:
+        return "none"
+    logs, states = store.size_bytes()
+    metas = [store.meta(r) for r in rounds if r > 0] or [store.meta(rounds[0])]
+    ms = sum(m["ms"] for m in metas) / len(metas)
+    per = sum(m["log_bytes"] + m["state_bytes"] for m in metas) / len(metas)
+    return (f"{len(rounds)} kept (rounds {rounds[0]}..{rounds[-1]}), logs {logs / 1e6:.1f} MB "
+            f"+ states {states / 1e6:.1f} MB; per round {per / 1e3:,.0f} kB in {ms:.0f} ms")
+
+
+def summarize(root: Path, wall_seconds: float | None = None) -> Group:
+    """Counts, activity by action, belief change per topic, timing, file and checkpoint
+    sizes of the run directory `root`."""
+    db = Path(root) / "trajectory.duckdb"
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        run_id, seed = con.execute("SELECT run_id, seed FROM run").fetchone()
+        n_agents = con.execute("SELECT count(*) FROM agents").fetchone()[0]
+        rounds, steps, exposures = con.execute(
+            "SELECT count(*), coalesce(sum(n_acting), 0), coalesce(sum(n_exposures), 0) "
+            "FROM rounds").fetchone()
+        compute_ms = con.execute(
+            "SELECT coalesce(sum(ms_schedule + ms_observe + ms_context + ms_decide + ms_apply "
+            "+ ms_update "
+            "+ ms_log), 0) FROM rounds").fetchone()[0]
+        acts = con.execute(
+            "SELECT platform::VARCHAR, action::VARCHAR, count(*) FILTER (WHERE status = 'ok'), "
+            "count(*) FILTER (WHERE status <> 'ok') FROM actions GROUP BY platform, action "
+            "ORDER BY platform, action"
+        ).fetchall()
+        beliefs = con.execute(
+            "SELECT topic, round, avg(position), stddev_pop(position), avg(confidence) "
+            "FROM beliefs WHERE round IN (0, (SELECT max(round) FROM beliefs)) "
+            "GROUP BY ALL ORDER BY topic, round").fetchall()
+        n_posts = con.execute("SELECT count(*) FROM posts").fetchone()[0]
+        llm = con.execute("""
+            SELECT count(*), count(*) FILTER (WHERE status <> 'ok'),
+                   count(*) FILTER (WHERE outcome = 'invalid'),
+                   coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0),
+                   coalesce(sum(cost_usd), 0), coalesce(median(latency_ms), 0)
+            FROM llm_calls""").fetchone()
+        fallbacks = con.execute("""
+            SELECT source::VARCHAR, count(*) FROM actions
+            WHERE source IN ('fallback_rule', 'fallback_nothing') GROUP BY 1""").fetchall()
+    finally:
+        con.close()
+
+    head = Table.grid(padding=(0, 2))
+    head.add_row("run", f"[bold]{run_id}[/]")
+    head.add_row("agents × rounds", f"{n_agents:,} × {rounds}   (seed {seed})")
+    head.add_row("posts, exposures", f"{n_posts:,} posts, {exposures:,} feed items shown")
+    secs = wall_seconds if wall_seconds is not None else compute_ms / 1e3
+    rate = (n_agents * rounds) / secs if secs > 0 else float("nan")
+    head.add_row("time", f"{secs:.1f} s wall, {rate:,.0f} agent-steps/s "
+                         f"({steps:,} agent-rounds acted)")
+    size = db.stat().st_size + (db.with_suffix(".duckdb.wal").stat().st_size
+                                if db.with_suffix(".duckdb.wal").exists() else 0)
+    head.add_row("trajectory", f"{db}  ({size / 1e6:.1f} MB)")
+    head.add_row("checkpoints", _checkpoints_line(CheckpointStore(Path(root) / "checkpoints")))
+    if llm[0]:
+        n_fb = sum(n for _, n in fallbacks)
+        head.add_row("LLM calls", f"{llm[0]:,} calls, {llm[1]:,} failed, {llm[2]:,} invalid "
+                                  f"replies, {n_fb:,} fallbacks; median latency {llm[6]:.0f} ms")
+        head.add_row("LLM tokens, cost", f"{llm[3]:,} prompt + {llm[4]:,} completion tokens, "
+                                         f"about ${llm[5]:.4f}")
+
+    act_table = Table(title="actions", title_justify="left", box=None, padding=(0, 1))
+    for col in ("platform", "action", "applied", "rejected"):
+        act_table.add_column(col, justify="right" if col in ("applied", "rejected") else "left")
+    for platform, action, ok, bad in acts:
+        act_table.add_row(platform, action, f"{ok:,}", f"{bad:,}" if bad else "")
+
+    bel = Table(title="beliefs (first → last round)", title_justify="left", box=None,
+                padding=(0, 1))
+    for col in ("topic", "mean", "spread (sd)", "confidence"):
+        bel.add_column(col)
+    by_topic: dict[str, list] = {}
+    for topic, _, mean, sd, conf in beliefs:
+        by_topic.setdefault(topic, []).append((mean, sd, conf))
+    for topic, rows in by_topic.items():
+        first, last = rows[0], rows[-1]
+        bel.add_row(topic, f"{first[0]:+.2f} → {last[0]:+.2f}", f"{first[1]:.2f} → {last[1]:.2f}",
+                    f"{first[2]:.2f} → {last[2]:.2f}")
+    hint = Text(f"open it: duckdb.connect('{db}', read_only=True)", style="dim")
+    return Group(head, Text(""), act_table, Text(""), bel, Text(""), hint)

@@ -1,0 +1,69 @@
+"""`shoal sweep`: plan and run a sweep, print its summary table."""
+
+from __future__ import annotations
+
+import pandas as pd
+from rich.table import Table
+
+from sim.analysis.sweeps import LEVEL, SUMMARY_FILE, SWEEP_FILE
+from sim.cli.console import console, out, print_whole
+from sim.runs.sweep import plan_sweep, run_sweep
+
+
+def summary_table(summary: pd.DataFrame, grid_keys: list[str]) -> Table:
+    """Metrics as rows, grid points as columns; each cell mean ± half-width of the 95%
+    t-interval."""
+    table = Table(box=None)
+    table.add_column("metric")
+    for row in summary.itertuples(index=False):
+        values = dict(zip(summary.columns, row, strict=True))
+        head = ", ".join(f"{k}={values[k]}" for k in grid_keys) or "all members"
+        table.add_column(head, justify="right")
+    metrics = [c[: -len(".mean")] for c in summary.columns if c.endswith(".mean")]
+    for m in metrics:
+        cells = []
+        for _, r in summary.iterrows():
+            mean, low, high = r[f"{m}.mean"], r[f"{m}.ci95_low"], r[f"{m}.ci95_high"]
+            if pd.isna(mean):
+                cells.append("—")
+            elif pd.isna(low):
+                cells.append(f"{mean:.3f}")
+            else:
+                cells.append(f"{mean:.3f} ± {(high - low) / 2:.3f}")
+        table.add_row(m, *cells)
+    return table
+
+
+def sweep(args) -> int:
+    """`shoal sweep CONFIG --seeds N [--grid key=v1,v2 ...]`."""
+    sets = list(args.set or [])
+    if args.rounds is not None:
+        sets.append(f"rounds={args.rounds}")
+    plan = plan_sweep(args.config, args.seeds, args.seed_base, args.grid, sets, args.out)
+    console.print(f"sweep [bold]{plan.root.name}[/]: {len(plan.points)} grid point(s) × "
+                  f"{len(plan.seeds)} seed(s) = {len(plan.members)} runs → {plan.root}")
+
+    def on_member(record: dict, done: int, total: int) -> None:
+        if args.quiet and record["status"] == "finished":
+            return
+        grid = ", ".join(f"{k}={v}" for k, v in record["grid"].items())
+        what = f"seed {record['seed']}" + (f", {grid}" if grid else "")
+        if record["status"] == "finished":
+            console.print(f"  [{done}/{total}] {what} → {record['run']} "
+                          f"({record['seconds']:.1f} s)", highlight=False)
+        else:
+            console.print(f"  [{done}/{total}] {what}: [red]failed[/]: {record['error']}",
+                          highlight=False, markup=True)
+
+    result = run_sweep(plan, parallel=args.parallel, address=args.address,
+                       on_member=on_member)
+    n = ", ".join(sorted({str(int(v)) for v in result.summary["n"]}))
+    out.print(f"mean ± half-width of the {LEVEL:.0%} t-interval over seeds (n = {n} per "
+              "grid point)", highlight=False)
+    print_whole(summary_table(result.summary, list(plan.grid)))
+    console.print(f"{len(plan.members) - len(result.failed)}/{len(plan.members)} members in "
+                  f"{result.seconds:.1f} s; summary → {result.root / SUMMARY_FILE}")
+    if result.failed:
+        console.print(f"[red]{len(result.failed)} member(s) failed[/] (see {SWEEP_FILE})")
+        return 2 if all(m.get("input_error") for m in result.failed) else 1
+    return 0

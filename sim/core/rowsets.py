@@ -1,0 +1,89 @@
+"""Vectorised per-row selections on padded id matrices (feeds, inboxes, rings).
+
+A "row buffer" is an int64 matrix [rows, k] of ids, ascending left to right, padded with -1
+on the left; the newest id sits in the last column.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.core.keys import unique_sorted
+
+_SHIFT = np.int64(31)
+_LOW = np.int64((1 << 31) - 1)
+
+
+def newest_per_row(rows: np.ndarray, vals: np.ndarray, n_rows: int, k: int) -> np.ndarray:
+    """For (row, id) pairs, the k largest distinct ids of each row, as a row buffer.
+
+    Ids must be < 2**31 and rows < 2**32; one sort of packed keys does the grouping.
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    vals = np.asarray(vals, dtype=np.int64)
+    keep = vals >= 0
+    keys = unique_sorted((rows[keep] << _SHIFT) | vals[keep])
+    r = keys >> _SHIFT
+    v = keys & _LOW
+    counts = np.bincount(r, minlength=n_rows)
+    ends = np.cumsum(counts)
+    from_end = ends[r] - 1 - np.arange(len(keys))
+    sel = from_end < k
+    out = np.full((n_rows, k), -1, dtype=np.int64)
+    out[r[sel], k - 1 - from_end[sel]] = v[sel]
+    return out
+
+
+def push_newest(buf: np.ndarray, rows: np.ndarray, vals: np.ndarray) -> None:
+    """Append ids to rows of a row buffer in place, keeping the newest k per row.
+
+    Every pushed id must be larger than every id already in `buf` (new posts are newer than
+    old ones), so a row only shifts left by its number of new ids.
+    """
+    if not len(rows):
+        return
+    k = buf.shape[1]
+    fresh = newest_per_row(rows, vals, int(rows.max()) + 1, k)
+    touched = np.nonzero(np.bincount(rows, minlength=1))[0]
+    fresh = fresh[touched]
+    n_new = (fresh >= 0).sum(axis=1)
+    old = buf[touched]
+    # A row keeps old[:, n_new:] (shifted left) followed by its n_new new ids, which sit
+    # right-aligned in `fresh`; rows with n_new >= k are all new.
+    cols = np.arange(k)[None, :]
+    shifted = np.take_along_axis(old, np.minimum(cols + n_new[:, None], k - 1), axis=1)
+    buf[touched] = np.where(cols < k - n_new[:, None], shifted, fresh)
+
+
+def first_valid(cand: np.ndarray, valid: np.ndarray, k: int, distinct: bool = False
+                ) -> np.ndarray:
+    """Per row, the first k valid and distinct candidates in column order (-1 padded right).
+
+    `distinct=True` promises that no id repeats within a row, which skips the dedup sort.
+    """
+    n, m = cand.shape
+    if m == 0:
+        return np.full((n, k), -1, dtype=np.int64)
+    ok = valid
+    if not distinct:
+        # Mark repeats of an earlier *valid* column as invalid (stable sort within the row);
+        # invalid entries get unique negative stand-ins so they never hide a valid copy.
+        keyed = np.where(valid, cand, -2 - np.arange(m)[None, :])
+        order = np.argsort(keyed, axis=1, kind="stable")
+        srt = np.take_along_axis(keyed, order, axis=1)
+        repeat_sorted = np.zeros_like(valid)
+        repeat_sorted[:, 1:] = srt[:, 1:] == srt[:, :-1]
+        repeat = np.empty_like(repeat_sorted)
+        np.put_along_axis(repeat, order, repeat_sorted, axis=1)
+        ok = valid & ~repeat
+    pos = np.cumsum(ok, axis=1) - 1
+    take = ok & (pos < k)
+    out = np.full((n, k), -1, dtype=np.int64)
+    r, c = np.nonzero(take)
+    out[r, pos[r, c]] = cand[r, c]
+    return out
+
+
+def count_valid(buf: np.ndarray) -> np.ndarray:
+    """Number of ids (not -1) per row."""
+    return (buf >= 0).sum(axis=1)

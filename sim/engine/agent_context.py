@@ -1,0 +1,111 @@
+"""An agent's context inputs, read from the live world (driver) or a restored one
+(`shoal inspect`): persona, beliefs in words, round memory, digest, events, notifications,
+the feed with its top comments."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agents.prompt import ContextInputs, FeedItem
+from beliefs.render import stance_lines, trusted_accounts
+from memory.context import Line, quote
+from memory.digest import CrossPlatformDigest
+from sim.core.posts import PostKind
+from sim.world.interventions import NEWS_AUTHOR
+
+KIND_NAMES = {k.value: k.name.lower() for k in PostKind}
+FEED_ORDER = {"following": "newest first", "popularity": "hot posts",
+              "random": "a random selection", "personalized": "picked for you",
+              "algorithmic_bias": "picked for you"}
+
+
+def top_comments(world, post_ids: np.ndarray, k: int = 2) -> dict[int, list[int]]:
+    """The `k` best replies/comments of each of `post_ids` (by score, then earliest), for
+    the whole round's feeds at once: one pass over the post store, not one per feed."""
+    posts = world.posts
+    n = posts.n
+    kind = posts.kind[:n]
+    parent = posts.parent[:n]
+    sel = np.nonzero(((kind == PostKind.REPLY) | (kind == PostKind.COMMENT))
+                     & np.isin(parent, post_ids))[0]
+    if not len(sel):
+        return {}
+    score = posts.up[sel].astype(np.int64) - posts.down[sel]
+    order = np.lexsort((sel, -score, parent[sel]))  # by parent, best first, oldest first
+    out: dict[int, list[int]] = {}
+    for i in sel[order].tolist():
+        best = out.setdefault(int(parent[i]), [])
+        if len(best) < k:
+            best.append(i)
+    return out
+
+
+def feed_items(world, feed_row: np.ndarray, round_: int, pinned: set[int],
+               comments: dict[int, list[int]] | None = None) -> list[FeedItem]:
+    """The posts of one feed row as the agent sees them (counts as of the last round),
+    each with its top comments (computed here if the caller did not for the round)."""
+    posts, users = world.posts, world.population.username
+    rows = feed_row[feed_row >= 0]
+    if comments is None:
+        comments = top_comments(world, rows)
+
+    def name(author: int) -> str:
+        return users[author] if author != NEWS_AUTHOR else "news"
+
+    # One gather per column for the whole row (not one attribute lookup per field and post).
+    cols = {c: getattr(posts, c)[rows].tolist()
+            for c in ("author", "root", "kind", "round", "up", "down", "shares", "replies")}
+    texts = posts.text
+    out = []
+    for i, post in enumerate(rows.tolist()):
+        out.append(FeedItem(
+            post_id=post, author=name(cols["author"][i]),
+            kind=KIND_NAMES[cols["kind"][i]],
+            text=texts[post] or texts[cols["root"][i]],  # a repost shows its root
+            age_rounds=round_ - cols["round"][i], up=cols["up"][i], down=cols["down"][i],
+            shares=cols["shares"][i], replies=cols["replies"][i], pinned=post in pinned,
+            top_comments=[(name(int(posts.author[c])), texts[c],
+                           int(posts.up[c]) - int(posts.down[c]))
+                          for c in comments.get(post, ())]))
+    return out
+
+
+def event_lines(world, agent: int, round_: int) -> list[Line]:
+    """Breaking news the agent is targeted by, while it lasts."""
+    out = []
+    for event in world.interventions.active_events(round_):
+        t = event.target
+        if t is not None and not (agent < len(t) and t[agent]):
+            continue
+        post = next(iter(event.post_ids.values()))
+        out.append(Line(f"- {quote(world.posts.text[post], 400)} (until round {event.until})",
+                        {"kind": "event", "rounds": [round_, event.until],
+                         "posts": sorted(event.post_ids.values()), "rank": 100}))
+    return out
+
+
+def context_inputs(world, digest: CrossPlatformDigest, agent: int, platform: str,
+                   round_: int, feed_row: np.ndarray | None,
+                   comments: dict[int, list[int]] | None = None) -> ContextInputs:
+    """Everything agent `agent` is shown on `platform` in `round_` (`comments`: the round's
+    `top_comments`, when the caller builds many contexts)."""
+    pop = world.population
+    labels = [t.label or t.name for t in world.cfg.topics]
+    trusted, distrusted = trusted_accounts(world.trust, agent, pop.username)
+    pinned = {pid for e in world.interventions.active_events(round_)
+              for pid in e.post_ids.values()}
+    group = pop.group_names[pop.group[agent]] if pop.group[agent] >= 0 else None
+    return ContextInputs(
+        round=round_, platform=platform, name=pop.name[agent], username=pop.username[agent],
+        bio=pop.bio[agent], persona=pop.persona[agent], group=group,
+        beliefs=stance_lines(labels, world.beliefs.position[agent],
+                             world.beliefs.confidence[agent]),
+        trusted=trusted, distrusted=distrusted,
+        memory=world.memory.lines(round_, agent), digest=digest.lines(agent, platform),
+        events=event_lines(world, agent, round_),
+        feed=[] if feed_row is None else feed_items(world, feed_row, round_, pinned, comments),
+        notifications=world.notifications.lines(agent, platform, round_),
+        minutes_per_round=world.cfg.minutes_per_round,
+        feed_order=FEED_ORDER[world.platforms[platform].cfg.recommender.kind]
+        if platform in world.platforms else "",
+    )

@@ -1,0 +1,184 @@
+"""Executors run the shards: in-process, or as Ray async actors.
+
+Either way the driver makes one call per shard per round with that shard's
+`DecisionRequest`; agents are assigned to shards by `agent_id % n_shards`. Because every
+random draw is keyed by agent, the result does not depend on the executor or shard count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+from agents.observation import DecisionRequest
+from agents.population import Population
+from agents.shard import AgentShard, ShardResult
+from sim.config.model import Config
+from sim.core.errors import InputError
+
+
+def split_request(request: DecisionRequest, n_shards: int) -> list[DecisionRequest]:
+    """One request per shard, holding only that shard's agents."""
+    out = []
+    for s in range(n_shards):
+        mine = request.agents % n_shards == s
+        views = [v.take(np.nonzero(v.agents % n_shards == s)[0]) for v in request.views]
+        out.append(DecisionRequest(
+            round=request.round, views=views, agents=request.agents[mine],
+            position=request.position[mine], confidence=request.confidence[mine],
+            extras=request.extras,
+        ))
+    return out
+
+
+class Executor(ABC):
+    """Runs `n_shards` agent shards and collects their decisions."""
+
+    n_shards: int
+    kind: str
+
+    @abstractmethod
+    def decide(self, request: DecisionRequest) -> list[ShardResult]:
+        """Split the request by shard, run every shard once, return their results."""
+
+    @abstractmethod
+    def update(self, cfg: Config, population: Population) -> None:
+        """Give every shard a new effective config and population (after interventions)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release shards (and the Ray connection if we opened it)."""
+
+
+class LocalExecutor(Executor):
+    """Shards as plain objects in this process, run on a private asyncio loop in its own
+    thread: the caller may itself be inside a running loop (a Jupyter kernel is), where
+    `run_until_complete` is refused."""
+
+    kind = "local"
+
+    def __init__(self, cfg: Config, population: Population, n_shards: int = 1,
+                 llm_urls: dict[str, list[str]] | None = None):
+        self.n_shards = n_shards
+        self.shards = [AgentShard(s, n_shards, cfg, population, llm_urls)
+                       for s in range(n_shards)]
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="shoal-shards",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def update(self, cfg: Config, population: Population) -> None:
+        for shard in self.shards:
+            shard.update(cfg, population)
+
+    def decide(self, request: DecisionRequest) -> list[ShardResult]:
+        parts = split_request(request, self.n_shards) if self.n_shards > 1 else [request]
+
+        async def run_all() -> list[ShardResult]:
+            return await asyncio.gather(*(shard.decide(part) for shard, part
+                                          in zip(self.shards, parts, strict=True)))
+
+        return self._run(run_all())
+
+    def close(self) -> None:
+        try:
+            for shard in self.shards:
+                if shard.llm is not None:
+                    self._run(shard.llm.close())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(5)
+            self._loop.close()
+
+
+def ensure_ray(address: str | None) -> bool:
+    """Connect to Ray: join the cluster at `address`, or start a local instance on all
+    CPUs, unless this process is already connected. True if this call connected (so the
+    caller shuts it down)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    try:
+        if address:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False,
+                     log_to_driver=False)
+    except ConnectionError as exc:
+        raise InputError(f"--address {address}: cannot join a Ray cluster: {exc}") from None
+    return True
+
+
+class RayExecutor(Executor):
+    """Shards as Ray async actors; one remote call per shard per round."""
+
+    kind = "ray"
+
+    def __init__(self, cfg: Config, population: Population, n_shards: int,
+                 address: str | None = None, llm_urls: dict[str, list[str]] | None = None):
+        import ray  # imported here: the local executor must not pay Ray's import time
+
+        self._ray = ray
+        self._owns_ray = ensure_ray(address)
+        self.n_shards = n_shards
+        actor_cls = ray.remote(num_cpus=0)(_ShardActor)
+        pop_ref = ray.put(population)
+        self.actors = [actor_cls.remote(s, n_shards, cfg, pop_ref, llm_urls)
+                       for s in range(n_shards)]
+        ray.get([a.ping.remote() for a in self.actors])
+
+    def decide(self, request: DecisionRequest) -> list[ShardResult]:
+        parts = split_request(request, self.n_shards)
+        return self._ray.get([a.decide.remote(p) for a, p in zip(self.actors, parts, strict=True)])
+
+    def update(self, cfg: Config, population: Population) -> None:
+        pop_ref = self._ray.put(population)
+        self._ray.get([a.update.remote(cfg, pop_ref) for a in self.actors])
+
+    def close(self) -> None:
+        for actor in self.actors:
+            self._ray.kill(actor)
+        self.actors = []
+        if self._owns_ray:
+            self._ray.shutdown()
+
+
+class _ShardActor:
+    """The Ray actor body: an AgentShard behind async methods."""
+
+    def __init__(self, shard_id: int, n_shards: int, cfg: Config, population: Population,
+                 llm_urls: dict[str, list[str]] | None = None):
+        self.shard = AgentShard(shard_id, n_shards, cfg, population, llm_urls)
+
+    async def decide(self, request: DecisionRequest) -> ShardResult:
+        return await self.shard.decide(request)
+
+    async def update(self, cfg: Config, population: Population) -> None:
+        self.shard.update(cfg, population)
+
+    async def ping(self) -> int:
+        return await self.shard.ping()
+
+
+def resolve_shards(kind: str, shards: int | str) -> int:
+    """The shard count: as configured, or 'auto' (1 in-process, the CPU count on Ray)."""
+    if shards != "auto":
+        return int(shards)
+    return 1 if kind == "local" else max(1, os.cpu_count() or 1)
+
+
+def make_executor(cfg: Config, population: Population,
+                  llm_urls: dict[str, list[str]] | None = None) -> Executor:
+    """The executor the config asks for (`llm_urls`: providers' resolved base URLs)."""
+    n = resolve_shards(cfg.executor.kind, cfg.executor.shards)
+    if cfg.executor.kind == "ray":
+        return RayExecutor(cfg, population, n, cfg.executor.address, llm_urls)
+    return LocalExecutor(cfg, population, n, llm_urls)

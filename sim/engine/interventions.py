@@ -1,0 +1,280 @@
+"""Interventions: the config's schedule, fired exactly once each, as part of world state.
+
+Entries due at round r fire at the start of round r, before scheduling (so agents added or
+removed at r act, or not, from r on), and everything they change is visible to the agents
+of round r. Posts they inject are stamped with round r − 1 ("created just before round
+r"), which keeps the snapshot rule: every post an agent sees predates its round. Round-0
+entries fire while the run is set up. What fired is saved with every checkpoint, so a
+resume never fires an entry twice and never skips one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import yaml
+
+from agents.population import generate_population
+from sim.config.interventions import (
+    AddAgents,
+    BeliefIntervention,
+    EventIntervention,
+    PostIntervention,
+    PostsIntervention,
+    PostSpec,
+    RemoveAgents,
+    SetParams,
+    Target,
+)
+from sim.config.model import Config, apply_overrides, parse_config, resolved_dict
+from sim.core.counter_rng import CounterRNG, Purpose
+from sim.core.errors import ConfigError, InputError
+from sim.core.posts import NewPosts, PostKind
+from sim.world.interventions import NEWS_AUTHOR, ActiveEvent
+from sim.world.platform import PLATFORM_CODES
+
+
+@dataclass
+class Fired:
+    """What the entries fired at one round did (for the logs and the checkpoint)."""
+
+    rows: list[dict] = field(default_factory=list)  # the interventions table
+    post_ids: list[int] = field(default_factory=list)
+    counters: dict[str, list[int]] = field(default_factory=lambda: {"up": [], "down": []})
+    follows: dict[str, list] = field(default_factory=lambda: {
+        "platform": [], "follower": [], "followee": [], "op": []})
+    joined: Any = None  # Population of agents added this round
+    config_changed: bool = False
+
+    def follow_arrays(self) -> dict[str, np.ndarray]:
+        """Follow ops as arrays (delta and table form)."""
+        f = self.follows
+        return {"platform": np.asarray(f["platform"], np.int8),
+                "follower": np.asarray(f["follower"], np.int64),
+                "followee": np.asarray(f["followee"], np.int64),
+                "op": np.asarray(f["op"], np.int8)}
+
+
+def fire_due(world, round_: int) -> Fired:
+    """Fire every entry due at `round_` (in config order) on `world`; then forget the
+    events whose pinning ended before it."""
+    schedule = world.interventions
+    fired = Fired()
+    for i in schedule.due(round_):
+        spec = schedule.cfg.interventions[i]
+        effect = _FIRE[type(spec)](schedule, world, round_, i, spec, fired)
+        schedule.fired.add(i)
+        fired.rows.append({"round": round_, "index": i, "kind": spec.kind,
+                           "spec": json.dumps(spec.model_dump(mode="json")),
+                           "effect": json.dumps(effect)})
+    schedule.expire(round_)
+    return fired
+
+
+def resolve_target(target: Target, world, rng_key: int, where: str) -> np.ndarray:
+    """Boolean mask [N] of the agents a target names (InputError for unknown ids/groups)."""
+    n = world.n_agents
+    mask = np.ones(n, dtype=bool)
+    if target.ids is not None:
+        bad = [i for i in target.ids if i >= n]
+        if bad:
+            raise InputError(f"{where}.target.ids: no agent {bad[0]} (there are {n} agents)")
+        mask = np.zeros(n, dtype=bool)
+        mask[target.ids] = True
+    if target.groups is not None:
+        unknown = sorted(set(target.groups) - set(world.population.group_names))
+        if unknown:
+            raise InputError(f"{where}.target.groups: unknown groups {unknown}; the "
+                             f"population has {world.population.group_names}")
+        mask &= world.population.group_mask(target.groups)
+    if target.fraction is not None:
+        rng = CounterRNG(world.cfg.seed).generator(Purpose.INTERVENTION, rng_key)
+        mask &= rng.random(n) < target.fraction
+    return mask
+
+
+def _stance_vector(stance: dict[str, float], topics: list[str]) -> np.ndarray:
+    vec = np.full(len(topics), np.nan)
+    for topic, value in stance.items():
+        vec[topics.index(topic)] = value
+    return vec
+
+
+def _inject(world, round_: int, specs: list[PostSpec], kind: PostKind, fired: Fired
+            ) -> list[int]:
+    """Append posts (by agents or the news account) stamped round_ − 1 and index them."""
+    stamp = max(round_ - 1, 0)
+    ids = world.posts.append(NewPosts(
+        platform=np.array([PLATFORM_CODES[s.platform] for s in specs], np.int8),
+        author=np.array([NEWS_AUTHOR if s.author is None else s.author for s in specs],
+                        np.int32),
+        kind=np.full(len(specs), kind, np.int8), parent=np.full(len(specs), -1, np.int64),
+        stance=np.stack([_stance_vector(s.stance, world.topics) for s in specs]),
+        text=[s.text for s in specs],
+    ), stamp)
+    for post_id, s in zip(ids.tolist(), specs, strict=True):
+        fired.counters["up"] += [post_id] * s.votes.up
+        fired.counters["down"] += [post_id] * s.votes.down
+        world.posts.increment({"up": [post_id] * s.votes.up, "down": [post_id] * s.votes.down})
+        if s.author is not None and kind == PostKind.POST:
+            plat = world.platforms[s.platform]
+            plat.index_new_posts(np.array([post_id]), np.array([s.author]),
+                                 np.empty(0, np.int64))
+    fired.post_ids += ids.tolist()
+    return ids.tolist()
+
+
+def _check_platform(world, platform: str, where: str) -> None:
+    if platform not in world.platforms:
+        raise InputError(f"{where}.platform: {platform} is not enabled in this run")
+
+
+def _fire_post(self, world, round_, i, spec: PostIntervention, fired: Fired) -> dict:
+    _check_platform(world, spec.platform, f"interventions.{i}")
+    ids = _inject(world, round_, [spec], PostKind.POST, fired)
+    return {"post_ids": ids}
+
+
+def _fire_posts(self, world, round_, i, spec: PostsIntervention, fired: Fired) -> dict:
+    for j, item in enumerate(spec.items):
+        _check_platform(world, item.platform, f"interventions.{i}.items.{j}")
+    return {"post_ids": _inject(world, round_, spec.items, PostKind.POST, fired)}
+
+
+def _fire_event(self, world, round_, i, spec: EventIntervention, fired: Fired) -> dict:
+    platforms = spec.platforms or list(world.platforms)
+    for name in platforms:
+        _check_platform(world, name, f"interventions.{i}")
+    specs = [PostSpec(platform=name, text=spec.text, stance=spec.stance) for name in platforms]
+    ids = _inject(world, round_, specs, PostKind.EVENT, fired)
+    everyone = spec.target == Target()
+    target = None if everyone else resolve_target(spec.target, world, i, f"interventions.{i}")
+    self.events.append(ActiveEvent(index=i, post_ids=dict(zip(
+        [PLATFORM_CODES[p] for p in platforms], ids, strict=True)),
+        until=round_ + spec.duration - 1, target=target))
+    return {"post_ids": ids, "until_round": round_ + spec.duration - 1,
+            "targeted": int(target.sum()) if target is not None else world.n_agents}
+
+
+def _fire_beliefs(self, world, round_, i, spec: BeliefIntervention, fired: Fired) -> dict:
+    mask = resolve_target(spec.target, world, i, f"interventions.{i}")
+    t = world.topics.index(spec.topic)
+    if spec.set is not None:
+        world.beliefs.position[mask, t] = spec.set
+    if spec.shift is not None:
+        world.beliefs.position[mask, t] = np.clip(world.beliefs.position[mask, t]
+                                                  + spec.shift, -1.0, 1.0)
+    if spec.confidence is not None:
+        world.beliefs.confidence[mask, t] = spec.confidence
+    return {"agents": int(mask.sum())}
+
+
+def _fire_remove(self, world, round_, i, spec: RemoveAgents, fired: Fired) -> dict:
+    mask = resolve_target(spec.target, world, i, f"interventions.{i}")
+    newly = mask & world.alive
+    world.alive[mask] = False
+    return {"agents": int(newly.sum())}
+
+
+def _fire_add(self, world, round_, i, spec: AddAgents, fired: Fired) -> dict:
+    from sim.world.world import initial_beliefs  # world imports this module's users
+
+    cfg = world.cfg
+    n0 = world.n_agents
+    rng = CounterRNG(cfg.seed).generator(Purpose.INTERVENTION, i)
+    gen_cfg = cfg.model_copy(update={"population": cfg.population.model_copy(
+        update={"size": spec.count, "file": None, "groups": []})})
+    newcomers = generate_population(gen_cfg, rng, first_id=n0)
+    if spec.group is not None:
+        if spec.group not in world.population.group_names:
+            world.population.group_names.append(spec.group)
+        newcomers.group_names = list(world.population.group_names)
+        newcomers.group = np.full(spec.count, newcomers.group_names.index(spec.group), np.int16)
+    else:
+        newcomers.group_names = list(world.population.group_names)
+    beliefs = initial_beliefs(gen_cfg, newcomers, rng, use_file=False)
+    world.population.extend(newcomers)
+    world.beliefs.grow(beliefs.position, beliefs.confidence)
+    world.initial_position = np.concatenate([world.initial_position, beliefs.position])
+    world.alive = np.concatenate([world.alive, np.ones(spec.count, bool)])
+    world.joined = np.concatenate([world.joined, np.full(spec.count, round_, np.int32)])
+    joined = spec.platforms or list(world.platforms)
+    new_ids = np.arange(n0, n0 + spec.count, dtype=np.int64)
+    for name, plat in world.platforms.items():
+        plat.grow(world.n_agents)
+        if name not in joined:
+            continue
+        plat.members[new_ids] = True
+        existing = np.nonzero(plat.members[:n0] & world.alive[:n0])[0]
+        k = min(spec.follow, len(existing))
+        if k:
+            picks = np.stack([rng.choice(existing, k, replace=False) for _ in new_ids])
+            src = np.repeat(new_ids, k)
+            dst = picks.ravel().astype(np.int64)
+            plat.graph.follow(src, dst)
+            plat.inbox[new_ids] = plat.pull_inbox(new_ids)
+            fired.follows["platform"] += [plat.code] * len(src)
+            fired.follows["follower"] += src.tolist()
+            fired.follows["followee"] += dst.tolist()
+            fired.follows["op"] += [1] * len(src)
+    if fired.joined is None:
+        fired.joined = newcomers
+    else:  # two add_agents entries in one round: one population delta
+        fired.joined.extend(newcomers)
+    fired.config_changed = True
+    return {"agent_ids": [n0, n0 + spec.count - 1]}
+
+
+def _fire_set(self, world, round_, i, spec: SetParams, fired: Fired) -> dict:
+    world.cfg = apply_settings(world.cfg, spec.values, f"interventions.{i}.values")
+    self.cfg = world.cfg
+    fired.config_changed = True
+    return {"values": spec.values}
+
+
+def apply_settings(cfg: Config, values: dict[str, Any], where: str) -> Config:
+    """A new Config with dotted-path `values` applied (validated like a config file)."""
+    data = resolved_dict(cfg)
+    overrides = [f"{key}={yaml.safe_dump(value, default_flow_style=True).strip()}"
+                 for key, value in values.items()]
+    try:
+        return parse_config(apply_overrides(data, overrides))
+    except ConfigError as exc:
+        raise InputError(f"{where}: {exc}") from None
+
+
+def check_settings(cfg: Config) -> None:
+    """Validate every `set` entry by applying it to the config (raises ConfigError)."""
+    for i, spec in enumerate(cfg.interventions):
+        if isinstance(spec, SetParams):
+            try:
+                apply_settings(cfg, spec.values, f"interventions.{i}.values")
+            except InputError as exc:
+                raise ConfigError([str(exc)]) from None
+
+
+def check_against_population(cfg: Config, world) -> None:
+    """Ids and groups named by interventions exist (InputError otherwise); run before
+    anything is written."""
+    n = world.n_agents
+    for i, spec in enumerate(cfg.interventions):
+        where = f"interventions.{i}"
+        target = getattr(spec, "target", None)
+        if target is not None:
+            resolve_target(target, world, i, where)
+        posts = spec.items if isinstance(spec, PostsIntervention) else (
+            [spec] if isinstance(spec, PostIntervention) else [])
+        for j, post in enumerate(posts):
+            path = f"{where}.items.{j}" if isinstance(spec, PostsIntervention) else where
+            if post.author is not None and post.author >= n:
+                raise InputError(f"{path}.author: no agent {post.author} (there are {n})")
+            if post.platform not in world.platforms:
+                raise InputError(f"{path}.platform: {post.platform} is not enabled")
+
+
+_FIRE = {PostIntervention: _fire_post, PostsIntervention: _fire_posts,
+         EventIntervention: _fire_event, BeliefIntervention: _fire_beliefs,
+         RemoveAgents: _fire_remove, AddAgents: _fire_add, SetParams: _fire_set}

@@ -1,0 +1,266 @@
+"""Step 9 of a round: the rows a round writes, as Arrow tables (one per DuckDB table).
+
+Every table must own its memory (no views of world state): the writer thread commits it
+while the driver is already mutating the world for the next round.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+
+from agents.observation import PlatformView
+from sim.engine.apply import Applied
+from sim.store.trajectory import (
+    ACTION_ENUM,
+    FOLLOW_ENUM,
+    KIND_ENUM,
+    PLATFORM_ENUM,
+    SOURCE_ENUM,
+    STANCE_METHOD_ENUM,
+    STATUS_ENUM,
+    TRUST_ENUM,
+    enum_array,
+    repeated_topics,
+)
+from sim.world.world import World
+
+
+def _const(value: int, n: int, dtype=np.int32) -> pa.Array:
+    return pa.array(np.full(n, value, dtype=dtype))
+
+
+def beliefs_table(world: World, round_: int) -> pa.Table:
+    """Every agent's position and confidence on every topic (agent-major)."""
+    n, t = world.beliefs.position.shape
+    return pa.table({
+        "round": _const(round_, n * t),
+        "agent": pa.array(np.repeat(np.arange(n, dtype=np.int32), t)),
+        "topic": repeated_topics(world.topics, n),
+        # Copies: Arrow wraps numpy memory without copying, and the writer thread commits
+        # this table while the driver already updates beliefs for the next round.
+        "position": pa.array(world.beliefs.position.ravel().copy()),
+        "confidence": pa.array(world.beliefs.confidence.ravel().copy()),
+    })
+
+
+def posts_tables(world: World, ids: np.ndarray,
+                 seed_votes: dict[str, list[int]] | None = None) -> dict[str, pa.Table]:
+    """The posts with the given ids, their per-topic stances (addressed topics only), and
+    the votes interventions gave them at creation (`seed_votes`: counter -> post ids)."""
+    p = world.posts
+    seeded = {name: np.zeros(len(ids), np.int32) for name in ("up", "down")}
+    for name, post_ids in (seed_votes or {}).items():
+        if len(post_ids):
+            np.add.at(seeded[name], np.searchsorted(ids, np.asarray(post_ids)), 1)
+    posts = pa.table({
+        "post_id": pa.array(ids),
+        "platform": enum_array(p.platform[ids], PLATFORM_ENUM),
+        "round": pa.array(p.round[ids]),
+        "author": pa.array(p.author[ids]),
+        "kind": enum_array(p.kind[ids], KIND_ENUM),
+        "parent_id": pa.array(p.parent[ids], mask=p.parent[ids] < 0),
+        "root_id": pa.array(p.root[ids]),
+        "text": pa.array([p.text[i] for i in ids], type=pa.string()),
+        "seed_up": pa.array(seeded["up"]),
+        "seed_down": pa.array(seeded["down"]),
+        "stance_method": enum_array(p.stance_method[ids], STANCE_METHOD_ENUM),
+    })
+    stance = p.stance[ids]
+    row, topic = np.nonzero(~np.isnan(stance))
+    stances = pa.table({
+        "post_id": pa.array(ids[row]),
+        "topic": pa.DictionaryArray.from_arrays(pa.array(topic.astype(np.int16)),
+                                                pa.array(world.topics)),
+        "stance": pa.array(stance[row, topic]),
+    })
+    return {"posts": posts, "post_stances": stances}
+
+
+def exposures_table(round_: int, views: list[PlatformView]) -> pa.Table:
+    """One row per feed item shown: (round, platform, agent, post, rank)."""
+    parts = []
+    for v in views:
+        valid = v.feed >= 0
+        rows, rank = np.nonzero(valid)
+        parts.append(pa.table({
+            "round": _const(round_, len(rows)),
+            "platform": enum_array(np.full(len(rows), v.platform), PLATFORM_ENUM),
+            "agent": pa.array(v.agents[rows].astype(np.int32)),
+            "post_id": pa.array(v.feed[rows, rank]),
+            "rank": pa.array(rank.astype(np.int16)),
+        }))
+    return pa.concat_tables(parts) if parts else exposures_table(round_, [_empty_view()])
+
+
+def _empty_view() -> PlatformView:
+    z = np.empty((0, 0))
+    return PlatformView(platform=0, name="twitter", agents=np.empty(0, np.int64),
+                        feed=z.astype(np.int64), author=z.astype(np.int64),
+                        kind=z.astype(np.int8), stance=np.empty((0, 0, 0)), up=z, down=z,
+                        follows_author=z.astype(bool), trust=z, voted=z.astype(bool),
+                        reposted=z.astype(bool))
+
+
+def actions_table(round_: int, applied: Applied, log_idle: bool) -> pa.Table:
+    """Every decision with its outcome (status 'ok' or the rejection reason)."""
+    a = applied.actions
+    keep = np.ones(len(a), dtype=bool) if log_idle else a.action != 0
+    n = int(keep.sum())
+    return pa.table({
+        "round": _const(round_, n),
+        "platform": enum_array(a.platform[keep], PLATFORM_ENUM),
+        "agent": pa.array(a.agent[keep]),
+        "slot": pa.array(a.slot[keep]),
+        "action": enum_array(a.action[keep], ACTION_ENUM),
+        "target_post": pa.array(a.target_post[keep], mask=a.target_post[keep] < 0),
+        "target_agent": pa.array(a.target_agent[keep], mask=a.target_agent[keep] < 0),
+        "new_post_id": pa.array(applied.new_post[keep], mask=applied.new_post[keep] < 0),
+        "status": enum_array(applied.reason[keep], STATUS_ENUM),
+        "source": enum_array(a.meta.get("source", np.zeros(len(a), np.int8))[keep],
+                             SOURCE_ENUM),
+    })
+
+
+def trust_table(round_: int, applied: Applied) -> pa.Table:
+    """One row per trust-changing interaction, with the pair's value after the round."""
+    t = applied.trust
+    return pa.table({
+        "round": _const(round_, len(t["truster"])),
+        "truster": pa.array(t["truster"].astype(np.int32)),
+        "trustee": pa.array(t["trustee"].astype(np.int32)),
+        "cause": enum_array(t["cause"], TRUST_ENUM),
+        "delta": pa.array(t["delta"]),
+        "value": pa.array(t["value"]),
+    })
+
+
+def follows_table(round_: int, platform: np.ndarray, follower: np.ndarray,
+                  followee: np.ndarray, op: np.ndarray) -> pa.Table:
+    """Follow-graph changes; op codes index FOLLOW_ENUM (0 init, 1 follow, 2 unfollow)."""
+    return pa.table({
+        "round": _const(round_, len(follower)),
+        "platform": enum_array(platform, PLATFORM_ENUM),
+        "follower": pa.array(np.asarray(follower, dtype=np.int32)),
+        "followee": pa.array(np.asarray(followee, dtype=np.int32)),
+        "op": enum_array(op, FOLLOW_ENUM),
+    })
+
+
+def applied_follows_table(round_: int, applied: Applied) -> pa.Table:
+    """This round's follows and unfollows."""
+    f = applied.follows
+    op = np.where(np.asarray(f["op"]) > 0, 1, 2)
+    return follows_table(round_, f["platform"], f["follower"], f["followee"], op)
+
+
+def topics_table(cfg) -> pa.Table:
+    """The topics of a run, in index order."""
+    return pa.table({
+        "topic_id": pa.array(np.arange(len(cfg.topics), dtype=np.int16)),
+        "topic": [t.name for t in cfg.topics], "label": [t.label for t in cfg.topics],
+        "keywords": [t.keywords for t in cfg.topics],
+    })
+
+
+def agents_table(world: World, ids: np.ndarray) -> pa.Table:
+    """Rows of the agents table for some agents (all at round 0, newcomers later)."""
+    frame = world.population.to_frame(world.cfg.topic_names).iloc[ids]
+    frame = frame[[c for c in frame.columns if not c.startswith("interest_")]]
+    for name in ("twitter", "reddit"):
+        plat = world.platforms.get(name)
+        frame[f"on_{name}"] = plat.members[ids] if plat is not None else False
+    frame["joined_round"] = world.joined[ids]
+    return pa.Table.from_pandas(frame, preserve_index=False)
+
+
+def interventions_table(rows: list[dict]) -> pa.Table:
+    """One row per fired intervention: round, its index in the schedule, kind, the entry
+    and what it did (JSON)."""
+    return pa.table({
+        "round": pa.array([r["round"] for r in rows], pa.int32()),
+        "idx": pa.array([r["index"] for r in rows], pa.int32()),
+        "kind": pa.array([r["kind"] for r in rows], pa.string()),
+        "spec": pa.array([r["spec"] for r in rows], pa.string()),
+        "effect": pa.array([r["effect"] for r in rows], pa.string()),
+    })
+
+
+def memory_table(rows: list[dict]) -> pa.Table:
+    """Round-memory log rows: items recorded, summaries' state changes, unpinnings."""
+    return pa.table({
+        "round": pa.array([r["round"] for r in rows], pa.int32()),
+        "id": pa.array([r["id"] for r in rows], pa.int64()),
+        "kind": pa.array([r["kind"] for r in rows], pa.string()),
+        "level": pa.array([r["level"] for r in rows], pa.string()),
+        "text": pa.array([r["text"] for r in rows], pa.string()),
+        "covers_from": pa.array([r["covers_from"] for r in rows], pa.int32()),
+        "covers_to": pa.array([r["covers_to"] for r in rows], pa.int32()),
+        "posts": pa.array([r["posts"] for r in rows], pa.list_(pa.int64())),
+        "pinned": pa.array([r["pinned"] for r in rows], pa.bool_()),
+        "status": pa.array([r["status"] for r in rows], pa.string()),
+        "attempts": pa.array([r["attempts"] for r in rows], pa.int32()),
+        "note": pa.array([r["note"] for r in rows], pa.string()),
+        "audience": pa.array([r["audience"] for r in rows], pa.int64()),
+    })
+
+
+LLM_CALL_COLUMNS = {
+    "round": pa.int32(), "agent": pa.int32(), "platform": pa.string(),
+    "provider": pa.string(), "model": pa.string(), "base_url": pa.string(),
+    "call": pa.int8(), "status": pa.string(), "http_status": pa.int16(),
+    "prompt_tokens": pa.int32(), "completion_tokens": pa.int32(),
+    "section_tokens": pa.string(), "latency_ms": pa.float64(), "retries": pa.int16(),
+    "outcome": pa.string(), "fallback_reason": pa.string(), "error": pa.string(),
+    "cost_usd": pa.float64(),
+}
+
+
+def llm_calls_table(calls: list[dict]) -> pa.Table:
+    """One row per LLM call: who, where, tokens (per section too), latency, retries,
+    status, what came of it and why it fell back, estimated cost."""
+    return pa.table({name: pa.array([c[name] for c in calls], type=t)
+                     for name, t in LLM_CALL_COLUMNS.items()})
+
+
+def context_table(round_: int, contexts, budget: int) -> pa.Table:
+    """Budget accounting of each assembled turn: one row per section (and a `total` row),
+    with the lines kept and the lines trimmed (text and provenance, as JSON)."""
+    rows: dict[str, list] = {k: [] for k in ("round", "platform", "agent", "section", "tokens",
+                                             "lines", "budget", "trimmed")}
+    for platform, agent, assembled in contexts:
+        by_section: dict[str, list] = {}
+        for t in assembled.trimmed:
+            by_section.setdefault(t.section, []).append(
+                {"reason": t.reason, "text": t.text, "provenance": t.provenance})
+        for section, lines in [*assembled.kept.items(), ("total", None)]:
+            rows["round"].append(round_)
+            rows["platform"].append(platform)
+            rows["agent"].append(agent)
+            rows["section"].append(section)
+            rows["tokens"].append(assembled.tokens[section])
+            rows["lines"].append(lines)
+            rows["budget"].append(budget)
+            rows["trimmed"].append(json.dumps(by_section.get(section, []), default=str))
+    return pa.table({
+        "round": pa.array(rows["round"], pa.int32()),
+        "platform": pa.array(rows["platform"], pa.string()),
+        "agent": pa.array(rows["agent"], pa.int32()),
+        "section": pa.array(rows["section"], pa.string()),
+        "tokens": pa.array(rows["tokens"], pa.int32()),
+        "lines": pa.array(rows["lines"], pa.int32()),
+        "budget": pa.array(rows["budget"], pa.int32()),
+        "trimmed": pa.array(rows["trimmed"], pa.string()),
+    })
+
+
+def initial_follows_table(world: World) -> pa.Table:
+    """The round-0 graph of every platform."""
+    parts = []
+    for plat in world.platforms.values():
+        src, dst = plat.graph.edge_arrays()
+        parts.append(follows_table(0, np.full(len(src), plat.code), src, dst,
+                                   np.zeros(len(src), dtype=np.int8)))
+    return pa.concat_tables(parts)

@@ -1,0 +1,179 @@
+"""An OpenAI-compatible chat-completions client for one shard.
+
+One `httpx.AsyncClient` per shard and provider (connection reuse), an asyncio semaphore
+holding this shard's share of the provider's concurrency, a timeout per call, and retries
+with exponential backoff and jitter on 429, 5xx, timeouts and connection errors, honouring
+`Retry-After`. Several base URLs spread the load (an agent keeps to one; a retry moves to
+the next). The API key is read from the environment variable the config names, sent only
+in the Authorization header, and redacted from every error text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import random
+import ssl
+import time
+from dataclasses import dataclass
+
+import httpx
+import orjson
+
+from sim.config.model import ProviderConfig
+
+RETRYABLE = {408, 409, 425, 429, 500, 502, 503, 504}
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """httpx's default TLS settings (certifi's CA bundle), built once per process."""
+    return httpx.create_ssl_context()
+
+
+class StripedTransport(httpx.AsyncBaseTransport):
+    """httpx's transport as one single-connection pool per concurrent call.
+
+    httpcore's pool rescans every connection (and asks each socket whether it expired)
+    for every queued request (httpx issue #3215), so one pool of 128 connections spends
+    more CPU on bookkeeping than on HTTP. Each request goes to the pool with the fewest
+    requests in flight, which with the shard's semaphore is an idle one: no queueing, no
+    rescans, connections still reused. Measured against the loopback server at 128
+    concurrent: one pool of 128 served 68 calls/s; with 50 ms latency, 2,000 calls took
+    2.0-2.5 s through pools of 8 used in turn and 1.5 s this way (the ideal is 0.78 s).
+    """
+
+    def __init__(self, connections: int):
+        n = max(1, connections)
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        tls = _tls_context()  # one for all pools: building one loads the CA bundle (21 ms)
+        self._pools = [httpx.AsyncHTTPTransport(limits=limits, verify=tls) for _ in range(n)]
+        self._busy = [0] * n
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        i = self._busy.index(min(self._busy))
+        self._busy[i] += 1
+        try:
+            return await self._pools[i].handle_async_request(request)
+        finally:
+            self._busy[i] -= 1
+
+    async def aclose(self) -> None:
+        for pool in self._pools:
+            await pool.aclose()
+
+
+@dataclass
+class CallResult:
+    """One logical call (retries included) and what came of it."""
+
+    message: dict | None
+    status: str  # ok | http_error | timeout | unreachable | bad_response | cancelled
+    http_status: int | None
+    error: str
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    latency_ms: float
+    retries: int
+    base_url: str
+
+
+class LLMClient:
+    """Calls one provider on behalf of one shard."""
+
+    def __init__(self, provider: ProviderConfig, base_urls: list[str], concurrency: int,
+                 seed: int = 0):
+        self.provider = provider
+        self.base_urls = base_urls
+        self.concurrency = max(1, concurrency)
+        self._key = os.environ.get(provider.api_key_env) if provider.api_key_env else None
+        self._rng = random.Random(seed)
+        self._sem: asyncio.Semaphore | None = None
+        self._http: httpx.AsyncClient | None = None
+
+    def _client(self) -> httpx.AsyncClient:
+        # Created lazily inside the running loop (a Ray actor and a test loop differ).
+        if self._http is None:
+            headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
+            self._http = httpx.AsyncClient(timeout=httpx.Timeout(self.provider.timeout_s),
+                                           transport=StripedTransport(self.concurrency),
+                                           headers=headers)
+            self._sem = asyncio.Semaphore(self.concurrency)
+        return self._http
+
+    def redact(self, text: str) -> str:
+        """`text` with the API key (and any long piece of it) removed."""
+        if self._key:
+            text = text.replace(self._key, "***")
+            if len(self._key) > 12:
+                text = text.replace(self._key[-8:], "***")
+        return text
+
+    def _backoff(self, attempt: int, retry_after: str | None) -> float:
+        if retry_after:
+            try:
+                return min(60.0, float(retry_after))
+            except ValueError:
+                pass
+        return min(10.0, 0.25 * 2**attempt) * self._rng.uniform(0.5, 1.5)
+
+    async def chat(self, body: dict, key: int) -> CallResult:
+        """POST /chat/completions with retries; never raises for network or HTTP errors."""
+        http = self._client()
+        assert self._sem is not None
+        result = CallResult(None, "unreachable", None, "", None, None, 0.0, 0, "")
+        # orjson: about a tenth of the stdlib's CPU per body, and encoded once for retries.
+        content = orjson.dumps(body)
+        async with self._sem:
+            start = time.perf_counter()  # latency excludes waiting for a concurrency slot
+            for attempt in range(self.provider.max_retries + 1):
+                url = self.base_urls[(key + attempt) % len(self.base_urls)]
+                result.base_url, result.retries = url, attempt
+                retry_after = None
+                try:
+                    response = await http.post(
+                        f"{url}/chat/completions", content=content,
+                        headers={"Content-Type": "application/json",
+                                 "X-Shoal-Attempt": str(attempt)})
+                except httpx.TimeoutException:
+                    result.status, result.error = "timeout", (
+                        f"no answer within {self.provider.timeout_s:g} s")
+                except httpx.TransportError as exc:
+                    result.status = "unreachable"
+                    result.error = self.redact(f"{type(exc).__name__}: {exc}")[:300]
+                else:
+                    result.http_status = response.status_code
+                    if response.status_code == 200:
+                        return self._ok(result, response, start)
+                    result.status = "http_error"
+                    result.error = self.redact(
+                        f"HTTP {response.status_code}: {response.text[:300]}")
+                    retry_after = response.headers.get("Retry-After")
+                    if response.status_code not in RETRYABLE:
+                        break
+                if attempt < self.provider.max_retries:
+                    await asyncio.sleep(self._backoff(attempt, retry_after))
+        result.latency_ms = 1e3 * (time.perf_counter() - start)
+        return result
+
+    def _ok(self, result: CallResult, response: httpx.Response, start: float) -> CallResult:
+        result.latency_ms = 1e3 * (time.perf_counter() - start)
+        try:
+            data = orjson.loads(response.content)
+            result.message = data["choices"][0]["message"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            result.status = "bad_response"
+            result.error = self.redact(f"unexpected response: {response.text[:200]}")
+            return result
+        usage = data.get("usage") or {}
+        result.prompt_tokens = usage.get("prompt_tokens")
+        result.completion_tokens = usage.get("completion_tokens")
+        result.status, result.error = "ok", ""
+        return result
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None

@@ -1,0 +1,446 @@
+"""Shoal's loopback LLM server: an OpenAI-compatible chat-completions endpoint for dry
+runs and tests, deterministic, with configurable latency and fault injection.
+
+`shoal llm-serve --port 8765` (or `base_urls: [loopback]` in a config, which starts one
+for the run). Replies are a pure function of the request body (and of the client's
+`X-Shoal-Attempt` header, so a retry can meet a different fault): the same prompts give
+the same actions, on any executor and across a resume. Replies exercise every action the
+request's tools allow, using real post ids and usernames from the observation; without
+tools they are JSON in text (sometimes fenced, sometimes after a `<think>` block), or
+prose for an interview. Faults, drawn per request: HTTP 500, a stall longer than the
+client's timeout, a malformed tool call, 429 with Retry-After, an empty reply (reasoning
+models). Requests are recorded (GET /_shoal/requests) so tests can read exactly what an
+agent was sent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import random
+import re
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+_POST = re.compile(r"\[post (\d+)\] @([\w\-.]+)")
+WEIGHTS = {"post": 0.2, "like": 0.22, "upvote": 0.22, "repost": 0.1, "quote": 0.07,
+           "reply": 0.1, "comment": 0.12, "downvote": 0.06, "follow": 0.07, "unfollow": 0.02,
+           "do_nothing": 0.08}
+PHRASES = ["I {verb} {topic}. {reason}", "Honestly, I {verb} {topic}. {reason}",
+           "People keep asking, so: I {verb} {topic}. {reason}"]
+VERBS = [(0.6, "strongly support"), (0.2, "support"), (-0.2, "am undecided about"),
+         (-0.6, "oppose"), (-2.0, "strongly oppose")]
+REASONS = ["It matters for my family.", "The evidence is clear enough.",
+           "I read about it all week.", "Nobody asked people like me."]
+
+
+@dataclass
+class Faults:
+    """Probabilities (per request) of each injected fault, and the latency."""
+
+    latency_ms: float = 0.0
+    error_rate: float = 0.0
+    timeout_rate: float = 0.0
+    timeout_sleep_s: float = 30.0
+    malformed_rate: float = 0.0
+    rate_limit_rate: float = 0.0
+    retry_after_s: float = 1.0
+    empty_rate: float = 0.0
+    burst_every_s: float = 0.0  # every N seconds...
+    burst_length_s: float = 0.0  # ...answer 429 to everything for this long
+    reject_tools: bool = False  # answer 400 to requests with tools (models without them)
+
+
+class LoopbackState:
+    """Configuration and the request log. `key`, if set, is the API key every request must
+    bear (to test that clients send one); it is never logged."""
+
+    def __init__(self, faults: Faults, seed: int, record: Path | None, keep: int = 5000,
+                 key: str | None = None):
+        self.faults, self.seed, self.record, self.key = faults, seed, record, key
+        self.requests: deque[dict] = deque(maxlen=keep)
+        self.lock = threading.Lock()
+        self.started = time.monotonic()
+        self.served = 0
+
+    def log(self, entry: dict) -> None:
+        with self.lock:
+            self.requests.append(entry)
+            self.served += 1
+            if self.record is not None:
+                with open(self.record, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(entry) + "\n")
+
+
+def _rng(body: bytes, attempt: str, seed: int) -> random.Random:
+    digest = hashlib.sha256(body + attempt.encode() + str(seed).encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "little"))
+
+
+def _text(rng: random.Random, topics: list[str]) -> tuple[str, dict]:
+    topic = rng.choice(topics) if topics else "this"
+    x = round(rng.uniform(-1, 1), 2)
+    verb = next(v for b, v in VERBS if x >= b)
+    text = rng.choice(PHRASES).format(verb=verb, topic=topic.replace("_", " "),
+                                      reason=rng.choice(REASONS))
+    return text, ({topic: x} if topics else {})
+
+
+def decide(request: dict, rng: random.Random) -> tuple[str, dict]:
+    """An action name and arguments for a chat request, exercising every allowed action."""
+    tools = request.get("tools") or []
+    names = [t["function"]["name"] for t in tools] or [
+        n for n in WEIGHTS if n in json.dumps(request.get("messages", []))]
+    user = next((m.get("content") or "" for m in reversed(request.get("messages", []))
+                 if m.get("role") == "user"), "")
+    feed = _POST.findall(user)
+    topics = []
+    for t in tools:
+        props = t["function"]["parameters"].get("properties", {})
+        topics = topics or list(props.get("stance", {}).get("properties", {}))
+    if not topics:
+        m = re.search(r"mapping ([\w, ]+) to a number", user)
+        topics = [s.strip() for s in m.group(1).split(",")] if m else []
+    usable = [n for n in names if n in WEIGHTS and (
+        feed or n in ("post", "do_nothing"))]
+    if not usable:
+        return "do_nothing", {"reason": "nothing to do"}
+    name = rng.choices(usable, weights=[WEIGHTS[n] for n in usable])[0]
+    args: dict = {}
+    if name in ("like", "upvote", "downvote", "repost", "quote", "reply", "comment"):
+        args["post_id"] = int(rng.choice(feed)[0])
+    if name in ("follow", "unfollow"):
+        args["username"] = rng.choice(feed)[1]
+    if name in ("post", "quote", "reply", "comment"):
+        text, stance = _text(rng, topics)
+        args["text"] = text
+        if stance and rng.random() < 0.7:  # sometimes leave the stance to be estimated
+            args["stance"] = stance
+    if name == "do_nothing":
+        args["reason"] = "not much to add today"
+    return name, args
+
+
+def reply(request: dict, rng: random.Random, malformed: bool, empty: bool) -> dict:
+    """The assistant message for a request."""
+    system = next((m.get("content") or "" for m in request.get("messages", [])
+                   if m.get("role") == "system"), "")
+    if "Shoal memory compaction" in system:  # the LLM summariser
+        user = request["messages"][-1].get("content") or ""
+        first = next((ln for ln in user.splitlines() if ln.strip()), "Nothing happened.")
+        return {"role": "assistant", "content": first[:400]}
+    tools = request.get("tools")
+    if not tools and b"exactly one JSON object" not in orjson.dumps(
+            request.get("messages", [])):  # an interview
+        belief = re.search(r"On [^:]+: [^\n]+", system)
+        said = belief.group(0) if belief else "I have not made up my mind."
+        return {"role": "assistant", "content": f"Speaking for myself: {said}"}
+    name, args = decide(request, rng)
+    if malformed:
+        if rng.random() < 0.5:
+            args = "{'post_id': oops"  # not JSON
+        else:
+            args = {**args, "post_id": 10**9} if "post_id" in args else {"username": "nobody"}
+    payload = args if isinstance(args, str) else json.dumps(args)
+    if empty:
+        if rng.random() < 0.5:
+            return {"role": "assistant", "content": "", "reasoning_content":
+                    "I thought about it. " + (json.dumps({"action": name, **args})
+                                              if isinstance(args, dict) else payload)}
+        return {"role": "assistant", "content": None}
+    if tools:
+        return {"role": "assistant", "content": None, "tool_calls": [{
+            "id": f"call_{rng.randrange(10**9)}", "type": "function",
+            "function": {"name": name, "arguments": payload}}]}
+    text = json.dumps({"action": name, **args}) if isinstance(args, dict) else payload
+    style = rng.random()
+    if style < 0.3:
+        text = f"```json\n{text}\n```"
+    elif style < 0.5:
+        text = f"<think>Let me look at my feed first.</think>\n{text}"
+    return {"role": "assistant", "content": text}
+
+
+class LoopbackServer:
+    """A small asyncio HTTP/1.1 server (keep-alive, Content-Length bodies): the
+    OpenAI-compatible routes plus the recording endpoints. asyncio rather than threads, so
+    hundreds of concurrent connections and injected latencies cost no threads."""
+
+    def __init__(self, state: LoopbackState):
+        self.state = state
+        self.connections: set[asyncio.StreamWriter] = set()
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Serve one connection until the client closes it."""
+        self.connections.add(writer)
+        try:
+            while True:
+                head = await reader.readline()
+                if not head:
+                    break
+                method, path = head.decode("latin-1").split(" ")[:2]
+                headers = {}
+                while True:
+                    line = await reader.readline()
+                    if line in (b"\r\n", b"\n", b""):
+                        break
+                    key, _, value = line.decode("latin-1").partition(":")
+                    headers[key.strip().lower()] = value.strip()
+                body = await reader.readexactly(int(headers.get("content-length") or 0))
+                status, payload, extra = await self.route(method, path, headers, body)
+                data = orjson.dumps(payload)
+                lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'OK')}",
+                         "Content-Type: application/json", f"Content-Length: {len(data)}",
+                         *(f"{k}: {v}" for k, v in extra.items())]
+                writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + data)
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError, ValueError):
+            pass  # a client that went away (e.g. after an injected timeout)
+        finally:
+            self.connections.discard(writer)
+            writer.close()
+
+    async def route(self, method: str, path: str, headers: dict, body: bytes
+                    ) -> tuple[int, dict, dict]:
+        """Status, JSON payload and extra headers for one request."""
+        state = self.state
+        if method == "GET" and path.rstrip("/").endswith("/models"):
+            return 200, {"object": "list", "data": [{"id": "shoal-loopback",
+                                                      "object": "model"}]}, {}
+        if method == "GET" and path.startswith("/_shoal/requests"):
+            with state.lock:
+                return 200, {"requests": list(state.requests)}, {}
+        if method == "GET" and path.startswith("/_shoal/health"):
+            return 200, {"ok": True, "served": state.served}, {}
+        if method == "POST" and path.startswith("/_shoal/reset"):
+            with state.lock:
+                state.requests.clear()
+            return 200, {"ok": True}, {}
+        if not (method == "POST" and path.rstrip("/").endswith("/chat/completions")):
+            return 404, {"error": {"message": f"no route {method} {path}"}}, {}
+        if state.key and headers.get("authorization") != f"Bearer {state.key}":
+            return 401, {"error": {"message": "invalid API key"}}, {}
+        if state.faults.reject_tools and b'"tools"' in body:
+            return 400, {"error": {"message": "this model does not support tools"}}, {}
+        try:
+            request = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return 400, {"error": {"message": "request body is not JSON"}}, {}
+        return await self.complete(request, body, headers.get("x-shoal-attempt", "0"))
+
+    async def complete(self, request: dict, body: bytes, attempt: str
+                       ) -> tuple[int, dict, dict]:
+        """A chat completion, or an injected fault."""
+        state, f = self.state, self.state.faults
+        rng = _rng(body, attempt, state.seed)
+        draw = rng.random()
+        entry = {"time": time.time(), "attempt": attempt, "request": request}
+        elapsed = time.monotonic() - state.started
+        in_burst = f.burst_every_s > 0 and (elapsed % f.burst_every_s) < f.burst_length_s
+        if in_burst or draw < f.rate_limit_rate:
+            state.log({**entry, "fault": "429"})
+            return 429, {"error": {"message": "rate limited"}}, {
+                "Retry-After": f"{f.retry_after_s:g}"}
+        draw -= f.rate_limit_rate
+        if draw < f.error_rate:
+            state.log({**entry, "fault": "500"})
+            return 500, {"error": {"message": "injected server error"}}, {}
+        draw -= f.error_rate
+        if draw < f.timeout_rate:
+            state.log({**entry, "fault": "timeout"})
+            await asyncio.sleep(f.timeout_sleep_s)
+        draw -= f.timeout_rate
+        malformed = 0 <= draw < f.malformed_rate
+        empty = f.malformed_rate <= draw < f.malformed_rate + f.empty_rate
+        if f.latency_ms:
+            await asyncio.sleep(max(0.0, rng.gauss(f.latency_ms, f.latency_ms * 0.1)) / 1000)
+        message = reply(request, rng, malformed, empty)
+        # Usage as a provider would report it, estimated cheaply (4 characters a token):
+        # exact counting here would cost the test server more CPU than the engine spends.
+        prompt = sum(len(m.get("content") or "") for m in request.get("messages", [])) // 4
+        prompt += len(orjson.dumps(request.get("tools") or "")) // 4
+        completion = max(1, len(orjson.dumps(message)) // 4)
+        state.log({**entry, "fault": "malformed" if malformed else "empty" if empty else None,
+                   "reply": message})
+        return 200, {
+            "id": f"chatcmpl-{rng.randrange(10**12)}", "object": "chat.completion",
+            "model": request.get("model", "shoal-loopback"),
+            "choices": [{"index": 0, "message": message, "finish_reason":
+                         "tool_calls" if message.get("tool_calls") else "stop"}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                      "total_tokens": prompt + completion}}, {}
+
+
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests",
+            500: "Internal Server Error"}
+
+
+class RunningServer:
+    """A loopback server on its own event loop in a background thread (tests)."""
+
+    def __init__(self, host: str, port: int, state: LoopbackState):
+        self.state = state
+        self._loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        box: dict = {}
+
+        self._handler = LoopbackServer(state)
+
+        async def start() -> None:
+            box["server"] = await asyncio.start_server(
+                self._handler.handle, host, port, backlog=1024)
+            ready.set()
+
+        def run() -> None:
+            asyncio.set_event_loop(self._loop)
+            self._loop.run_until_complete(start())
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="shoal-loopback", daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("the loopback LLM server did not start")
+        self._server = box["server"]
+        self.host, self.port = self._server.sockets[0].getsockname()[:2]
+        self.url = f"http://{self.host}:{self.port}/v1"
+
+    def stop(self) -> None:
+        """Close the server, drop its open connections (clients see the server gone, as
+        when a real one dies) and stop its loop."""
+        async def shutdown() -> None:
+            self._server.close()
+            for writer in list(self._handler.connections):
+                writer.transport.abort()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self._loop.stop()
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop)
+        self._thread.join(5)
+
+
+def serve_in_thread(host: str = "127.0.0.1", port: int = 0, faults: Faults | None = None,
+                    seed: int = 0, record: Path | None = None, key: str | None = None
+                    ) -> RunningServer:
+    """Start a loopback server in this process; `.url` is its base URL (…/v1)."""
+    return RunningServer(host, port, LoopbackState(faults or Faults(), seed, record, key=key))
+
+
+class LoopbackProcess:
+    """A loopback server in a child process (so it does not compete with the driver for
+    the GIL), for configs whose provider says `base_urls: [loopback]`."""
+
+    def __init__(self, seed: int = 0, faults: Faults | None = None, timeout_s: float = 30.0):
+        import subprocess
+        import tempfile
+
+        ready = Path(tempfile.mkdtemp(prefix="shoal-loopback-")) / "url"
+        options = [f"--{k.replace('_', '-')}" if v is True else f"--{k.replace('_', '-')}={v}"
+                   for k, v in dataclasses.asdict(faults or Faults()).items() if v is not False]
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "sim.llm.server", "--port", "0", "--seed", str(seed),
+             "--ready-file", str(ready), *options], stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout_s
+        while not ready.exists():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("the loopback LLM server did not start")
+            time.sleep(0.05)
+        self.url = ready.read_text()
+
+    def stop(self) -> None:
+        """Terminate the child."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except Exception:  # still alive: make sure it goes
+                self.process.kill()
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The `shoal llm-serve` options."""
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8765, help="0 picks a free port")
+    p.add_argument("--seed", type=int, default=0, help="seeds the replies")
+    p.add_argument("--latency-ms", type=float, default=0.0, help="mean answer delay")
+    p.add_argument("--error-rate", type=float, default=0.0, help="share answered HTTP 500")
+    p.add_argument("--timeout-rate", type=float, default=0.0,
+                   help="share that stall for --timeout-sleep-s (longer than the client waits)")
+    p.add_argument("--timeout-sleep-s", type=float, default=30.0)
+    p.add_argument("--malformed-rate", type=float, default=0.0,
+                   help="share of replies with broken or impossible tool calls")
+    p.add_argument("--rate-limit-rate", type=float, default=0.0,
+                   help="share answered 429 with Retry-After")
+    p.add_argument("--retry-after-s", type=float, default=1.0)
+    p.add_argument("--empty-rate", type=float, default=0.0,
+                   help="share of empty replies (reasoning models: content in reasoning_content)")
+    p.add_argument("--burst-every-s", type=float, default=0.0,
+                   help="every N seconds, answer 429 to everything...")
+    p.add_argument("--burst-length-s", type=float, default=0.0, help="...for this long")
+    p.add_argument("--reject-tools", action="store_true",
+                   help="answer 400 to requests with tools, as servers without tool support do")
+    p.add_argument("--record", help="append every request and reply to this JSONL file")
+    p.add_argument("--ready-file", help="write the base URL here once listening")
+    p.add_argument("--require-key-env", metavar="NAME",
+                   help="answer 401 unless requests bear the key in this environment variable")
+
+
+def faults_from(args: argparse.Namespace) -> Faults:
+    """Faults from parsed `llm-serve` options."""
+    return Faults(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Faults)})
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run the server in the foreground until interrupted."""
+    key = None
+    if args.require_key_env:
+        key = os.environ.get(args.require_key_env)
+        if not key:
+            print(f"error: --require-key-env: {args.require_key_env} is not set",
+                  file=sys.stderr)
+            return 2
+    state = LoopbackState(faults_from(args), args.seed,
+                          Path(args.record) if args.record else None, key=key)
+
+    async def main() -> None:
+        try:
+            server = await asyncio.start_server(LoopbackServer(state).handle, args.host,
+                                                args.port, backlog=1024)
+        except OSError as exc:  # port taken, host not ours: the user's to fix
+            print(f"error: --host {args.host} --port {args.port}: {exc.strerror or exc}",
+                  file=sys.stderr)
+            raise SystemExit(2) from None
+        host, port = server.sockets[0].getsockname()[:2]
+        url = f"http://{host}:{port}/v1"
+        if args.ready_file:  # written whole, then renamed: the reader never sees half
+            tmp = Path(args.ready_file).with_suffix(".tmp")
+            tmp.write_text(url)
+            tmp.replace(args.ready_file)
+        print(f"loopback LLM server on {url}", file=sys.stderr, flush=True)
+        async with server:
+            await server.serve_forever()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main())
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="Shoal's loopback LLM server")
+    add_arguments(parser)
+    sys.exit(serve(parser.parse_args()))

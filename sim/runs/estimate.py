@@ -1,0 +1,112 @@
+"""`shoal estimate CONFIG`: the LLM calls, tokens and cost of a config, before any call.
+
+The config is run dry in a temporary directory: every agent decides by rule, and every
+LLM agent's context is assembled exactly as in the real run (same budget, same sections)
+and measured, but never sent. A call's prompt is that context plus the tool definitions
+(or the JSON instructions) the provider would be sent. Completion tokens cannot be
+measured without a model: they are given as a typical figure and as the `max_tokens`
+ceiling. Repair retries and HTTP retries add calls on top; the real run's feeds also
+differ from a rule-driven run's, so treat the numbers as the order of magnitude they are.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+
+import duckdb
+
+from agents.llm_tools import json_instructions, tools
+from memory.tokens import count
+from sim.config.model import Config
+from sim.core.errors import InputError
+from sim.runs.run import create_run, run_rounds
+
+TYPICAL_COMPLETION = 60  # a tool call with a short post: ~40-90 tokens in practice
+
+
+@dataclass
+class ProviderEstimate:
+    """Predicted use of one provider over the whole run."""
+
+    provider: str
+    model: str
+    calls: int
+    agents: int
+    prompt_tokens: int
+    prompt_p50: float
+    prompt_max: int
+    completion_typical: int  # calls × TYPICAL_COMPLETION
+    completion_max: int  # calls × max_tokens
+    cost_typical: float
+    cost_max: float
+
+
+@dataclass
+class Estimate:
+    """The prediction for a config, and how long the dry run took."""
+
+    rounds: int
+    providers: list[ProviderEstimate]
+    seconds: float
+
+
+def _overhead(cfg: Config, provider_tools: str, platform: str) -> int:
+    """Prompt tokens a call adds to the context: tool schemas or JSON instructions."""
+    topics = [t.name for t in cfg.topics]
+    if provider_tools == "native":
+        return count(json.dumps(tools(platform, topics)))
+    return count(json_instructions(platform, topics))
+
+
+def estimate(cfg: Config, completion_tokens: int = TYPICAL_COMPLETION) -> Estimate:
+    """Dry-run `cfg` and predict its LLM calls, tokens and cost per provider."""
+    if cfg.llm is None:
+        raise InputError(f"{cfg.name}: the config has no `llm` section: no LLM calls to "
+                         "estimate")
+    tmp = tempfile.mkdtemp(prefix="shoal-estimate-")
+    start = time.perf_counter()
+    try:
+        dry = cfg.model_copy(deep=True)
+        dry.output.dir = tmp
+        dry.checkpoints.keep_last = 1
+        dry.executor.kind = "local"
+        run = create_run(dry)
+        run.dry_llm = True
+        try:
+            run_rounds(run)
+            providers = run.world.llm_providers()
+        finally:
+            run.close()
+        con = duckdb.connect(str(run.dir.db), read_only=True)
+        try:
+            turns = con.execute("SELECT platform, agent, tokens FROM context "
+                                "WHERE section = 'total'").df()
+        finally:
+            con.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    turns = turns[turns["agent"].isin(list(providers))]
+    turns["provider"] = turns["agent"].map(providers)
+    out = []
+    for p in cfg.llm.providers:
+        mine = turns[turns["provider"] == p.name]
+        overhead = mine["platform"].map(
+            {name: _overhead(cfg, p.tools, name) for name in ("twitter", "reddit")})
+        prompt = mine["tokens"] + overhead
+        calls = len(mine)
+        typical, ceiling = calls * completion_tokens, calls * p.max_tokens
+        total = int(prompt.sum())
+
+        def cost(completion: int, p=p, total=total) -> float:
+            return (total * p.price_prompt_per_mtok
+                    + completion * p.price_completion_per_mtok) / 1e6
+
+        out.append(ProviderEstimate(
+            p.name, p.model, calls, int(mine["agent"].nunique()), total,
+            float(prompt.median()) if calls else 0.0, int(prompt.max()) if calls else 0,
+            typical, ceiling, cost(typical), cost(ceiling)))
+    return Estimate(cfg.rounds, out, time.perf_counter() - start)

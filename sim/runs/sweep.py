@@ -1,0 +1,311 @@
+"""`shoal sweep`: a config run over seeds (and a parameter grid) in parallel on Ray.
+
+A sweep is the product of its grid points (every combination of the `--grid` values) and
+N seeds. Each member is an ordinary run (`create_run` + `run_rounds`, local executor) made
+by one Ray task in a Ray worker process; members run side by side, at most `--parallel`
+at once. Everything is validated before anything is written: a bad `--grid` or an unknown
+config key is an InputError (exit 2) and leaves nothing behind.
+
+Layout of a sweep directory (`<out>/<name>-sweep-<YYYYmmdd-HHMMSS>-<hex>/`):
+
+    sweep.json    what was asked (config, sets, grid, seeds) and every member: its grid
+                  point, grid values, seed, run id, status, time and metrics
+    config.yaml   the source config, as given
+    summary.csv   per grid point, for each metric: mean, sd and 95% t-interval over seeds
+    <run_id>/     one normal run directory per member (`shoal report` etc. work on it)
+
+Metrics of a member (its last round R; rounds 1..R for rates):
+    belief_mean.<topic>   mean position at R
+    belief_sd.<topic>     population standard deviation of positions at R
+    polarization.<topic>  bimodality coefficient of positions at R
+    activity              mean number of acting agents per round
+    engagement            applied actions per round (every action with status ok, except
+                          do_nothing)
+
+The interval is Student's t over seeds: mean ± t(0.975, n−1) · sd / √n, sd with n−1 in
+the denominator; with one seed it is undefined (NaN).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import secrets
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from sim.analysis.sweeps import (
+    LEVEL,
+    SUMMARY_FILE,
+    SWEEP_FILE,
+    member_metrics,
+    members_frame,
+    summarize_members,
+)
+from sim.config.model import Config, load_config, parse_config, resolved_dict
+from sim.core.errors import InputError
+from sim.engine.executors import ensure_ray
+
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z0-9_\-]+)*$")
+# Not parameters of a member: the seed is the ensemble axis, the rest shape the layout.
+_NOT_GRID = ("seed", "name", "output.dir")
+_WRITE_LOCK = threading.Lock()
+# ---------------------------------------------------------------------- planning
+
+
+def parse_grid(items: list[str] | None) -> dict[str, list[Any]]:
+    """`key=v1,v2,...` items as {key: [values]}; values are YAML (`0.3`, `true`, `[1,2]`);
+    commas inside brackets, braces or quotes do not split."""
+    grid: dict[str, list[Any]] = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not raw.strip():
+            raise InputError(f"--grid {item!r}: expected key=value1,value2,...")
+        if not _KEY.match(key):
+            raise InputError(f"--grid {item!r}: {key!r} is not a config field path "
+                             "(like policy.post_rate)")
+        if key in _NOT_GRID:
+            raise InputError(f"--grid {key}: not a parameter to sweep"
+                             + (" (use --seeds and --seed-base)" if key == "seed" else ""))
+        if key in grid:
+            raise InputError(f"--grid {key}: given twice; list all its values in one --grid")
+        parts = _split_values(raw)
+        if any(not p.strip() for p in parts):
+            raise InputError(f"--grid {item!r}: an empty value")
+        try:
+            values = [yaml.safe_load(p) for p in parts]
+        except yaml.YAMLError as exc:
+            raise InputError(f"--grid {item!r}: a value is not valid YAML: {exc}") from None
+        if len({json.dumps(v, sort_keys=True, default=str) for v in values}) != len(values):
+            raise InputError(f"--grid {item!r}: a value is repeated")
+        grid[key] = values
+    return grid
+
+
+def _split_values(raw: str) -> list[str]:
+    """Split on top-level commas (not inside [], {} or quotes)."""
+    parts, depth, quote, cur = [], 0, "", []
+    for ch in raw:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+            continue
+        cur.append(ch)
+    if depth or quote:
+        raise InputError(f"--grid value {raw!r}: unbalanced brackets or quotes")
+    parts.append("".join(cur))
+    return parts
+
+
+@dataclass(frozen=True)
+class Member:
+    """One run of the sweep: a grid point and a seed, with its validated config."""
+
+    index: int
+    point: int
+    seed: int
+    grid: dict[str, Any]
+    config: dict  # resolved (JSON-able), executor forced local, output.dir the sweep
+
+
+@dataclass
+class SweepPlan:
+    """A validated sweep, not started: its folder (not created yet) and its members."""
+
+    root: Path
+    source: Path
+    grid: dict[str, list[Any]]
+    seeds: list[int]
+    sets: list[str]
+    members: list[Member]
+    name: str
+
+    @property
+    def points(self) -> list[dict[str, Any]]:
+        """The grid points in member order (each a {key: value} mapping)."""
+        keys = list(self.grid)
+        return [dict(zip(keys, combo, strict=True))
+                for combo in itertools.product(*self.grid.values())]
+
+
+def plan_sweep(config: str | Path, seeds: int, seed_base: int = 0,
+               grid: list[str] | None = None, sets: list[str] | None = None,
+               out: str | Path = "runs") -> SweepPlan:
+    """Validate every member's config (InputError on any problem; nothing is written)."""
+    if seeds < 1:
+        raise InputError(f"--seeds {seeds}: need at least one seed")
+    if seed_base < 0 or seed_base + seeds > 2**63:
+        raise InputError(f"--seed-base {seed_base}: seeds must lie in 0..2^63-1")
+    axes = parse_grid(grid)
+    base = load_config(config, list(sets or []))
+    root = Path(out).resolve() / f"{base.name}-sweep-{datetime.now():%Y%m%d-%H%M%S}-" \
+                                 f"{secrets.token_hex(2)}"
+    plan = SweepPlan(root=root, source=Path(config), grid=axes,
+                     seeds=list(range(seed_base, seed_base + seeds)), sets=list(sets or []),
+                     members=[], name=base.name)
+    for p, point in enumerate(plan.points):
+        grid_sets = [f"{k}={json.dumps(v)}" for k, v in point.items()]  # JSON is YAML
+        try:
+            cfg = load_config(config, [*plan.sets, *grid_sets])
+        except InputError as exc:
+            shown = ", ".join(f"{k}={v}" for k, v in point.items())
+            raise InputError(f"grid point {shown}: {exc}") from None
+        for seed in plan.seeds:
+            member_name = f"{base.name}-p{p}-s{seed}" if axes else f"{base.name}-s{seed}"
+            plan.members.append(Member(index=len(plan.members), point=p, seed=seed,
+                                       grid=point, config=_member_config(cfg, seed,
+                                                                         member_name, root)))
+    return plan
+
+
+def _member_config(cfg: Config, seed: int, name: str, root: Path) -> dict:
+    """A member's resolved config: its seed and name, runs under the sweep folder, and the
+    local executor inside its Ray task (where agents decide never changes results)."""
+    data = resolved_dict(cfg)
+    data["seed"] = seed
+    data["name"] = name
+    data["output"]["dir"] = str(root)
+    data["executor"] = {**data["executor"], "kind": "local", "address": None}
+    parse_config(data)  # the seed range and name pattern are the config's to check
+    return data
+
+
+# ---------------------------------------------------------------------- running
+
+
+def run_member(config: dict) -> dict:
+    """Run one member to the end and measure it (the body of a Ray task). Errors come back
+    as data, so one failed member does not stop the sweep."""
+    from sim.runs.run import create_run, run_rounds
+
+    start = time.perf_counter()
+    try:
+        run = create_run(parse_config(config))
+        try:
+            run_rounds(run)
+        finally:
+            run.close()
+        metrics = member_metrics(run.dir.root)
+    except InputError as exc:
+        return {"status": "failed", "error": str(exc), "input_error": True,
+                "seconds": time.perf_counter() - start}
+    except Exception as exc:  # recorded in sweep.json; the driver reports it
+        return {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                "seconds": time.perf_counter() - start}
+    return {"status": "finished", "run": run.dir.run_id, "seconds": time.perf_counter() - start,
+            "rounds": run.world.round, "metrics": metrics}
+
+
+@dataclass
+class SweepResult:
+    """A finished (or stopped) sweep: its folder, member records and summary."""
+
+    root: Path
+    members: list[dict] = field(default_factory=list)
+    summary: pd.DataFrame | None = None
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> list[dict]:
+        """Members that did not finish."""
+        return [m for m in self.members if m["status"] != "finished"]
+
+
+def run_sweep(plan: SweepPlan, parallel: int | None = None, address: str | None = None,
+              on_member: Callable[[dict, int, int], None] | None = None) -> SweepResult:
+    """Create the sweep folder and run every member on Ray (joining `address`, or a Ray
+    already initialized in this process, or starting a local one), at most `parallel` at
+    once (default: the cluster's CPUs). `on_member(record, done, total)` after each."""
+    import ray  # only here: planning and reading a sweep must not pay Ray's import
+
+    if parallel is not None and parallel < 1:
+        raise InputError(f"--parallel {parallel}: must be >= 1")
+    owns_ray = ensure_ray(address)
+    start = time.perf_counter()
+    records = [_record(m) for m in plan.members]
+    spec = _spec(plan, records)
+    pending: dict[Any, Member] = {}
+    try:
+        plan.root.mkdir(parents=True, exist_ok=False)
+        shutil.copyfile(plan.source, plan.root / "config.yaml")
+        _write_json(plan.root / SWEEP_FILE, spec)
+        # one CPU per member: a run is single-threaded numpy; no retry (a retry would
+        # leave a second run directory for the same member)
+        task = ray.remote(num_cpus=1, max_retries=0)(run_member)
+        limit = parallel or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        queue = list(plan.members)
+        done = 0
+        while queue or pending:
+            while queue and len(pending) < limit:
+                member = queue.pop(0)
+                records[member.index]["status"] = "running"
+                pending[task.remote(member.config)] = member
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                member = pending.pop(ref)
+                try:
+                    outcome = ray.get(ref)
+                except ray.exceptions.RayError as exc:  # the worker died
+                    outcome = {"status": "failed", "error": f"{type(exc).__name__}: "
+                                                            f"{str(exc).splitlines()[0]}"}
+                records[member.index].update(outcome)
+                done += 1
+                spec["seconds"] = time.perf_counter() - start
+                _write_json(plan.root / SWEEP_FILE, spec)
+                if on_member is not None:
+                    on_member(records[member.index], done, len(records))
+    except KeyboardInterrupt:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        spec["status"] = "interrupted"
+        _write_json(plan.root / SWEEP_FILE, spec)
+        raise
+    finally:
+        if owns_ray:
+            ray.shutdown()
+    result = SweepResult(root=plan.root, members=records, seconds=time.perf_counter() - start)
+    spec["status"] = "failed" if result.failed else "finished"
+    spec["seconds"] = result.seconds
+    _write_json(plan.root / SWEEP_FILE, spec)
+    result.summary = summarize_members(members_frame(spec), list(plan.grid))
+    result.summary.to_csv(plan.root / SUMMARY_FILE, index=False)
+    return result
+
+
+def _record(m: Member) -> dict:
+    return {"member": m.index, "point": m.point, "seed": m.seed, "grid": m.grid,
+            "status": "pending", "run": None}
+
+
+def _spec(plan: SweepPlan, records: list[dict]) -> dict:
+    return {"sweep": plan.root.name, "created_at": datetime.now().isoformat(),
+            "status": "running", "config": str(plan.source), "sets": plan.sets,
+            "grid": plan.grid, "seeds": plan.seeds, "points": plan.points,
+            "interval": f"{LEVEL:.0%} Student t-interval over seeds", "members": records}
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """Atomic replace, so a reader never sees half a file."""
+    with _WRITE_LOCK:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2, default=str))
+        tmp.replace(path)

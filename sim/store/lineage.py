@@ -1,0 +1,273 @@
+"""A run's full history across forks, and the runs of an output folder as a tree.
+
+A fork's trajectory file holds only the rounds after its fork round; the rounds before
+belong to its parent (and, for a fork of a fork, to the parent's parent). `lineage(run)`
+lists those runs root first, each with the part of its rows that belongs to the history:
+rounds up to the fork round, posts with ids below the post count at the fork round (post
+ids are dense). `read_table(run, table)` reads a table through that chain as one
+DataFrame, in a stable order.
+
+Trajectory files are opened read-only and closed after each read. A file held by a
+running writer cannot be opened at all (DuckDB's lock); then the run's live Parquet mirror
+(`output.live_parquet: true`) is read instead.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+
+from sim.core.errors import InputError
+from sim.store.live_mirror import LiveMirror
+from sim.store.run_dir import RunDir, open_run_dir
+from sim.store.trajectory import SCHEMA, TABLES
+
+# The order rows come back in: by round, then the table's natural key (tables not listed
+# here have `round` as their first column and are sorted by all their columns).
+ORDER = {
+    "run": "run_id",
+    "topics": "topic_id",
+    "agents": "agent_id",
+    "rounds": "round",
+    "posts": "round, post_id",
+    "post_stances": "post_id, topic",
+    "actions": "round, platform, agent, slot",
+    "exposures": "round, platform, agent, rank",
+    "beliefs": "round, agent, topic",
+    "trust": "round, truster, trustee, cause, delta, value",
+    "follows": "round, platform, follower, followee, op",
+    "interventions": "round, idx",
+}
+OWN_TABLES = ("run", "topics", "agents")  # a fork has its own complete copy
+POST_TABLES = ("posts", "post_stances")  # split by post id; all other tables by round
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A run directory and which of its rows belong to a history: rounds up to
+    `last_round` and posts with ids below `n_posts` (None: all of them)."""
+
+    dir: RunDir
+    last_round: int | None = None
+    n_posts: int | None = None
+
+    def condition(self, table: str) -> str | None:
+        """The SQL filter selecting this segment's rows of `table` (None: all rows)."""
+        if table in POST_TABLES:
+            return None if self.n_posts is None else f"post_id < {int(self.n_posts)}"
+        if table in OWN_TABLES or self.last_round is None:
+            return None
+        return f"round <= {int(self.last_round)}"
+
+
+def parent_dir(child: RunDir, info: dict) -> RunDir:
+    """The parent of a fork: `parent_path` from its lineage, or the parent's id in the
+    fork's own output folder if that path moved."""
+    candidates = [child.root.parent / info["parent_run_id"]]
+    if info.get("parent_path"):
+        candidates.insert(0, Path(info["parent_path"]))
+    for path in candidates:
+        if (path / "run.json").is_file():
+            return open_run_dir(path)
+    shown = " nor ".join(str(p) for p in candidates)
+    raise InputError(f"{child.run_id}: its parent run {info['parent_run_id']} is not at "
+                     f"{shown}")
+
+
+def lineage(run: str | Path) -> list[Segment]:
+    """The runs that make up `run`'s history, root first, the run itself last."""
+    run_dir = open_run_dir(run)
+    chain = [Segment(run_dir)]
+    seen = {run_dir.root.resolve()}
+    last_round: int | None = None
+    n_posts: int | None = None
+    info = run_dir.read_meta().get("lineage") or {}
+    while info.get("parent_run_id"):
+        # An ancestor contributes no more than any fork below it took.
+        last_round = _smaller(last_round, int(info["fork_round"]))
+        n_posts = _smaller(n_posts, int(info["parent_posts"]))
+        run_dir = parent_dir(run_dir, info)
+        if run_dir.root.resolve() in seen:
+            raise InputError(f"{run}: its lineage loops back to {run_dir.run_id}")
+        seen.add(run_dir.root.resolve())
+        chain.append(Segment(run_dir, last_round, n_posts))
+        info = run_dir.read_meta().get("lineage") or {}
+    return chain[::-1]
+
+
+def _smaller(a: int | None, b: int) -> int:
+    return b if a is None else min(a, b)
+
+
+def fork_rounds(run: str | Path) -> list[int]:
+    """The rounds at which `run`'s history passes from one run to the next (root first)."""
+    return [s.last_round for s in lineage(run)[:-1] if s.last_round is not None]
+
+
+class MissingTableError(InputError):
+    """No file of the run's lineage has the table (runs made before it existed)."""
+
+
+def read_table(run: str | Path, table: str, where: str | None = None) -> pd.DataFrame:
+    """The full history of `table` for `run`: its ancestors' rows before each fork, then
+    its own, sorted by round and the table's natural key. `where` is an extra SQL filter.
+    `run`, `topics` and `agents` are the run's own rows (a fork has complete copies)."""
+    if table not in TABLES:
+        raise InputError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
+    segments = lineage(run)
+    if table in OWN_TABLES:
+        segments = segments[-1:]
+    read = [_read_segment(s, table, where) for s in segments]
+    frames = [f for f in read if f is not None]
+    if not frames:  # no segment has the table (a run older than it)
+        raise MissingTableError(f"{run}: the trajectory has no table {table!r} (written by "
+                                "an older version of Shoal)")
+    frames = [f for f in frames if len(f)] or frames[-1:]
+    return pd.concat(frames, ignore_index=True)
+
+
+def _read_segment(segment: Segment, table: str, where: str | None) -> pd.DataFrame | None:
+    """One segment's rows of a table, in ORDER (None: an older file without the table,
+    e.g. a parent run from before `llm_calls` existed)."""
+    conditions = [c for c in (segment.condition(table), where and f"({where})") if c]
+    sql = f"SELECT * FROM {table}"
+    if conditions:
+        sql += " WHERE " + " AND ".join(conditions)
+    with _connect(segment.dir, table) as con:
+        try:
+            return con.sql(f"{sql} ORDER BY {ORDER.get(table, 'ALL')}").df()
+        except duckdb.CatalogException:
+            if con.execute("SELECT count(*) FROM information_schema.tables "
+                           "WHERE table_name = ?", [table]).fetchall()[0][0]:
+                raise  # the table is there: the error is in the query (`where`)
+            return None
+
+
+@contextmanager
+def _connect(run_dir: RunDir, table: str) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-only connection to a run's trajectory, or to its live mirror (for `table`)
+    when a writer holds the file."""
+    try:
+        con = duckdb.connect(str(run_dir.db), read_only=True)
+    except (duckdb.IOException, duckdb.ConnectionException) as exc:
+        if not _held_by_writer(exc):
+            raise
+        con = _live_connection(run_dir, table)
+    try:
+        yield con
+    finally:
+        con.close()
+
+
+def _held_by_writer(exc: duckdb.Error) -> bool:
+    """Whether opening a file failed because a writer has it: another process (a lock
+    error) or this one (a connection with another configuration)."""
+    text = str(exc).lower()
+    return "lock" in text or "different configuration" in text
+
+
+def _live_connection(run_dir: RunDir, table: str) -> duckdb.DuckDBPyConnection:
+    """An in-memory database with the store's schema, `table` filled from the mirror."""
+    mirror = LiveMirror(run_dir.root)
+    if not mirror.root.is_dir():
+        raise InputError(f"run {run_dir.run_id} is being written; set output.live_parquet: "
+                         "true to read it while it runs, or wait for it to finish")
+    con = duckdb.connect()
+    con.execute(SCHEMA)
+    if any((mirror.root / table).glob("round=*.parquet")):
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM "
+                    "read_parquet($glob, hive_partitioning = false)",
+                    {"glob": mirror.glob(table)})
+    return con
+
+
+class ForkInfo:
+    """Where a run comes from, read from its `run.json` (`meta`)."""
+
+    meta: dict
+
+    @property
+    def parent_run_id(self) -> str | None:
+        """The id of the run this one was forked from (None for a root)."""
+        return (self.meta.get("lineage") or {}).get("parent_run_id")
+
+    @property
+    def fork_round(self) -> int | None:
+        """The round this run was forked at (None for a root)."""
+        return (self.meta.get("lineage") or {}).get("fork_round")
+
+
+@dataclass(frozen=True)
+class RunEntry(ForkInfo):
+    """A run in an output folder's tree; `depth` 0 for runs whose parent is not there."""
+
+    dir: RunDir
+    meta: dict
+    depth: int
+    status: str  # run.json's, or "interrupted" if it says running but no process writes it
+    rounds_done: int | None  # the last checkpointed round (what a resume continues from)
+
+
+def run_tree(folder: str | Path) -> list[RunEntry]:
+    """The runs under an output folder, depth first: each root (oldest first), then its
+    forks below it. Folders without a readable run.json are skipped."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise InputError(f"{folder}: no such folder")
+    metas = {p.name: meta for p in sorted(root.iterdir()) if (meta := _read_meta(p))}
+    children: dict[str | None, list[str]] = defaultdict(list)
+    for run_id, meta in metas.items():
+        parent = (meta.get("lineage") or {}).get("parent_run_id")
+        children[parent if parent in metas else None].append(run_id)
+
+    def created(run_id: str) -> tuple[str, str]:
+        return str(metas[run_id].get("created_at", "")), run_id
+
+    entries: list[RunEntry] = []
+
+    def visit(run_id: str, depth: int) -> None:
+        run_dir, meta = RunDir(root / run_id), metas[run_id]
+        latest = run_dir.checkpoints.latest()
+        entries.append(RunEntry(run_dir, meta, depth, run_status(run_dir, meta),
+                                meta.get("rounds_done") if latest is None else latest))
+        for child in sorted(children[run_id], key=created):
+            visit(child, depth + 1)
+
+    for run_id in sorted(children[None], key=created):
+        visit(run_id, 0)
+    return entries
+
+
+def run_status(run_dir: RunDir, meta: dict) -> str:
+    """run.json's status, except that a run marked running (or resumed) whose trajectory
+    no process holds was interrupted: `shoal resume` continues it."""
+    status = str(meta.get("status", "?"))
+    if status in ("running", "resumed") and run_dir.db.is_file() \
+            and not being_written(run_dir):
+        return "interrupted"
+    return status
+
+
+def being_written(run_dir: RunDir) -> bool:
+    """Whether a writer (another process, or an open run in this one) holds the run's
+    trajectory file."""
+    try:
+        duckdb.connect(str(run_dir.db), read_only=True).close()
+    except (duckdb.IOException, duckdb.ConnectionException) as exc:
+        return _held_by_writer(exc)
+    return False
+
+
+def _read_meta(path: Path) -> dict | None:
+    """run.json of a folder, or None if it has none (or it does not parse)."""
+    try:
+        return json.loads((path / "run.json").read_text())
+    except (OSError, ValueError):
+        return None

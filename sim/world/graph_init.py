@@ -1,0 +1,157 @@
+"""Initial follow graphs from the `graph` config: generators, edge-list files, networkx."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import pandas as pd
+
+from agents.population import Population
+from sim.config.model import (
+    EdgeListGraph,
+    GraphConfig,
+    NetworkxGraph,
+    OutDegreeGraph,
+    PreferentialAttachmentGraph,
+    RandomGraph,
+    SmallWorldGraph,
+)
+from sim.core.errors import InputError
+
+# Zero-argument networkx generators that make sense as a follow graph.
+NETWORKX_BUILTINS = (
+    "karate_club_graph", "davis_southern_women_graph", "florentine_families_graph",
+    "les_miserables_graph", "krackhardt_kite_graph", "petersen_graph", "tutte_graph",
+    "frucht_graph", "heawood_graph", "dodecahedral_graph", "icosahedral_graph",
+    "bull_graph", "chvatal_graph", "cubical_graph", "desargues_graph", "diamond_graph",
+    "house_graph", "moebius_kantor_graph", "octahedral_graph", "pappus_graph",
+    "sedgewick_maze_graph", "tetrahedral_graph", "truncated_cube_graph",
+    "truncated_tetrahedron_graph",
+)
+
+
+def initial_edges(cfg: GraphConfig, pop: Population, rng: np.random.Generator
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(follower, followee) arrays for the configured initial graph, self-loops removed."""
+    n = pop.size
+    if isinstance(cfg, RandomGraph):
+        src, dst = _random(n, cfg.mean_degree, rng)
+    elif isinstance(cfg, OutDegreeGraph):
+        src, dst = _out_degree(n, cfg.degree, rng)
+    elif isinstance(cfg, PreferentialAttachmentGraph):
+        if cfg.m >= n:
+            raise InputError(f"graph.m: must be < population size ({n}), got {cfg.m}")
+        seed = int(rng.integers(2**31))
+        src, dst = _undirected(nx.barabasi_albert_graph(n, cfg.m, seed=seed), cfg.mutual)
+    elif isinstance(cfg, SmallWorldGraph):
+        if cfg.k >= n:
+            raise InputError(f"graph.k: must be < population size ({n}), got {cfg.k}")
+        seed = int(rng.integers(2**31))
+        src, dst = _undirected(nx.watts_strogatz_graph(n, cfg.k, cfg.p, seed=seed), cfg.mutual)
+    elif isinstance(cfg, EdgeListGraph):
+        src, dst = _edge_list(Path(cfg.file), n)
+    elif isinstance(cfg, NetworkxGraph):
+        src, dst = _networkx(cfg.name, n, cfg.mutual)
+    elif cfg.kind == "profiles":
+        if pop.following is None:
+            raise InputError("graph.kind: 'profiles' needs a profile file with following lists")
+        src = np.repeat(np.arange(n), [len(f) for f in pop.following])
+        dst = np.asarray([j for f in pop.following for j in f], dtype=np.int64)
+    else:  # none
+        src = dst = np.empty(0, dtype=np.int64)
+    src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    keep = src != dst
+    return src[keep], dst[keep]
+
+
+def _random(n: int, mean_degree: float, rng: np.random.Generator):
+    """Directed G(n, p) with p = mean_degree / (n - 1), drawn as a binomial edge count."""
+    if n < 2:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    p = min(1.0, mean_degree / (n - 1))
+    m = int(rng.binomial(n * (n - 1), p))
+    keys = np.empty(0, dtype=np.int64)
+    while len(keys) < m:  # redraw until m distinct ordered pairs
+        need = m - len(keys)
+        src = rng.integers(0, n, need)
+        dst = rng.integers(0, n - 1, need)
+        dst = dst + (dst >= src)  # skip self
+        keys = np.union1d(keys, src.astype(np.int64) * n + dst)
+    return keys // n, keys % n
+
+
+def _out_degree(n: int, d: int, rng: np.random.Generator):
+    """Each agent follows min(d, n-1) distinct others, uniformly (benchmark W's graph)."""
+    d = min(d, n - 1)
+    if d <= 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    rows = np.arange(n)[:, None]
+    if n - 1 > 4 * d:
+        targets = rng.integers(0, n - 1, (n, d))
+        while True:
+            s = np.sort(targets, axis=1)
+            bad = np.nonzero((s[:, 1:] == s[:, :-1]).any(axis=1))[0]
+            if not len(bad):
+                break
+            targets[bad] = rng.integers(0, n - 1, (len(bad), d))
+    else:
+        targets = np.stack([rng.choice(n - 1, d, replace=False) for _ in range(n)])
+    targets = targets + (targets >= rows)
+    return np.repeat(np.arange(n), d), targets.ravel()
+
+
+def _undirected(g: nx.Graph, mutual: bool):
+    """Edges of an undirected graph: both ways if mutual, else lower id follows higher."""
+    e = np.asarray(list(g.edges()), dtype=np.int64).reshape(-1, 2)
+    a, b = np.minimum(e[:, 0], e[:, 1]), np.maximum(e[:, 0], e[:, 1])
+    if mutual:
+        return np.concatenate([a, b]), np.concatenate([b, a])
+    return b, a  # newer (higher id) follows older, as in attachment growth
+
+
+def _edge_list(path: Path, n: int):
+    """Read `follower followee` pairs (comma or whitespace separated, optional header)."""
+    try:
+        df = pd.read_csv(path, sep=None, engine="python", header=None, comment="#",
+                         skip_blank_lines=True, dtype=str)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read edge list: {exc}") from None
+    if df.shape[1] < 2:
+        raise InputError(f"{path}: an edge list needs two columns (follower, followee)")
+    first = df.iloc[0, :2].tolist()
+    has_header = not all(str(v).strip().lstrip("-").isdigit() for v in first)
+    if has_header:
+        df = df.iloc[1:]
+    out = []
+    for col in (0, 1):
+        values = pd.to_numeric(df.iloc[:, col].str.strip(), errors="coerce")
+        bad = values.isna() | (values < 0) | (values >= n) | (values % 1 != 0)
+        if bad.any():
+            row = int(np.argmax(bad.to_numpy()))
+            line = row + 1 + int(has_header)
+            raise InputError(
+                f"{path}:{line}: agent id must be an integer in [0, {n - 1}], "
+                f"got {df.iloc[row, col]!r}"
+            )
+        out.append(values.to_numpy(dtype=np.int64))
+    return out[0], out[1]
+
+
+def _networkx(name: str, n: int, mutual: bool):
+    """A zero-argument networkx generator; node labels become agent ids in sorted order."""
+    if name not in NETWORKX_BUILTINS:
+        raise InputError(
+            f"graph.name: unknown networkx graph {name!r}; one of: {', '.join(NETWORKX_BUILTINS)}"
+        )
+    g = getattr(nx, name)()
+    if g.number_of_nodes() != n:
+        raise InputError(
+            f"graph.name: {name} has {g.number_of_nodes()} nodes but population.size is {n}"
+        )
+    g = nx.convert_node_labels_to_integers(g, ordering="sorted")
+    if g.is_directed():
+        e = np.asarray(list(g.edges()), dtype=np.int64).reshape(-1, 2)
+        return e[:, 0], e[:, 1]
+    return _undirected(nx.Graph(g), mutual)

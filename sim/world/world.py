@@ -1,0 +1,261 @@
+"""The world state the driver owns, and how it is built from a config (round 0).
+
+Everything that changes during a run lives here (beliefs, trust, exposure history, posts,
+platforms); shards only hold what is static. That keeps checkpoints, resume and forks a
+matter of saving and loading this one object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from agents.population import Population, generate_population
+from beliefs.exposure import ExposureHistory
+from beliefs.rules import make_rule
+from beliefs.state import BeliefState
+from beliefs.trust import TrustStore
+from memory.compaction import ExtractiveSummarizer, Summarizer
+from memory.digest import CrossPlatformDigest
+from memory.notifications import Notifications
+from memory.round_memory import MemorySettings, RoundMemory
+from sim.config.model import Config
+from sim.core.counter_rng import CounterRNG
+from sim.core.errors import InputError
+from sim.core.follow_graph import FollowGraph
+from sim.core.posts import PostStore
+from sim.world.graph_init import initial_edges
+from sim.world.interventions import Interventions
+from sim.world.platform import Platform
+
+# Keys of the seeded numpy generators used for round-0 construction.
+_POPULATION, _STANCES, _GRAPH, _MEMBERSHIP, _LLM_AGENTS = 1, 2, 3, 4, 5
+
+
+@dataclass
+class World:
+    """All mutable simulation state. `round` is the last completed round (0 = initial)."""
+
+    cfg: Config
+    population: Population
+    beliefs: BeliefState
+    trust: TrustStore
+    history: ExposureHistory | None
+    posts: PostStore
+    platforms: dict[str, Platform]
+    round: int = 0
+    alive: np.ndarray | None = None  # bool [N]; removed agents never act again
+    interventions: Interventions | None = None  # the schedule and what has fired
+    joined: np.ndarray | None = None  # int32 [N]: the round each agent joined (0: initial)
+    memory: RoundMemory | None = None  # round memory and its compaction
+    digest: CrossPlatformDigest | None = None  # own actions, for agents whose context is built
+    notifications: Notifications | None = None  # what others did to those agents
+    last_means: np.ndarray | None = None  # per-topic mean position at the end of the round
+    initial_position: np.ndarray | None = None  # [N, T] positions at round 0 (or on joining)
+
+    def __post_init__(self) -> None:
+        if self.alive is None:
+            self.alive = np.ones(self.population.size, dtype=bool)
+        if self.joined is None:
+            self.joined = np.zeros(self.population.size, dtype=np.int32)
+        if self.interventions is None:
+            self.interventions = Interventions(self.cfg)
+        if self.memory is None:
+            self.memory = make_round_memory(self.cfg)
+        if self.digest is None:
+            d = self.cfg.memory.digest
+            self.digest = CrossPlatformDigest(d.keep, d.show, d.preview_chars)
+        if self.notifications is None:
+            self.notifications = Notifications(
+                preview_chars=self.cfg.memory.digest.preview_chars,
+                minutes_per_round=self.cfg.minutes_per_round)
+        if self.last_means is None:
+            self.last_means = self.beliefs.position.mean(axis=0)
+        if self.initial_position is None:
+            self.initial_position = self.beliefs.position.copy()
+
+    def context_agents(self) -> np.ndarray:
+        """Agents whose context is assembled during the run (and whose digest is kept)."""
+        mode = self.cfg.memory.context.build_for
+        if mode == "all":
+            return np.arange(self.n_agents)
+        if mode == "llm":
+            return np.asarray(sorted(self.llm_providers()), dtype=np.int64)
+        return np.empty(0, dtype=np.int64)
+
+    def llm_providers(self) -> dict[int, str]:
+        """LLM-driven agents (ids, groups and a seeded fraction, per `llm.agents`) and the
+        provider each uses (`by_group`, else the default)."""
+        llm = self.cfg.llm
+        if llm is None:
+            return {}
+        a, pop = llm.agents, self.population
+        mask = np.ones(pop.size, dtype=bool)
+        if a.ids is not None:
+            mask = np.zeros(pop.size, dtype=bool)
+            mask[[i for i in a.ids if i < pop.size]] = True
+        if a.groups is not None:
+            mask &= pop.group_mask(a.groups)
+        if a.fraction < 1.0:
+            rng = CounterRNG(self.cfg.seed).generator(_LLM_AGENTS)
+            mask &= rng.random(pop.size) < a.fraction
+        mask &= self.alive
+        out = {}
+        for agent in np.nonzero(mask)[0].tolist():
+            g = pop.group[agent]
+            group = pop.group_names[g] if g >= 0 else None
+            out[agent] = a.by_group.get(group, a.provider) if group else a.provider
+        return out
+
+    @property
+    def n_agents(self) -> int:
+        """Number of agents."""
+        return self.population.size
+
+    @property
+    def topics(self) -> list[str]:
+        """Topic names, in index order."""
+        return self.cfg.topic_names
+
+
+def make_summarizer(cfg: Config) -> Summarizer:
+    """The compaction summariser the config asks for."""
+    m = cfg.memory
+    if m.summarizer == "llm":
+        from memory.llm_summarizer import LLMSummarizer
+
+        provider = cfg.llm.provider(cfg.llm.summarizer_provider)  # checked by the config
+        return LLMSummarizer(provider, m.input_tokens, m.summary_tokens, m.narrative_tokens)
+    return ExtractiveSummarizer(m.input_tokens, m.summary_tokens, m.narrative_tokens)
+
+
+def make_round_memory(cfg: Config) -> RoundMemory:
+    """Empty round memory configured from `memory`."""
+    m = cfg.memory
+    settings = MemorySettings(recent_rounds=m.recent_rounds, detail_items=m.detail_items,
+                              max_pinned_posts=m.max_pinned_posts,
+                              max_pinned_shifts=m.max_pinned_shifts, retry_every=m.retry_every)
+    return RoundMemory(settings, make_summarizer(cfg))
+
+
+def load_population(cfg: Config) -> Population:
+    """Generated personas or the profile file, per the config."""
+    rng = CounterRNG(cfg.seed).generator(_POPULATION)
+    if cfg.population.size is not None:
+        return generate_population(cfg, rng)
+    from agents.profiles import load_population_file
+
+    return load_population_file(cfg, rng)
+
+
+def initial_beliefs(cfg: Config, pop: Population, rng: np.random.Generator | None = None,
+                    use_file: bool = True) -> BeliefState:
+    """Positions and confidences at round 0: distributions, then profile hints, then file."""
+    rng = rng if rng is not None else CounterRNG(cfg.seed).generator(_STANCES)
+    n, topics = pop.size, cfg.topic_names
+    s = cfg.initial_stances
+    position = np.column_stack([
+        s.topics.get(t, s.default).sample(rng, n, -1.0, 1.0) for t in topics
+    ]) if topics else np.zeros((n, 0))
+    confidence = s.confidence.sample(rng, n * len(topics), 0.0, 1.0).reshape(n, len(topics))
+    if s.from_profiles and pop.stance_hint is not None:
+        hint = ~np.isnan(pop.stance_hint)
+        position[hint] = pop.stance_hint[hint]
+    if s.file and use_file:
+        _apply_stance_file(s.file, topics, position, confidence)
+    return BeliefState(position, confidence)
+
+
+def _apply_stance_file(path: str, topics: list[str], position: np.ndarray,
+                       confidence: np.ndarray) -> None:
+    """Per-agent overrides from a CSV: agent_id, topic, position[, confidence]."""
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read stance file: {exc}") from None
+    missing = {"agent_id", "topic", "position"} - set(df.columns)
+    if missing:
+        raise InputError(f"{path}: missing column(s) {sorted(missing)}; "
+                         "expected agent_id, topic, position[, confidence]")
+    n = position.shape[0]
+    for i, row in enumerate(df.itertuples(index=False), start=2):
+        where = f"{path}:{i}"
+        try:
+            agent = int(row.agent_id)
+        except ValueError:
+            raise InputError(
+                f"{where}: agent_id: must be an integer, got {row.agent_id!r}"
+            ) from None
+        if not 0 <= agent < n:
+            raise InputError(f"{where}: agent_id: no agent {agent} (population has {n})")
+        if row.topic not in topics:
+            raise InputError(f"{where}: topic: unknown topic {row.topic!r}; topics are {topics}")
+        t = topics.index(row.topic)
+        position[agent, t] = _number(row.position, -1.0, 1.0, where, "position")
+        conf = getattr(row, "confidence", "")
+        if conf != "":
+            confidence[agent, t] = _number(conf, 0.0, 1.0, where, "confidence")
+
+
+def _number(raw: str, low: float, high: float, where: str, field: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not low <= value <= high:
+        raise InputError(f"{where}: {field}: must be a number in [{low:g}, {high:g}], got {raw!r}")
+    return value
+
+
+def membership(cfg: Config, name: str, pop: Population) -> np.ndarray:
+    """Which agents join platform `name`: ids, groups, and a seeded fraction."""
+    m = getattr(cfg.platforms, name).members
+    n = pop.size
+    mask = np.ones(n, dtype=bool)
+    if m.ids is not None:
+        ids = np.asarray(m.ids, dtype=np.int64)
+        bad = ids[(ids < 0) | (ids >= n)]
+        if len(bad):
+            raise InputError(f"platforms.{name}.members.ids: no agent {int(bad[0])} "
+                             f"(population has {n})")
+        mask = np.zeros(n, dtype=bool)
+        mask[ids] = True
+    if m.groups is not None:
+        unknown = sorted(set(m.groups) - set(pop.group_names))
+        if unknown:
+            raise InputError(f"platforms.{name}.members.groups: unknown groups {unknown}; "
+                             f"the population has {pop.group_names}")
+        mask &= pop.group_mask(m.groups)
+    if m.fraction < 1.0:
+        rng = CounterRNG(cfg.seed).generator(_MEMBERSHIP, ["twitter", "reddit"].index(name))
+        mask &= rng.random(n) < m.fraction
+    return mask
+
+
+def build_world(cfg: Config, population: Population | None = None) -> World:
+    """Round-0 state: population, beliefs, empty posts, platforms with initial graphs."""
+    pop = population if population is not None else load_population(cfg)
+    beliefs = initial_beliefs(cfg, pop)
+    src, dst = initial_edges(cfg.graph, pop, CounterRNG(cfg.seed).generator(_GRAPH))
+    graph_platforms = cfg.graph.platforms or cfg.platforms.enabled()
+    platforms = {}
+    for code, name in enumerate(("twitter", "reddit")):
+        pcfg = getattr(cfg.platforms, name)
+        if not pcfg.enabled:
+            continue
+        members = membership(cfg, name, pop)
+        if name in graph_platforms:
+            keep = members[src] & members[dst]
+            graph = FollowGraph(pop.size, src[keep], dst[keep])
+        else:
+            graph = FollowGraph(pop.size)
+        platforms[name] = Platform.create(name, pcfg, members, graph)
+        assert platforms[name].code == code
+    rule = make_rule(cfg.beliefs.update)
+    history = ExposureHistory(cfg.beliefs.novelty_window_rounds) if rule.uses_novelty else None
+    return World(
+        cfg=cfg, population=pop, beliefs=beliefs, trust=TrustStore(cfg.beliefs.trust.initial),
+        history=history, posts=PostStore(len(cfg.topics), 2), platforms=platforms,
+    )
