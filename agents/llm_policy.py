@@ -31,7 +31,7 @@ from agents.llm_tools import (
 )
 from agents.observation import PlatformView, Prompt
 from beliefs.stance import estimate_stance
-from sim.config.model import Config
+from sim.config import Config
 from sim.core.vocabulary import SOURCE, STANCE_METHOD, ActionType
 from sim.llm.openai import CallResult, LLMClient
 

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.core.vocabulary import ActionType
+from sim.core.vocabulary import ACTION_NAMES, ActionType
 from sim.llm.chat import strip_reasoning
+from sim.platforms.spec import spec
 
 _POST_ARG = {"type": "integer", "description": "the id shown as [post N] in your feed"}
 _TEXT_ARG = {"type": "string", "description": "what you write, in your own voice"}
@@ -37,10 +38,6 @@ ACTIONS = {
     "follow": (ActionType.FOLLOW, ["username"], "Follow an account."),
     "unfollow": (ActionType.UNFOLLOW, ["username"], "Stop following an account."),
     "do_nothing": (ActionType.DO_NOTHING, [], "Do nothing this turn."),
-}
-PLATFORM_ACTIONS = {
-    "twitter": ["post", "repost", "quote", "reply", "like", "follow", "unfollow", "do_nothing"],
-    "reddit": ["post", "comment", "upvote", "downvote", "follow", "do_nothing"],
 }
 WRITES = {"post", "quote", "reply", "comment"}
 
@@ -64,16 +61,21 @@ def _params(name: str, topics: list[str]) -> dict:
     return {"type": "object", "properties": props, "required": required}
 
 
+def platform_actions(platform: str) -> list[str]:
+    """The names of the actions an agent may take on `platform`, in its spec's order."""
+    return [ACTION_NAMES[a] for a in spec(platform).actions]
+
+
 def tools(platform: str, topics: list[str]) -> list[dict]:
     """OpenAI-style tool definitions for the platform's actions."""
     return [{"type": "function", "function": {"name": name, "description": ACTIONS[name][2],
                                               "parameters": _params(name, topics)}}
-            for name in PLATFORM_ACTIONS[platform]]
+            for name in platform_actions(platform)]
 
 
 def json_instructions(platform: str, topics: list[str]) -> str:
     """The instruction for models without tool calling: answer with one JSON object."""
-    names = ", ".join(PLATFORM_ACTIONS[platform])
+    names = ", ".join(platform_actions(platform))
     return ("Answer with exactly one JSON object and nothing else, with an \"action\" field "
             f"(one of: {names}) and its arguments: \"post_id\" (a number from your feed), "
             "\"text\" (for writing), \"username\" (for follow/unfollow), optionally "
@@ -174,7 +176,7 @@ class Valid:
 def validate(p: Parsed, platform: str, feed: set[int], usernames: dict[str, int],
              agent: int, topics: list[str]) -> tuple[Valid | None, str]:
     """Check an action against the agent's situation; a reason when it is not possible."""
-    if p.name not in PLATFORM_ACTIONS[platform]:
+    if p.name not in platform_actions(platform):
         return None, f"unknown action {p.name!r} on {platform}"
     action, required, _ = ACTIONS[p.name]
     out = Valid(action)

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from sim.config.model import Config
+from sim.config import Config
 
 _MBTI = [a + b + c + d for a in "EI" for b in "SN" for c in "TF" for d in "JP"]
 _PROFESSIONS = [

@@ -33,7 +33,7 @@ import numpy as np
 import yaml
 
 from agents.population import Population
-from sim.config.model import Config, TopicSpec
+from sim.config import Config, TopicSpec
 from sim.core.errors import InputError
 
 # MiroShark BeliefState.from_profile; unlike MiroShark, an unknown label is an error, not 0.

@@ -9,20 +9,21 @@ are written down in docs/rule_policy.md; keep the two in step.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
+from pydantic import Field
 
 from agents.actions import ActionBatch
 from agents.observation import PlatformView
 from agents.post_text import PostWriter
-from sim.config.model import RulePolicyConfig, TopicSpec
+from sim.config import TopicSpec
+from sim.config.base import Strict
 from sim.core.counter_rng import CounterRNG, Purpose
+from sim.core.registry import POLICIES
 from sim.core.vocabulary import ActionType
+from sim.platforms.spec import spec
 
-ENGAGEMENTS = {
-    "twitter": (ActionType.LIKE, ActionType.REPOST, ActionType.QUOTE, ActionType.REPLY,
-                ActionType.FOLLOW, ActionType.UNFOLLOW),
-    "reddit": (ActionType.UPVOTE, ActionType.DOWNVOTE, ActionType.COMMENT, ActionType.FOLLOW),
-}
 _RESPONSE = {ActionType.QUOTE: "quote", ActionType.REPLY: "reply", ActionType.COMMENT: "comment"}
 
 
@@ -36,6 +37,28 @@ def alignment(position: np.ndarray, stance: np.ndarray) -> np.ndarray:
     return np.where(n > 0, 1.0 - mean / 2.0, 0.5)
 
 
+class RulePolicyConfig(Strict):
+    """Parameters of the rule-based policy (formulas in docs/rule_policy.md)."""
+
+    kind: Literal["rule"] = "rule"
+
+    post_rate: float = Field(default=0.15, ge=0, le=1)
+    post_confidence_boost: float = Field(default=1.0, ge=0)
+    engage_rate: float = Field(default=0.6, ge=0, le=1)
+    agreement_exponent: float = Field(default=2.0, ge=0)
+    like_weight: float = Field(default=1.0, ge=0)
+    repost_weight: float = Field(default=0.35, ge=0)
+    quote_weight: float = Field(default=0.15, ge=0)
+    reply_weight: float = Field(default=0.3, ge=0)
+    downvote_weight: float = Field(default=0.6, ge=0)
+    follow_weight: float = Field(default=0.2, ge=0)
+    unfollow_weight: float = Field(default=0.1, ge=0)
+    social_proof: float = Field(default=0.3, ge=0)
+    expression_noise: float = Field(default=0.05, ge=0)
+    second_topic_prob: float = Field(default=0.2, ge=0, le=1)
+
+
+@POLICIES.register("rule", config=RulePolicyConfig)
 class RulePolicy:
     """Decides for many agents at once; every draw is keyed by (round, agent, purpose)."""
 
@@ -73,7 +96,7 @@ class RulePolicy:
             ActionType.FOLLOW: c.follow_weight * agree * tau * ~view.follows_author,
             ActionType.UNFOLLOW: c.unfollow_weight * disagree * (1.0 - tau) * view.follows_author,
         }
-        types = ENGAGEMENTS[view.name]
+        types = spec(view.name).engagements
         w = np.stack([np.where(valid, by_type[t], 0.0) for t in types], axis=1)
         return types, w
 
@@ -86,7 +109,7 @@ class RulePolicy:
         if self.cfg.engage_rate > 0:
             types, w = self.weights(view, position, confidence)
         else:  # nobody engages: skip the weight matrix (benchmark W, post-only models)
-            types, w = ENGAGEMENTS[view.name], np.zeros((len(view.agents), 1, 1))
+            types, w = spec(view.name).engagements, np.zeros((len(view.agents), 1, 1))
         n_agents, n_types, k = w.shape
         flat = w.reshape(n_agents, n_types * k)
         total = flat.sum(axis=1)

@@ -17,7 +17,7 @@ from agents.llm_policy import LLMPolicy
 from agents.observation import DecisionRequest
 from agents.population import Population
 from agents.rule_policy import RulePolicy
-from sim.config.model import Config
+from sim.config import Config
 from sim.core.counter_rng import CounterRNG
 
 
@@ -54,7 +54,7 @@ class AgentShard:
         self.policy = RulePolicy(cfg.policy, cfg.topics, self.rng, population.interests,
                                  population.username)
         self.max_actions = {
-            p: getattr(cfg.platforms, p).max_actions_per_round for p in ("twitter", "reddit")
+            name: p.max_actions_per_round for name, p in cfg.platforms.items()
         }
 
     def owns(self, agents: np.ndarray) -> np.ndarray:

@@ -37,7 +37,7 @@ from beliefs.exposure import ExposureHistory
 from beliefs.rules import Exposures, UpdateContext, make_rule
 from beliefs.state import BeliefState
 from beliefs.trust import TrustStore
-from sim.config.model import BeliefRule
+from sim.config import BeliefRule
 from sim.core.counter_rng import CounterRNG
 from sim.core.follow_graph import FollowGraph
 from sim.core.posts import NewPosts, PostStore

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import duckdb
 
-from sim.config.model import load_config
+from sim.config import load_config
 from sim.runs.fork import fork_run
 from sim.runs.run import create_run, resume_run, run_rounds
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import duckdb
 
 from memory.tokens import encoding
-from sim.config.model import load_config
+from sim.config import load_config
 from sim.runs.inspect import inspect_agent
 from sim.runs.run import create_run, run_rounds
 

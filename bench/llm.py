@@ -30,7 +30,7 @@ from pathlib import Path
 
 import duckdb
 
-from sim.config.model import load_config
+from sim.config import load_config
 from sim.llm.openai import LLMClient
 from sim.runs.run import create_run, run_rounds
 

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.config.model import load_config
+from sim.config import load_config
 from sim.runs.run import create_run, run_rounds
 
 HERE = Path(__file__).resolve().parent

@@ -17,8 +17,11 @@ from __future__ import annotations
 import concurrent.futures as cf
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import Literal
 
 from memory.tokens import count, truncate
+from sim.config.base import Strict
+from sim.core.registry import SUMMARIZERS
 
 
 @dataclass
@@ -62,6 +65,12 @@ class Summarizer(ABC):
     @abstractmethod
     def merge(self, previous: str, lines: list[str]) -> str:
         """A narrative of `previous` (may be empty) followed by the given round lines."""
+
+
+class ExtractiveConfig(Strict):
+    """The extractive summariser: no model, the most salient items kept whole."""
+
+    kind: Literal["extractive"] = "extractive"
 
 
 @dataclass
@@ -111,6 +120,13 @@ class ExtractiveSummarizer(Summarizer):
                 break
             out = candidate
         return truncate(out, max_tokens)
+
+
+@SUMMARIZERS.register("extractive", config=ExtractiveConfig)
+def extractive(cfg: ExtractiveConfig, memory, llm) -> ExtractiveSummarizer:
+    """The extractive summariser for a `memory` config (`llm` is not used)."""
+    return ExtractiveSummarizer(memory.input_tokens, memory.summary_tokens,
+                                memory.narrative_tokens)
 
 
 @dataclass

@@ -15,6 +15,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from memory.context import Line, quote
+from sim.platforms.spec import label
 
 LABELS = {
     "post": "you posted", "repost": "you reposted a post by {who}",
@@ -24,7 +25,6 @@ LABELS = {
     "follow": "you followed {who}", "unfollow": "you unfollowed {who}",
 }
 NOISE = frozenset({"do_nothing", "refresh", "search"})
-PLATFORM_LABEL = {"twitter": "Twitter", "reddit": "Reddit"}
 
 
 @dataclass
@@ -69,7 +69,7 @@ class CrossPlatformDigest:
             if other == platform or not entries:
                 continue
             for e in list(entries)[-self.show:][::-1]:  # newest first
-                out.append(Line(f"On {PLATFORM_LABEL.get(other, other)}, "
+                out.append(Line(f"On {label(other)}, "
                                 f"{e.render(self.preview_chars)[2:]}",
                                 {"kind": "observed", "rounds": [e.round, e.round],
                                  "platform": other, "action": e.action, "post": e.post,

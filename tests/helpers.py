@@ -7,7 +7,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from sim.config.model import Config, parse_config
+from sim.config import Config, parse_config
 from sim.runs.run import Run, create_run, run_rounds
 
 # Columns that legitimately differ between two runs of the same config.

@@ -14,7 +14,7 @@ import pytest
 from agents.actions import ActionBatch
 from agents.observation import PlatformView
 from beliefs.trust import TrustStore
-from sim.config.model import parse_config
+from sim.config import parse_config
 from sim.core.counter_rng import CounterRNG
 from sim.core.posts import PostKind
 from sim.core.vocabulary import TARGETS_POST, VOTES, ActionType, Reason

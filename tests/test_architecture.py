@@ -21,7 +21,7 @@ BELOW = {
     "sim.platforms": {"sim.core", "sim.config"},
     "sim.llm": {"sim.core", "sim.config"},
     "beliefs": {"sim.core", "sim.config"},
-    "memory": {"sim.core", "sim.config", "sim.llm"},
+    "memory": {"sim.core", "sim.config", "sim.platforms", "sim.llm"},
     "agents": {"sim.core", "sim.config", "sim.platforms", "sim.llm", "beliefs", "memory"},
     "sim.analysis": {"sim.core", "sim.store"},
 }

@@ -10,11 +10,10 @@ import pytest
 from agents.observation import PlatformView
 from beliefs.exposure import ExposureHistory
 from beliefs.rules import Exposures, UpdateContext, make_rule
-from beliefs.rules.bounded_confidence import BoundedConfidenceRule
-from beliefs.rules.social_influence import SocialInfluenceRule
+from beliefs.rules.bounded_confidence import BoundedConfidence, BoundedConfidenceRule
+from beliefs.rules.social_influence import SocialInfluence, SocialInfluenceRule
 from beliefs.state import BeliefState
 from beliefs.trust import TrustStore
-from sim.config.model import BoundedConfidence, SocialInfluence
 from sim.core.posts import NewPosts, PostStore
 from sim.engine.observe import exposures as gather_exposures
 

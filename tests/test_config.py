@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from sim.config.model import config_hash, load_config, parse_config, resolved_dict
+from sim.config import config_hash, load_config, parse_config, resolved_dict
 from sim.core.errors import ConfigError
 from tests.conftest import CONFIGS, write_config
 

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from agents.llm_tools import (
-    PLATFORM_ACTIONS,
     Parsed,
     json_instructions,
     parse_reply,
+    platform_actions,
     tools,
     validate,
 )
@@ -29,7 +29,7 @@ def tool_call(name: str, arguments) -> dict:
 
 
 def test_tools_offer_each_platforms_actions_with_stance_on_writes():
-    for platform, names in PLATFORM_ACTIONS.items():
+    for platform, names in ((p, platform_actions(p)) for p in ("twitter", "reddit")):
         defs = tools(platform, TOPICS)
         assert [d["function"]["name"] for d in defs] == names
         for d in defs:
@@ -38,7 +38,7 @@ def test_tools_offer_each_platforms_actions_with_stance_on_writes():
             assert ("stance" in props) == writes
             if writes:
                 assert set(props["stance"]["properties"]) == set(TOPICS)
-    assert "comment" not in PLATFORM_ACTIONS["twitter"] and "like" not in PLATFORM_ACTIONS["reddit"]
+    assert "comment" not in platform_actions("twitter") and "like" not in platform_actions("reddit")
     assert "carbon_tax, nuclear_power" in json_instructions("reddit", TOPICS)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from agents.profiles import load_population_file
-from sim.config.model import Config, parse_config, resolve_paths
+from sim.config import Config, parse_config, resolve_paths
 from sim.core.errors import ConfigError, InputError
 
 DATA = Path(__file__).parent / "data" / "profiles"

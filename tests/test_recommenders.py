@@ -13,23 +13,21 @@ import math
 import numpy as np
 import pytest
 
-from sim.config.model import (
-    AlgorithmicBiasRec,
-    FollowingRec,
-    PersonalizedRec,
-    PopularityRec,
-    RandomRec,
-    parse_config,
-)
+from sim.config import parse_config
 from sim.core.counter_rng import CounterRNG
 from sim.core.posts import NewPosts, PostKind
 from sim.engine.recommenders import (
     AlgorithmicBiasFeed,
+    AlgorithmicBiasRec,
     FeedContext,
     FollowingFeed,
+    FollowingRec,
     PersonalizedFeed,
+    PersonalizedRec,
     PopularityFeed,
+    PopularityRec,
     RandomFeed,
+    RandomRec,
     hot_score,
 )
 from sim.world.platform import Platform

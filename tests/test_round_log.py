@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.config.model import parse_config
+from sim.config import parse_config
 from sim.engine.round_log import beliefs_table, initial_follows_table
 from sim.world.world import build_world
 

@@ -19,7 +19,7 @@ from agents.post_text import PostWriter
 from beliefs.render import stance_bin
 from beliefs.stance import estimate_stance
 from beliefs.topics import TopicMatcher
-from sim.config.model import TopicSpec
+from sim.config import TopicSpec
 from tests.conftest import ROOT
 
 TOPICS = [

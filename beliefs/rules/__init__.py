@@ -1,33 +1,26 @@
-"""Belief update rules, selected by `beliefs.update.rule` in the config (docs/beliefs.md,
-docs/models.md). `RULES` maps each rule name to its class; `make_rule` builds one."""
+"""Belief update rules (docs/beliefs.md, docs/models.md). Each rule registers itself, with
+its config model, in `sim.core.registry.BELIEF_RULES` when its module is imported;
+`beliefs.update.rule` in a config names one. `make_rule` builds the configured rule."""
 
 from __future__ import annotations
 
-from beliefs.rules.algorithmic_bias import AlgorithmicBiasRule
+from beliefs.rules import (  # noqa: F401  (importing a rule's module registers it)
+    algorithmic_bias,
+    bounded_confidence,
+    deffuant,
+    degroot,
+    friedkin_johnsen,
+    hegselmann_krause,
+    social_influence,
+    voter,
+)
 from beliefs.rules.base import Exposures, UpdateContext, UpdateRule
-from beliefs.rules.bounded_confidence import BoundedConfidenceRule
-from beliefs.rules.deffuant import DeffuantRule
-from beliefs.rules.degroot import DeGrootRule
-from beliefs.rules.friedkin_johnsen import FriedkinJohnsenRule
-from beliefs.rules.hegselmann_krause import HegselmannKrauseRule
-from beliefs.rules.social_influence import SocialInfluenceRule
-from beliefs.rules.voter import VoterRule
-
-RULES: dict[str, type[UpdateRule]] = {
-    "social_influence": SocialInfluenceRule,
-    "bounded_confidence": BoundedConfidenceRule,
-    "deffuant": DeffuantRule,
-    "hegselmann_krause": HegselmannKrauseRule,
-    "degroot": DeGrootRule,
-    "friedkin_johnsen": FriedkinJohnsenRule,
-    "voter": VoterRule,
-    "algorithmic_bias": AlgorithmicBiasRule,
-}
+from sim.core.registry import BELIEF_RULES
 
 
 def make_rule(cfg) -> UpdateRule:
-    """The update rule for a `beliefs.update` config."""
-    return RULES[cfg.rule](cfg)
+    """The update rule for a `beliefs.update` config (any registered rule)."""
+    return BELIEF_RULES.create(cfg)
 
 
-__all__ = ["RULES", "Exposures", "UpdateContext", "UpdateRule", "make_rule"]
+__all__ = ["Exposures", "UpdateContext", "UpdateRule", "make_rule"]

@@ -19,9 +19,13 @@ Partner draws over everyone cost O(N²) per topic and round (done in chunks of a
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
+from pydantic import Field
 
 from beliefs.rules.base import Exposures, UpdateContext, UpdateRule
+from beliefs.rules.config import Dynamics, Epsilon
 from beliefs.rules.deffuant import one_sided, symmetric_pairs
 from beliefs.rules.exposure_stances import exposure_stances
 from beliefs.rules.partners import (
@@ -34,7 +38,7 @@ from beliefs.rules.partners import (
     pick_weighted_segments,
 )
 from beliefs.state import BeliefState
-from sim.config.model import AlgorithmicBias
+from sim.core.registry import BELIEF_RULES
 
 _CHUNK_CELLS = 4_000_000  # bound on the distance matrix held at once (32 MB)
 
@@ -47,6 +51,18 @@ def bias_weights(dist: np.ndarray, gamma: float, floor: float) -> np.ndarray:
     return np.maximum(dist, floor) ** -gamma
 
 
+class AlgorithmicBias(Dynamics):
+    """Sîrbu et al. 2019: the partner is drawn ∝ max(|x_i − x_j|, min_distance)^−γ, then a
+    Deffuant update with ε and μ."""
+
+    rule: Literal["algorithmic_bias"]
+    epsilon: Epsilon = 0.4
+    mu: float = Field(default=0.5, gt=0, le=1)
+    gamma: float = Field(default=1.0, ge=0, le=20)
+    min_distance: float = Field(default=2e-5, ge=1e-6, le=1)
+
+
+@BELIEF_RULES.register("algorithmic_bias", config=AlgorithmicBias)
 class AlgorithmicBiasRule(UpdateRule):
     """Biased partner choice, then a Deffuant update; confidence is not used."""
 

@@ -8,10 +8,24 @@ rule in mode `exposures` under its historical name (same code path, same numbers
 
 from __future__ import annotations
 
-from beliefs.rules.deffuant import DeffuantRule
-from sim.config.model import BoundedConfidence, Deffuant
+from typing import Literal
+
+from pydantic import Field
+
+from beliefs.rules.deffuant import Deffuant, DeffuantRule
+from sim.config.base import Strict
+from sim.core.registry import BELIEF_RULES
 
 
+class BoundedConfidence(Strict):
+    """Deffuant-style bounded confidence driven by exposures, feed order oldest first."""
+
+    rule: Literal["bounded_confidence"]
+    epsilon: float = Field(default=0.3, gt=0, le=2)
+    mu: float = Field(default=0.2, gt=0, le=1)
+
+
+@BELIEF_RULES.register("bounded_confidence", config=BoundedConfidence)
 class BoundedConfidenceRule(DeffuantRule):
     """Sequential over feed columns, vectorised over agents and topics."""
 

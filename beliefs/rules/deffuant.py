@@ -15,9 +15,13 @@ x_j). Per topic, independently. Modes (docs/models.md):
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
+from pydantic import Field
 
 from beliefs.rules.base import Exposures, UpdateContext, UpdateRule
+from beliefs.rules.config import Dynamics, Epsilon
 from beliefs.rules.exposure_stances import exposure_stances
 from beliefs.rules.partners import (
     living,
@@ -27,7 +31,7 @@ from beliefs.rules.partners import (
     random_others,
 )
 from beliefs.state import BeliefState
-from sim.config.model import Deffuant
+from sim.core.registry import BELIEF_RULES
 
 
 def read_sequentially(x: np.ndarray, stance: np.ndarray, addressed: np.ndarray, eps: float,
@@ -68,6 +72,15 @@ def one_sided(pos: np.ndarray, agents: np.ndarray, partner: np.ndarray, eps: flo
     pos[agents] = np.where(move, x + mu * diff, x)
 
 
+class Deffuant(Dynamics):
+    """Deffuant–Weisbuch bounded confidence: |x_j − x_i| < ε moves x_i by μ(x_j − x_i)."""
+
+    rule: Literal["deffuant"]
+    epsilon: Epsilon = 0.4
+    mu: float = Field(default=0.5, gt=0, le=1)
+
+
+@BELIEF_RULES.register("deffuant", config=Deffuant)
 class DeffuantRule(UpdateRule):
     """Deffuant–Weisbuch in any of the four modes; confidence is not used."""
 

@@ -11,12 +11,15 @@ when W is strongly connected and aperiodic.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
 from beliefs.rules.base import Exposures, UpdateContext, UpdateRule
+from beliefs.rules.config import Averaging
 from beliefs.rules.influences import influences
 from beliefs.state import BeliefState
-from sim.config.model import DeGroot, FriedkinJohnsen
+from sim.core.registry import BELIEF_RULES
 
 
 def average(x: np.ndarray, weight: np.ndarray, weighted: np.ndarray,
@@ -29,10 +32,17 @@ def average(x: np.ndarray, weight: np.ndarray, weighted: np.ndarray,
     return np.where(has, self_weight * x + (1.0 - self_weight) * mean, x)
 
 
+class DeGroot(Averaging):
+    """DeGroot: x_i becomes a weighted mean of itself and its influences."""
+
+    rule: Literal["degroot"]
+
+
+@BELIEF_RULES.register("degroot", config=DeGroot)
 class DeGrootRule(UpdateRule):
     """Weighted averaging in any of the four modes; confidence is not used."""
 
-    def __init__(self, cfg: DeGroot | FriedkinJohnsen):
+    def __init__(self, cfg: Averaging):
         self.cfg = cfg
         self.uses_trust = cfg.weights == "trust"
         self.uses_novelty = cfg.skip_seen

@@ -10,12 +10,26 @@ converge to x* = (I − ΛW)⁻¹(I − Λ)x(0).
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
+from pydantic import Field
+
 from beliefs.rules.base import Exposures, UpdateContext
+from beliefs.rules.config import Averaging
 from beliefs.rules.degroot import DeGrootRule
 from beliefs.state import BeliefState
-from sim.config.model import FriedkinJohnsen
+from sim.core.registry import BELIEF_RULES
 
 
+class FriedkinJohnsen(Averaging):
+    """Friedkin–Johnsen: x ← Λ·(DeGroot step) + (I − Λ)·x(0); λ_i is the susceptibility
+    (1 − λ_i the stubbornness), or 1 − confidence per agent and topic."""
+
+    rule: Literal["friedkin_johnsen"]
+    susceptibility: Annotated[float, Field(ge=0, le=1)] | Literal["confidence"] = 0.8
+
+
+@BELIEF_RULES.register("friedkin_johnsen", config=FriedkinJohnsen)
 class FriedkinJohnsenRule(DeGrootRule):
     """The DeGroot step, mixed with each agent's initial position."""
 

@@ -7,12 +7,23 @@ moves to the average of everyone within ε of it. Confidence is not used.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from beliefs.rules.base import Exposures, UpdateContext, UpdateRule
+from beliefs.rules.config import Dynamics, Epsilon
 from beliefs.rules.influences import influences
 from beliefs.state import BeliefState
-from sim.config.model import HegselmannKrause
+from sim.core.registry import BELIEF_RULES
 
 
+class HegselmannKrause(Dynamics):
+    """Hegselmann–Krause: x_i becomes the mean of itself and all influences within ε."""
+
+    rule: Literal["hegselmann_krause"]
+    epsilon: Epsilon = 0.4
+
+
+@BELIEF_RULES.register("hegselmann_krause", config=HegselmannKrause)
 class HegselmannKrauseRule(UpdateRule):
     """Average over the influences within the confidence bound (oneself included)."""
 

@@ -14,13 +14,34 @@ with the net votes (likes/upvotes minus downvotes) the agent's posts on that top
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
+from pydantic import Field
 
 from beliefs.rules.base import Exposures, UpdateContext, UpdateRule
 from beliefs.state import BeliefState
-from sim.config.model import SocialInfluence
+from sim.config.base import Strict
+from sim.core.registry import BELIEF_RULES
 
 
+class SocialInfluence(Strict):
+    """MiroShark's social-influence nudge, with its defects fixed (docs/beliefs.md)."""
+
+    rule: Literal["social_influence"]
+    rate: float = Field(default=0.08, gt=0)
+    novelty_new: float = Field(default=1.5, ge=0)
+    novelty_seen: float = Field(default=0.5, ge=0)
+    social_base: float = Field(default=0.3, ge=0)
+    social_per_like: float = Field(default=0.07, ge=0)
+    resistance_base: float = Field(default=0.3, gt=0)
+    resistance_confidence: float = Field(default=0.7, ge=0)
+    confidence_step: float = Field(default=0.03, ge=0)
+    confidence_cap: float = Field(default=0.15, ge=0)
+    confidence_floor: float = Field(default=0.1, ge=0, le=1)
+
+
+@BELIEF_RULES.register("social_influence", config=SocialInfluence)
 class SocialInfluenceRule(UpdateRule):
     """The default rule."""
 

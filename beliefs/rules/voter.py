@@ -16,9 +16,13 @@ the probability of ending at consensus on +1 equals the initial share of +1.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
+from pydantic import Field
 
 from beliefs.rules.base import Exposures, UpdateContext, UpdateRule
+from beliefs.rules.config import Dynamics
 from beliefs.rules.exposure_stances import exposure_stances
 from beliefs.rules.partners import (
     Draw,
@@ -30,7 +34,7 @@ from beliefs.rules.partners import (
     random_others,
 )
 from beliefs.state import BeliefState
-from sim.config.model import Voter
+from sim.core.registry import BELIEF_RULES
 
 
 def uniform_choice(mask: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -43,6 +47,14 @@ def uniform_choice(mask: np.ndarray, u: np.ndarray) -> np.ndarray:
     return np.where(count > 0, hit.argmax(axis=1), -1)
 
 
+class Voter(Dynamics):
+    """Voter model: an agent copies the position of a random influence."""
+
+    rule: Literal["voter"]
+    rate: float = Field(default=1.0, gt=0, le=1)
+
+
+@BELIEF_RULES.register("voter", config=Voter)
 class VoterRule(UpdateRule):
     """Copy a random influence's position; confidence is not used."""
 

@@ -36,7 +36,7 @@ from sim.analysis import metrics
 from sim.core.errors import InputError
 from sim.store.lineage import ForkInfo, MissingTableError, lineage, read_table, run_status
 from sim.store.run_dir import RunDir, open_run_dir
-from sim.store.trajectory import SCHEMA, TABLES
+from sim.store.schema import TABLES, schema
 
 FRAMES = ("rounds", "agents", "posts", "actions", "exposures", "beliefs", "trust",
           "follows", "memory", "context", "interventions", "llm_calls")
@@ -48,11 +48,11 @@ JSON_COLUMNS = {"interventions": ("spec", "effect"), "context": ("trimmed",),
 
 
 @cache
-def _schema_frames() -> dict[str, pd.DataFrame]:
+def _schema_frames(platforms: tuple[str, ...]) -> dict[str, pd.DataFrame]:
     """An empty, typed frame of every table of the store's schema."""
     con = duckdb.connect()
     try:
-        con.execute(SCHEMA)
+        con.execute(schema(platforms))
         names = [r[0] for r in con.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_type = "
             "'BASE TABLE'").fetchall()]
@@ -61,10 +61,10 @@ def _schema_frames() -> dict[str, pd.DataFrame]:
         con.close()
 
 
-def _empty(table: str) -> pd.DataFrame:
+def _empty(table: str, platforms: tuple[str, ...]) -> pd.DataFrame:
     """A typed frame with no rows for a table a run's file does not have (e.g. `llm_calls`
     in runs made before the engine logged LLM calls): the current schema's columns."""
-    frames = _schema_frames()
+    frames = _schema_frames(platforms)
     if table not in frames:
         raise InputError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
     return frames[table].copy()
@@ -233,6 +233,10 @@ class Run(ForkInfo):
         rule-based runs and for runs made before LLM calls were logged)."""
         return self.table("llm_calls")
 
+    @property
+    def _platforms(self) -> tuple[str, ...]:
+        return tuple(self._cached("platforms", self.dir.platform_names))
+
     def _cached(self, key: str, read: Callable[[], Any]) -> Any:
         if key not in self._cache:
             self._cache[key] = read()
@@ -243,7 +247,7 @@ class Run(ForkInfo):
         try:
             df = read_table(self.path, table, where)
         except (duckdb.CatalogException, MissingTableError):
-            df = _empty(table)  # a table added to the store after this run was made
+            df = _empty(table, self._platforms)  # added to the store after this run was made
         return _plain(df, table)
 
     def _snapshot(self, table: str) -> pd.DataFrame:
@@ -252,7 +256,7 @@ class Run(ForkInfo):
             return self.rounds
         last = self.last_round
         where = {"agents": f"joined_round <= {last}"}.get(table)
-        if where is None and "round" in _empty(table).columns:
+        if where is None and "round" in _empty(table, self._platforms).columns:
             where = f"round <= {last}"
         df = self._read(table, where)
         if table == "posts":

@@ -16,7 +16,7 @@ import yaml
 from rich.markup import escape
 
 from sim.cli.console import console, out, print_whole, progress_bar
-from sim.config.model import load_config, resolved_dict
+from sim.config import load_config, resolved_dict
 from sim.core.errors import InputError, ProviderDown
 
 
@@ -324,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="run directory (or run id under runs/)")
     p.add_argument("--agent", type=int, required=True)
     p.add_argument("--round", type=int, required=True)
-    p.add_argument("--platform", choices=["twitter", "reddit"], help="one platform only")
+    p.add_argument("--platform", help="one platform only (default: every platform the agent is on)")
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("diagnose-memory",

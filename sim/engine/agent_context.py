@@ -11,12 +11,15 @@ from beliefs.render import stance_lines, trusted_accounts
 from memory.context import Line, quote
 from memory.digest import CrossPlatformDigest
 from sim.core.posts import PostKind
+from sim.core.registry import RECOMMENDERS
 from sim.world.interventions import NEWS_AUTHOR
 
 KIND_NAMES = {k.value: k.name.lower() for k in PostKind}
-FEED_ORDER = {"following": "newest first", "popularity": "hot posts",
-              "random": "a random selection", "personalized": "picked for you",
-              "algorithmic_bias": "picked for you"}
+
+
+def feed_order(recommender: str) -> str:
+    """How a feed is ordered, in words, as its recommender registered it."""
+    return RECOMMENDERS.get(recommender).meta.get("feed_order", "picked for you")
 
 
 def top_comments(world, post_ids: np.ndarray, k: int = 2) -> dict[int, list[int]]:
@@ -106,6 +109,6 @@ def context_inputs(world, digest: CrossPlatformDigest, agent: int, platform: str
         feed=[] if feed_row is None else feed_items(world, feed_row, round_, pinned, comments),
         notifications=world.notifications.lines(agent, platform, round_),
         minutes_per_round=world.cfg.minutes_per_round,
-        feed_order=FEED_ORDER[world.platforms[platform].cfg.recommender.kind]
+        feed_order=feed_order(world.platforms[platform].cfg.recommender.kind)
         if platform in world.platforms else "",
     )

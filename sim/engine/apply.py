@@ -18,7 +18,7 @@ from agents.observation import PlatformView
 from sim.core.keys import first_occurrence, pack, unique_sorted
 from sim.core.posts import NewPosts, PostKind
 from sim.core.vocabulary import CREATES_POST, TARGETS_POST, TRUST_CAUSES, VOTES, ActionType, Reason
-from sim.world.platform import FEEDABLE
+from sim.world.platform import feed_kinds
 from sim.world.world import World
 
 _KIND_OF = {ActionType.POST: PostKind.POST, ActionType.REPOST: PostKind.REPOST,
@@ -194,7 +194,7 @@ def apply_actions(world: World, actions: ActionBatch, views: list[PlatformView],
                                              np.int8))
         rebuild = unique_sorted(np.concatenate(changed)) if changed else np.empty(0, np.int64)
         mine = new_post[here & (new_post >= 0)]
-        mine = mine[np.isin(posts.kind[mine], FEEDABLE[plat.name])]
+        mine = mine[np.isin(posts.kind[mine], feed_kinds(plat.name))]
         plat.index_new_posts(mine, posts.author[mine].astype(np.int64), rebuild)
 
     trust = _trust_events(world, actions, ok, act, target_author, tcfg)

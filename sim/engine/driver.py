@@ -34,6 +34,7 @@ from sim.engine.interventions import Fired, fire_due
 from sim.engine.observe import decision_request, exposures, observe
 from sim.engine.recommenders import make_recommender
 from sim.engine.round_log import (
+    PlatformEnum,
     actions_table,
     agents_table,
     applied_follows_table,
@@ -49,10 +50,10 @@ from sim.engine.round_log import (
 )
 from sim.engine.round_record import round_header, round_items
 from sim.engine.schedule import Scheduler, round_start
+from sim.platforms.spec import by_code
 from sim.store.checkpoints import CheckpointStore
 from sim.store.writer import RoundPayload, RoundWriter
 from sim.world.checkpoint import snapshot
-from sim.world.platform import PLATFORM_NAMES
 from sim.world.world import World
 
 
@@ -112,7 +113,7 @@ class RoundDriver:
         self.rng = CounterRNG(cfg.seed)
         self.rule = make_rule(cfg.beliefs.update)
         for name, plat in w.platforms.items():
-            plat.reconfigure(getattr(cfg.platforms, name), w.posts)
+            plat.reconfigure(cfg.platforms.get(name), w.posts)
         self.recommenders = {name: make_recommender(p.cfg.recommender)
                              for name, p in w.platforms.items()}
         self.scheduler = Scheduler(cfg, w.population.activity, w.population.hourly)
@@ -264,7 +265,7 @@ class RoundDriver:
         tracked[self.context_agents] = True
         rows = AppliedRows(
             round=np.full(len(ok), r), agent=a.agent[ok].astype(np.int64),
-            platform=_names(PLATFORM_NAMES)[a.platform[ok]],
+            platform=_names({c: p.name for c, p in by_code().items()})[a.platform[ok]],
             action=_names(ACTION_NAMES)[a.action[ok]],
             target_post=a.target_post[ok].astype(np.int64),
             target_agent=a.target_agent[ok].astype(np.int64),
@@ -277,15 +278,16 @@ class RoundDriver:
         w, cfg = self.world, self.world.cfg
         t = clock()
         f = fired.follow_arrays()
+        penum = PlatformEnum.of(cfg)
         tables = {
             **posts_tables(w, new_ids, fired.counters),
-            "actions": actions_table(r, applied, cfg.output.log_idle_actions),
+            "actions": actions_table(r, applied, cfg.output.log_idle_actions, penum),
             "beliefs": beliefs_table(w, r),
             "trust": trust_table(r, applied),
             "follows": pa.concat_tables([
                 follows_table(r, f["platform"], f["follower"], f["followee"],
-                              np.ones(len(f["op"]), np.int8)),
-                applied_follows_table(r, applied)]),
+                              np.ones(len(f["op"]), np.int8), penum),
+                applied_follows_table(r, applied, penum)]),
             "interventions": interventions_table(fired.rows),
             "memory": memory_table(w.memory.drain_log()),
             "context": context_table(r, contexts, cfg.memory.context.budget_tokens),
@@ -295,7 +297,7 @@ class RoundDriver:
             first = w.n_agents - fired.joined.size
             tables["agents"] = agents_table(w, np.arange(first, w.n_agents))
         if cfg.output.log_exposures:
-            tables["exposures"] = exposures_table(r, views)
+            tables["exposures"] = exposures_table(r, views, penum)
         stats.ms["tables"] = 1e3 * (clock() - t)
         self.writer.submit(RoundPayload(
             round=r, tables=tables, rounds_row=lambda ms: self._rounds_row(r, stats, ms),

@@ -17,7 +17,7 @@ import numpy as np
 from agents.observation import DecisionRequest
 from agents.population import Population
 from agents.shard import AgentShard, ShardResult
-from sim.config.model import Config
+from sim.config import Config
 from sim.core.errors import InputError
 
 

@@ -18,23 +18,27 @@ import numpy as np
 import yaml
 
 from agents.population import generate_population
+from sim.config import Config, apply_overrides, parse_config, resolved_dict
 from sim.config.interventions import (
     AddAgents,
     BeliefIntervention,
     EventIntervention,
+    InterventionSpec,
     PostIntervention,
     PostsIntervention,
     PostSpec,
     RemoveAgents,
     SetParams,
-    Target,
 )
-from sim.config.model import Config, apply_overrides, parse_config, resolved_dict
+from sim.config.selector import Selector
 from sim.core.counter_rng import CounterRNG, Purpose
 from sim.core.errors import ConfigError, InputError
 from sim.core.posts import NewPosts, PostKind
+from sim.core.registry import INTERVENTIONS
+from sim.platforms.spec import spec as platform_spec
 from sim.world.interventions import NEWS_AUTHOR, ActiveEvent
-from sim.world.platform import PLATFORM_CODES
+from sim.world.selection import select
+from sim.world.world import initial_beliefs
 
 
 @dataclass
@@ -65,35 +69,27 @@ def fire_due(world, round_: int) -> Fired:
     fired = Fired()
     for i in schedule.due(round_):
         spec = schedule.cfg.interventions[i]
-        effect = _FIRE[type(spec)](schedule, world, round_, i, spec, fired)
+        effect = INTERVENTIONS.get(spec.kind).impl(schedule, world, round_, i, spec, fired)
         schedule.fired.add(i)
         fired.rows.append({"round": round_, "index": i, "kind": spec.kind,
-                           "spec": json.dumps(spec.model_dump(mode="json")),
+                           "spec": json.dumps(spec_json(spec)),
                            "effect": json.dumps(effect)})
     schedule.expire(round_)
     return fired
 
 
-def resolve_target(target: Target, world, rng_key: int, where: str) -> np.ndarray:
-    """Boolean mask [N] of the agents a target names (InputError for unknown ids/groups)."""
-    n = world.n_agents
-    mask = np.ones(n, dtype=bool)
-    if target.ids is not None:
-        bad = [i for i in target.ids if i >= n]
-        if bad:
-            raise InputError(f"{where}.target.ids: no agent {bad[0]} (there are {n} agents)")
-        mask = np.zeros(n, dtype=bool)
-        mask[target.ids] = True
-    if target.groups is not None:
-        unknown = sorted(set(target.groups) - set(world.population.group_names))
-        if unknown:
-            raise InputError(f"{where}.target.groups: unknown groups {unknown}; the "
-                             f"population has {world.population.group_names}")
-        mask &= world.population.group_mask(target.groups)
-    if target.fraction is not None:
-        rng = CounterRNG(world.cfg.seed).generator(Purpose.INTERVENTION, rng_key)
-        mask &= rng.random(n) < target.fraction
-    return mask
+def resolve_target(target: Selector, world, rng_key: int, where: str) -> np.ndarray:
+    """Boolean mask [N] of the agents an entry's target picks (InputError for unknown ids
+    or groups, naming `where`.target)."""
+    seed = world.cfg.seed
+    return select(target, world.population,
+                  lambda: CounterRNG(seed).generator(Purpose.INTERVENTION, rng_key),
+                  f"{where}.target")
+
+
+def spec_json(spec: InterventionSpec) -> dict:
+    """An entry as logged in the `interventions` table (its name only when it has one)."""
+    return spec.model_dump(mode="json", exclude=None if spec.name else {"name"})
 
 
 def _stance_vector(stance: dict[str, float], topics: list[str]) -> np.ndarray:
@@ -108,7 +104,7 @@ def _inject(world, round_: int, specs: list[PostSpec], kind: PostKind, fired: Fi
     """Append posts (by agents or the news account) stamped round_ − 1 and index them."""
     stamp = max(round_ - 1, 0)
     ids = world.posts.append(NewPosts(
-        platform=np.array([PLATFORM_CODES[s.platform] for s in specs], np.int8),
+        platform=np.array([platform_spec(s.platform).code for s in specs], np.int8),
         author=np.array([NEWS_AUTHOR if s.author is None else s.author for s in specs],
                         np.int32),
         kind=np.full(len(specs), kind, np.int8), parent=np.full(len(specs), -1, np.int64),
@@ -132,33 +128,37 @@ def _check_platform(world, platform: str, where: str) -> None:
         raise InputError(f"{where}.platform: {platform} is not enabled in this run")
 
 
+@INTERVENTIONS.register("post", config=PostIntervention)
 def _fire_post(self, world, round_, i, spec: PostIntervention, fired: Fired) -> dict:
     _check_platform(world, spec.platform, f"interventions.{i}")
     ids = _inject(world, round_, [spec], PostKind.POST, fired)
     return {"post_ids": ids}
 
 
+@INTERVENTIONS.register("posts", config=PostsIntervention)
 def _fire_posts(self, world, round_, i, spec: PostsIntervention, fired: Fired) -> dict:
     for j, item in enumerate(spec.items):
         _check_platform(world, item.platform, f"interventions.{i}.items.{j}")
     return {"post_ids": _inject(world, round_, spec.items, PostKind.POST, fired)}
 
 
+@INTERVENTIONS.register("event", config=EventIntervention)
 def _fire_event(self, world, round_, i, spec: EventIntervention, fired: Fired) -> dict:
     platforms = spec.platforms or list(world.platforms)
     for name in platforms:
         _check_platform(world, name, f"interventions.{i}")
     specs = [PostSpec(platform=name, text=spec.text, stance=spec.stance) for name in platforms]
     ids = _inject(world, round_, specs, PostKind.EVENT, fired)
-    everyone = spec.target == Target()
+    everyone = spec.target.everyone
     target = None if everyone else resolve_target(spec.target, world, i, f"interventions.{i}")
     self.events.append(ActiveEvent(index=i, post_ids=dict(zip(
-        [PLATFORM_CODES[p] for p in platforms], ids, strict=True)),
+        [platform_spec(p).code for p in platforms], ids, strict=True)),
         until=round_ + spec.duration - 1, target=target))
     return {"post_ids": ids, "until_round": round_ + spec.duration - 1,
             "targeted": int(target.sum()) if target is not None else world.n_agents}
 
 
+@INTERVENTIONS.register("beliefs", config=BeliefIntervention)
 def _fire_beliefs(self, world, round_, i, spec: BeliefIntervention, fired: Fired) -> dict:
     mask = resolve_target(spec.target, world, i, f"interventions.{i}")
     t = world.topics.index(spec.topic)
@@ -172,6 +172,7 @@ def _fire_beliefs(self, world, round_, i, spec: BeliefIntervention, fired: Fired
     return {"agents": int(mask.sum())}
 
 
+@INTERVENTIONS.register("remove_agents", config=RemoveAgents)
 def _fire_remove(self, world, round_, i, spec: RemoveAgents, fired: Fired) -> dict:
     mask = resolve_target(spec.target, world, i, f"interventions.{i}")
     newly = mask & world.alive
@@ -179,8 +180,8 @@ def _fire_remove(self, world, round_, i, spec: RemoveAgents, fired: Fired) -> di
     return {"agents": int(newly.sum())}
 
 
+@INTERVENTIONS.register("add_agents", config=AddAgents)
 def _fire_add(self, world, round_, i, spec: AddAgents, fired: Fired) -> dict:
-    from sim.world.world import initial_beliefs  # world imports this module's users
 
     cfg = world.cfg
     n0 = world.n_agents
@@ -228,6 +229,7 @@ def _fire_add(self, world, round_, i, spec: AddAgents, fired: Fired) -> dict:
     return {"agent_ids": [n0, n0 + spec.count - 1]}
 
 
+@INTERVENTIONS.register("set", config=SetParams)
 def _fire_set(self, world, round_, i, spec: SetParams, fired: Fired) -> dict:
     world.cfg = apply_settings(world.cfg, spec.values, f"interventions.{i}.values")
     self.cfg = world.cfg
@@ -257,24 +259,18 @@ def check_settings(cfg: Config) -> None:
 
 
 def check_against_population(cfg: Config, world) -> None:
-    """Ids and groups named by interventions exist (InputError otherwise); run before
-    anything is written."""
+    """Ids and groups named by interventions exist, posts' authors too, and their platforms
+    are enabled (InputError otherwise); run before anything is written."""
     n = world.n_agents
     for i, spec in enumerate(cfg.interventions):
         where = f"interventions.{i}"
-        target = getattr(spec, "target", None)
-        if target is not None:
-            resolve_target(target, world, i, where)
-        posts = spec.items if isinstance(spec, PostsIntervention) else (
-            [spec] if isinstance(spec, PostIntervention) else [])
-        for j, post in enumerate(posts):
-            path = f"{where}.items.{j}" if isinstance(spec, PostsIntervention) else where
+        for path, selector in spec.selectors(where):
+            # ids and groups only: the seeded fraction is drawn when the entry fires
+            select(selector.model_copy(update={"fraction": None}), world.population,
+                   lambda: None, path)
+        for path, post in getattr(spec, "posts", lambda _: [])(where):
             if post.author is not None and post.author >= n:
-                raise InputError(f"{path}.author: no agent {post.author} (there are {n})")
+                raise InputError(f"{path}.author: no agent {post.author} (the population "
+                                 f"has {n} agents, ids 0..{n - 1})")
             if post.platform not in world.platforms:
-                raise InputError(f"{path}.platform: {post.platform} is not enabled")
-
-
-_FIRE = {PostIntervention: _fire_post, PostsIntervention: _fire_posts,
-         EventIntervention: _fire_event, BeliefIntervention: _fire_beliefs,
-         RemoveAgents: _fire_remove, AddAgents: _fire_add, SetParams: _fire_set}
+                raise InputError(f"{path}.platform: {post.platform} is not enabled in this run")

@@ -6,26 +6,75 @@ recommender scans the post table per agent: `following` reads the maintained inb
 `popularity` scores one window of recent posts once per round, `random` samples a window,
 `personalized` ranks a shared candidate pool plus each agent's inbox, and
 `algorithmic_bias` samples a window's newest posts with a bias towards the reader's views.
+Each registers itself, with its config model, in `sim.core.registry.RECOMMENDERS`.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
+from pydantic import Field
 
-from sim.config.model import (
-    AlgorithmicBiasRec,
-    FollowingRec,
-    PersonalizedRec,
-    PopularityRec,
-    RandomRec,
-)
+from sim.config.base import Strict
 from sim.core.counter_rng import CounterRNG, Purpose
 from sim.core.posts import PostStore
+from sim.core.registry import RECOMMENDERS
 from sim.core.rowsets import count_valid, first_valid
-from sim.world.platform import FEEDABLE, Platform
+from sim.world.platform import Platform, feed_kinds
+
+
+class FollowingRec(Strict):
+    """Chronological feed of followed accounts; `fallback` tops a short feed up."""
+
+    kind: Literal["following"]
+    fallback: Literal["none", "recent"] = "none"
+
+
+class PopularityRec(Strict):
+    """Reddit hot score over the posts of the last `window_rounds`; a shared top `pool_size`."""
+
+    kind: Literal["popularity"]
+    pool_size: int = Field(default=100, gt=0)
+    window_rounds: int = Field(default=48, gt=0)
+    sample: Literal["random", "top"] = "random"
+
+
+class RandomRec(Strict):
+    """Uniform sample of the posts of the last `window_rounds`."""
+
+    kind: Literal["random"]
+    window_rounds: int = Field(default=24, gt=0)
+
+
+class PersonalizedRec(Strict):
+    """Ranks recent posts and the in-network inbox by stance and interest similarity."""
+
+    kind: Literal["personalized"]
+    pool_size: int = Field(default=200, gt=0)
+    window_rounds: int = Field(default=24, gt=0)
+    stance_weight: float = Field(default=1.0, ge=0)
+    interest_weight: float = Field(default=0.5, ge=0)
+    recency_weight: float = Field(default=0.5, ge=0)
+    popularity_weight: float = Field(default=0.3, ge=0)
+    in_network_weight: float = Field(default=0.5, ge=0)
+    recency_halflife_rounds: float = Field(default=6.0, gt=0)
+    explore: float = Field(default=0.1, ge=0)
+
+
+class AlgorithmicBiasRec(Strict):
+    """Sîrbu et al. 2019's bias as a feed: k of the newest `pool_size` posts of the last
+    `window_rounds`, drawn without replacement with probability ∝ max(d, min_distance)^−γ,
+    d the mean |reader position − post stance| over the topics the post addresses (1 for
+    a post that takes no side). γ = 0 is a uniform random feed."""
+
+    kind: Literal["algorithmic_bias"]
+    gamma: float = Field(default=1.0, ge=0, le=20)
+    min_distance: float = Field(default=2e-5, ge=1e-6, le=1)
+    pool_size: int = Field(default=200, gt=0)
+    window_rounds: int = Field(default=24, gt=0)
 
 
 @dataclass
@@ -43,13 +92,13 @@ class FeedContext:
     def window(self, rounds: int) -> np.ndarray:
         """Feedable post ids of this platform from the last `rounds` rounds, ascending."""
         ids = self.posts.platform_ids(self.platform.code, self.round - rounds)
-        return ids[np.isin(self.posts.kind[ids], FEEDABLE[self.platform.name])]
+        return ids[np.isin(self.posts.kind[ids], feed_kinds(self.platform.name))]
 
     def newest(self, count: int) -> tuple[np.ndarray, bool]:
         """Up to `count` newest feedable posts of this platform (newest first), and whether
         that is all of them. Reads only the tail of the platform's id list."""
         all_ids = self.posts.platform_ids(self.platform.code)
-        kinds = FEEDABLE[self.platform.name]
+        kinds = feed_kinds(self.platform.name)
         take = count
         while True:
             tail = all_ids[-take:][::-1]
@@ -104,6 +153,7 @@ def _sample_pool(ctx: FeedContext, agents: np.ndarray, pool: np.ndarray, k: int,
     return out
 
 
+@RECOMMENDERS.register("following", config=FollowingRec, feed_order="newest first")
 class FollowingFeed(Recommender):
     """Newest posts of followed accounts, newest first; optionally topped up with the
     newest posts platform-wide (not by the reader, not already shown)."""
@@ -161,6 +211,7 @@ def hot_score(up: np.ndarray, down: np.ndarray, seconds: np.ndarray) -> np.ndarr
     return np.sign(s) * np.log10(np.maximum(np.abs(s), 1.0)) + seconds / 45000.0
 
 
+@RECOMMENDERS.register("popularity", config=PopularityRec, feed_order="hot posts")
 class PopularityFeed(Recommender):
     """A shared hot list (Reddit hot score over a recent window); each agent gets k of the
     top `pool_size`, sampled at random or the top ones, never their own."""
@@ -186,6 +237,7 @@ class PopularityFeed(Recommender):
         return first_valid(cand, valid, k)
 
 
+@RECOMMENDERS.register("random", config=RandomRec, feed_order="a random selection")
 class RandomFeed(Recommender):
     """k distinct posts drawn uniformly from the last `window_rounds` rounds."""
 
@@ -203,6 +255,7 @@ def _mix64(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
+@RECOMMENDERS.register("personalized", config=PersonalizedRec, feed_order="picked for you")
 class PersonalizedFeed(Recommender):
     """Ranks candidates by stance similarity, interest match, recency, popularity and
     being in-network. Candidates: the hot pool of the window plus the agent's inbox.
@@ -270,6 +323,7 @@ class PersonalizedFeed(Recommender):
         return score
 
 
+@RECOMMENDERS.register("algorithmic_bias", config=AlgorithmicBiasRec, feed_order="picked for you")
 class AlgorithmicBiasFeed(Recommender):
     """Feeds drawn with Sîrbu et al.'s bias towards posts close to the reader's opinion:
     weighted sampling without replacement by the Gumbel-top-k trick, one keyed uniform per
@@ -307,7 +361,5 @@ class AlgorithmicBiasFeed(Recommender):
 
 
 def make_recommender(cfg) -> Recommender:
-    """The recommender for a platform's config."""
-    kinds = {"following": FollowingFeed, "popularity": PopularityFeed, "random": RandomFeed,
-             "personalized": PersonalizedFeed, "algorithmic_bias": AlgorithmicBiasFeed}
-    return kinds[cfg.kind](cfg)
+    """The recommender for a platform's `recommender` config (any registered one)."""
+    return RECOMMENDERS.create(cfg)

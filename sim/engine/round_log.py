@@ -7,17 +7,19 @@ while the driver is already mutating the world for the next round.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
 from agents.observation import PlatformView
+from sim.config import Config
 from sim.engine.apply import Applied
-from sim.store.trajectory import (
+from sim.platforms.spec import MAX_CODE, spec
+from sim.store.schema import (
     ACTION_ENUM,
     FOLLOW_ENUM,
     KIND_ENUM,
-    PLATFORM_ENUM,
     SOURCE_ENUM,
     STANCE_METHOD_ENUM,
     STATUS_ENUM,
@@ -26,6 +28,28 @@ from sim.store.trajectory import (
     repeated_topics,
 )
 from sim.world.world import World
+
+
+@dataclass(frozen=True)
+class PlatformEnum:
+    """A run's platform enum: its platforms' names in code order, and where each platform
+    code sits in it."""
+
+    names: tuple[str, ...]
+    index: np.ndarray  # int8 [MAX_CODE + 1]: platform code -> enum position
+
+    @classmethod
+    def of(cls, cfg: Config) -> PlatformEnum:
+        """The enum of the platforms a config has (enabled or not)."""
+        names = tuple(cfg.platforms.names())
+        index = np.full(MAX_CODE + 1, -1, np.int8)
+        for i, name in enumerate(names):
+            index[spec(name).code] = i
+        return cls(names, index)
+
+    def array(self, codes: np.ndarray) -> pa.DictionaryArray:
+        """Platform codes as the store's platform enum."""
+        return enum_array(self.index[np.asarray(codes, dtype=np.int64)], self.names)
 
 
 def _const(value: int, n: int, dtype=np.int32) -> pa.Array:
@@ -57,7 +81,7 @@ def posts_tables(world: World, ids: np.ndarray,
             np.add.at(seeded[name], np.searchsorted(ids, np.asarray(post_ids)), 1)
     posts = pa.table({
         "post_id": pa.array(ids),
-        "platform": enum_array(p.platform[ids], PLATFORM_ENUM),
+        "platform": PlatformEnum.of(world.cfg).array(p.platform[ids]),
         "round": pa.array(p.round[ids]),
         "author": pa.array(p.author[ids]),
         "kind": enum_array(p.kind[ids], KIND_ENUM),
@@ -79,7 +103,8 @@ def posts_tables(world: World, ids: np.ndarray,
     return {"posts": posts, "post_stances": stances}
 
 
-def exposures_table(round_: int, views: list[PlatformView]) -> pa.Table:
+def exposures_table(round_: int, views: list[PlatformView], platforms: PlatformEnum
+                    ) -> pa.Table:
     """One row per feed item shown: (round, platform, agent, post, rank)."""
     parts = []
     for v in views:
@@ -87,31 +112,28 @@ def exposures_table(round_: int, views: list[PlatformView]) -> pa.Table:
         rows, rank = np.nonzero(valid)
         parts.append(pa.table({
             "round": _const(round_, len(rows)),
-            "platform": enum_array(np.full(len(rows), v.platform), PLATFORM_ENUM),
+            "platform": platforms.array(np.full(len(rows), v.platform)),
             "agent": pa.array(v.agents[rows].astype(np.int32)),
             "post_id": pa.array(v.feed[rows, rank]),
             "rank": pa.array(rank.astype(np.int16)),
         }))
-    return pa.concat_tables(parts) if parts else exposures_table(round_, [_empty_view()])
+    if not parts:  # no platform had anyone acting
+        return pa.table({"round": pa.array([], pa.int32()),
+                         "platform": platforms.array(np.empty(0, np.int8)),
+                         "agent": pa.array([], pa.int32()), "post_id": pa.array([], pa.int64()),
+                         "rank": pa.array([], pa.int16())})
+    return pa.concat_tables(parts)
 
 
-def _empty_view() -> PlatformView:
-    z = np.empty((0, 0))
-    return PlatformView(platform=0, name="twitter", agents=np.empty(0, np.int64),
-                        feed=z.astype(np.int64), author=z.astype(np.int64),
-                        kind=z.astype(np.int8), stance=np.empty((0, 0, 0)), up=z, down=z,
-                        follows_author=z.astype(bool), trust=z, voted=z.astype(bool),
-                        reposted=z.astype(bool))
-
-
-def actions_table(round_: int, applied: Applied, log_idle: bool) -> pa.Table:
+def actions_table(round_: int, applied: Applied, log_idle: bool, platforms: PlatformEnum
+                  ) -> pa.Table:
     """Every decision with its outcome (status 'ok' or the rejection reason)."""
     a = applied.actions
     keep = np.ones(len(a), dtype=bool) if log_idle else a.action != 0
     n = int(keep.sum())
     return pa.table({
         "round": _const(round_, n),
-        "platform": enum_array(a.platform[keep], PLATFORM_ENUM),
+        "platform": platforms.array(a.platform[keep]),
         "agent": pa.array(a.agent[keep]),
         "slot": pa.array(a.slot[keep]),
         "action": enum_array(a.action[keep], ACTION_ENUM),
@@ -138,22 +160,22 @@ def trust_table(round_: int, applied: Applied) -> pa.Table:
 
 
 def follows_table(round_: int, platform: np.ndarray, follower: np.ndarray,
-                  followee: np.ndarray, op: np.ndarray) -> pa.Table:
+                  followee: np.ndarray, op: np.ndarray, platforms: PlatformEnum) -> pa.Table:
     """Follow-graph changes; op codes index FOLLOW_ENUM (0 init, 1 follow, 2 unfollow)."""
     return pa.table({
         "round": _const(round_, len(follower)),
-        "platform": enum_array(platform, PLATFORM_ENUM),
+        "platform": platforms.array(platform),
         "follower": pa.array(np.asarray(follower, dtype=np.int32)),
         "followee": pa.array(np.asarray(followee, dtype=np.int32)),
         "op": enum_array(op, FOLLOW_ENUM),
     })
 
 
-def applied_follows_table(round_: int, applied: Applied) -> pa.Table:
+def applied_follows_table(round_: int, applied: Applied, platforms: PlatformEnum) -> pa.Table:
     """This round's follows and unfollows."""
     f = applied.follows
     op = np.where(np.asarray(f["op"]) > 0, 1, 2)
-    return follows_table(round_, f["platform"], f["follower"], f["followee"], op)
+    return follows_table(round_, f["platform"], f["follower"], f["followee"], op, platforms)
 
 
 def topics_table(cfg) -> pa.Table:
@@ -169,7 +191,7 @@ def agents_table(world: World, ids: np.ndarray) -> pa.Table:
     """Rows of the agents table for some agents (all at round 0, newcomers later)."""
     frame = world.population.to_frame(world.cfg.topic_names).iloc[ids]
     frame = frame[[c for c in frame.columns if not c.startswith("interest_")]]
-    for name in ("twitter", "reddit"):
+    for name in world.cfg.platforms.names():
         plat = world.platforms.get(name)
         frame[f"on_{name}"] = plat.members[ids] if plat is not None else False
     frame["joined_round"] = world.joined[ids]
@@ -262,5 +284,6 @@ def initial_follows_table(world: World) -> pa.Table:
     for plat in world.platforms.values():
         src, dst = plat.graph.edge_arrays()
         parts.append(follows_table(0, np.full(len(src), plat.code), src, dst,
-                                   np.zeros(len(src), dtype=np.int8)))
+                                   np.zeros(len(src), dtype=np.int8),
+                                   PlatformEnum.of(world.cfg)))
     return pa.concat_tables(parts)

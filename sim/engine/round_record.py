@@ -12,15 +12,13 @@ import numpy as np
 
 from memory.context import quote
 from memory.round_memory import MemoryItem, RoundMemory
-from sim.config.model import MemoryConfig
+from sim.config import MemoryConfig
 from sim.core.posts import PostKind
 from sim.engine.apply import Applied
 from sim.engine.interventions import Fired
 from sim.engine.schedule import round_start
+from sim.platforms.spec import by_code
 from sim.world.interventions import NEWS_AUTHOR
-from sim.world.platform import PLATFORM_NAMES
-
-PLATFORM_LABEL = {"twitter": "Twitter", "reddit": "Reddit"}
 
 
 def round_header(cfg, round_: int) -> str:
@@ -56,10 +54,10 @@ def round_items(world, memory: RoundMemory, cfg: MemoryConfig, round_: int, appl
                                     audience=audience))
     for post in fired.post_ids:  # posts by the news account
         if posts.author[post] == NEWS_AUTHOR and posts.kind[post] == PostKind.POST:
-            platform = PLATFORM_NAMES[int(posts.platform[post])]
+            platform = by_code()[int(posts.platform[post])]
             items.append(MemoryItem(memory.new_id(), round_, "news",
-                                    f"News on {PLATFORM_LABEL[platform]}: "
-                                    f"{quote(posts.text[post])}", 50.0, platform=platform,
+                                    f"News on {platform.label}: "
+                                    f"{quote(posts.text[post])}", 50.0, platform=platform.name,
                                     posts=[post]))
 
     items += _top_posts(world, memory, cfg, round_, applied)
@@ -96,12 +94,12 @@ def _top_posts(world, memory: RoundMemory, cfg: MemoryConfig, round_: int,
         post, n = int(uniq[k]), int(counts[k])
         author = int(posts.author[post])
         who = f"@{users[author]}" if author >= 0 else "the news"
-        platform = PLATFORM_NAMES[int(posts.platform[post])]
+        platform = by_code()[int(posts.platform[post])]
         up = int((applied.counters.get("up", np.empty(0)) == post).sum())
         text = posts.text[post] or posts.text[int(posts.root[post])]
         out.append(MemoryItem(
             memory.new_id(), round_, "post",
-            f"{who} on {PLATFORM_LABEL[platform]}: {quote(text)} ({n} reactions this round, "
+            f"{who} on {platform.label}: {quote(text)} ({n} reactions this round, "
             f"{up} of them likes)", float(n), pinned=rank == 0 and n >= cfg.pin_engagement,
-            platform=platform, posts=[post]))
+            platform=platform.name, posts=[post]))
     return out

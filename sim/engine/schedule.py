@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
-from sim.config.model import Config
+from sim.config import Config
 from sim.core.counter_rng import CounterRNG, Purpose
 
 

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import httpx
 import orjson
 
-from sim.config.model import ProviderConfig
+from sim.config.llm import ProviderConfig
+from sim.core.registry import CHAT_MODELS
 
 RETRYABLE = {408, 409, 425, 429, 500, 502, 503, 504}
 
@@ -79,6 +80,7 @@ class CallResult:
     base_url: str
 
 
+@CHAT_MODELS.register("openai", config=ProviderConfig)
 class LLMClient:
     """Calls one provider on behalf of one shard."""
 

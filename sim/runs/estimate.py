@@ -21,7 +21,7 @@ import duckdb
 
 from agents.llm_tools import json_instructions, tools
 from memory.tokens import count
-from sim.config.model import Config
+from sim.config import Config
 from sim.core.errors import InputError
 from sim.runs.run import create_run, run_rounds
 
@@ -95,7 +95,7 @@ def estimate(cfg: Config, completion_tokens: int = TYPICAL_COMPLETION) -> Estima
     for p in cfg.llm.providers:
         mine = turns[turns["provider"] == p.name]
         overhead = mine["platform"].map(
-            {name: _overhead(cfg, p.tools, name) for name in ("twitter", "reddit")})
+            {name: _overhead(cfg, p.tools, name) for name in cfg.platforms.enabled()})
         prompt = mine["tokens"] + overhead
         calls = len(mine)
         typical, ceiling = calls * completion_tokens, calls * p.max_tokens

@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-from sim.config.interventions import MUTABLE_PREFIXES
-from sim.config.model import ConfigError, apply_overrides, config_hash, parse_config, resolved_dict
+from sim.config import ConfigError, apply_overrides, config_hash, parse_config, resolved_dict
+from sim.config.interventions import MUTABLE_SECTIONS, mutable
+from sim.config.platforms import MUTABLE_FIELDS
 from sim.core.errors import InputError
 from sim.engine.agent_history import newly_tracked, rebuild_history
 from sim.engine.interventions import check_against_population, check_settings
@@ -56,11 +57,10 @@ def fork_config(parent_cfg_dict: dict, fork_round: int, sets: list[str],
     data = copy.deepcopy(parent_cfg_dict)  # overrides edit nested dicts in place
     for item in sets:
         key = item.split("=", 1)[0].strip()
-        if not key.startswith(MUTABLE_PREFIXES) or key.startswith("interventions"):
+        if not mutable(key):
             raise InputError(f"--set {key}: cannot be changed in a fork (it only shaped "
-                             "round 0); changeable: policy, beliefs, activity, memory, "
-                             "recommenders, feed sizes, participation, rounds, seed, "
-                             "executor, output, checkpoints")
+                             f"round 0); changeable: {', '.join(MUTABLE_SECTIONS)}, and "
+                             f"platforms.<name>.{{{','.join(MUTABLE_FIELDS)}}}")
     data = apply_overrides(data, list(sets))
     if seed is not None:
         data["seed"] = seed
@@ -127,7 +127,7 @@ def fork_run(parent: str | Path, fork_round: int, sets: list[str] | None = None,
     run_dir.root.mkdir(parents=True, exist_ok=False)
     try:
         run_dir.config.write_text(yaml.safe_dump(resolved_dict(cfg), sort_keys=False))
-        db = TrajectoryStore(run_dir.db, create=True)
+        db = TrajectoryStore(run_dir.db, cfg.platforms.names())
         _write_fork_setup(db, world, run_dir, lineage)
         if cfg.output.live_parquet:  # a running fork's own static tables, for live readers
             LiveMirror(run_dir.root).write(0, {"topics": topics_table(cfg), "agents":

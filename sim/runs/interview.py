@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from agents.prompt import INTERVIEW, SectionSpec, build_context
 from memory.context import Assembled
-from sim.config.model import ProviderConfig
+from sim.config.llm import ProviderConfig
 from sim.core.errors import InputError
 from sim.engine.agent_context import context_inputs
 from sim.llm.chat import strip_reasoning

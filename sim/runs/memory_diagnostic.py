@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from agents.prompt import SectionSpec, build_context
-from sim.config.model import Config, apply_overrides, parse_config, resolved_dict
+from sim.config import Config, apply_overrides, parse_config, resolved_dict
 from sim.core.counter_rng import CounterRNG
 from sim.core.errors import InputError
 from sim.engine.agent_context import context_inputs

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from sim.config.model import Config, config_hash, resolved_dict
+from sim.config import Config, config_hash, resolved_dict
 from sim.core.errors import InputError, ProviderDown
 from sim.engine.checkpointing import initial_delta
 from sim.engine.driver import RoundDriver, RoundStats
@@ -124,7 +124,7 @@ def create_run(cfg: Config, lineage: dict | None = None) -> Run:
     run_dir.root.mkdir(parents=True, exist_ok=False)
     try:
         run_dir.config.write_text(yaml.safe_dump(resolved_dict(cfg), sort_keys=False))
-        store = TrajectoryStore(run_dir.db, create=True)
+        store = TrajectoryStore(run_dir.db, cfg.platforms.names())
         _write_setup(store, world, run_dir, lineage or {}, fired)
         run_dir.checkpoints.write(initial_delta(world, fired), snapshot(world))
         run_dir.write_meta(run_id=run_dir.run_id, name=cfg.name, config_hash=config_hash(cfg),

@@ -52,7 +52,7 @@ from sim.analysis.sweeps import (
     members_frame,
     summarize_members,
 )
-from sim.config.model import Config, load_config, parse_config, resolved_dict
+from sim.config import Config, load_config, parse_config, resolved_dict
 from sim.core.errors import InputError
 from sim.engine.executors import ensure_ray
 

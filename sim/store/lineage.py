@@ -27,7 +27,7 @@ import pandas as pd
 from sim.core.errors import InputError
 from sim.store.live_mirror import LiveMirror
 from sim.store.run_dir import RunDir, open_run_dir
-from sim.store.trajectory import SCHEMA, TABLES
+from sim.store.schema import TABLES, schema
 
 # The order rows come back in: by round, then the table's natural key (tables not listed
 # here have `round` as their first column and are sorted by all their columns).
@@ -180,7 +180,7 @@ def _live_connection(run_dir: RunDir, table: str) -> duckdb.DuckDBPyConnection:
         raise InputError(f"run {run_dir.run_id} is being written; set output.live_parquet: "
                          "true to read it while it runs, or wait for it to finish")
     con = duckdb.connect()
-    con.execute(SCHEMA)
+    con.execute(schema(run_dir.platform_names()))
     if any((mirror.root / table).glob("round=*.parquet")):
         con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM "
                     "read_parquet($glob, hive_partitioning = false)",

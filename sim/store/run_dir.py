@@ -17,6 +17,8 @@ from datetime import datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+import yaml
+
 from sim.core.errors import InputError
 from sim.store.checkpoints import CheckpointStore
 
@@ -75,6 +77,11 @@ class RunDir:
     def read_meta(self) -> dict:
         """run.json as a dict."""
         return json.loads(self.meta.read_text())
+
+    def platform_names(self) -> list[str]:
+        """The run's platforms (enabled or not), in code order, as its config lists them."""
+        cfg = yaml.safe_load(self.config.read_text()) or {}
+        return list(cfg.get("platforms") or {})
 
 
 def new_run_id(name: str) -> str:

@@ -14,9 +14,10 @@ from beliefs.exposure import ExposureHistory
 from beliefs.rules import make_rule
 from beliefs.state import BeliefState
 from beliefs.trust import TrustStore
-from sim.config.model import Config, parse_config, resolved_dict
+from sim.config import Config, parse_config, resolved_dict
 from sim.core.follow_graph import FollowGraph
 from sim.core.posts import PostStore
+from sim.platforms.spec import platform_slots, spec
 from sim.store.checkpoints import (
     FORMAT,
     CheckpointStore,
@@ -28,7 +29,7 @@ from sim.store.checkpoints import (
     union_keys,
 )
 from sim.world.interventions import Interventions
-from sim.world.platform import PLATFORM_CODES, Platform
+from sim.world.platform import Platform
 from sim.world.world import World
 
 
@@ -99,9 +100,9 @@ def restore_world(store: CheckpointStore, round_: int, cfg: Config | None = None
 
     platforms = {}
     for name in cfg.platforms.enabled():
-        code = PLATFORM_CODES[name]
+        code = spec(name).code
         graph = _restore_graph(deltas, code, n)
-        plat = Platform.create(name, getattr(cfg.platforms, name),
+        plat = Platform.create(name, cfg.platforms.get(name),
                                snap.arrays[f"members.{code}"].astype(bool), graph)
         plat.votes.keys = union_keys([d.arrays[f"votes.{code}"] for d in deltas
                                       if f"votes.{code}" in d.arrays])
@@ -141,7 +142,7 @@ def _restore_posts(deltas: list[RoundDelta], n_topics: int) -> PostStore:
     for name in PostStore.COUNTERS:
         state[name] = np.zeros(len(ids), dtype=np.int32)
     state["text"] = texts
-    posts = PostStore.from_state(state, n_topics, len(PLATFORM_CODES))
+    posts = PostStore.from_state(state, n_topics, platform_slots())
     posts.increment({name: concat([d.arrays.get(f"counters.{name}", np.empty(0, np.int64))
                                    for d in deltas], np.int64)
                      for name in PostStore.COUNTERS})

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.config.model import Config
+from sim.config import Config
 
 NEWS_AUTHOR = -1  # the author id of posts by the platforms' news accounts
 

@@ -1,4 +1,5 @@
-"""A platform (Twitter-like or Reddit-like): its members, follow graph, votes and indexes.
+"""A platform's state: its members, follow graph, votes and feed indexes (what kind of
+platform it is, its spec, is in sim.platforms).
 
 The platform owns what is specific to it; the post table is shared (global ids). Indexes
 kept here so that feeds never scan the post table:
@@ -15,48 +16,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.config.model import PlatformConfig
+from sim.config.platforms import PlatformConfig
 from sim.core.follow_graph import FollowGraph, expand_csr
 from sim.core.keys import SortedKeySet, pack
-from sim.core.posts import PostKind
 from sim.core.rowsets import newest_per_row, push_newest
-from sim.core.vocabulary import ActionType
-
-PLATFORM_CODES = {"twitter": 0, "reddit": 1}
-
-# Kinds that appear as feed items: Reddit feeds show submissions (comments hang off them);
-# events are pinned by the driver, never recommended.
-FEEDABLE = {
-    "twitter": np.array([PostKind.POST, PostKind.REPOST, PostKind.QUOTE, PostKind.REPLY]),
-    "reddit": np.array([PostKind.POST]),
-}
-PLATFORM_NAMES = {v: k for k, v in PLATFORM_CODES.items()}
+from sim.platforms.spec import PlatformSpec, spec
 
 
-@dataclass(frozen=True)
-class PlatformSpec:
-    """The action space of a platform kind."""
-
-    name: str
-    actions: frozenset[ActionType]
-    vote_up: ActionType | None
-    vote_down: ActionType | None
-
-
-SPECS = {
-    "twitter": PlatformSpec(
-        "twitter",
-        frozenset({ActionType.DO_NOTHING, ActionType.POST, ActionType.REPOST, ActionType.QUOTE,
-                   ActionType.REPLY, ActionType.LIKE, ActionType.FOLLOW, ActionType.UNFOLLOW}),
-        vote_up=ActionType.LIKE, vote_down=None,
-    ),
-    "reddit": PlatformSpec(
-        "reddit",
-        frozenset({ActionType.DO_NOTHING, ActionType.POST, ActionType.COMMENT,
-                   ActionType.UPVOTE, ActionType.DOWNVOTE, ActionType.FOLLOW}),
-        vote_up=ActionType.UPVOTE, vote_down=ActionType.DOWNVOTE,
-    ),
-}
+def feed_kinds(name: str) -> np.ndarray:
+    """The post kinds platform `name`'s feeds show (events are pinned, never recommended)."""
+    return np.asarray(spec(name).feed_kinds, dtype=np.int8)
 
 
 @dataclass
@@ -75,8 +44,8 @@ class Platform:
 
     @property
     def spec(self) -> PlatformSpec:
-        """This platform's action space."""
-        return SPECS[self.name]
+        """What this platform is (actions, feed, labels)."""
+        return spec(self.name)
 
     @property
     def k(self) -> int:
@@ -88,7 +57,7 @@ class Platform:
                graph: FollowGraph) -> Platform:
         """A fresh platform with empty indexes."""
         n, k = len(members), cfg.feed_size
-        return cls(name=name, code=PLATFORM_CODES[name], cfg=cfg, members=members, graph=graph,
+        return cls(name=name, code=spec(name).code, cfg=cfg, members=members, graph=graph,
                    recent=np.full((n, k), -1, np.int64), inbox=np.full((n, k), -1, np.int64))
 
     def reconfigure(self, cfg: PlatformConfig, posts) -> None:
@@ -105,7 +74,7 @@ class Platform:
         self.inbox = np.full((n, self.k), -1, np.int64)
         if posts.n:
             ids = np.arange(posts.n, dtype=np.int64)
-            mine = (posts.platform == self.code) & np.isin(posts.kind, FEEDABLE[self.name])
+            mine = (posts.platform == self.code) & np.isin(posts.kind, feed_kinds(self.name))
             mine &= posts.author >= 0
             self.recent = newest_per_row(posts.author[mine].astype(np.int64), ids[mine],
                                          n, self.k)

@@ -17,18 +17,21 @@ from beliefs.exposure import ExposureHistory
 from beliefs.rules import make_rule
 from beliefs.state import BeliefState
 from beliefs.trust import TrustStore
-from memory.compaction import ExtractiveSummarizer, Summarizer
+from memory.compaction import Summarizer
 from memory.digest import CrossPlatformDigest
 from memory.notifications import Notifications
 from memory.round_memory import MemorySettings, RoundMemory
-from sim.config.model import Config
+from sim.config import Config
 from sim.core.counter_rng import CounterRNG
 from sim.core.errors import InputError
 from sim.core.follow_graph import FollowGraph
 from sim.core.posts import PostStore
+from sim.core.registry import SUMMARIZERS
+from sim.platforms.spec import platform_slots, spec
 from sim.world.graph_init import initial_edges
 from sim.world.interventions import Interventions
 from sim.world.platform import Platform
+from sim.world.selection import select
 
 # Keys of the seeded numpy generators used for round-0 construction.
 _POPULATION, _STANCES, _GRAPH, _MEMBERSHIP, _LLM_AGENTS = 1, 2, 3, 4, 5
@@ -92,15 +95,8 @@ class World:
         if llm is None:
             return {}
         a, pop = llm.agents, self.population
-        mask = np.ones(pop.size, dtype=bool)
-        if a.ids is not None:
-            mask = np.zeros(pop.size, dtype=bool)
-            mask[[i for i in a.ids if i < pop.size]] = True
-        if a.groups is not None:
-            mask &= pop.group_mask(a.groups)
-        if a.fraction < 1.0:
-            rng = CounterRNG(self.cfg.seed).generator(_LLM_AGENTS)
-            mask &= rng.random(pop.size) < a.fraction
+        seed = self.cfg.seed
+        mask = select(a, pop, lambda: CounterRNG(seed).generator(_LLM_AGENTS), "llm.agents")
         mask &= self.alive
         out = {}
         for agent in np.nonzero(mask)[0].tolist():
@@ -121,14 +117,8 @@ class World:
 
 
 def make_summarizer(cfg: Config) -> Summarizer:
-    """The compaction summariser the config asks for."""
-    m = cfg.memory
-    if m.summarizer == "llm":
-        from memory.llm_summarizer import LLMSummarizer
-
-        provider = cfg.llm.provider(cfg.llm.summarizer_provider)  # checked by the config
-        return LLMSummarizer(provider, m.input_tokens, m.summary_tokens, m.narrative_tokens)
-    return ExtractiveSummarizer(m.input_tokens, m.summary_tokens, m.narrative_tokens)
+    """The compaction summariser the config asks for (any registered one)."""
+    return SUMMARIZERS.create(cfg.memory.summarizer, cfg.memory, cfg.llm)
 
 
 def make_round_memory(cfg: Config) -> RoundMemory:
@@ -210,28 +200,11 @@ def _number(raw: str, low: float, high: float, where: str, field: str) -> float:
 
 
 def membership(cfg: Config, name: str, pop: Population) -> np.ndarray:
-    """Which agents join platform `name`: ids, groups, and a seeded fraction."""
-    m = getattr(cfg.platforms, name).members
-    n = pop.size
-    mask = np.ones(n, dtype=bool)
-    if m.ids is not None:
-        ids = np.asarray(m.ids, dtype=np.int64)
-        bad = ids[(ids < 0) | (ids >= n)]
-        if len(bad):
-            raise InputError(f"platforms.{name}.members.ids: no agent {int(bad[0])} "
-                             f"(population has {n})")
-        mask = np.zeros(n, dtype=bool)
-        mask[ids] = True
-    if m.groups is not None:
-        unknown = sorted(set(m.groups) - set(pop.group_names))
-        if unknown:
-            raise InputError(f"platforms.{name}.members.groups: unknown groups {unknown}; "
-                             f"the population has {pop.group_names}")
-        mask &= pop.group_mask(m.groups)
-    if m.fraction < 1.0:
-        rng = CounterRNG(cfg.seed).generator(_MEMBERSHIP, ["twitter", "reddit"].index(name))
-        mask &= rng.random(n) < m.fraction
-    return mask
+    """Which agents join platform `name` (its `members` selector)."""
+    code = spec(name).code
+    return select(cfg.platforms.get(name).members, pop,
+                  lambda: CounterRNG(cfg.seed).generator(_MEMBERSHIP, code),
+                  f"platforms.{name}.members")
 
 
 def build_world(cfg: Config, population: Population | None = None) -> World:
@@ -241,10 +214,8 @@ def build_world(cfg: Config, population: Population | None = None) -> World:
     src, dst = initial_edges(cfg.graph, pop, CounterRNG(cfg.seed).generator(_GRAPH))
     graph_platforms = cfg.graph.platforms or cfg.platforms.enabled()
     platforms = {}
-    for code, name in enumerate(("twitter", "reddit")):
-        pcfg = getattr(cfg.platforms, name)
-        if not pcfg.enabled:
-            continue
+    for name in cfg.platforms.enabled():
+        pcfg = cfg.platforms.get(name)
         members = membership(cfg, name, pop)
         if name in graph_platforms:
             keep = members[src] & members[dst]
@@ -252,10 +223,9 @@ def build_world(cfg: Config, population: Population | None = None) -> World:
         else:
             graph = FollowGraph(pop.size)
         platforms[name] = Platform.create(name, pcfg, members, graph)
-        assert platforms[name].code == code
     rule = make_rule(cfg.beliefs.update)
     history = ExposureHistory(cfg.beliefs.novelty_window_rounds) if rule.uses_novelty else None
     return World(
         cfg=cfg, population=pop, beliefs=beliefs, trust=TrustStore(cfg.beliefs.trust.initial),
-        history=history, posts=PostStore(len(cfg.topics), 2), platforms=platforms,
+        history=history, posts=PostStore(len(cfg.topics), platform_slots()), platforms=platforms,
     )

@@ -39,9 +39,9 @@ def positions(df: pd.DataFrame, round_: int) -> np.ndarray:
 
 def test_every_rule_has_a_model_config() -> None:
     """One config per registered rule."""
-    from beliefs.rules import RULES
+    from sim.core.registry import BELIEF_RULES
 
-    assert {p.stem for p in MODELS.glob("*.yaml")} == set(RULES)
+    assert {p.stem for p in MODELS.glob("*.yaml")} == set(BELIEF_RULES.names())
 
 
 def test_deffuant_config_splits_into_two_clusters_via_the_console_script(tmp_path) -> None:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from beliefs.exposure import ExposureHistory
-from beliefs.rules import RULES, Exposures, UpdateContext, make_rule
+from beliefs.rules import Exposures, UpdateContext, make_rule
 from beliefs.rules.partners import (
     Draw,
     conflict_free,
@@ -19,11 +19,12 @@ from beliefs.rules.partners import (
 )
 from beliefs.state import BeliefState
 from beliefs.trust import TrustStore
-from sim.config.model import PLATFORMS
 from sim.core.counter_rng import CounterRNG, Purpose
 from sim.core.errors import ConfigError
 from sim.core.follow_graph import FollowGraph
 from sim.core.posts import NewPosts, PostStore
+from sim.core.registry import BELIEF_RULES
+from sim.platforms.spec import MAX_CODE
 from tests.validation.harness import rule_config, run_rule
 from tests.validation.networks import strongly_connected_graph
 
@@ -277,7 +278,7 @@ def test_direct_modes_are_deterministic_and_spare_the_dead(rule: str, mode: str)
 def test_draw_purposes_are_not_used_by_the_engine() -> None:
     """Engine purposes are enum + 100·platform + 1000·slot (slot < 10, feed attempts < 4);
     the belief draws use none of those keys, and each other's neither."""
-    used = {p + 100 * k + 1000 * s for p in Purpose for k in range(len(PLATFORMS))
+    used = {p + 100 * k + 1000 * s for p in Purpose for k in range(MAX_CODE + 1)
             for s in range(10)}
     ours = [int(d) for d in Draw]
     assert len(set(ours)) == len(ours)
@@ -292,7 +293,7 @@ def test_flags() -> None:
                  "algorithmic_bias"):
         assert make_rule(rule_config({"rule": name, "skip_seen": True})).uses_novelty
         assert not make_rule(rule_config({"rule": name})).uses_novelty
-    assert set(RULES) >= {"social_influence", "bounded_confidence"}
+    assert set(BELIEF_RULES.names()) >= {"social_influence", "bounded_confidence"}
 
 
 @pytest.mark.parametrize(("update", "message"), [
@@ -306,7 +307,7 @@ def test_flags() -> None:
 ])
 def test_config_errors_name_the_field(quickstart_dict, update: dict, message: str) -> None:
     """Bad rule parameters are config errors that name the field and the problem."""
-    from sim.config.model import parse_config
+    from sim.config import parse_config
 
     with pytest.raises(ConfigError) as err:
         parse_config({**quickstart_dict, "beliefs": {"update": update}})

@@ -1,0 +1,42 @@
+"""Config models the opinion-dynamics rules share (each rule's own model lives with the
+rule and registers with it). Thresholds are on Shoal's [-1, 1] scale: a threshold ε'
+stated on [0, 1] in the literature is ε = 2ε' here."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from sim.config.base import Strict
+
+BeliefMode = Literal["exposures", "pairs", "neighbours", "complete"]
+Epsilon = Annotated[float, Field(gt=0, le=2)]
+
+
+class Dynamics(Strict):
+    """What every opinion-dynamics rule shares: who an agent is influenced by each round
+    (`mode`), and whether exposures to posts it had already seen count (`skip_seen`)."""
+
+    mode: BeliefMode = "exposures"
+    skip_seen: bool = False
+
+    @model_validator(mode="after")
+    def _skip_seen(self):
+        if self.skip_seen and self.mode != "exposures":
+            raise ValueError("skip_seen applies to mode 'exposures' only")
+        return self
+
+
+class Averaging(Dynamics):
+    """Weighted-average rules: weight of oneself and of each influence."""
+
+    self_weight: float | None = Field(default=None, ge=0, le=1)
+    weights: Literal["uniform", "trust"] = "uniform"
+
+    @model_validator(mode="after")
+    def _trust_needs_pairs(self):
+        if self.weights == "trust" and self.mode == "complete":
+            raise ValueError("weights 'trust' needs mode exposures, pairs or neighbours "
+                             "(mode 'complete' weights everyone equally)")
+        return self

@@ -1,0 +1,298 @@
+"""Reading a config: YAML in, a validated and resolved `Config` out, and every problem as
+`file:line: path.to.field: what is wrong`.
+
+`load_config` reads a file (applying `--set` overrides), `parse_config` validates a
+mapping, `resolved_dict` / `config_hash` give the form stored with a run.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from sim.config.base import PartOf
+from sim.config.model import Config
+from sim.config.platforms import PlatformsOf
+from sim.core.errors import ConfigError
+from sim.core.registry import REGISTRIES
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A SafeLoader that rejects duplicate keys instead of silently keeping the last."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False):
+    seen: set[object] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping
+)
+
+
+def _line_of(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """1-based line of the YAML node at `loc`, or of the deepest ancestor that exists."""
+    node, line = root, (root.start_mark.line + 1 if root is not None else None)
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            nxt = next((v for k, v in node.value if getattr(k, "value", None) == str(part)), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            nxt = node.value[part] if part < len(node.value) else None
+        else:
+            nxt = None
+        if nxt is None:
+            break
+        node, line = nxt, nxt.start_mark.line + 1
+    return line
+
+
+def _part_names() -> set[str]:
+    """Every registered part name of the families whose configs carry a tag."""
+    return {p.name for r in REGISTRIES if r.tag for p in r}
+
+
+def _field_path(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
+    """The user's field path for a pydantic error location.
+
+    Pydantic puts union tags (`uniform`, `popularity`, ...) and validator names into `loc`;
+    walking the input data tells them apart from real keys (a section that leaves its tag
+    out, meaning the default part, has the default's name in `loc`).
+    """
+    path: list[Any] = []
+    names = None
+    for part in loc:
+        in_list = isinstance(data, list) and isinstance(part, int) and part < len(data)
+        if (isinstance(data, dict) and part in data) or in_list:
+            path.append(part)
+            data = data[part]
+            continue
+        if isinstance(part, str) and isinstance(data, dict) and names is None:
+            names = _part_names()
+        if isinstance(part, str) and (
+            part.startswith("function-")
+            or (isinstance(data, dict) and (part in (data.get("kind"), data.get("rule"),
+                                                     data.get("dist")) or part in names))
+            or isinstance(data, str | int | float)
+        ):
+            continue
+        path.append(part)
+        data = None
+    return tuple(path)
+
+
+def _models_in(field: Any) -> tuple[list[type[BaseModel]], str | None, str | None]:
+    """The pydantic models a field (or an annotation) can hold, with the tag that tells
+    them apart and the model used when the tag is left out."""
+    for meta in getattr(field, "metadata", ()) or ():
+        if isinstance(meta, PartOf):
+            return list(meta.models().values()), meta.registry.tag, meta.registry.default
+        if isinstance(meta, PlatformsOf):
+            return [meta.model()], None, None
+    annotation = getattr(field, "annotation", field)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation], None, None
+    found: list[type[BaseModel]] = []
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found += _models_in(arg)[0]
+    origin = getattr(annotation, "__origin__", None)
+    if origin is not None and origin is not annotation and not found:
+        found += _models_in(origin)[0]
+    return found, None, None
+
+
+def _pick(models: list[type[BaseModel]], data: Any, tag: str | None = None,
+          default: str | None = None) -> type[BaseModel] | None:
+    """Of a union's models, the one whose tag (kind/rule/dist) matches the input."""
+    if len(models) == 1:
+        return models[0]
+    if isinstance(data, str) and tag:
+        data = {tag: data}
+    if isinstance(data, dict) and tag and tag not in data and default:
+        data = {tag: default}
+    if isinstance(data, dict):
+        for model in models:
+            for key in ((tag,) if tag else ("kind", "rule", "dist")):
+                field = model.model_fields.get(key)
+                if field is not None and data.get(key) in getattr(field.annotation, "__args__", ()):
+                    return model
+    return None
+
+
+def _allowed_fields(path: tuple[Any, ...], data: Any) -> list[str]:
+    """Field names valid in the mapping at `path` (for 'did you mean' hints); best effort."""
+    model: type[BaseModel] | None = Config
+    for part in path:
+        if model is None:
+            return []
+        field = model.model_fields.get(str(part))
+        data = data.get(part) if isinstance(data, dict) else None
+        if field is None:
+            return []
+        model = _pick(*_models_in(field)[:1], data, *_models_in(field)[1:])
+    return list(model.model_fields) if model is not None else []
+
+
+def _describe(err: dict[str, Any], path: tuple[Any, ...], data: Any) -> str:
+    """Turn one pydantic error into 'must be > 0, got -3' style text."""
+    kind, ctx, got = err["type"], err.get("ctx") or {}, err.get("input")
+    ops = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
+           "less_than_equal": "<="}
+    if kind in ops:
+        bound = next(iter(ctx.values()))
+        return f"must be {ops[kind]} {bound}, got {got!r}"
+    if kind == "extra_forbidden":
+        allowed = _allowed_fields(path[:-1], data)
+        close = difflib.get_close_matches(str(path[-1]), allowed, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"unknown field{hint}" + (f"; allowed: {', '.join(allowed)}" if allowed else "")
+    if kind == "missing":
+        return "required field is missing"
+    if kind in ("literal_error", "enum"):
+        return f"must be one of {ctx.get('expected')}, got {got!r}"
+    if kind == "union_tag_invalid":
+        return f"unknown kind {ctx.get('tag')!r}; expected one of {ctx.get('expected_tags')}"
+    if kind == "union_tag_not_found":
+        return f"needs a {ctx.get('discriminator')} field"
+    type_names = {"int_type": "an integer", "int_parsing": "an integer",
+                  "int_from_float": "an integer", "float_type": "a number",
+                  "float_parsing": "a number", "bool_type": "true or false",
+                  "bool_parsing": "true or false", "string_type": "a string",
+                  "list_type": "a list", "dict_type": "a mapping",
+                  "model_type": "a mapping", "model_attributes_type": "a mapping",
+                  "datetime_type": "a date-time", "datetime_parsing": "a date-time",
+                  "datetime_from_date_parsing": "a date-time"}
+    if kind in type_names:
+        return f"must be {type_names[kind]}, got {got!r}"
+    if kind == "too_short":
+        return f"must have at least {ctx.get('min_length')} item(s)"
+    msg = err["msg"]
+    return msg.removeprefix("Value error, ")
+
+
+def validation_problems(
+    exc: ValidationError, data: Any, root: yaml.Node | None = None, source: str | None = None
+) -> list[str]:
+    """Readable 'file:line: path: problem' lines for a pydantic ValidationError."""
+    problems = []
+    for err in exc.errors():
+        path = _field_path(err["loc"], data)
+        dotted = ".".join(str(p) for p in path)
+        line = _line_of(root, path) if root is not None else None
+        where = f"{source}:{line}: " if source and line else (f"{source}: " if source else "")
+        # Whole-config checks put the field path in their message themselves.
+        text = f"{where}{dotted + ': ' if dotted else ''}{_describe(err, path, data)}"
+        if text not in problems:
+            problems.append(text)
+    return problems
+
+
+def parse_config(data: Any, root: yaml.Node | None = None, source: str | None = None) -> Config:
+    """Validate a mapping into a Config, raising ConfigError with readable problems."""
+    if not isinstance(data, dict):
+        where = f"{source}: " if source else ""
+        raise ConfigError([f"{where}the config must be a YAML mapping, got {type(data).__name__}"])
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(validation_problems(exc, data, root, source)) from None
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
+    """Read, parse and validate a YAML config file; relative paths resolve against its folder.
+
+    `overrides` are `a.b=value` strings applied to the YAML before validation.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError([f"{path}: config file not found"])
+    text = path.read_text(encoding="utf-8")
+    try:
+        root = yaml.compose(text, Loader=_UniqueKeyLoader)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f":{mark.line + 1}" if mark else ""
+        raise ConfigError([f"{path}{line}: malformed YAML: {exc.problem or exc}"]) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{path}: malformed YAML: {exc}"]) from None
+    if overrides:
+        if not isinstance(data, dict):
+            raise ConfigError([f"{path}: the config must be a YAML mapping"])
+        data = apply_overrides(data, overrides)
+    cfg = parse_config(data, root, str(path))
+    return resolve_paths(cfg, path.parent)
+
+
+def resolve_paths(cfg: Config, base: Path) -> Config:
+    """Make the file fields absolute (relative to the config's folder) and check they exist."""
+    problems = []
+    for owner, field, dotted in (
+        (cfg.population, "file", "population.file"),
+        (cfg.initial_stances, "file", "initial_stances.file"),
+        (cfg.graph, "file", "graph.file"),
+    ):
+        value = getattr(owner, field, None)
+        if value is None:
+            continue
+        resolved = Path(value) if Path(value).is_absolute() else (base / value)
+        if not resolved.is_file():
+            problems.append(f"{dotted}: file not found: {value} (looked at {resolved})")
+        else:
+            setattr(owner, field, str(resolved.resolve()))
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+def resolved_dict(cfg: Config) -> dict[str, Any]:
+    """The config with every default filled in, as plain JSON-able data."""
+    return cfg.model_dump(mode="json")
+
+
+def config_hash(cfg: Config) -> str:
+    """A stable sha256 of the resolved config (canonical JSON)."""
+    blob = json.dumps(resolved_dict(cfg), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply `a.b.c=value` overrides (value parsed as YAML) to a raw config mapping. A
+    numeric part indexes an existing list (`llm.providers.0.model=gpt-4o-mini`)."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError([f"--set {item!r}: expected key=value"])
+        key, raw = item.split("=", 1)
+        parts = key.strip().split(".")
+        cur: Any = data
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            if isinstance(cur, list):
+                if not part.isdigit() or int(part) >= len(cur):
+                    raise ConfigError([f"--set {item!r}: {'.'.join(parts[:i]) or key} is a "
+                                       f"list of {len(cur)}; index it with 0..{len(cur) - 1}"])
+                part = int(part)
+                if last:
+                    cur[part] = yaml.safe_load(raw)
+                elif not isinstance(cur[part], dict | list):
+                    cur[part] = {}
+            elif last:
+                cur[part] = yaml.safe_load(raw)
+            elif not isinstance(cur.get(part), dict | list):
+                cur[part] = {}
+            if not last:
+                cur = cur[part]
+    return data

@@ -1,0 +1,73 @@
+"""What makes a platform: its spec. The engine, the policies, prompts and the store read
+everything platform-specific from here, so a new platform is a new spec registered in
+`sim.core.registry.PLATFORMS` (with its config model), and no edit elsewhere.
+
+`code` is the platform's number in arrays, random-stream keys and the trajectory's
+platform enum; it is fixed per platform (Shoal's own: 0 and 1) and must be below 10.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.core.errors import InputError
+from sim.core.posts import PostKind
+from sim.core.registry import PLATFORMS
+from sim.core.vocabulary import ActionType
+
+MAX_CODE = 9  # random-stream keys are purpose + 100·code + 1000·slot
+
+
+@dataclass(frozen=True)
+class PlatformSpec:
+    """A platform kind."""
+
+    name: str
+    code: int
+    label: str  # how agents and reports call it ("Twitter")
+    actions: tuple[ActionType, ...]  # what an agent may do there, in the order tools list them
+    engagements: tuple[ActionType, ...]  # what the rule policy may do with a feed item
+    feed_kinds: tuple[PostKind, ...]  # the kinds of post its feeds show
+    action_help: tuple[str, ...]  # one phrase per action, for the agent's instructions
+    votes_as_score: bool = False  # feeds show up − down as a score (else a like count)
+    enabled_by_default: bool = False  # on in every config that does not switch it off
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.code <= MAX_CODE:
+            raise InputError(f"platform {self.name!r}: code {self.code} must be in "
+                             f"0..{MAX_CODE}")
+        if ActionType.DO_NOTHING not in self.actions:
+            raise InputError(f"platform {self.name!r}: its actions must include do_nothing")
+
+
+def spec(name: str) -> PlatformSpec:
+    """The spec of platform `name`."""
+    return PLATFORMS.get(name).impl
+
+
+def by_code() -> dict[int, PlatformSpec]:
+    """Every registered platform's spec, by code (checked unique)."""
+    out: dict[int, PlatformSpec] = {}
+    for part in PLATFORMS:
+        s = part.impl
+        if s.code in out:
+            raise InputError(f"platforms {out[s.code].name!r} and {s.name!r} share the "
+                             f"code {s.code}")
+        out[s.code] = s
+    return dict(sorted(out.items()))
+
+
+def platform_slots() -> int:
+    """How many platform codes arrays indexed by code need room for."""
+    return max(by_code()) + 1
+
+
+def label(name: str) -> str:
+    """How agents are told the platform's name (the name itself if unknown)."""
+    return spec(name).label if name in PLATFORMS else name
+
+
+def register(platform: PlatformSpec, config: type) -> PlatformSpec:
+    """Register a platform spec with its config model."""
+    PLATFORMS.register(platform.name, config=config, impl=platform)
+    return platform
