@@ -1,0 +1,82 @@
+"""A toy plug-in: each part registers itself when this module is imported."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+from beliefs.rules.base import Exposures, UpdateContext, UpdateRule
+from beliefs.state import BeliefState
+from sim.config.base import Strict, part
+from sim.config.platforms import PlatformConfig
+from sim.core.posts import PostKind
+from sim.core.registry import BELIEF_RULES, RECOMMENDERS
+from sim.core.vocabulary import ActionType as A
+from sim.engine.recommenders import FeedContext, Recommender
+from sim.platforms.spec import PlatformSpec, register
+
+
+class Drift(Strict):
+    """Every living agent moves a fraction `rate` of the way towards `target`."""
+
+    rule: Literal["drift"]
+    target: float = Field(default=0.0, ge=-1, le=1)
+    rate: float = Field(default=0.1, gt=0, le=1)
+
+
+@BELIEF_RULES.register("drift", config=Drift)
+class DriftRule(UpdateRule):
+    def __init__(self, cfg: Drift):
+        self.cfg = cfg
+
+    def update(self, beliefs: BeliefState, exposures: Exposures, ctx: UpdateContext) -> None:
+        live = ctx.alive if ctx.alive is not None else slice(None)
+        x = beliefs.position[live]
+        beliefs.position[live] = x + self.cfg.rate * (self.cfg.target - x)
+
+
+class Echo(Strict):
+    """The newest posts of the window whose stance is closest to the reader's."""
+
+    kind: Literal["echo"]
+    window_rounds: int = Field(default=12, gt=0)
+
+
+@RECOMMENDERS.register("echo", config=Echo, feed_order="closest to your views")
+class EchoFeed(Recommender):
+    def __init__(self, cfg: Echo):
+        self.cfg = cfg
+
+    def feeds(self, ctx: FeedContext, agents: np.ndarray) -> np.ndarray:
+        k = ctx.platform.k
+        out = np.full((len(agents), k), -1, dtype=np.int64)
+        pool = ctx.window(self.cfg.window_rounds)
+        if not len(pool):
+            return out
+        stance = np.nan_to_num(ctx.posts.stance[pool], nan=0.0)  # [C, T]
+        gap = np.abs(ctx.position[agents][:, None, :] - stance[None]).sum(axis=2)
+        gap[ctx.posts.author[pool][None, :] == agents[:, None]] = np.inf
+        order = np.argsort(gap, axis=1, kind="stable")[:, :k]
+        picked = pool[order]
+        picked[np.take_along_axis(gap, order, axis=1) == np.inf] = -1
+        out[:, :picked.shape[1]] = picked
+        return out
+
+
+class TootConfig(PlatformConfig):
+    """A small microblog: posts and likes, fed by the echo recommender."""
+
+    enabled: bool = True
+    recommender: part(RECOMMENDERS) = Field(default="echo", validate_default=True)
+
+
+TOOT = register(PlatformSpec(
+    name="toot", code=2, label="Toot",
+    actions=(A.POST, A.LIKE, A.FOLLOW, A.DO_NOTHING),
+    engagements=(A.LIKE, A.FOLLOW),
+    feed_kinds=(PostKind.POST,),
+    action_help=("post (write a toot)", "like (like a toot)", "follow (follow its author)",
+                 "do_nothing"),
+), TootConfig)

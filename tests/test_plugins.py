@@ -1,0 +1,83 @@
+"""A third-party plug-in, installed as users install one, extends Shoal without an edit of
+its source: tests/plugin/ (its own pyproject.toml, entry point `shoal.plugins`) adds a
+belief rule, a recommender and a third platform, and a config uses all three."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+
+CONFIG = {
+    "name": "plugged", "seed": 3, "rounds": 6,
+    "population": {"size": 150},
+    "topics": ["issue"],
+    "activity": {"level": 0.8},
+    "platforms": {"twitter": {"recommender": {"kind": "echo", "window_rounds": 4}},
+                  "reddit": {"enabled": False},
+                  "toot": {"feed_size": 5, "members": {"fraction": 0.5}}},
+    "beliefs": {"update": {"rule": "drift", "target": 0.5, "rate": 0.2}},
+}
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The plug-in installed by pip into a folder of its own (not into the test venv)."""
+    tmp = tmp_path_factory.mktemp("plugin")
+    src = tmp / "src"
+    shutil.copytree(ROOT / "tests" / "plugin", src)
+    target = tmp / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                    "--no-build-isolation", "--target", str(target), str(src)], check=True)
+    assert list(target.glob("shoal_toy_plugin-*.dist-info/entry_points.txt"))
+    return target
+
+
+def shoal(args: list[str], site: Path | None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(site) if site else ""}
+    return subprocess.run([sys.executable, "-m", "sim.cli", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+
+
+def test_a_config_using_the_plugins_parts_runs(site, tmp_path):
+    path = tmp_path / "plugged.yaml"
+    path.write_text(yaml.safe_dump(CONFIG))
+    result = shoal(["run", str(path), "--out", str(tmp_path / "runs"), "--quiet"], site)
+    assert result.returncode == 0, result.stderr
+    (run,) = (tmp_path / "runs").iterdir()
+    con = duckdb.connect(str(run / "trajectory.duckdb"), read_only=True)
+    try:
+        platforms = dict(con.execute("SELECT platform::VARCHAR, count(*) FROM posts "
+                                     "GROUP BY 1").fetchall())
+        members = con.execute("SELECT count(*) FILTER (WHERE on_toot), count(*) "
+                              "FROM agents").fetchone()
+        actions = {r[0] for r in con.execute("SELECT DISTINCT action::VARCHAR FROM actions "
+                                             "WHERE platform = 'toot'").fetchall()}
+        means = con.execute("SELECT round, avg(position) FROM beliefs GROUP BY 1 "
+                            "ORDER BY 1").fetchall()
+    finally:
+        con.close()
+    assert platforms.get("toot", 0) > 0 and "reddit" not in platforms
+    assert 0 < members[0] < members[1]  # half the agents joined the toot platform
+    assert actions <= {"post", "like", "follow", "do_nothing"} and "post" in actions
+    # drift: every round closes a fifth of the gap to 0.5, exactly
+    gaps = [0.5 - m for _, m in means]
+    for before, after in itertools.pairwise(gaps):
+        assert after == pytest.approx(0.8 * before, abs=1e-9)
+
+
+def test_without_the_plugin_its_names_are_errors(tmp_path):
+    path = tmp_path / "plugged.yaml"
+    path.write_text(yaml.safe_dump(CONFIG))
+    result = shoal(["check", str(path)], None)
+    assert result.returncode == 2
+    assert "toot" in result.stderr and "Traceback" not in result.stderr
