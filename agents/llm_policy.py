@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from agents.observation import PlatformView, Prompt
 from beliefs.stance import estimate_stance
 from sim.config import Config
 from sim.core.vocabulary import SOURCE, STANCE_METHOD, ActionType
-from sim.llm.openai import CallResult, LLMClient
+from sim.llm.chat import ChatReply, ChatRequest, call_row, chat_model
 
 
 @dataclass
@@ -60,8 +60,8 @@ class LLMPolicy:
         self._tool_defs: dict[str, list[dict]] = {}
         self.json_only: set[str] = set()  # providers that refused tools: JSON in text
         self.clients = {
-            p.name: LLMClient(p, base_urls.get(p.name, p.base_urls),
-                              math.ceil(p.concurrency / n_shards), seed=cfg.seed)
+            p.name: chat_model(p, base_urls.get(p.name, p.base_urls),
+                               math.ceil(p.concurrency / n_shards), seed=cfg.seed)
             for p in self.llm.providers}
 
     def _tools(self, platform: str) -> list[dict]:
@@ -70,58 +70,47 @@ class LLMPolicy:
             self._tool_defs[platform] = tools(platform, self.topics)
         return self._tool_defs[platform]
 
-    def _body(self, prompt: Prompt, platform: str, agent: int, round_: int) -> dict:
+    def _request(self, prompt: Prompt, platform: str, agent: int, round_: int) -> ChatRequest:
         provider = self.llm.provider(prompt.provider)
         user = prompt.observation
-        body = {"model": provider.model, "temperature": provider.temperature,
-                "max_tokens": provider.max_tokens,
-                "seed": (self.cfg.seed * 1_000_003 + round_ * 7919 + agent) % 2**31}
+        tools_ = None
         if provider.tools == "native" and provider.name not in self.json_only:
-            body["tools"] = self._tools(platform)
-            body["tool_choice"] = "auto"
+            tools_ = self._tools(platform)
         else:
             user = f"{user}\n\n{json_instructions(platform, self.topics)}"
-        body["messages"] = [{"role": "system", "content": prompt.system},
-                            {"role": "user", "content": user}]
-        body.update(provider.extra_body)
-        return body
+        return ChatRequest(
+            messages=[{"role": "system", "content": prompt.system},
+                      {"role": "user", "content": user}],
+            tools=tools_, tool_choice="auto" if tools_ else None,
+            seed=(self.cfg.seed * 1_000_003 + round_ * 7919 + agent) % 2**31)
 
-    def _record(self, result: CallResult, prompt: Prompt, agent: int, platform: str,
+    def _record(self, result: ChatReply, prompt: Prompt, agent: int, platform: str,
                 round_: int, call: int) -> dict:
-        p = self.llm.provider(prompt.provider)
-        prompt_tokens = result.prompt_tokens if result.prompt_tokens is not None else sum(
-            v for k, v in prompt.section_tokens.items() if k in ("system", "observation"))
-        completion = result.completion_tokens or 0
-        return {"round": round_, "agent": agent, "platform": platform, "provider": p.name,
-                "model": p.model, "base_url": result.base_url, "call": call,
-                "status": result.status, "http_status": result.http_status,
-                "prompt_tokens": int(prompt_tokens), "completion_tokens": int(completion),
-                "section_tokens": json.dumps(prompt.section_tokens),
-                "latency_ms": result.latency_ms, "retries": result.retries,
-                "error": result.error, "outcome": "", "fallback_reason": "",
-                "cost_usd": (prompt_tokens * p.price_prompt_per_mtok
-                             + completion * p.price_completion_per_mtok) / 1e6}
+        sent = sum(v for k, v in prompt.section_tokens.items() if k in ("system", "observation"))
+        return call_row(result, self.llm.provider(prompt.provider), round_=round_, agent=agent,
+                        platform=platform, call=call, section_tokens=prompt.section_tokens,
+                        estimated_prompt_tokens=sent)
 
     async def _turn(self, view: PlatformView, row: int, round_: int) -> Turn:
         prompt = view.prompts[row]
         agent = int(view.agents[row])
         feed = {int(p) for p in view.feed[row] if p >= 0}
         client = self.clients[prompt.provider]
-        body = self._body(prompt, view.name, agent, round_)
+        request = self._request(prompt, view.name, agent, round_)
         calls: list[dict] = []
         why = ""
         repaired = False
         while True:  # the call, once more without tools if they are refused, one repair
-            result = await client.chat(body, key=agent)
+            result = await client.chat(request, key=agent)
             calls.append(self._record(result, prompt, agent, view.name, round_, len(calls) + 1))
             if result.status != "ok":
-                if "tools" in body and tools_refused(result):
+                if request.tools and tools_refused(result):
                     # A server without tool support (vLLM without a tool parser, Ollama
                     # models without tools, llama.cpp without --jinja): JSON in text from
                     # now on, for this provider, for the rest of the run.
                     self.json_only.add(prompt.provider)
                     calls[-1]["outcome"] = "tools_refused"
-                    body = self._body(prompt, view.name, agent, round_)
+                    request = self._request(prompt, view.name, agent, round_)
                     continue
                 return Turn(row, None, result.status, calls)
             parsed, why = parse_reply(result.message)
@@ -137,10 +126,10 @@ class LLMPolicy:
             if repaired:
                 return Turn(row, None, f"invalid: {why}", calls)
             repaired = True
-            body = {**body, "messages": [*body["messages"], _echo(result.message, parsed),
-                                         {"role": "user", "content":
-                                          f"That was not a possible action: {why}. Reply "
-                                          "again with exactly one action."}]}
+            request = replace(request, messages=[
+                *request.messages, _echo(result.message, parsed),
+                {"role": "user", "content": f"That was not a possible action: {why}. Reply "
+                                            "again with exactly one action."}])
 
     async def decide(self, view: PlatformView, rule: ActionBatch, round_: int
                      ) -> tuple[ActionBatch, list[dict]]:
@@ -152,8 +141,8 @@ class LLMPolicy:
         tasks = {asyncio.ensure_future(self._turn(view, i, round_)): i for i in rows}
         done, pending = await asyncio.wait(tasks, timeout=self.llm.round_deadline_s)
         turns = [t.result() for t in done]
-        cancelled = CallResult(None, "cancelled", None, "round deadline passed", 0, 0,
-                               1e3 * self.llm.round_deadline_s, 0, "")
+        cancelled = ChatReply(None, "cancelled", error="round deadline passed",
+                              latency_ms=1e3 * self.llm.round_deadline_s)
         for task in pending:  # stragglers: cancelled, they fall back
             task.cancel()
             i = tasks[task]
@@ -224,7 +213,7 @@ class LLMPolicy:
             await client.close()
 
 
-def tools_refused(result: CallResult) -> bool:
+def tools_refused(result: ChatReply) -> bool:
     """Did the server reject the request because of its tools (HTTP 400/422/500 whose
     error names them)?"""
     return result.http_status in (400, 422, 500) and "tool" in result.error.lower()

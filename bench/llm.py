@@ -8,7 +8,7 @@ would need. Reported per run:
 - round time / ideal, and the decide step alone / ideal (the decide step is the calls;
   the rest of a round is feeds, context assembly, apply, update and logging);
 - a baseline in the same run: the same number of calls with the same concurrency through
-  the same client (`agents.llm_client.LLMClient`), one prompt body replayed, no engine:
+  the same chat model (`sim.llm.chat.chat_model`), one prompt body replayed, no engine:
   what this machine's HTTP stack and server reach;
 - engine CPU time per call (this process only; the server runs in its own process);
 - prompt tokens per call (context total, tiktoken) at rounds 1, 10, 25, 50, 100: flat,
@@ -31,7 +31,7 @@ from pathlib import Path
 import duckdb
 
 from sim.config import load_config
-from sim.llm.openai import LLMClient
+from sim.llm.chat import ChatRequest, chat_model
 from sim.runs.run import create_run, run_rounds
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,13 +56,15 @@ def overrides(args: argparse.Namespace, out: str) -> list[str]:
 
 
 def baseline(url: str, body: dict, calls: int, concurrency: int, provider) -> float:
-    """Seconds for `calls` replays of one body through LLMClient at `concurrency`."""
-    client = LLMClient(provider, [url], concurrency)
+    """Seconds for `calls` replays of one request through the chat model at `concurrency`."""
+    client = chat_model(provider, [url], concurrency)
+    request = ChatRequest(messages=body["messages"], tools=body.get("tools"),
+                          tool_choice=body.get("tool_choice"), seed=body.get("seed"))
 
     async def go() -> float:
-        await asyncio.gather(*(client.chat(body, key=i) for i in range(concurrency)))  # warm
+        await asyncio.gather(*(client.chat(request, key=i) for i in range(concurrency)))
         start = time.perf_counter()
-        await asyncio.gather(*(client.chat(body, key=i) for i in range(calls)))
+        await asyncio.gather(*(client.chat(request, key=i) for i in range(calls)))
         elapsed = time.perf_counter() - start
         await client.close()
         return elapsed
@@ -91,7 +93,7 @@ def main() -> None:
             run_rounds(run, on_round=lambda s: marks.append(
                 (s.round, time.perf_counter(), cpu_seconds())))
             wall, cpu = time.perf_counter() - start_wall, cpu_seconds() - start_cpu
-            url = run.loopbacks[0].url
+            url = run.endpoints.urls(cfg.llm.providers[0])[0]
             received = json.loads(__import__("httpx").get(
                 url.replace("/v1", "/_shoal/requests"), timeout=30).text)["requests"]
             body = received[-1]["request"]

@@ -57,6 +57,7 @@ class Summarizer(ABC):
 
     deterministic: bool = False
     name: str = "summarizer"
+    calls = None  # a summariser that calls a model keeps its `llm_calls` rows here (CallLog)
 
     @abstractmethod
     def summarize_round(self, header: str, items: list[Item]) -> str:
@@ -65,6 +66,9 @@ class Summarizer(ABC):
     @abstractmethod
     def merge(self, previous: str, lines: list[str]) -> str:
         """A narrative of `previous` (may be empty) followed by the given round lines."""
+
+    def close(self) -> None:  # noqa: B027 (only summarisers holding connections need it)
+        """Release connections (called when the memory closes)."""
 
 
 class ExtractiveConfig(Strict):
@@ -209,5 +213,7 @@ class CompactionWorker:
         return out
 
     def close(self) -> None:
-        """Stop the thread (running attempts are abandoned; their jobs stay pending)."""
+        """Stop the thread (running attempts are abandoned; their jobs stay pending) and
+        let the summariser release what it holds."""
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self.summarizer.close()

@@ -3,23 +3,22 @@
 The same map-reduce as the extractive summariser: every chunk of a round's items (at most
 `input_tokens`) is summarised by one call, then the chunk summaries are combined by one
 more; a merge folds round lines into the narrative. Outputs are cut to their token caps.
-Calls are synchronous (the compaction worker runs them on its background thread, so the
-round loop never waits) and any failure raises: the job stays pending, is recorded with
-its error and retried at a later boundary, like any compaction job.
+Calls go through the chat interface (the provider's retries and timeout) synchronously on
+the compaction worker's background thread, so the round loop never waits; each is a row
+of `llm_calls` (platform `memory`). A call that fails raises: the job stays pending, is
+recorded with its error and retried at a later boundary, like any compaction job.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Literal
 
-import httpx
-
 from memory.compaction import Item, Summarizer, chunks
-from memory.tokens import truncate
+from memory.tokens import count, truncate
 from sim.config.base import Strict
 from sim.core.registry import SUMMARIZERS
-from sim.llm.chat import strip_reasoning
+from sim.llm.chat import CallLog, ChatRequest, SyncChat, call_row, chat_model
+from sim.llm.endpoints import LOOPBACK
 
 MARKER = "Shoal memory compaction"  # the loopback server answers these calls differently
 ROUND = (f"{MARKER}. Summarise what happened in one round of a social-media simulation "
@@ -37,7 +36,8 @@ class LLMSummarizerConfig(Strict):
 
 
 class LLMSummarizer(Summarizer):
-    """Summaries written by a chat-completions endpoint."""
+    """Summaries written by a chat model (through the chat interface: its retries and
+    timeouts, one `llm_calls` row per call in `calls`)."""
 
     deterministic = False
     name = "llm"
@@ -49,43 +49,44 @@ class LLMSummarizer(Summarizer):
         self.input_tokens = input_tokens
         self.summary_tokens = summary_tokens
         self.narrative_tokens = narrative_tokens
-        self._http: httpx.Client | None = None
-        self._calls = 0
+        self.calls = CallLog()  # rows for `llm_calls`, drained by the driver each round
+        self._chat: SyncChat | None = None
+        self._n = 0
 
-    def _chat(self, system: str, user: str, max_tokens: int) -> str:
-        urls = [u for u in self.base_urls if u != "loopback"]
-        if not urls:
+    def _ask(self, system: str, user: str, max_tokens: int, what: str) -> str:
+        if LOOPBACK in self.base_urls:
             raise RuntimeError("the summariser's loopback server is not running")
-        if self._http is None:
-            key = os.environ.get(self.provider.api_key_env or "", "")
-            self._http = httpx.Client(timeout=self.provider.timeout_s, headers=(
-                {"Authorization": f"Bearer {key}"} if key else {}))
-        url = urls[self._calls % len(urls)]
-        self._calls += 1
-        body = {"model": self.provider.model, "temperature": 0.0,
-                "max_tokens": max(64, 2 * max_tokens),
-                "messages": [{"role": "system", "content": system},
-                             {"role": "user", "content": user}], **self.provider.extra_body}
-        try:
-            response = self._http.post(f"{url}/chat/completions", json=body)
-            response.raise_for_status()
-            text = response.json()["choices"][0]["message"].get("content") or ""
-        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
-            # The message never carries the key: it is only in the request headers.
-            raise RuntimeError(f"compaction call to {url} failed: {type(exc).__name__}: "
-                               f"{str(exc)[:200]}") from None
-        text = strip_reasoning(text)
-        if not text:
-            raise RuntimeError(f"compaction call to {url} returned no text")
-        return text
+        if self._chat is None:
+            self._chat = SyncChat(chat_model(self.provider, self.base_urls, concurrency=1))
+        request = ChatRequest(messages=[{"role": "system", "content": system},
+                                        {"role": "user", "content": user}],
+                              temperature=0.0, max_tokens=max(64, 2 * max_tokens))
+        reply = self._chat.chat(request, key=self._n)
+        self._n += 1
+        self.calls.add(call_row(reply, self.provider, round_=0, agent=None, platform="memory",
+                                estimated_prompt_tokens=count(system) + count(user),
+                                outcome=what if reply.status == "ok" else ""))
+        if reply.status != "ok":
+            raise RuntimeError(f"compaction call to {reply.base_url} failed: {reply.status}: "
+                               f"{reply.error[:200]}")
+        if not reply.text:
+            raise RuntimeError(f"compaction call to {reply.base_url} returned no text")
+        return reply.text
+
+    def close(self) -> None:
+        """Close the connection (the worker is done with it)."""
+        if self._chat is not None:
+            self._chat.close()
+            self._chat = None
 
     def summarize_round(self, header: str, items: list[Item]) -> str:
         words = max(10, self.summary_tokens * 3 // 4)
-        parts = [self._chat(ROUND.format(n=words), "\n".join(
-            f"- {i.text}" for i in group), self.summary_tokens)
+        parts = [self._ask(ROUND.format(n=words), "\n".join(
+            f"- {i.text}" for i in group), self.summary_tokens, "summary")
             for group in chunks(items, self.input_tokens)]
         if len(parts) > 1:  # reduce the chunk summaries to one
-            parts = [self._chat(ROUND.format(n=words), "\n".join(parts), self.summary_tokens)]
+            parts = [self._ask(ROUND.format(n=words), "\n".join(parts), self.summary_tokens,
+                               "summary")]
         body = parts[0] if parts else "Nothing happened."
         return truncate(f"{header} {body}", self.summary_tokens)
 
@@ -93,7 +94,7 @@ class LLMSummarizer(Summarizer):
         words = max(20, self.narrative_tokens * 3 // 4)
         user = (f"Story so far: {previous or '(none)'}\nNewer rounds:\n"
                 + "\n".join(f"- {ln}" for ln in lines))
-        return truncate(self._chat(MERGE.format(n=words), user, self.narrative_tokens),
+        return truncate(self._ask(MERGE.format(n=words), user, self.narrative_tokens, "merge"),
                         self.narrative_tokens)
 
 

@@ -143,8 +143,8 @@ def test_a_thousand_agents_survive_injected_faults(tmp_path):
     run = create_run(make_config(data, tmp_path))
     try:
         run_rounds(run)
-        log = httpx.get(run.loopbacks[0].url.replace("/v1", "/_shoal/requests"),
-                        timeout=30).json()["requests"]
+        url = run.endpoints.urls(run.cfg.llm.providers[0])[0]
+        log = httpx.get(url.replace("/v1", "/_shoal/requests"), timeout=30).json()["requests"]
     finally:
         run.close()
     db = run.dir.db

@@ -291,7 +291,7 @@ class RoundDriver:
             "interventions": interventions_table(fired.rows),
             "memory": memory_table(w.memory.drain_log()),
             "context": context_table(r, contexts, cfg.memory.context.budget_tokens),
-            "llm_calls": llm_calls_table(list(calls)),
+            "llm_calls": llm_calls_table([*calls, *self.memory_calls(r)]),
         }
         if fired.joined is not None:
             first = w.n_agents - fired.joined.size
@@ -303,6 +303,11 @@ class RoundDriver:
             round=r, tables=tables, rounds_row=lambda ms: self._rounds_row(r, stats, ms),
             after_commit=after_commit))
         stats.ms["wait"] = 1e3 * (clock() - t) - stats.ms["tables"]
+
+    def memory_calls(self, r: int) -> list[dict]:
+        """`llm_calls` rows the memory's summariser made since the last round."""
+        log = self.world.memory.summarizer.calls
+        return log.drain(r) if log is not None else []
 
     def _rounds_row(self, r: int, s: RoundStats, ms_log: float) -> pa.Table:
         ms = {**s.ms, "log": ms_log}

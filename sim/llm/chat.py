@@ -1,10 +1,168 @@
-"""What every use of a chat model shares (policies, summaries, interviews)."""
+"""The one interface every use of a chat model goes through: agents' turns, memory
+summaries, interviews, and whatever comes later (extraction, the analyst).
+
+A `ChatModel` takes a `ChatRequest` (messages, tools, sampling options) and returns a
+`ChatReply` (the message, the usage, what happened on the wire), never raising for a
+network or HTTP failure: a failed call is a reply with a status and an error. Models are
+registered parts (`sim.core.registry.CHAT_MODELS`; Shoal's own is `openai`, any
+OpenAI-compatible endpoint, the loopback server included); `chat_model` builds the one a
+provider config names. `cost` is the one price formula and `call_row` the one shape of an
+`llm_calls` row, whoever made the call.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim.config.llm import ProviderConfig
+from sim.core.registry import CHAT_MODELS
 
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+
+
+@dataclass
+class ChatRequest:
+    """One chat call. Options left at None take the provider's settings."""
+
+    messages: list[dict]
+    tools: list[dict] | None = None
+    tool_choice: str | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+
+
+@dataclass
+class ChatReply:
+    """What one logical call (its retries included) came to."""
+
+    message: dict | None
+    status: str  # ok | http_error | timeout | unreachable | bad_response | cancelled
+    http_status: int | None = None
+    error: str = ""
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_ms: float = 0.0
+    retries: int = 0
+    base_url: str = ""
+
+    @property
+    def text(self) -> str:
+        """The reply's text, reasoning blocks removed ("" without an answer)."""
+        return strip_reasoning((self.message or {}).get("content") or "")
+
+
+class ChatModel(ABC):
+    """A chat-completions endpoint (or several) used by one process or shard."""
+
+    provider: ProviderConfig
+
+    @abstractmethod
+    async def chat(self, request: ChatRequest, key: int = 0) -> ChatReply:
+        """Send a request (retrying as the provider allows); `key` spreads callers over
+        the provider's endpoints (an agent keeps to one)."""
+
+    async def close(self) -> None:  # noqa: B027 (most models hold nothing to close)
+        """Release connections."""
+
+    def redact(self, text: str) -> str:
+        """`text` with any secret of this model removed."""
+        return text
+
+
+def chat_model(provider: ProviderConfig, base_urls: list[str] | None = None,
+               concurrency: int | None = None, seed: int = 0) -> ChatModel:
+    """The registered chat model for `provider` (its `kind`), calling `base_urls` (default:
+    the provider's) with at most `concurrency` calls in flight (default: the provider's)."""
+    cls = CHAT_MODELS.get(provider.kind).impl
+    return cls(provider, list(base_urls or provider.base_urls),
+               concurrency or provider.concurrency, seed=seed)
+
+
+def cost(provider: ProviderConfig, prompt_tokens: int, completion_tokens: int) -> float:
+    """Estimated cost in USD of a call, at the provider's prices per million tokens."""
+    return (prompt_tokens * provider.price_prompt_per_mtok
+            + completion_tokens * provider.price_completion_per_mtok) / 1e6
+
+
+def call_row(reply: ChatReply, provider: ProviderConfig, *, round_: int, agent: int | None,
+             platform: str, call: int = 1, section_tokens: dict[str, int] | None = None,
+             estimated_prompt_tokens: int = 0, outcome: str = "") -> dict[str, Any]:
+    """One `llm_calls` row. Prompt tokens are the server's count, else our own estimate of
+    what was sent (a call that got no answer was still sent, and may still be billed)."""
+    prompt = reply.prompt_tokens if reply.prompt_tokens is not None else estimated_prompt_tokens
+    completion = reply.completion_tokens or 0
+    return {"round": round_, "agent": agent, "platform": platform, "provider": provider.name,
+            "model": provider.model, "base_url": reply.base_url, "call": call,
+            "status": reply.status, "http_status": reply.http_status,
+            "prompt_tokens": int(prompt), "completion_tokens": int(completion),
+            "section_tokens": json.dumps(section_tokens or {}),
+            "latency_ms": reply.latency_ms, "retries": reply.retries,
+            "error": reply.error, "outcome": outcome, "fallback_reason": "",
+            "cost_usd": cost(provider, int(prompt), completion)}
+
+
+class SyncChat:
+    """A chat model for synchronous callers (a background worker thread): its own event
+    loop in its own thread, so the model's connections live on one loop for its life."""
+
+    def __init__(self, model: ChatModel):
+        self.model = model
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="shoal-chat",
+                                        daemon=True)
+        self._thread.start()
+        self._closed = False
+
+    def chat(self, request: ChatRequest, key: int = 0) -> ChatReply:
+        """The reply to `request` (blocking, at most as long as every retry may take)."""
+        p = self.model.provider
+        future = asyncio.run_coroutine_threadsafe(self.model.chat(request, key), self._loop)
+        try:
+            return future.result(p.timeout_s * (p.max_retries + 1) + 60.0)
+        except TimeoutError:
+            future.cancel()
+            return ChatReply(None, "timeout", error="no answer within the call's deadline")
+
+    def close(self) -> None:
+        """Close the model and stop the loop."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            asyncio.run_coroutine_threadsafe(self.model.close(), self._loop).result(10)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(5)
+            self._loop.close()
+
+
+@dataclass
+class CallLog:
+    """`llm_calls` rows made outside a round's turns (by a background worker), kept until
+    the driver logs them with the round. Thread-safe."""
+
+    rows: list[dict] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, row: dict) -> None:
+        """Keep a row."""
+        with self._lock:
+            self.rows.append(row)
+
+    def drain(self, round_: int) -> list[dict]:
+        """The rows kept so far, stamped with the round that logs them; forgets them."""
+        with self._lock:
+            rows, self.rows = self.rows, []
+        for row in rows:
+            row["round"] = round_
+        return rows
 
 
 def strip_reasoning(text: str) -> str:

@@ -16,13 +16,13 @@ import os
 import random
 import ssl
 import time
-from dataclasses import dataclass
 
 import httpx
 import orjson
 
 from sim.config.llm import ProviderConfig
 from sim.core.registry import CHAT_MODELS
+from sim.llm.chat import ChatModel, ChatReply, ChatRequest
 
 RETRYABLE = {408, 409, 425, 429, 500, 502, 503, 504}
 
@@ -65,24 +65,9 @@ class StripedTransport(httpx.AsyncBaseTransport):
             await pool.aclose()
 
 
-@dataclass
-class CallResult:
-    """One logical call (retries included) and what came of it."""
-
-    message: dict | None
-    status: str  # ok | http_error | timeout | unreachable | bad_response | cancelled
-    http_status: int | None
-    error: str
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    latency_ms: float
-    retries: int
-    base_url: str
-
-
 @CHAT_MODELS.register("openai", config=ProviderConfig)
-class LLMClient:
-    """Calls one provider on behalf of one shard."""
+class OpenAIChat(ChatModel):
+    """An OpenAI-compatible chat-completions endpoint (or several), for one shard."""
 
     def __init__(self, provider: ProviderConfig, base_urls: list[str], concurrency: int,
                  seed: int = 0):
@@ -120,13 +105,31 @@ class LLMClient:
                 pass
         return min(10.0, 0.25 * 2**attempt) * self._rng.uniform(0.5, 1.5)
 
-    async def chat(self, body: dict, key: int) -> CallResult:
+    def body(self, request: ChatRequest) -> dict:
+        """The JSON body of a request: the provider's model and sampling settings unless
+        the request sets them, then the provider's `extra_body`."""
+        p = self.provider
+        body: dict = {"model": p.model,
+                      "temperature": p.temperature if request.temperature is None
+                      else request.temperature,
+                      "max_tokens": p.max_tokens if request.max_tokens is None
+                      else request.max_tokens}
+        if request.seed is not None:
+            body["seed"] = request.seed
+        if request.tools:
+            body["tools"] = request.tools
+            body["tool_choice"] = request.tool_choice or "auto"
+        body["messages"] = request.messages
+        body.update(p.extra_body)
+        return body
+
+    async def chat(self, request: ChatRequest, key: int = 0) -> ChatReply:
         """POST /chat/completions with retries; never raises for network or HTTP errors."""
         http = self._client()
         assert self._sem is not None
-        result = CallResult(None, "unreachable", None, "", None, None, 0.0, 0, "")
+        result = ChatReply(None, "unreachable")
         # orjson: about a tenth of the stdlib's CPU per body, and encoded once for retries.
-        content = orjson.dumps(body)
+        content = orjson.dumps(self.body(request))
         async with self._sem:
             start = time.perf_counter()  # latency excludes waiting for a concurrency slot
             for attempt in range(self.provider.max_retries + 1):
@@ -159,7 +162,7 @@ class LLMClient:
         result.latency_ms = 1e3 * (time.perf_counter() - start)
         return result
 
-    def _ok(self, result: CallResult, response: httpx.Response, start: float) -> CallResult:
+    def _ok(self, result: ChatReply, response: httpx.Response, start: float) -> ChatReply:
         result.latency_ms = 1e3 * (time.perf_counter() - start)
         try:
             data = orjson.loads(response.content)

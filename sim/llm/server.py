@@ -24,6 +24,7 @@ import json
 import os
 import random
 import re
+import shutil
 import sys
 import threading
 import time
@@ -361,6 +362,7 @@ class LoopbackProcess:
                 raise RuntimeError("the loopback LLM server did not start")
             time.sleep(0.05)
         self.url = ready.read_text()
+        shutil.rmtree(ready.parent, ignore_errors=True)
 
     def stop(self) -> None:
         """Terminate the child."""

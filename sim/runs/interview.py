@@ -20,8 +20,8 @@ from memory.context import Assembled
 from sim.config.llm import ProviderConfig
 from sim.core.errors import InputError
 from sim.engine.agent_context import context_inputs
-from sim.llm.chat import strip_reasoning
-from sim.llm.openai import LLMClient
+from sim.llm.chat import ChatRequest, chat_model
+from sim.llm.endpoints import Endpoints
 from sim.store.run_dir import open_run_dir
 from sim.world.checkpoint import CheckpointError, restore_world
 
@@ -98,37 +98,26 @@ def interview_provider(world, agent: int, base_url: str | None, model: str | Non
 def ask(provider: ProviderConfig, context: Assembled, question: str, seed: int
         ) -> tuple[str, str, str]:
     """One chat call (with the provider's retries): (answer, status, error)."""
-    urls = list(provider.base_urls)
-    servers = []
-    if "loopback" in urls:
-        from sim.llm.server import LoopbackProcess
-
-        servers.append(LoopbackProcess(seed))
-        urls = [servers[0].url if u == "loopback" else u for u in urls]
-    client = LLMClient(provider, urls, concurrency=1, seed=seed)
-    body = {"model": provider.model, "temperature": provider.temperature,
-            "max_tokens": provider.max_tokens,
-            "messages": [{"role": "system", "content": context.system},
-                         {"role": "user", "content": question}], **provider.extra_body}
+    endpoints = Endpoints(seed)
+    request = ChatRequest(messages=[{"role": "system", "content": context.system},
+                                    {"role": "user", "content": question}])
 
     async def call():
+        model = chat_model(provider, endpoints.urls(provider), concurrency=1, seed=seed)
         try:
-            return await client.chat(body, key=0)
+            return await model.chat(request)
         finally:
-            await client.close()
+            await model.close()
 
     try:
-        result = asyncio.run(call())
+        reply = asyncio.run(call())
     finally:
-        for server in servers:
-            server.stop()
-    if result.status != "ok":
-        return "", result.status, result.error
-    message = result.message or {}
-    answer = strip_reasoning(message.get("content") or "")
-    if not answer:
+        endpoints.stop()
+    if reply.status != "ok":
+        return "", reply.status, reply.error
+    if not reply.text:
         return "", "empty", "the model returned no answer text"
-    return answer, "ok", ""
+    return reply.text, "ok", ""
 
 
 def interview(run: str, agent: int, question: str, round_: int | None = None,

@@ -30,6 +30,7 @@ from sim.engine.round_log import (
     posts_tables,
     topics_table,
 )
+from sim.llm.endpoints import Endpoints
 from sim.store.live_mirror import LiveMirror
 from sim.store.run_dir import RunDir, engine_version, new_run_id, open_run_dir
 from sim.store.trajectory import TrajectoryStore
@@ -48,8 +49,11 @@ class Run:
     store: TrajectoryStore
     executor: Executor | None = None
     writer: RoundWriter | None = None
-    loopbacks: list = field(default_factory=list)  # LoopbackProcess per `loopback` provider
+    endpoints: Endpoints = field(init=False)  # where LLM calls go (loopback servers it starts)
     dry_llm: bool = False  # build LLM agents' contexts but decide by rule (`shoal estimate`)
+
+    def __post_init__(self) -> None:
+        self.endpoints = Endpoints(self.cfg.seed)
 
     def driver(self) -> RoundDriver:
         """A driver over this run (creates the executor and the writer on first use)."""
@@ -64,22 +68,12 @@ class Run:
                            send_prompts=not self.dry_llm)
 
     def _llm_urls(self) -> dict[str, list[str]]:
-        """Providers' base URLs, with `loopback` replaced by a server started for the run
-        (one per provider that names it, with that provider's `loopback` faults)."""
-        if self.cfg.llm is None:
-            return {}
-        out = {}
-        for p in self.cfg.llm.providers:
-            if "loopback" in p.base_urls:
-                from sim.llm.server import Faults, LoopbackProcess
-
-                server = LoopbackProcess(self.cfg.seed, Faults(**p.loopback.model_dump()))
-                self.loopbacks.append(server)
-                out[p.name] = [server.url if u == "loopback" else u for u in p.base_urls]
-            else:
-                out[p.name] = list(p.base_urls)
+        """Providers' base URLs (`loopback`: a server started for the run); the LLM
+        summariser, if any, gets its provider's."""
+        out = self.endpoints.all(self.cfg.llm)
         summarizer = self.world.memory.summarizer
-        if self.cfg.llm.summarizer_provider and hasattr(summarizer, "base_urls"):
+        if self.cfg.llm is not None and self.cfg.llm.summarizer_provider \
+                and hasattr(summarizer, "base_urls"):
             summarizer.base_urls = out[self.cfg.llm.summarizer_provider]
         return out
 
@@ -95,9 +89,7 @@ class Run:
                 self.executor = None
             self.world.memory.close()
             self.store.close()
-            for server in self.loopbacks:
-                server.stop()
-            self.loopbacks.clear()
+            self.endpoints.stop()
 
 
 def check_api_keys(cfg: Config) -> None:
