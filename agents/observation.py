@@ -59,6 +59,7 @@ class DecisionRequest:
     position: np.ndarray  # float64 [U, T]
     confidence: np.ndarray  # float64 [U, T]
     extras: dict[str, object] = field(default_factory=dict)
+    json_only: frozenset[str] = frozenset()  # providers known to refuse tool calls
 
     def rows_of(self, agents: np.ndarray) -> np.ndarray:
         """Row indices in `self.agents` of the given agents."""

@@ -8,6 +8,7 @@ persona text stays as Python lists for prompts and the agents table.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from importlib import resources
 
@@ -16,6 +17,7 @@ import pandas as pd
 import pyarrow as pa
 
 from sim.config import Config
+from sim.core.state import State
 
 _MBTI = [a + b + c + d for a in "EI" for b in "SN" for c in "TF" for d in "JP"]
 _PROFESSIONS = [
@@ -65,6 +67,7 @@ class Population:
     hourly: np.ndarray | None = None  # optional per-agent [N, 24] activity multipliers
     stance_hint: np.ndarray | None = None  # optional [N, T] positions from profiles (nan: none)
     extra: dict[str, list] = field(default_factory=dict)
+    _taken: int = field(default=0, init=False, repr=False, compare=False)  # agents logged
 
     @property
     def size(self) -> int:
@@ -157,6 +160,49 @@ class Population:
                     fill = np.nan if name in ("hourly", "stance_hint") else 0.0
                     theirs = np.full((other.size, *mine.shape[1:]), fill)
                 setattr(self, name, np.concatenate([mine, theirs]))
+
+
+    # ------------------------------------------------------------------ state
+
+    def get_state(self) -> State:
+        """Every agent, as the `agents` table of the state."""
+        return State(tables={"agents": self.to_arrow()})
+
+    def set_state(self, state: State) -> None:
+        """Become the population of `state`; the journal starts empty."""
+        self._become(Population.from_arrow(state.tables["agents"]))
+
+    def _become(self, other: Population) -> None:
+        for f in fields(self):
+            if f.init:
+                setattr(self, f.name, getattr(other, f.name))
+        self._taken = self.size
+
+    def take_changes(self) -> State:
+        """The agents added since the previous call (the first call: all of them)."""
+        if self._taken == self.size:
+            return State()
+        table = self.to_arrow().slice(self._taken)
+        self._taken = self.size
+        return State(tables={"agents": table})
+
+    @classmethod
+    def restored(cls, changes: Sequence[State]) -> Population:
+        """The population logged `changes` make (see `replay`)."""
+        population = cls.__new__(cls)
+        population.replay(changes)
+        return population
+
+    def replay(self, changes: Sequence[State]) -> None:
+        """Become the population the logged additions make."""
+        parts = [Population.from_arrow(c.tables["agents"]) for c in changes
+                 if "agents" in c.tables]
+        if not parts:
+            raise ValueError("the checkpoint logs hold no agents")
+        first = parts[0]
+        for part in parts[1:]:
+            first.extend(part)
+        self._become(first)
 
 
 def generate_population(cfg: Config, rng: np.random.Generator, first_id: int = 0

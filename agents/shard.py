@@ -27,6 +27,7 @@ class ShardResult:
 
     actions: ActionBatch
     llm_calls: list[dict] = field(default_factory=list)
+    json_only: frozenset[str] = frozenset()  # providers known to refuse tools, now
 
 
 class AgentShard:
@@ -74,11 +75,13 @@ class AgentShard:
             ))
         if self.llm is None or not any(v.prompts for v in request.views):
             return ShardResult(ActionBatch.concat(rule, self.n_topics))
+        self.llm.json_only |= request.json_only  # the world's record, the source of truth
         decided = await asyncio.gather(*(self.llm.decide(view, batch, request.round)
                                          for view, batch in zip(request.views, rule,
                                                                 strict=True)))
         return ShardResult(ActionBatch.concat([b for b, _ in decided], self.n_topics),
-                           [c for _, calls in decided for c in calls])
+                           [c for _, calls in decided for c in calls],
+                           frozenset(self.llm.json_only))
 
     async def ping(self) -> int:
         """Liveness check (used by the Ray executor at start-up)."""

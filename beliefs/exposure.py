@@ -7,9 +7,12 @@ for that many rounds are forgotten (novelty then means "not seen recently").
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from sim.core.keys import pack, unique_sorted
+from sim.core.state import State, concat, last_value_per_key
 
 
 class ExposureHistory:
@@ -19,6 +22,7 @@ class ExposureHistory:
         self.window = window
         self.keys = np.empty(0, dtype=np.int64)
         self.last_round = np.empty(0, dtype=np.int32)
+        self._journal: list[tuple[np.ndarray, int]] = []  # (pairs seen, round)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -34,6 +38,7 @@ class ExposureHistory:
     def record(self, agents: np.ndarray, posts: np.ndarray, round_: int) -> None:
         """Remember this round's exposures (and forget those beyond the window)."""
         keys = unique_sorted(pack(agents, posts))
+        self._journal.append((keys, round_))
         pos = np.minimum(np.searchsorted(self.keys, keys), max(len(self.keys) - 1, 0))
         known = (self.keys[pos] == keys) if len(self.keys) else np.zeros(len(keys), bool)
         self.last_round[pos[known]] = round_
@@ -47,11 +52,32 @@ class ExposureHistory:
             if not keep.all():
                 self.keys, self.last_round = self.keys[keep], self.last_round[keep]
 
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Checkpoint form."""
-        return {"keys": self.keys, "last_round": self.last_round}
+    def get_state(self) -> State:
+        """Every remembered pair and the round it was last seen."""
+        return State(arrays={"keys": self.keys.copy(), "last_round": self.last_round.copy()})
 
-    def load_state(self, state: dict[str, np.ndarray]) -> None:
-        """Restore from `state_dict()`."""
-        self.keys = np.asarray(state["keys"], dtype=np.int64)
-        self.last_round = np.asarray(state["last_round"], dtype=np.int32)
+    def set_state(self, state: State) -> None:
+        """Hold exactly the pairs of `state`; the journal starts empty."""
+        self.keys = np.asarray(state.arrays["keys"], dtype=np.int64)
+        self.last_round = np.asarray(state.arrays["last_round"], dtype=np.int32)
+        self._journal = []
+
+    def take_changes(self) -> State:
+        """The pairs seen since the previous call, with the round each was seen in."""
+        journal, self._journal = self._journal, []
+        return State(arrays={
+            "keys": concat([k for k, _ in journal], np.int64),
+            "rounds": concat([np.full(len(k), r, np.int32) for k, r in journal], np.int32)})
+
+    def replay(self, changes: Sequence[State], as_of: int | None = None) -> None:
+        """Rebuild from logged exposures: each pair with the last round it was seen in,
+        those outside the window forgotten as of round `as_of` (default: the last one)."""
+        keys, rounds = last_value_per_key(
+            concat([c.arrays["keys"] for c in changes], np.int64),
+            concat([c.arrays["rounds"] for c in changes], np.int32))
+        if self.window is not None and len(rounds):
+            as_of = int(rounds.max()) if as_of is None else as_of
+            keep = rounds > as_of - self.window
+            keys, rounds = keys[keep], rounds[keep]
+        self.keys, self.last_round = keys, rounds.astype(np.int32)
+        self._journal = []

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim.core.state import State
+
 
 @dataclass
 class BeliefState:
@@ -29,12 +31,12 @@ class BeliefState:
         self.position = np.concatenate([self.position, position])
         self.confidence = np.concatenate([self.confidence, confidence])
 
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Checkpoint form."""
-        return {"position": self.position, "confidence": self.confidence}
+    def get_state(self) -> State:
+        """Positions and confidences (copies)."""
+        return State(arrays={"position": self.position.copy(),
+                             "confidence": self.confidence.copy()})
 
-    @classmethod
-    def from_state(cls, state: dict[str, np.ndarray]) -> BeliefState:
-        """Rebuild from `state_dict()`."""
-        return cls(np.array(state["position"], dtype=np.float64),
-                   np.array(state["confidence"], dtype=np.float64))
+    def set_state(self, state: State) -> None:
+        """Take positions and confidences."""
+        self.position = np.array(state.arrays["position"], dtype=np.float64)
+        self.confidence = np.array(state.arrays["confidence"], dtype=np.float64)

@@ -7,9 +7,12 @@ updates are vectorised.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from sim.core.keys import pack
+from sim.core.state import State, concat, last_value_per_key
 
 
 class TrustStore:
@@ -19,6 +22,7 @@ class TrustStore:
         self.initial = float(initial)
         self.keys = np.empty(0, dtype=np.int64)
         self.values = np.empty(0, dtype=np.float64)
+        self._journal: list[tuple[np.ndarray, np.ndarray]] = []  # (pairs, values) set
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -49,6 +53,7 @@ class TrustStore:
         current = self.get(uniq >> 32, uniq & 0xFFFFFFFF)
         new = np.clip(current + total, 0.0, 1.0)
         self._set(uniq, new)
+        self._journal.append((uniq, new))
         return uniq >> 32, uniq & 0xFFFFFFFF, new
 
     def _set(self, keys: np.ndarray, values: np.ndarray) -> None:
@@ -66,14 +71,25 @@ class TrustStore:
             self.keys = np.insert(self.keys, at, keys[fresh])
             self.values = np.insert(self.values, at, values[fresh])
 
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Checkpoint form."""
-        return {"initial": np.asarray(self.initial), "keys": self.keys, "values": self.values}
+    def get_state(self) -> State:
+        """Every stored pair and its value (the initial value is the config's)."""
+        return State(arrays={"keys": self.keys.copy(), "values": self.values.copy()})
 
-    @classmethod
-    def from_state(cls, state: dict[str, np.ndarray]) -> TrustStore:
-        """Rebuild from `state_dict()`."""
-        store = cls(float(state["initial"]))
-        store.keys = np.asarray(state["keys"], dtype=np.int64)
-        store.values = np.asarray(state["values"], dtype=np.float64)
-        return store
+    def set_state(self, state: State) -> None:
+        """Hold exactly the pairs of `state`; the journal starts empty."""
+        self.keys = np.asarray(state.arrays["keys"], dtype=np.int64)
+        self.values = np.asarray(state.arrays["values"], dtype=np.float64)
+        self._journal = []
+
+    def take_changes(self) -> State:
+        """The pairs whose value was set since the previous call, with the value set."""
+        journal, self._journal = self._journal, []
+        return State(arrays={"keys": concat([k for k, _ in journal], np.int64),
+                             "values": concat([v for _, v in journal], np.float64)})
+
+    def replay(self, changes: Sequence[State]) -> None:
+        """Rebuild from logged values: each pair ends with the last value it was set to."""
+        self.keys, self.values = last_value_per_key(
+            concat([c.arrays["keys"] for c in changes], np.int64),
+            concat([c.arrays["values"] for c in changes], np.float64))
+        self._journal = []

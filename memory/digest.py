@@ -15,6 +15,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from memory.context import Line, quote
+from sim.core.state import State
 from sim.platforms.spec import label
 
 LABELS = {
@@ -76,12 +77,12 @@ class CrossPlatformDigest:
                                  "rank": e.round}))
         return out
 
-    def state(self) -> dict:
-        """Checkpoint form (entries as field tuples)."""
-        return {str(a): {p: [e.astuple() for e in q] for p, q in per.items()}
-                for a, per in self.logs.items()}
+    def get_state(self) -> State:
+        """Every kept entry (as field tuples), by agent and platform."""
+        return State(meta={str(a): {p: [e.astuple() for e in q] for p, q in per.items()}
+                           for a, per in self.logs.items()})
 
-    def load_state(self, state: dict) -> None:
-        """Inverse of `state`."""
+    def set_state(self, state: State) -> None:
+        """Inverse of `get_state`."""
         self.logs = {int(a): {p: deque((Entry(*e) for e in q), maxlen=self.keep)
-                              for p, q in per.items()} for a, per in state.items()}
+                              for p, q in per.items()} for a, per in state.meta.items()}

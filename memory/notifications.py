@@ -13,6 +13,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 
 from memory.context import Line, quote
+from sim.core.state import State
 
 REPLIES = frozenset({"reply", "comment", "quote"})
 REACTIONS = {"like": "liked", "upvote": "upvoted", "downvote": "downvoted",
@@ -87,15 +88,15 @@ class Notifications:
         minutes = rounds * self.minutes_per_round
         return f"{minutes}m ago" if minutes < 60 else f"{minutes // 60}h ago"
 
-    def state(self) -> dict:
-        """Checkpoint form (notices as field tuples)."""
-        return {str(a): {p: [n.astuple() for n in q] for p, q in per.items()}
-                for a, per in self.queues.items()}
+    def get_state(self) -> State:
+        """Every queued notice (as field tuples), by agent and platform."""
+        return State(meta={str(a): {p: [n.astuple() for n in q] for p, q in per.items()}
+                           for a, per in self.queues.items()})
 
-    def load_state(self, state: dict) -> None:
-        """Inverse of `state`."""
+    def set_state(self, state: State) -> None:
+        """Inverse of `get_state`."""
         self.queues = {int(a): {p: deque((Notice(*n) for n in q), maxlen=self.keep)
-                                for p, q in per.items()} for a, per in state.items()}
+                                for p, q in per.items()} for a, per in state.meta.items()}
 
 
 def _who(notices: list[Notice], show: int = 3) -> str:

@@ -18,6 +18,7 @@ import numpy as np
 
 from memory.compaction import CompactionWorker, Item, Job, Summarizer
 from memory.context import Line
+from sim.core.state import State
 
 
 @dataclass
@@ -245,8 +246,8 @@ class RoundMemory:
         rows, self.log = self.log, []
         return rows
 
-    def state(self) -> tuple[dict, dict[str, np.ndarray]]:
-        """Checkpoint form: everything, pending jobs included."""
+    def get_state(self) -> State:
+        """Everything, pending jobs included."""
         meta = {
             "items": {str(r): [asdict(i) for i in items] for r, items in self.items.items()},
             "pinned": [asdict(i) for i in self.pinned],
@@ -258,11 +259,12 @@ class RoundMemory:
             "jobs": [j.to_dict() for j in self.jobs.values()],
             "merged_upto": self.merged_upto, "next_id": self.next_id,
         }
-        arrays = {f"audience.{k}": v for k, v in self.audiences.items()}
-        return meta, arrays
+        arrays = {f"audience.{k}": v.copy() for k, v in self.audiences.items()}
+        return State(arrays=arrays, meta=meta)
 
-    def load_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
-        """Inverse of `state`; pending jobs restart at the next boundary."""
+    def set_state(self, state: State) -> None:
+        """Inverse of `get_state`; pending jobs restart at the next boundary."""
+        meta, arrays = state.meta, state.arrays
         self.items = {int(r): [MemoryItem(**i) for i in items]
                       for r, items in meta.get("items", {}).items()}
         self.pinned = [MemoryItem(**i) for i in meta.get("pinned", [])]

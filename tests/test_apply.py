@@ -502,8 +502,7 @@ def test_random_batches_match_brute_force(seed: int) -> None:
         author = p.author.copy()
         stance = p.stance.copy()
         root = p.root.copy()
-        trust_state = w.trust.state_dict()
-        trust_state = {k: np.array(v, copy=True) for k, v in trust_state.items()}
+        trust_state = w.trust.get_state()  # copies
 
         applied = apply_actions(w, b, sim.views, sim.round)
         assert applied.reason.tolist() == [int(r) for r in expected_reason]
@@ -571,7 +570,8 @@ def test_random_batches_match_brute_force(seed: int) -> None:
                               [causes[c] for c in applied.trust["cause"]],
                               applied.trust["delta"].tolist(), strict=True))
         assert got_events == events
-        prior = TrustStore.from_state(trust_state)
+        prior = TrustStore(w.trust.initial)
+        prior.set_state(trust_state)
         sums: dict[tuple[int, int], float] = {}
         for s, o, _, d in events:
             sums[(s, o)] = sums.get((s, o), 0.0) + d

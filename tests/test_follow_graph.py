@@ -196,12 +196,21 @@ def test_grow_adds_isolated_agents() -> None:
 
 @pytest.mark.parametrize("seed", SEEDS[:3])
 def test_state_round_trip(seed: int) -> None:
-    """from_state(state_dict()) gives the same graph, and the copy evolves independently."""
+    """set_state(get_state()) gives the same graph, and the copy evolves independently;
+    replaying the journal of follows and unfollows gives it too."""
     rng = np.random.default_rng(seed)
     n = 20
     g = FollowGraph(n, rng.integers(0, n, 60), rng.integers(0, n, 60))
+    first = g.take_changes()
     g.unfollow(rng.integers(0, n, 20), rng.integers(0, n, 20))
-    h = FollowGraph.from_state(g.state_dict())
+    g.follow(rng.integers(0, n, 10), rng.integers(0, n, 10))
+    replayed = FollowGraph(n)
+    replayed.replay([first, g.take_changes()])
+    np.testing.assert_array_equal(replayed.get_state().arrays["edges"],
+                                  g.get_state().arrays["edges"])
+    assert not len(replayed.take_changes().arrays["op"])  # replayed changes are not news
+    h = FollowGraph(n)
+    h.set_state(g.get_state())
     assert h.n_agents == n
     s1, d1 = g.edge_arrays()
     edges = set(zip(s1.tolist(), d1.tolist(), strict=True))

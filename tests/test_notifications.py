@@ -24,6 +24,6 @@ def test_grouped_per_post_and_dropped_once_seen():
     n.seen(7, "twitter", 4)  # a turn in round 4 showed what happened before round 4
     assert [ln.text for ln in n.lines(7, "twitter", 5)] == ["- new follower: @fi"]
     restored = Notifications()
-    restored.load_state(n.state())
+    restored.set_state(n.get_state())
     assert [ln.text for ln in restored.lines(7, "reddit", 5)] == [
         ln.text for ln in n.lines(7, "reddit", 5)]

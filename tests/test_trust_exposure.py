@@ -79,11 +79,18 @@ def test_trust_empty_add() -> None:
 
 
 def test_trust_state_round_trip() -> None:
-    """from_state(state_dict()) reads the same values and keeps the initial value."""
+    """set_state(get_state()) reads the same values; so does replaying the journal."""
     rng = np.random.default_rng(3)
     t = TrustStore(0.25)
     t.add(rng.integers(0, 10, 40), rng.integers(0, 10, 40), rng.normal(0, 0.3, 40))
-    u = TrustStore.from_state(t.state_dict())
+    first = t.take_changes()
+    t.add(rng.integers(0, 10, 40), rng.integers(0, 10, 40), rng.normal(0, 0.3, 40))
+    replayed = TrustStore(0.25)
+    replayed.replay([first, t.take_changes()])
+    np.testing.assert_array_equal(replayed.keys, t.keys)
+    np.testing.assert_array_equal(replayed.values, t.values)
+    u = TrustStore(0.25)
+    u.set_state(t.get_state())
     qa, qb = np.repeat(np.arange(12), 12), np.tile(np.arange(12), 12)
     np.testing.assert_array_equal(u.get(qa, qb), t.get(qa, qb))
     assert u.initial == 0.25
@@ -148,12 +155,16 @@ def test_exposure_window_keeps_posts_seen_recently() -> None:
 
 
 def test_exposure_state_round_trip() -> None:
-    """load_state(state_dict()) restores keys and last-seen rounds."""
+    """set_state(get_state()) restores keys and last-seen rounds; so does the journal."""
     h = ExposureHistory(window=4)
     h.record(np.array([0, 1, 2]), np.array([5, 5, 6]), 1)
     h.record(np.array([0, 3]), np.array([8, 8]), 2)
+    replayed = ExposureHistory(window=4)
+    replayed.replay([h.take_changes()], as_of=2)
+    np.testing.assert_array_equal(replayed.keys, h.keys)
+    np.testing.assert_array_equal(replayed.last_round, h.last_round)
     g = ExposureHistory(window=4)
-    g.load_state(h.state_dict())
+    g.set_state(h.get_state())
     probe_a, probe_p = np.array([0, 1, 2, 3, 0, 9]), np.array([5, 5, 6, 8, 8, 9])
     assert g.seen(probe_a, probe_p).tolist() == [True] * 5 + [False]
     np.testing.assert_array_equal(g.last_round, h.last_round)

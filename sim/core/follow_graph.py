@@ -8,9 +8,12 @@ are derived on demand and cached until the next change.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from sim.core.keys import SortedKeySet, pack, unpack
+from sim.core.state import State
 
 
 class FollowGraph:
@@ -82,16 +85,27 @@ class FollowGraph:
         """All edges as (follower, followee) arrays, sorted."""
         return unpack(self.edges.keys)
 
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Checkpoint form."""
-        return {"n_agents": np.asarray(self.n_agents), "edges": self.edges.keys}
+    def get_state(self) -> State:
+        """Every edge (follower << 32 | followee, sorted)."""
+        return State(arrays={"edges": self.edges.keys.copy()})
 
-    @classmethod
-    def from_state(cls, state: dict[str, np.ndarray]) -> FollowGraph:
-        """Rebuild from `state_dict()`."""
-        g = cls(int(state["n_agents"]))
-        g.edges.keys = np.asarray(state["edges"], dtype=np.int64)
-        return g
+    def set_state(self, state: State) -> None:
+        """Hold exactly the edges of `state`."""
+        self.edges.reset(state.arrays["edges"])
+        self._changed()
+
+    def take_changes(self) -> State:
+        """Follows (op 1) and unfollows (op -1) since the previous call, in order."""
+        keys, op = self.edges.take_changes()
+        follower, followee = unpack(keys)
+        return State(arrays={"follower": follower, "followee": followee, "op": op})
+
+    def replay(self, changes: Sequence[State]) -> None:
+        """Rebuild from logged follows and unfollows (this graph must be empty)."""
+        for c in changes:
+            a = c.arrays
+            self.edges.replay(pack(a["follower"], a["followee"]), a["op"])
+        self._changed()
 
 
 def expand_csr(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray

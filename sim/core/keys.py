@@ -48,11 +48,15 @@ def first_occurrence(values: np.ndarray) -> np.ndarray:
 
 
 class SortedKeySet:
-    """A set of int64 keys held as one sorted array; all operations are vectorised."""
+    """A set of int64 keys held as one sorted array; all operations are vectorised.
+
+    It keeps a journal of the keys it added and removed (`take_changes`), so that its owner
+    can checkpoint it by what changed (sim.core.state)."""
 
     def __init__(self, keys: np.ndarray | None = None):
         self.keys = (unique_sorted(np.asarray(keys, dtype=np.int64)) if keys is not None
                      else np.empty(0, dtype=np.int64))
+        self._journal: list[tuple[np.ndarray, int]] = [(self.keys, 1)] if len(self.keys) else []
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -75,6 +79,7 @@ class SortedKeySet:
             new = np.sort(keys[added])
             # np.insert is a single O(n) copy; union1d would re-sort everything.
             self.keys = np.insert(self.keys, np.searchsorted(self.keys, new), new)
+            self._journal.append((keys[added], 1))
         return added
 
     def remove(self, keys: np.ndarray) -> np.ndarray:
@@ -83,4 +88,27 @@ class SortedKeySet:
         removed = self.contains(keys) & first_occurrence(keys)
         if removed.any():
             self.keys = np.delete(self.keys, np.searchsorted(self.keys, keys[removed]))
+            self._journal.append((keys[removed], -1))
         return removed
+
+    def take_changes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Keys added (op 1) and removed (op -1) since the previous call, in order."""
+        journal, self._journal = self._journal, []
+        keys = [k for k, _ in journal]
+        ops = [np.full(len(k), op, np.int8) for k, op in journal]
+        return (np.concatenate(keys) if keys else np.empty(0, np.int64),
+                np.concatenate(ops) if ops else np.empty(0, np.int8))
+
+    def replay(self, keys: np.ndarray, ops: np.ndarray) -> None:
+        """Apply logged changes (as `take_changes` returns them) in order."""
+        if not len(keys):
+            return
+        cuts = np.flatnonzero(np.diff(ops)) + 1
+        for k, op in zip(np.split(keys, cuts), np.split(ops, cuts), strict=True):
+            (self.add if op[0] > 0 else self.remove)(k)
+        self._journal = []  # what was replayed is logged already
+
+    def reset(self, keys: np.ndarray) -> None:
+        """Hold exactly `keys` (sorted, unique), with an empty journal."""
+        self.keys = np.asarray(keys, dtype=np.int64)
+        self._journal = []

@@ -8,10 +8,13 @@ of the whole table.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
 import numpy as np
+
+from sim.core.state import State, concat, decode_texts, encode_texts
 
 
 class PostKind(IntEnum):
@@ -79,6 +82,9 @@ class PostStore:
         # Per platform: ids and rounds of its posts, ascending (both grow at the end).
         self._by_platform = [(_Column(np.int64), _Column(np.int32)) for _ in range(n_platforms)]
         self._platform_n = [0] * n_platforms
+        # The journal: rows from `_taken` on, and counter increments, are not logged yet.
+        self._taken = 0
+        self._bumps: dict[str, list[np.ndarray]] = {name: [] for name in self.COUNTERS}
 
     def __getattr__(self, name: str) -> np.ndarray:
         cols = self.__dict__.get("_cols")
@@ -129,7 +135,9 @@ class PostStore:
         """Add one to a counter column for each id listed (ids may repeat)."""
         for name, ids in ids_by_counter.items():
             if len(ids):
-                np.add.at(self._cols[name].data, np.asarray(ids, dtype=np.int64), 1)
+                ids = np.asarray(ids, dtype=np.int64)
+                np.add.at(self._cols[name].data, ids, 1)
+                self._bumps[name].append(ids)
 
     def rows(self, ids: np.ndarray) -> dict[str, np.ndarray]:
         """Copies of the immutable columns of some posts (for checkpoint logs)."""
@@ -167,30 +175,67 @@ class PostStore:
         """Mask [len(ids), T]: which topics each post takes a stance on."""
         return ~np.isnan(self.stance[ids])
 
-    def state_dict(self) -> dict[str, object]:
-        """Checkpoint form: the columns truncated to `n`, plus the texts."""
-        state: dict[str, object] = {name: col.data[: self.n].copy()
-                                    for name, col in self._cols.items()}
-        state["text"] = list(self.text)
-        return state
+    # ------------------------------------------------------------------ state
 
-    @classmethod
-    def from_state(cls, state: dict[str, object], n_topics: int, n_platforms: int) -> PostStore:
-        """Rebuild from `state_dict()`."""
-        store = cls(n_topics, n_platforms)
-        n = len(state["author"])  # type: ignore[arg-type]
-        for name, col in store._cols.items():
+    def get_state(self) -> State:
+        """Every column (counters included) and the texts."""
+        arrays = {name: col.data[: self.n].copy() for name, col in self._cols.items()}
+        arrays["text_blob"], arrays["text_ends"] = encode_texts(self.text)
+        return State(arrays=arrays)
+
+    def set_state(self, state: State) -> None:
+        """Hold exactly the posts of `state`; the journal starts empty."""
+        a = state.arrays
+        n = len(a["author"])
+        for name, col in self._cols.items():
             col.reserve(n)
-            col.data[:n] = state[name]
-        store.n = n
-        store.text = list(state["text"])  # type: ignore[arg-type]
-        ids = np.arange(n, dtype=np.int64)
-        for p in range(n_platforms):
-            mine = ids[store.platform == p]
-            pid, prd = store._by_platform[p]
+            col.data[:n] = a[name]
+        self.n = n
+        self.text = decode_texts(a["text_blob"], a["text_ends"])
+        self._index_platforms()
+        self._taken, self._bumps = n, {name: [] for name in self.COUNTERS}
+
+    def take_changes(self) -> State:
+        """The posts appended (their immutable columns and texts) and the counter
+        increments (ids, repeated) since the previous call."""
+        ids = np.arange(self._taken, self.n, dtype=np.int64)
+        arrays = self.rows(ids)
+        arrays["text_blob"], arrays["text_ends"] = encode_texts(self.text[self._taken:])
+        for name in self.COUNTERS:
+            arrays[f"counters.{name}"] = concat(self._bumps[name], np.int64)
+        self._taken, self._bumps = self.n, {name: [] for name in self.COUNTERS}
+        return State(arrays=arrays)
+
+    def replay(self, changes: Sequence[State]) -> None:
+        """Rebuild from logged appends and increments (this store must be empty)."""
+        rows = [c.arrays for c in changes]
+        ids = concat([r["id"] for r in rows], np.int64)
+        if not np.array_equal(ids, np.arange(len(ids))):
+            raise ValueError("post ids in the checkpoint logs are not contiguous")
+        n = len(ids)
+        for name, col in self._cols.items():
+            col.reserve(n)
+            if name in self.COUNTERS:
+                col.data[:n] = 0
+            else:
+                col.data[:n] = np.concatenate([r[name] for r in rows]).reshape(
+                    col.data[:n].shape)
+        self.n = n
+        self.text = [t for r in rows for t in decode_texts(r["text_blob"], r["text_ends"])]
+        for name in self.COUNTERS:
+            ids = concat([r.get(f"counters.{name}", np.empty(0, np.int64)) for r in rows],
+                         np.int64)
+            np.add.at(self._cols[name].data, ids, 1)
+        self._index_platforms()
+        self._taken, self._bumps = n, {name: [] for name in self.COUNTERS}
+
+    def _index_platforms(self) -> None:
+        """The per-platform id and round lists, from the columns."""
+        ids = np.arange(self.n, dtype=np.int64)
+        for p, (pid, prd) in enumerate(self._by_platform):
+            mine = ids[self.platform == p]
             pid.reserve(len(mine))
             prd.reserve(len(mine))
             pid.data[: len(mine)] = mine
-            prd.data[: len(mine)] = store.round[mine]
-            store._platform_n[p] = len(mine)
-        return store
+            prd.data[: len(mine)] = self.round[mine]
+            self._platform_n[p] = len(mine)

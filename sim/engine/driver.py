@@ -28,7 +28,6 @@ from sim.core.vocabulary import ACTION_NAMES, Reason
 from sim.engine.agent_context import context_inputs, top_comments
 from sim.engine.agent_history import AppliedRows, record_actions
 from sim.engine.apply import apply_actions
-from sim.engine.checkpointing import round_delta
 from sim.engine.executors import Executor
 from sim.engine.interventions import Fired, fire_due
 from sim.engine.observe import decision_request, exposures, observe
@@ -53,7 +52,7 @@ from sim.engine.schedule import Scheduler, round_start
 from sim.platforms.spec import by_code
 from sim.store.checkpoints import CheckpointStore
 from sim.store.writer import RoundPayload, RoundWriter
-from sim.world.checkpoint import snapshot
+from sim.world.checkpoint import checkpoint
 from sim.world.world import World
 
 
@@ -166,6 +165,7 @@ class RoundDriver:
         request = decision_request(w, r, views)
         t2 = clock()
         results = self.executor.decide(request)
+        w.json_only.update(*(res.json_only for res in results))
         calls = [c for res in results for c in res.llm_calls]
         check_providers(calls, r)
         stats.n_llm_calls = len(calls)
@@ -205,14 +205,13 @@ class RoundDriver:
                     "decide": 1e3 * (t3 - t2), "apply": 1e3 * (t4 - t3),
                     "update": 1e3 * (t5 - t4)}
         after_commit = None
+        cp = checkpoint(w)  # taken every round: it also empties the components' journals
         if self.checkpoints is not None:
-            delta = round_delta(w, r, applied, exp, new_ids, fired)
-            snap = snapshot(w)
             policy = w.cfg.checkpoints
             store, notify = self.checkpoints, self.on_checkpoint
 
             def after_commit() -> None:
-                store.write(delta, snap, policy.every, policy.keep_last)
+                store.write(cp, policy.every, policy.keep_last)
                 if notify is not None:
                     notify(r)
 

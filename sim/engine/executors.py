@@ -30,7 +30,7 @@ def split_request(request: DecisionRequest, n_shards: int) -> list[DecisionReque
         out.append(DecisionRequest(
             round=request.round, views=views, agents=request.agents[mine],
             position=request.position[mine], confidence=request.confidence[mine],
-            extras=request.extras,
+            extras=request.extras, json_only=request.json_only,
         ))
     return out
 

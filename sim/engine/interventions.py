@@ -208,7 +208,7 @@ def _fire_add(self, world, round_, i, spec: AddAgents, fired: Fired) -> dict:
         plat.grow(world.n_agents)
         if name not in joined:
             continue
-        plat.members[new_ids] = True
+        plat.add_members(new_ids)
         existing = np.nonzero(plat.members[:n0] & world.alive[:n0])[0]
         k = min(spec.follow, len(existing))
         if k:

@@ -100,6 +100,7 @@ def decision_request(world: World, round_: int, views: list[PlatformView]) -> De
     return DecisionRequest(
         round=round_, views=views, agents=agents,
         position=world.beliefs.position[agents], confidence=world.beliefs.confidence[agents],
+        json_only=frozenset(world.json_only),
     )
 
 

@@ -30,7 +30,7 @@ from sim.runs.run import Run, check_api_keys, run_row
 from sim.store.live_mirror import LiveMirror
 from sim.store.run_dir import RunDir, engine_version, new_run_id, open_run_dir
 from sim.store.trajectory import TrajectoryStore
-from sim.world.checkpoint import CheckpointError, restore_world, snapshot
+from sim.world.checkpoint import CheckpointError, checkpoint, restore_world
 
 
 def _load_interventions(path: Path) -> list[Any]:
@@ -135,7 +135,8 @@ def fork_run(parent: str | Path, fork_round: int, sets: list[str] | None = None,
         # The logs of rounds 0..K are shared; the state of K is the fork's own, written with
         # the fork's config and schedule, so a resume of the fork keeps its changes.
         store.link_logs_into(run_dir.checkpoints, fork_round)
-        run_dir.checkpoints.write_state(snapshot(world))
+        cp = checkpoint(world)  # (its log part is empty: restored journals start empty)
+        run_dir.checkpoints.write_state(cp.round, cp.state, cp.meta)
         run_dir.write_meta(run_id=run_dir.run_id, name=cfg.name, config_hash=config_hash(cfg),
                            created_at=datetime.now().isoformat(), engine=engine_version(),
                            status="created", rounds_done=fork_round, rounds=cfg.rounds,

@@ -18,7 +18,6 @@ import yaml
 
 from sim.config import Config, config_hash, resolved_dict
 from sim.core.errors import InputError, ProviderDown
-from sim.engine.checkpointing import initial_delta
 from sim.engine.driver import RoundDriver, RoundStats
 from sim.engine.executors import Executor, make_executor
 from sim.engine.interventions import Fired, check_against_population, check_settings, fire_due
@@ -35,7 +34,7 @@ from sim.store.live_mirror import LiveMirror
 from sim.store.run_dir import RunDir, engine_version, new_run_id, open_run_dir
 from sim.store.trajectory import TrajectoryStore
 from sim.store.writer import RoundWriter
-from sim.world.checkpoint import CheckpointError, restore_world, snapshot
+from sim.world.checkpoint import CheckpointError, checkpoint, restore_world
 from sim.world.world import World, build_world
 
 
@@ -118,7 +117,7 @@ def create_run(cfg: Config, lineage: dict | None = None) -> Run:
         run_dir.config.write_text(yaml.safe_dump(resolved_dict(cfg), sort_keys=False))
         store = TrajectoryStore(run_dir.db, cfg.platforms.names())
         _write_setup(store, world, run_dir, lineage or {}, fired)
-        run_dir.checkpoints.write(initial_delta(world, fired), snapshot(world))
+        run_dir.checkpoints.write(checkpoint(world))
         run_dir.write_meta(run_id=run_dir.run_id, name=cfg.name, config_hash=config_hash(cfg),
                            created_at=datetime.now().isoformat(), engine=engine_version(),
                            status="created", rounds_done=0, rounds=cfg.rounds,

@@ -1,24 +1,28 @@
 """Checkpoints: everything needed to continue a run from the end of any round.
 
-A checkpoint of round K has two parts, under `runs/<id>/checkpoints/`:
+A checkpoint is made of components' states (sim.core.state): the world composes them, this
+module only writes and reads them. A checkpoint of round K has two parts, under
+`runs/<id>/checkpoints/`:
 
-- `log/round-K.npz` (+ `round-K.population.parquet` when agents joined): what round K
-  *added* to the append-only structures — new posts with their texts, counter increments,
-  votes, reposts, follow-graph changes, trust values set, exposures. Logs are never
-  rewritten, so each round costs what it added, not the size of the world.
-- `state/round-K/`: the small mutable state at the end of round K — beliefs, membership,
-  the living agents, active events, fired interventions, the effective config — written
-  to a temporary folder and renamed, so it appears whole or not at all. It is the commit
-  point: round K is checkpointed iff this folder exists.
+- `log/round-K.npz` (+ `round-K.<component>.<table>.parquet` for tables, e.g. the agents
+  who joined): what round K *added* to the journaled components (posts and their texts,
+  counter increments, votes, reposts, follows, trust values set, exposures), and
+  `log/round-K.json`, the checksums of those files. Logs are never rewritten, so each round
+  costs what it added, not the size of the world.
+- `state/round-K/`: the state of the other components at the end of round K (beliefs,
+  membership, the living agents, events, memory, the effective config), with its
+  checksum, written to a temporary folder and renamed, so it appears whole or not at all.
+  It is the commit point: round K is checkpointed iff this folder exists.
 
-Restoring round K loads the state of K and replays the logs of rounds 0..K; derived
-indexes (per-author buffers, inboxes) are rebuilt from posts and the graph. Retention
+Restoring round K reads the state of K and the logs of rounds 0..K. Retention
 (`checkpoints.every`, `keep_last`) prunes old state folders; logs stay, so any retained
-state can be restored.
+state can be restored. Files of format 4 (Shoal 0.1: flat array names) are read and
+upgraded on the fly, so runs made by the previous release resume and fork.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -28,57 +32,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sim.core.faults import crash_point
-from sim.core.keys import unique_sorted
+from sim.core.state import State
 
+FORMAT = 5  # bump when what a checkpoint holds changes; 4 is still read (upgraded)
+READS = (4, 5)
 _NAME = re.compile(r"^round-(\d{6})$")
-FORMAT = 4  # bump when what a checkpoint holds changes; older ones are refused clearly
 
 
 def _round_name(r: int) -> str:
     return f"round-{r:06d}"
 
 
-def encode_texts(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Texts as one UTF-8 byte array plus end offsets (npz holds them without pickle)."""
-    encoded = [t.encode("utf-8") for t in texts]
-    ends = np.cumsum([len(b) for b in encoded], dtype=np.int64)
-    return np.frombuffer(b"".join(encoded), dtype=np.uint8), ends
-
-
-def decode_texts(blob: np.ndarray, ends: np.ndarray) -> list[str]:
-    """Inverse of `encode_texts`."""
-    if not len(ends):
-        return []
-    raw = blob.tobytes()
-    starts = np.concatenate(([0], ends[:-1]))
-    return [raw[a:b].decode("utf-8") for a, b in zip(starts.tolist(), ends.tolist(),
-                                                     strict=True)]
+class CheckpointError(Exception):
+    """A checkpoint that cannot be read (missing, damaged or inconsistent files)."""
 
 
 @dataclass
-class RoundDelta:
-    """What one round added to the append-only parts of the world."""
+class Checkpoint:
+    """One round's checkpoint: its log segment, the state at its end, and metadata."""
 
     round: int
-    arrays: dict[str, np.ndarray] = field(default_factory=dict)
-    population: pa.Table | None = None  # agents that joined this round (round 0: all)
-
-    def bytes(self) -> int:
-        """Payload size, for the summary."""
-        return int(sum(a.nbytes for a in self.arrays.values()))
-
-
-@dataclass
-class Snapshot:
-    """The mutable state at the end of a round (arrays + JSON-able metadata)."""
-
-    round: int
-    arrays: dict[str, np.ndarray]
-    meta: dict
+    log: dict[str, State]
+    state: dict[str, State]
+    meta: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -91,6 +70,35 @@ class CheckpointStats:
     ms: float
 
 
+# ---------------------------------------------------------------------- file forms
+
+
+def _flatten(components: dict[str, State]) -> dict[str, np.ndarray]:
+    return {f"{name}/{key}": value for name, s in components.items()
+            for key, value in s.arrays.items()}
+
+
+def _unflatten(arrays: dict[str, np.ndarray]) -> dict[str, State]:
+    out: dict[str, State] = {}
+    for key, value in arrays.items():
+        name, _, sub = key.partition("/")
+        out.setdefault(name, State()).arrays[sub] = value
+    return out
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _load_npz(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path) as z:
+        return {k: z[k] for k in z.files}
+
+
 class CheckpointStore:
     """Reads and writes the checkpoints of one run directory."""
 
@@ -101,40 +109,53 @@ class CheckpointStore:
 
     # ------------------------------------------------------------------ writing
 
-    def write(self, delta: RoundDelta, snapshot: Snapshot, every: int = 1,
-              keep_last: int | None = None) -> CheckpointStats:
+    def write(self, cp: Checkpoint, every: int = 1, keep_last: int | None = None
+              ) -> CheckpointStats:
         """Write round K's log segment, then its state (the commit point), then prune."""
         t = time.perf_counter()
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        name = _round_name(delta.round)
-        log_bytes = self._atomic_npz(self.log_dir / f"{name}.npz", delta.arrays)
-        if delta.population is not None:
-            path = self.log_dir / f"{name}.population.parquet"
-            tmp = path.with_name(path.name + ".tmp")
-            pq.write_table(delta.population, tmp)
-            os.replace(tmp, path)
-            log_bytes += path.stat().st_size
-        crash_point("mid_checkpoint", delta.round)
-        state_bytes = self.write_state(snapshot, log_bytes, t)
+        log_bytes = self.write_log(cp.round, cp.log)
+        crash_point("mid_checkpoint", cp.round)
+        state_bytes = self.write_state(cp.round, cp.state, cp.meta, log_bytes, t)
         self.prune(every, keep_last)
-        return CheckpointStats(delta.round, log_bytes, state_bytes,
+        return CheckpointStats(cp.round, log_bytes, state_bytes,
                                1e3 * (time.perf_counter() - t))
 
-    def write_state(self, snapshot: Snapshot, log_bytes: int = 0,
-                    started: float | None = None) -> int:
+    def write_log(self, round_: int, log: dict[str, State]) -> int:
+        """Write a round's log segment and its checksums; returns its size."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        name = _round_name(round_)
+        files = {f"{name}.npz": _flatten(log)}
+        sums = {}
+        for fname, arrays in files.items():
+            path = self.log_dir / fname
+            self._atomic(path, lambda tmp, a=arrays: self._npz(tmp, a))
+            sums[fname] = _sha256(path)
+        for comp, s in log.items():
+            for table_name, table in s.tables.items():
+                path = self.log_dir / f"{name}.{comp}.{table_name}.parquet"
+                self._atomic(path, lambda tmp, t=table: pq.write_table(t, tmp))
+                sums[path.name] = _sha256(path)
+        manifest = self.log_dir / f"{name}.json"
+        self._atomic(manifest, lambda tmp: tmp.write_text(json.dumps(
+            {"format": FORMAT, "round": round_, "sha256": sums})))
+        return sum((self.log_dir / f).stat().st_size for f in sums)
+
+    def write_state(self, round_: int, state: dict[str, State], meta: dict,
+                    log_bytes: int = 0, started: float | None = None) -> int:
         """Write (or replace) the state of a round atomically; returns its size."""
         started = time.perf_counter() if started is None else started
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        name = _round_name(snapshot.round)
+        name = _round_name(round_)
         tmp_dir = self.state_dir / f".{name}.tmp"
         shutil.rmtree(tmp_dir, ignore_errors=True)
         tmp_dir.mkdir()
-        state_bytes = self._plain_npz(tmp_dir / "state.npz", snapshot.arrays)
-        meta = {**snapshot.meta, "format": FORMAT, "round": snapshot.round,
+        state_bytes = self._npz(tmp_dir / "state.npz", _flatten(state))
+        full = {**meta, "format": FORMAT, "round": round_,
+                "components": {k: s.meta for k, s in state.items()},
+                "sha256": _sha256(tmp_dir / "state.npz"),
                 "log_bytes": log_bytes, "state_bytes": state_bytes,
                 "ms": 1e3 * (time.perf_counter() - started)}
-        (tmp_dir / "meta.json").write_text(json.dumps(meta, default=str))
+        (tmp_dir / "meta.json").write_text(json.dumps(full, default=str))
         _fsync_dir(tmp_dir)
         final = self.state_dir / name
         shutil.rmtree(final, ignore_errors=True)  # a stale folder from an aborted attempt
@@ -142,18 +163,19 @@ class CheckpointStore:
         _fsync_dir(self.state_dir)
         return state_bytes
 
-    def _plain_npz(self, path: Path, arrays: dict[str, np.ndarray]) -> int:
+    @staticmethod
+    def _npz(path: Path, arrays: dict[str, np.ndarray]) -> int:
         with open(path, "wb") as f:
             np.savez(f, **arrays)
             f.flush()
             os.fsync(f.fileno())
         return path.stat().st_size
 
-    def _atomic_npz(self, path: Path, arrays: dict[str, np.ndarray]) -> int:
+    @staticmethod
+    def _atomic(path: Path, write) -> None:
         tmp = path.with_name(path.name + ".tmp")
-        size = self._plain_npz(tmp, arrays)
+        write(tmp)
         os.replace(tmp, path)
-        return size
 
     def prune(self, every: int, keep_last: int | None) -> None:
         """Drop state folders not retained: keep round 0, the latest, and the rounds that
@@ -189,28 +211,62 @@ class CheckpointStore:
 
     def meta(self, r: int) -> dict:
         """The state metadata of round r."""
-        return json.loads((self.state_dir / _round_name(r) / "meta.json").read_text())
+        path = self.state_dir / _round_name(r) / "meta.json"
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise CheckpointError(f"{path}: cannot be read: {exc}") from None
 
-    def snapshot(self, r: int) -> Snapshot:
-        """The state of round r."""
-        with np.load(self.state_dir / _round_name(r) / "state.npz") as z:
-            arrays = {k: z[k] for k in z.files}
-        return Snapshot(r, arrays, self.meta(r))
+    def read_state(self, r: int) -> tuple[dict[str, State], dict]:
+        """The components' states at the end of round r, and the checkpoint's metadata."""
+        meta = self.meta(r)
+        fmt = meta.get("format", 1)
+        if fmt not in READS:
+            raise CheckpointError(f"the checkpoint of round {r} was written by another "
+                                  f"version of Shoal (format {fmt}; this version reads "
+                                  f"formats {', '.join(map(str, READS))})")
+        path = self.state_dir / _round_name(r) / "state.npz"
+        if "sha256" in meta and _sha256(path) != meta["sha256"]:
+            raise CheckpointError(f"{path}: damaged (its checksum does not match)")
+        try:
+            arrays = _load_npz(path)
+        except (OSError, ValueError, EOFError) as exc:
+            raise CheckpointError(f"{path}: cannot be read: {exc}") from None
+        if fmt == 4:
+            return _state_from_v4(arrays, meta), meta
+        state = _unflatten(arrays)
+        for name, m in meta.get("components", {}).items():
+            state.setdefault(name, State()).meta = m
+        return state, meta
 
-    def deltas(self, upto: int) -> list[RoundDelta]:
-        """The log segments of rounds 0..upto, in order (each must exist)."""
-        out = []
-        for r in range(upto + 1):
-            name = _round_name(r)
-            path = self.log_dir / f"{name}.npz"
-            if not path.is_file():
-                raise FileNotFoundError(f"checkpoint log for round {r} is missing: {path}")
-            with np.load(path) as z:
-                arrays = {k: z[k] for k in z.files}
-            pop_path = self.log_dir / f"{name}.population.parquet"
-            population = pq.read_table(pop_path) if pop_path.is_file() else None
-            out.append(RoundDelta(r, arrays, population))
-        return out
+    def read_logs(self, upto: int) -> list[dict[str, State]]:
+        """The log segments of rounds 0..upto, in order (each must exist and be intact)."""
+        return [self.read_log(r) for r in range(upto + 1)]
+
+    def read_log(self, r: int) -> dict[str, State]:
+        """The log segment of round r."""
+        name = _round_name(r)
+        path = self.log_dir / f"{name}.npz"
+        if not path.is_file():
+            raise CheckpointError(f"checkpoint log for round {r} is missing: {path}")
+        manifest = self.log_dir / f"{name}.json"
+        sums = json.loads(manifest.read_text())["sha256"] if manifest.is_file() else {}
+        for fname, digest in sums.items():
+            if _sha256(self.log_dir / fname) != digest:
+                raise CheckpointError(f"{self.log_dir / fname}: damaged (its checksum "
+                                      "does not match)")
+        try:
+            arrays = _load_npz(path)
+            if arrays and not any("/" in k for k in arrays):
+                pop = self.log_dir / f"{name}.population.parquet"
+                return _log_from_v4(r, arrays, pq.read_table(pop) if pop.is_file() else None)
+            log = _unflatten(arrays)
+            for table in self.log_dir.glob(f"{name}.*.parquet"):
+                _, comp, table_name, _ = table.name.split(".")
+                log.setdefault(comp, State()).tables[table_name] = pq.read_table(table)
+        except (OSError, ValueError, EOFError) as exc:
+            raise CheckpointError(f"{path}: cannot be read: {exc}") from None
+        return log
 
     def truncate_after(self, r: int) -> None:
         """Forget everything after round r (logs, states, temporaries): used on resume."""
@@ -261,25 +317,50 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-# ---------------------------------------------------------------------- replay helpers
+# ---------------------------------------------------------------------- format 4
 
 
-def last_value_per_key(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For keys listed in time order (repeats allowed), each key once with its last value."""
-    if not len(keys):
-        return keys.astype(np.int64), values
-    order = np.argsort(keys, kind="stable")
-    k, v = keys[order], values[order]
-    last = np.ones(len(k), dtype=bool)
-    last[:-1] = k[1:] != k[:-1]
-    return k[last], v[last]
+def _log_from_v4(round_: int, a: dict[str, np.ndarray], population) -> dict[str, State]:
+    """A format-4 log segment (flat names, one follows table for every platform) as
+    components."""
+    posts = {k.removeprefix("posts."): v for k, v in a.items() if k.startswith("posts.")}
+    posts.update({k: v for k, v in a.items() if k.startswith("counters.")})
+    out = {"posts": State(arrays=posts)}
+    if "trust.keys" in a:
+        out["trust"] = State(arrays={"keys": a["trust.keys"], "values": a["trust.values"]})
+    if "exposures.keys" in a:
+        keys = a["exposures.keys"]
+        out["history"] = State(arrays={"keys": keys,
+                                       "rounds": np.full(len(keys), round_, np.int32)})
+    codes = {int(k.split(".")[1]) for k in a if k.startswith(("votes.", "reposts."))}
+    if "follows.platform" in a:
+        codes |= set(np.unique(a["follows.platform"]).astype(int).tolist())
+    for code in sorted(codes):
+        mine = a["follows.platform"] == code if "follows.platform" in a else None
+        empty = np.empty(0, np.int64)
+        out[f"platform.{code}"] = State(arrays={
+            "votes": a.get(f"votes.{code}", empty), "reposts": a.get(f"reposts.{code}", empty),
+            "follower": a["follows.follower"][mine] if mine is not None else empty,
+            "followee": a["follows.followee"][mine] if mine is not None else empty,
+            "op": a["follows.op"][mine] if mine is not None else np.empty(0, np.int8)})
+    if population is not None:
+        out["population"] = State(tables={"agents": population})
+    return out
 
 
-def concat(parts: list[np.ndarray], dtype) -> np.ndarray:
-    """Concatenate (an empty list gives an empty array of `dtype`)."""
-    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype)
-
-
-def union_keys(parts: list[np.ndarray]) -> np.ndarray:
-    """Sorted distinct keys of several arrays."""
-    return unique_sorted(concat(parts, np.int64))
+def _state_from_v4(a: dict[str, np.ndarray], meta: dict) -> dict[str, State]:
+    """A format-4 state (flat names, component metadata at the top level) as components."""
+    return {
+        "beliefs": State(arrays={"position": a["position"], "confidence": a["confidence"]}),
+        "world": State(arrays={k: a[k] for k in ("alive", "joined", "last_means",
+                                                  "initial_position")}),
+        "membership": State(arrays={k.split(".")[1]: v for k, v in a.items()
+                                    if k.startswith("members.")}),
+        "interventions": State(arrays={k: v for k, v in a.items()
+                                       if k.startswith("event_target.")},
+                               meta=meta.get("interventions", {})),
+        "memory": State(arrays={k: v for k, v in a.items() if k.startswith("audience.")},
+                        meta=meta.get("memory", {})),
+        "digest": State(meta=meta.get("digest", {})),
+        "notifications": State(meta=meta.get("notifications", {})),
+    }

@@ -1,8 +1,9 @@
-"""How a `World` becomes a checkpoint snapshot, and how a world is rebuilt from a checkpoint.
+"""How a `World` becomes a checkpoint, and is rebuilt from one, bit for bit.
 
-`round_delta` and `snapshot` are called by the driver at the end of a round (they copy, so
-the writer thread can save them while the next round runs); `restore_world` rebuilds the
-world at the end of round K from the checkpoint store, bit for bit.
+The world composes its components' states (sim.core.state): journaled components give the
+round's log segment (`take_changes`), the others the state at the end of the round
+(`get_state`). Restoring round K replays the logs of rounds 0..K into empty components and
+sets the others from the state of K. Nothing here reaches into a component's fields.
 """
 
 from __future__ import annotations
@@ -17,173 +18,119 @@ from beliefs.trust import TrustStore
 from sim.config import Config, parse_config, resolved_dict
 from sim.core.follow_graph import FollowGraph
 from sim.core.posts import PostStore
+from sim.core.state import State
 from sim.platforms.spec import platform_slots, spec
-from sim.store.checkpoints import (
-    FORMAT,
-    CheckpointStore,
-    RoundDelta,
-    Snapshot,
-    concat,
-    decode_texts,
-    last_value_per_key,
-    union_keys,
-)
-from sim.world.interventions import Interventions
+from sim.store.checkpoints import Checkpoint, CheckpointError, CheckpointStore
 from sim.world.platform import Platform
 from sim.world.world import World
 
-
-class CheckpointError(Exception):
-    """A checkpoint that cannot be restored (missing or inconsistent files)."""
+__all__ = ["CheckpointError", "checkpoint", "restore_world"]
 
 
-def snapshot(world: World) -> Snapshot:
-    """The mutable state at the end of the current round (copies of the arrays)."""
-    arrays = {"position": world.beliefs.position.copy(),
-              "confidence": world.beliefs.confidence.copy(),
-              "alive": world.alive.copy(), "joined": world.joined.copy()}
+def checkpoint(world: World) -> Checkpoint:
+    """The checkpoint of the world's current round: what the round added (since the
+    previous checkpoint) and the state at its end. Everything is copied, so the writer
+    thread can save it while the next round runs."""
+    return Checkpoint(world.round, log=changes(world), state=state(world),
+                      meta={"config": resolved_dict(world.cfg), "counts": counts(world)})
+
+
+def changes(world: World) -> dict[str, State]:
+    """The journaled components' changes since the previous checkpoint."""
+    out = {"population": world.population.take_changes(),
+           "posts": world.posts.take_changes(), "trust": world.trust.take_changes()}
+    if world.history is not None:
+        out["history"] = world.history.take_changes()
     for plat in world.platforms.values():
-        arrays[f"members.{plat.code}"] = plat.members.copy()
-    iv_meta, iv_arrays = world.interventions.state()
-    arrays.update({k: v.copy() for k, v in iv_arrays.items()})
-    memory_meta, memory_arrays = world.memory.state()
-    arrays.update({k: v.copy() for k, v in memory_arrays.items()})
-    arrays["last_means"] = world.last_means.copy()
-    arrays["initial_position"] = world.initial_position.copy()
-    counts = {
+        out[f"platform.{plat.code}"] = plat.take_changes()
+    return out
+
+
+def state(world: World) -> dict[str, State]:
+    """The other components' state."""
+    return {
+        "beliefs": world.beliefs.get_state(),
+        "world": State(arrays={"alive": world.alive.copy(), "joined": world.joined.copy(),
+                               "last_means": world.last_means.copy(),
+                               "initial_position": world.initial_position.copy()}),
+        "membership": State(arrays={str(p.code): p.members.copy()
+                                    for p in world.platforms.values()}),
+        "interventions": world.interventions.get_state(),
+        "memory": world.memory.get_state(),
+        "digest": world.digest.get_state(),
+        "notifications": world.notifications.get_state(),
+        "llm": State(meta={"json_only": sorted(world.json_only)}),
+    }
+
+
+def counts(world: World) -> dict:
+    """Sizes a restore must find again (a check that logs and state belong together)."""
+    return {
         "n_agents": world.n_agents, "n_posts": world.posts.n, "n_trust": len(world.trust),
         "n_history": len(world.history) if world.history is not None else None,
         "edges": {p.name: len(p.graph) for p in world.platforms.values()},
         "votes": {p.name: len(p.votes) for p in world.platforms.values()},
     }
-    return Snapshot(world.round, arrays, {"config": resolved_dict(world.cfg),
-                                          "interventions": iv_meta, "memory": memory_meta,
-                                          "digest": world.digest.state(),
-                                          "notifications": world.notifications.state(),
-                                          "counts": counts})
 
 
 def restore_world(store: CheckpointStore, round_: int, cfg: Config | None = None
                   ) -> tuple[World, dict]:
-    """The world at the end of `round_` and the snapshot's metadata. The config is the
+    """The world at the end of `round_` and the checkpoint's metadata. The config is the
     effective one saved with the checkpoint, unless `cfg` (a fork's) is given."""
     try:
-        snap = store.snapshot(round_)
-        deltas = store.deltas(round_)
+        saved, meta = store.read_state(round_)
+        logs = store.read_logs(round_)
     except (OSError, KeyError, ValueError) as exc:
         raise CheckpointError(f"cannot read the checkpoint of round {round_}: {exc}") from exc
-    if snap.meta.get("format") != FORMAT:
-        raise CheckpointError(f"the checkpoint of round {round_} was written by another "
-                              f"version of Shoal (format {snap.meta.get('format', 1)}, this "
-                              f"version reads format {FORMAT}); rerun the simulation")
-    if cfg is None:
-        cfg = parse_config(snap.meta["config"])
-    if deltas[0].population is None:
-        raise CheckpointError("the round-0 checkpoint log has no population")
-    population = Population.from_arrow(deltas[0].population)
-    for d in deltas[1:]:
-        if d.population is not None:
-            population.extend(Population.from_arrow(d.population))
-    n, t = population.size, len(cfg.topics)
+    cfg = cfg if cfg is not None else parse_config(meta["config"])
+    try:
+        world = _rebuild(cfg, round_, saved, logs)
+    except (KeyError, ValueError) as exc:
+        raise CheckpointError(f"the checkpoint of round {round_} is inconsistent: "
+                              f"{type(exc).__name__}: {exc}") from exc
+    bad = {k: (v, counts(world)[k]) for k, v in meta.get("counts", {}).items()
+           if k in counts(world) and counts(world)[k] != v}
+    if bad:
+        raise CheckpointError(f"checkpoint of round {round_} is inconsistent "
+                              f"(expected, rebuilt): {bad}")
+    return world, meta
 
-    posts = _restore_posts(deltas, t)
-    beliefs = BeliefState(snap.arrays["position"].astype(np.float64),
-                          snap.arrays["confidence"].astype(np.float64))
+
+def _rebuild(cfg: Config, round_: int, saved: dict[str, State],
+             logs: list[dict[str, State]]) -> World:
+    def segments(name: str) -> list[State]:
+        return [log[name] for log in logs if name in log]
+
+    population = Population.restored(segments("population"))
+    n = population.size
+    posts = PostStore(len(cfg.topics), platform_slots())
+    posts.replay(segments("posts"))
     trust = TrustStore(cfg.beliefs.trust.initial)
-    keys, values = last_value_per_key(
-        concat([d.arrays.get("trust.keys", np.empty(0, np.int64)) for d in deltas], np.int64),
-        concat([d.arrays.get("trust.values", np.empty(0)) for d in deltas], np.float64))
-    trust.keys, trust.values = keys, values
-    rule = make_rule(cfg.beliefs.update)
-    history = _restore_history(deltas, cfg.beliefs.novelty_window_rounds, round_) \
-        if rule.uses_novelty else None
-
+    trust.replay(segments("trust"))
+    history = None
+    if make_rule(cfg.beliefs.update).uses_novelty:
+        history = ExposureHistory(cfg.beliefs.novelty_window_rounds)
+        history.replay(segments("history"), as_of=round_)
+    beliefs = BeliefState(np.empty((0, 0)), np.empty((0, 0)))
+    beliefs.set_state(saved["beliefs"])
+    members = saved["membership"].arrays
     platforms = {}
     for name in cfg.platforms.enabled():
         code = spec(name).code
-        graph = _restore_graph(deltas, code, n)
         plat = Platform.create(name, cfg.platforms.get(name),
-                               snap.arrays[f"members.{code}"].astype(bool), graph)
-        plat.votes.keys = union_keys([d.arrays[f"votes.{code}"] for d in deltas
-                                      if f"votes.{code}" in d.arrays])
-        plat.reposts.keys = union_keys([d.arrays[f"reposts.{code}"] for d in deltas
-                                        if f"reposts.{code}" in d.arrays])
-        plat.rebuild_indexes(posts)
+                               np.asarray(members[str(code)], dtype=bool).copy(),
+                               FollowGraph(n))
+        plat.replay(segments(f"platform.{code}"), posts)
         platforms[name] = plat
-
-    interventions = Interventions.from_state(cfg, snap.meta.get("interventions", {}),
-                                             snap.arrays)
+    w = saved["world"].arrays
     world = World(cfg=cfg, population=population, beliefs=beliefs, trust=trust,
                   history=history, posts=posts, platforms=platforms, round=round_,
-                  alive=snap.arrays["alive"].astype(bool), interventions=interventions,
-                  joined=snap.arrays["joined"].astype(np.int32),
-                  last_means=snap.arrays["last_means"].astype(np.float64),
-                  initial_position=snap.arrays["initial_position"].astype(np.float64))
-    world.memory.load_state(snap.meta.get("memory", {}), snap.arrays)
-    world.digest.load_state(snap.meta.get("digest", {}))
-    world.notifications.load_state(snap.meta.get("notifications", {}))
-    _check_counts(world, snap.meta.get("counts", {}))
-    return world, snap.meta
-
-
-def _restore_posts(deltas: list[RoundDelta], n_topics: int) -> PostStore:
-    columns: dict[str, list[np.ndarray]] = {}
-    texts: list[str] = []
-    for d in deltas:
-        for k, v in d.arrays.items():
-            if k.startswith("posts.") and k not in ("posts.text_blob", "posts.text_ends"):
-                columns.setdefault(k.removeprefix("posts."), []).append(v)
-        texts += decode_texts(d.arrays["posts.text_blob"], d.arrays["posts.text_ends"])
-    state: dict[str, object] = {k: np.concatenate(v) for k, v in columns.items()}
-    ids = state.pop("id")
-    if not np.array_equal(ids, np.arange(len(ids))):
-        raise CheckpointError("post ids in the checkpoint logs are not contiguous")
-    state["stance"] = np.asarray(state["stance"]).reshape(len(ids), n_topics)
-    for name in PostStore.COUNTERS:
-        state[name] = np.zeros(len(ids), dtype=np.int32)
-    state["text"] = texts
-    posts = PostStore.from_state(state, n_topics, platform_slots())
-    posts.increment({name: concat([d.arrays.get(f"counters.{name}", np.empty(0, np.int64))
-                                   for d in deltas], np.int64)
-                     for name in PostStore.COUNTERS})
-    return posts
-
-
-def _restore_graph(deltas: list[RoundDelta], code: int, n: int) -> FollowGraph:
-    graph = FollowGraph(n)
-    for d in deltas:
-        if "follows.platform" not in d.arrays:
-            continue
-        mine = d.arrays["follows.platform"] == code
-        src, dst = d.arrays["follows.follower"][mine], d.arrays["follows.followee"][mine]
-        op = d.arrays["follows.op"][mine]
-        graph.follow(src[op > 0], dst[op > 0])
-        graph.unfollow(src[op < 0], dst[op < 0])
-    return graph
-
-
-def _restore_history(deltas: list[RoundDelta], window: int | None, round_: int
-                     ) -> ExposureHistory:
-    history = ExposureHistory(window)
-    keys = [d.arrays.get("exposures.keys", np.empty(0, np.int64)) for d in deltas]
-    rounds = [np.full(len(k), d.round, np.int32) for k, d in zip(keys, deltas, strict=True)]
-    k, r = last_value_per_key(concat(keys, np.int64), concat(rounds, np.int32))
-    if window is not None:
-        keep = r > round_ - window
-        k, r = k[keep], r[keep]
-    history.keys, history.last_round = k, r.astype(np.int32)
-    return history
-
-
-def _check_counts(world: World, counts: dict) -> None:
-    """Compare the rebuilt world with the sizes recorded when the checkpoint was made."""
-    got = {
-        "n_agents": world.n_agents, "n_posts": world.posts.n, "n_trust": len(world.trust),
-        "n_history": len(world.history) if world.history is not None else None,
-        "edges": {p.name: len(p.graph) for p in world.platforms.values()},
-        "votes": {p.name: len(p.votes) for p in world.platforms.values()},
-    }
-    bad = {k: (counts[k], got[k]) for k in counts if k in got and counts[k] != got[k]}
-    if bad:
-        raise CheckpointError(f"checkpoint of round {world.round} is inconsistent "
-                              f"(expected, rebuilt): {bad}")
+                  alive=w["alive"].astype(bool), joined=w["joined"].astype(np.int32),
+                  last_means=w["last_means"].astype(np.float64),
+                  initial_position=w["initial_position"].astype(np.float64),
+                  json_only=set(saved.get("llm", State()).meta.get("json_only", [])))
+    world.interventions.set_state(saved["interventions"])
+    world.memory.set_state(saved["memory"])
+    world.digest.set_state(saved["digest"])
+    world.notifications.set_state(saved["notifications"])
+    return world

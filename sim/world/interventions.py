@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.config import Config
+from sim.core.state import State
 
 NEWS_AUTHOR = -1  # the author id of posts by the platforms' news accounts
 
@@ -48,22 +49,21 @@ class Interventions:
 
     # ---------------------------------------------------------------- state
 
-    def state(self) -> tuple[dict, dict[str, np.ndarray]]:
-        """JSON-able metadata and arrays for a checkpoint."""
+    def get_state(self) -> State:
+        """What fired, and the events still pinned (with their targets)."""
         meta = {"fired": sorted(self.fired), "events": [
             {"index": e.index, "post_ids": {str(k): v for k, v in e.post_ids.items()},
              "until": e.until, "targeted": e.target is not None} for e in self.events]}
-        arrays = {f"event_target.{e.index}": e.target for e in self.events
+        arrays = {f"event_target.{e.index}": e.target.copy() for e in self.events
                   if e.target is not None}
-        return meta, arrays
+        return State(arrays=arrays, meta=meta)
 
-    @classmethod
-    def from_state(cls, cfg: Config, meta: dict, arrays: dict[str, np.ndarray]
-                   ) -> Interventions:
-        """Inverse of `state`."""
-        events = [ActiveEvent(
+    def set_state(self, state: State) -> None:
+        """Take what fired and the pinned events of `state`."""
+        meta, arrays = state.meta, state.arrays
+        self.fired = set(meta.get("fired", []))
+        self.events = [ActiveEvent(
             index=e["index"], post_ids={int(k): v for k, v in e["post_ids"].items()},
             until=e["until"],
             target=arrays[f"event_target.{e['index']}"].astype(bool) if e["targeted"] else None,
         ) for e in meta.get("events", [])]
-        return cls(cfg, set(meta.get("fired", [])), events)

@@ -12,6 +12,7 @@ kept here so that feeds never scan the post table:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,6 +21,7 @@ from sim.config.platforms import PlatformConfig
 from sim.core.follow_graph import FollowGraph, expand_csr
 from sim.core.keys import SortedKeySet, pack
 from sim.core.rowsets import newest_per_row, push_newest
+from sim.core.state import State
 from sim.platforms.spec import PlatformSpec, spec
 
 
@@ -115,6 +117,10 @@ class Platform:
         """Mask: has agent already voted on post here?"""
         return self.votes.contains(pack(agents, posts))
 
+    def add_members(self, agents: np.ndarray) -> None:
+        """Agents join this platform (they must exist: see `grow`)."""
+        self.members[np.asarray(agents, dtype=np.int64)] = True
+
     def grow(self, n: int) -> None:
         """Make room for agents up to id n - 1 (new agents join as non-members)."""
         extra = n - len(self.members)
@@ -126,21 +132,38 @@ class Platform:
         self.inbox = np.concatenate([self.inbox, pad])
         self.graph.grow(n)
 
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Checkpoint form."""
-        return {
-            "members": self.members, "recent": self.recent, "inbox": self.inbox,
-            "votes": self.votes.keys, "reposts": self.reposts.keys,
-            **{f"graph_{k}": v for k, v in self.graph.state_dict().items()},
-        }
+    # ------------------------------------------------------------------ state
 
-    def load_state(self, state: dict[str, np.ndarray]) -> None:
-        """Restore from `state_dict()`."""
-        self.members = np.asarray(state["members"], dtype=bool)
-        self.recent = np.asarray(state["recent"], dtype=np.int64)
-        self.inbox = np.asarray(state["inbox"], dtype=np.int64)
-        self.votes.keys = np.asarray(state["votes"], dtype=np.int64)
-        self.reposts.keys = np.asarray(state["reposts"], dtype=np.int64)
-        self.graph = FollowGraph.from_state(
-            {k.removeprefix("graph_"): v for k, v in state.items() if k.startswith("graph_")}
-        )
+    def get_state(self) -> State:
+        """Members, votes, reposts and follow edges (the feed indexes are derived)."""
+        return State(arrays={"members": self.members.copy(), "votes": self.votes.keys.copy(),
+                             "reposts": self.reposts.keys.copy(),
+                             "edges": self.graph.get_state().arrays["edges"]})
+
+    def set_state(self, state: State, posts) -> None:
+        """Take the state of `state` and rebuild the feed indexes from `posts`."""
+        a = state.arrays
+        self.members = np.asarray(a["members"], dtype=bool).copy()
+        self.votes.reset(a["votes"])
+        self.reposts.reset(a["reposts"])
+        self.graph.set_state(State(arrays={"edges": a["edges"]}))
+        self.rebuild_indexes(posts)
+
+    def take_changes(self) -> State:
+        """Votes and reposts cast, follows and unfollows, since the previous call (who is
+        a member is not journaled: the world's snapshot keeps it)."""
+        graph = self.graph.take_changes().arrays
+        return State(arrays={"votes": self.votes.take_changes()[0],
+                             "reposts": self.reposts.take_changes()[0],
+                             "follower": graph["follower"], "followee": graph["followee"],
+                             "op": graph["op"]})
+
+    def replay(self, changes: Sequence[State], posts) -> None:
+        """Rebuild votes, reposts and follows from logged changes (this platform must have
+        none), then the feed indexes from `posts`."""
+        for c in changes:
+            a = c.arrays
+            self.votes.replay(a["votes"], np.ones(len(a["votes"]), np.int8))
+            self.reposts.replay(a["reposts"], np.ones(len(a["reposts"]), np.int8))
+        self.graph.replay(changes)
+        self.rebuild_indexes(posts)

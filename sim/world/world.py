@@ -7,7 +7,7 @@ matter of saving and loading this one object.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -57,6 +57,7 @@ class World:
     notifications: Notifications | None = None  # what others did to those agents
     last_means: np.ndarray | None = None  # per-topic mean position at the end of the round
     initial_position: np.ndarray | None = None  # [N, T] positions at round 0 (or on joining)
+    json_only: set[str] = field(default_factory=set)  # providers that refused tool calls
 
     def __post_init__(self) -> None:
         if self.alive is None:
