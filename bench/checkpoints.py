@@ -3,7 +3,7 @@
 For N in {10k, 100k}: run the quick-start model (configs/quickstart.yaml) for R rounds,
 read every round's checkpoint cost from its state metadata (bytes of log + state, ms to
 write), then fork the run at round K = R/2 (restore the world, hard-link the checkpoint,
-create the fork's directory: `sim.fork.fork_run`, no rounds run) and compare with the
+create the fork's directory: `sim.runs.fork.fork_run`, no rounds run) and compare with the
 baseline a fork replaces: replaying rounds 1..K from scratch (the measured time of those
 rounds in the parent run). Also the time `shoal resume` needs to restore the last round.
 
@@ -24,7 +24,7 @@ import duckdb
 
 from sim.config import load_config
 from sim.runs.fork import fork_run
-from sim.runs.run import create_run, resume_run, run_rounds
+from sim.runs.simulation import Simulation
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,9 +33,9 @@ def measure(n: int, rounds: int, out: Path) -> dict:
     """One size: run, checkpoint costs, fork latency, resume latency."""
     cfg = load_config(ROOT / "configs" / "quickstart.yaml",
                       [f"population.size={n}", f"rounds={rounds}", f"output.dir={out}"])
-    run = create_run(cfg)
+    run = Simulation.create(cfg)
     try:
-        run_rounds(run)
+        run.run()
     finally:
         run.close()
     store = run.dir.checkpoints
@@ -57,7 +57,7 @@ def measure(n: int, rounds: int, out: Path) -> dict:
     fork.close()
 
     t = time.perf_counter()
-    resumed = resume_run(run.dir.root)
+    resumed = Simulation.resume(run.dir.root)
     resume_s = time.perf_counter() - t
     resumed.close()
     return {

@@ -25,7 +25,7 @@ import duckdb
 from memory.tokens import encoding
 from sim.config import load_config
 from sim.runs.inspect import inspect_agent
-from sim.runs.run import create_run, run_rounds
+from sim.runs.simulation import Simulation
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,9 +42,9 @@ def main() -> None:
             f"population.size={args.agents}", f"rounds={args.rounds}",
             "memory.context.build_for=all", f"memory.context.budget_tokens={args.budget}",
             f"output.dir={out}"])
-        run = create_run(cfg)
+        run = Simulation.create(cfg)
         try:
-            run_rounds(run)
+            run.run()
         finally:
             run.close()
         con = duckdb.connect(str(run.dir.db), read_only=True)

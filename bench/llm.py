@@ -32,7 +32,7 @@ import duckdb
 
 from sim.config import load_config
 from sim.llm.chat import ChatRequest, chat_model
-from sim.runs.run import create_run, run_rounds
+from sim.runs.simulation import Simulation
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -85,15 +85,15 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as out:
         cfg = load_config(ROOT / "configs" / "llm_quickstart.yaml", overrides(args, out))
-        run = create_run(cfg)
+        run = Simulation.create(cfg)
         marks: list[tuple[int, float, float]] = []
         try:
             run.driver()  # starts the executor and the loopback server before timing
             start_wall, start_cpu = time.perf_counter(), cpu_seconds()
-            run_rounds(run, on_round=lambda s: marks.append(
+            run.run(on_round=lambda s: marks.append(
                 (s.round, time.perf_counter(), cpu_seconds())))
             wall, cpu = time.perf_counter() - start_wall, cpu_seconds() - start_cpu
-            url = run.endpoints.urls(cfg.llm.providers[0])[0]
+            url = run.engine.endpoints.urls(cfg.llm.providers[0])[0]
             received = json.loads(__import__("httpx").get(
                 url.replace("/v1", "/_shoal/requests"), timeout=30).text)["requests"]
             body = received[-1]["request"]

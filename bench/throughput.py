@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.config import load_config
-from sim.runs.run import create_run, run_rounds
+from sim.runs.simulation import Simulation
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -49,11 +49,11 @@ def time_shoal(config: Path, overrides: list[str], repeat: int) -> dict:
     for _ in range(repeat):
         with tempfile.TemporaryDirectory() as out:
             cfg = load_config(config, [*overrides, f"output.dir={out}"])
-            run = create_run(cfg)
+            run = Simulation.create(cfg)
             try:
                 run.driver()  # start the executor (and Ray) before the clock
                 t = time.perf_counter()
-                run_rounds(run)
+                run.run()
                 run.writer.flush()
                 times.append(time.perf_counter() - t)
             finally:

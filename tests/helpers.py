@@ -8,7 +8,7 @@ import duckdb
 import pandas as pd
 
 from sim.config import Config, parse_config
-from sim.runs.run import Run, create_run, run_rounds
+from sim.runs.simulation import Simulation
 
 # Columns that legitimately differ between two runs of the same config.
 VOLATILE = {"rounds": ["ms_schedule", "ms_observe", "ms_context", "ms_decide", "ms_apply",
@@ -26,14 +26,11 @@ def make_config(data: dict, out: Path, **overrides) -> Config:
     return parse_config(data)
 
 
-def run_config(cfg: Config) -> Run:
-    """Create and run a config to the end; returns the closed run."""
-    run = create_run(cfg)
-    try:
-        run_rounds(run)
-    finally:
-        run.close()
-    return run
+def run_config(cfg: Config) -> Simulation:
+    """Create and run a config to the end (in its run directory); returns it closed."""
+    with Simulation.create(cfg) as sim:
+        sim.run()
+    return sim
 
 
 def query(db: Path, sql: str) -> list[tuple]:
@@ -45,16 +42,24 @@ def query(db: Path, sql: str) -> list[tuple]:
         con.close()
 
 
-def fork_and_run(parent: Path, fork_round: int, **kwargs) -> Path:
-    """Fork `parent` (into its own output folder), run the fork, return its directory."""
+def fork_plan(intervene: Path | None = None, **plan):
+    """A ForkPlan (`plan`: its fields), with the entries of an `--intervene` file added."""
+    from sim.runs.fork_plan import ForkPlan, load_interventions
+
+    if intervene is not None:
+        plan.update(interventions=load_interventions(Path(intervene)), source=str(intervene))
+    return ForkPlan(**plan)
+
+
+def fork_and_run(parent: Path, fork_round: int, out: Path | None = None,
+                 name: str | None = None, **plan) -> Path:
+    """Fork `parent` (into its own output folder), run the fork, return its directory.
+    `plan`: `intervene` (a file) and the fields of a ForkPlan (sets, seed, schedule)."""
     from sim.runs.fork import fork_run
 
-    run = fork_run(parent, fork_round, **kwargs)
-    try:
-        run_rounds(run)
-    finally:
-        run.close()
-    return run.dir.root
+    with fork_run(parent, fork_round, fork_plan(**plan), out=out, name=name) as sim:
+        sim.run()
+    return sim.dir.root
 
 
 def read_table(db: Path, table: str) -> pd.DataFrame:

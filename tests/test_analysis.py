@@ -22,11 +22,10 @@ from sim.analysis import plots
 from sim.analysis.runs import FRAMES, Run
 from sim.core.errors import InputError
 from sim.runs.fork import fork_run
-from sim.runs.run import run_rounds
 from sim.store.lineage import being_written
 from sim.store.run_dir import RunDir
 from tests.conftest import CONFIGS, write_config
-from tests.helpers import make_config, run_config
+from tests.helpers import fork_plan, make_config, run_config
 
 K = 4
 ROUNDS = 8
@@ -54,9 +53,9 @@ def family(tmp_path_factory) -> SimpleNamespace:
     root = run_config(make_config(small(), out)).dir.root
     intervene = out.parent / "arms.yaml"
     intervene.write_text(yaml.safe_dump([{"kind": "posts", "round": K + 1, "items": ARMS}]))
-    fork = fork_run(root, K, intervene=intervene)
+    fork = fork_run(root, K, fork_plan(intervene=intervene))
     try:
-        run_rounds(fork)
+        fork.run()
     finally:
         fork.close()
     return SimpleNamespace(out=out, root=root, fork=fork.dir.root, fork_obj=fork)

@@ -21,6 +21,7 @@ from sim.core.vocabulary import TARGETS_POST, VOTES, ActionType, Reason
 from sim.engine.apply import Applied, apply_actions
 from sim.engine.observe import observe
 from sim.engine.recommenders import make_recommender
+from sim.engine.update import update_trust
 from sim.world.world import World, build_world
 
 A = ActionType
@@ -74,7 +75,9 @@ class Sim:
 
     def apply(self, rows: list[Row]) -> Applied:
         """Apply rows (any order) as a canonical batch in the current round."""
-        return apply_actions(self.world, batch(rows).canonical(), self.views, self.round)
+        applied = apply_actions(self.world, batch(rows).canonical(), self.views, self.round)
+        update_trust(self.world, applied)  # the update phase that follows in a round
+        return applied
 
     def feed(self, platform: int, agent: int) -> list[int]:
         """Real post ids in an agent's feed this round."""
@@ -239,6 +242,7 @@ def test_new_post_ids_in_canonical_order() -> None:
     keys = list(zip(b.platform.tolist(), b.agent.tolist(), b.slot.tolist(), strict=True))
     assert keys == sorted(keys)
     applied = apply_actions(sim.world, b, sim.views, sim.round)
+    update_trust(sim.world, applied)
     assert (applied.reason == Reason.OK).all()
     creates = b.action == A.POST
     assert applied.new_post[creates].tolist() == list(range(12))
@@ -505,6 +509,7 @@ def test_random_batches_match_brute_force(seed: int) -> None:
         trust_state = w.trust.get_state()  # copies
 
         applied = apply_actions(w, b, sim.views, sim.round)
+        update_trust(w, applied)
         assert applied.reason.tolist() == [int(r) for r in expected_reason]
         ok = [i for i in range(len(b)) if expected_reason[i] == Reason.OK]
 

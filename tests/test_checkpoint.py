@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from sim.cli.main import main
-from sim.runs.run import create_run, run_rounds
+from sim.runs.simulation import Simulation
 from sim.world.checkpoint import restore_world
 from tests.conftest import write_config
 from tests.helpers import make_config, run_config, tables_differ
@@ -70,9 +70,9 @@ def test_restored_world_equals_live_world(tmp_path, small_dict):
     """After 10 rounds, restoring the round-10 checkpoint rebuilds every array exactly,
     including the derived indexes (author buffers, inboxes)."""
     cfg = make_config({**small_dict, "rounds": 10}, tmp_path)
-    run = create_run(cfg)
+    run = Simulation.create(cfg)
     try:
-        run_rounds(run)
+        run.run()
     finally:
         run.close()
     live = _world_arrays(run.world)
@@ -154,9 +154,9 @@ def test_resume_errors_exit_2(tmp_path, capsys):
 def test_resume_of_a_finished_run_is_a_no_op(tmp_path, small_dict, reference_db):
     """A finished run resumes to itself: nothing is rerun or duplicated."""
     cfg = make_config({**small_dict, "rounds": 3}, tmp_path)
-    run = create_run(cfg)
+    run = Simulation.create(cfg)
     try:
-        run_rounds(run)
+        run.run()
     finally:
         run.close()
     before = run.dir.db.stat().st_size

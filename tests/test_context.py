@@ -175,11 +175,12 @@ def test_a_fork_that_starts_tracking_agents_gives_them_their_history(context_run
     import yaml
 
     from sim.runs.fork import fork_run
+    from sim.runs.fork_plan import ForkPlan
 
     data = yaml.safe_load(context_run.dir.config.read_text())
     data["memory"]["context"]["build_for"] = "none"
     untracked = run_config(make_config(data, tmp_path))
-    fork = fork_run(untracked.dir.root, 6, sets=["memory.context.build_for=all"])
+    fork = fork_run(untracked.dir.root, 6, ForkPlan(sets=["memory.context.build_for=all"]))
     try:
         truth, _ = restore_world(context_run.dir.checkpoints, 6)
         assert not untracked.world.digest.logs  # the parent really kept nothing

@@ -13,8 +13,7 @@ import yaml
 
 from sim.cli.main import main
 from sim.runs.fork import fork_run
-from sim.runs.run import run_rounds
-from tests.helpers import make_config, run_config
+from tests.helpers import fork_plan, make_config, run_config
 
 K = 5
 ROUNDS = 10
@@ -58,9 +57,9 @@ def _after(db: Path, table: str, k: int, posts_before: int | None = None) -> pd.
 
 
 def _fork(parent, tmp_path, **kwargs):
-    run = fork_run(parent.dir.root, K, out=tmp_path, **kwargs)
+    run = fork_run(parent.dir.root, K, fork_plan(**kwargs), out=tmp_path)
     try:
-        run_rounds(run)
+        run.run()
     finally:
         run.close()
     return run
@@ -168,10 +167,10 @@ def test_fork_from_round_zero_and_a_fork_of_a_fork(parent, tmp_path):
     """Round 0 is always kept; a fork can itself be forked, and both reproduce the
     parent when nothing changes."""
     zero = fork_run(parent.dir.root, 0, out=tmp_path / "a")
-    run_rounds(zero)
+    zero.run()
     zero.close()
     second = fork_run(zero.dir.root, 7, out=tmp_path / "b")
-    run_rounds(second)
+    second.run()
     second.close()
     a = _after(parent.dir.db, "beliefs", 7)
     b = _after(second.dir.db, "beliefs", 7)

@@ -25,7 +25,7 @@ from beliefs.render import stance_lines
 from memory.tokens import count
 from sim.core.errors import ProviderDown
 from sim.llm.server import serve_in_thread
-from sim.runs.run import create_run, resume_run, run_rounds
+from sim.runs.simulation import Simulation
 from tests.conftest import CONFIGS, ROOT
 from tests.helpers import make_config, query, run_config, tables_differ
 
@@ -140,10 +140,10 @@ def test_a_thousand_agents_survive_injected_faults(tmp_path):
         "malformed_rate": 0.05, "empty_rate": 0.02, "burst_every_s": 2.0,
         "burst_length_s": 0.2, "retry_after_s": 0.1, "latency_ms": 5})
     data["platforms"]["twitter"]["feed_size"] = 5
-    run = create_run(make_config(data, tmp_path))
+    run = Simulation.create(make_config(data, tmp_path))
     try:
-        run_rounds(run)
-        url = run.endpoints.urls(run.cfg.llm.providers[0])[0]
+        run.run()
+        url = run.engine.endpoints.urls(run.cfg.llm.providers[0])[0]
         log = httpx.get(url.replace("/v1", "/_shoal/requests"), timeout=30).json()["requests"]
     finally:
         run.close()
@@ -209,10 +209,10 @@ def test_provider_down_stops_at_a_boundary_and_resumes_identically(reference, tm
     port = first.port
     cfg = make_config({**data, "llm": {**data["llm"], "providers": [
         {**data["llm"]["providers"][0], "base_urls": [first.url]}]}}, tmp_path)
-    run = create_run(cfg)
+    run = Simulation.create(cfg)
     try:
         with pytest.raises(ProviderDown, match="shoal resume"):
-            run_rounds(run, on_round=lambda s: first.stop() if s.round == 2 else None)
+            run.run(on_round=lambda s: first.stop() if s.round == 2 else None)
     finally:
         run.close()
     meta = json.loads(run.dir.meta.read_text())
@@ -220,9 +220,9 @@ def test_provider_down_stops_at_a_boundary_and_resumes_identically(reference, tm
     assert query(run.dir.db, "SELECT max(round) FROM rounds")[0][0] == 2
     second = serve_in_thread(port=port, seed=0)
     try:
-        again = resume_run(run.dir.root)
+        again = Simulation.resume(run.dir.root)
         try:
-            run_rounds(again)
+            again.run()
         finally:
             again.close()
     finally:

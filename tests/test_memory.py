@@ -12,7 +12,7 @@ from memory.compaction import ExtractiveSummarizer, Item, chunks
 from memory.round_memory import MemoryItem, MemorySettings, RoundMemory
 from memory.tokens import count, encoding
 from sim.runs.memory_diagnostic import carries, diagnose, key_terms
-from sim.runs.run import create_run, run_rounds
+from sim.runs.simulation import Simulation
 from tests.conftest import CONFIGS
 from tests.helpers import make_config, query
 
@@ -32,9 +32,9 @@ def test_200_rounds_stay_within_budget_and_flat(tmp_path):
     filled (a few rounds past the recent window) the per-turn size stops growing."""
     data = _base(rounds=200, memory={"context": {"build_for": "all", "budget_tokens": 1500},
                                      "recent_rounds": 5})
-    run = create_run(make_config(data, tmp_path))
+    run = Simulation.create(make_config(data, tmp_path))
     try:
-        run_rounds(run)
+        run.run()
     finally:
         run.close()
     rows = query(run.dir.db, "SELECT round, avg(tokens), max(tokens), min(budget) FROM context "
@@ -111,11 +111,11 @@ class FlakySummarizer(ExtractiveSummarizer):
 def test_failed_compaction_stays_pending_is_retried_and_recorded(tmp_path):
     """The run goes on; rounds 3 and 4 show a fallback line while their summary is
     pending; each failure is logged with its reason; the third attempt succeeds."""
-    run = create_run(make_config(_base(rounds=10), tmp_path))
+    run = Simulation.create(make_config(_base(rounds=10), tmp_path))
     run.world.memory.summarizer = FlakySummarizer()
     run.world.memory.worker.summarizer = run.world.memory.summarizer
     try:
-        run_rounds(run)
+        run.run()
     finally:
         run.close()
     rows = query(run.dir.db, "SELECT covers_from, round, status, attempts, note FROM memory "

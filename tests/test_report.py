@@ -25,6 +25,7 @@ import yaml
 from sim.analysis.report import llm_html, write_report
 from sim.cli.main import main
 from sim.runs.fork import fork_run
+from sim.runs.fork_plan import ForkPlan
 from tests.conftest import CONFIGS
 from tests.helpers import make_config, run_config
 
@@ -258,10 +259,9 @@ def test_report_is_self_contained_and_escaped(report_file):
 
 def test_fork_report_covers_the_full_history(small_run, tmp_path):
     """A fork's report lists its lineage and plots rounds from 0, not from the fork."""
-    fork = fork_run(small_run, 2, sets=["policy.post_rate=0.4"], out=tmp_path)
+    fork = fork_run(small_run, 2, ForkPlan(sets=["policy.post_rate=0.4"]), out=tmp_path)
     try:
-        from sim.runs.run import run_rounds
-        run_rounds(fork)
+                fork.run()
     finally:
         fork.close()
     page = write_report(fork.dir.root, tmp_path / "fork.html").read_text()

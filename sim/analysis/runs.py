@@ -34,7 +34,14 @@ from matplotlib.figure import Figure
 
 from sim.analysis import metrics
 from sim.core.errors import InputError
-from sim.store.lineage import ForkInfo, MissingTableError, lineage, read_table, run_status
+from sim.store.lineage import (
+    ForkInfo,
+    MemoryRun,
+    MissingTableError,
+    lineage,
+    read_table,
+    run_status,
+)
 from sim.store.run_dir import RunDir, open_run_dir
 from sim.store.schema import TABLES, schema
 
@@ -82,13 +89,18 @@ def _plain(df: pd.DataFrame, table: str) -> pd.DataFrame:
 
 
 class Run(ForkInfo):
-    """One run's trajectory as DataFrames (see the module docstring). Not to be confused
-    with `sim.run.Run`, the lifecycle of a run being simulated."""
+    """One run's trajectory as DataFrames (see the module docstring): a run directory, a
+    run id under runs/, or a `Simulation` (one held in memory is read from its in-memory
+    database)."""
 
-    def __init__(self, path: str | Path | RunDir | Any):
-        if hasattr(path, "dir") and isinstance(path.dir, RunDir):  # a sim.run.Run
-            path = path.dir.root
-        self.dir: RunDir = open_run_dir(path.root if isinstance(path, RunDir) else path)
+    def __init__(self, path: str | Path | RunDir | MemoryRun | Any):
+        reader = getattr(path, "reader", None)
+        if callable(reader):  # a Simulation: its directory, or its in-memory database
+            path = reader()
+        self.live: MemoryRun | None = path if isinstance(path, MemoryRun) else None
+        self.dir: RunDir | None = None
+        if self.live is None:
+            self.dir = open_run_dir(path.root if isinstance(path, RunDir) else path)
         self._cache: dict[str, Any] = {}
 
     def __repr__(self) -> str:
@@ -100,26 +112,30 @@ class Run(ForkInfo):
     @property
     def run_id(self) -> str:
         """The run's id (its folder name)."""
-        return self.dir.run_id
+        return self.live.run_id if self.live else self.dir.run_id
 
     @property
-    def path(self) -> Path:
-        """The run directory."""
-        return self.dir.root
+    def path(self) -> Path | None:
+        """The run directory (None for a simulation held in memory)."""
+        return None if self.live else self.dir.root
 
     @property
     def meta(self) -> dict:
         """run.json (status, rounds done, lineage), read afresh each time."""
-        return self.dir.read_meta()
+        return self.live.meta() if self.live else self.dir.read_meta()
 
     @property
     def status(self) -> str:
         """created, running, resumed, finished, or interrupted (see `shoal runs`)."""
+        if self.live:
+            return str(self.meta.get("status", "?"))
         return run_status(self.dir, self.meta)
 
     @property
     def config(self) -> dict:
         """The run's resolved config (its config.yaml) as a dict."""
+        if self.live:
+            return self._cached("config", self.live.config)
         return self._cached("config", lambda: yaml.safe_load(self.dir.config.read_text()))
 
     @property
@@ -133,9 +149,13 @@ class Run(ForkInfo):
         last_round (its rounds used, up to; NA: all) and n_posts (its posts used, ids
         below; NA: all)."""
         def read() -> pd.DataFrame:
-            rows = [{"run_id": s.dir.run_id, "path": str(s.dir.root),
-                     "last_round": s.last_round, "n_posts": s.n_posts}
-                    for s in lineage(self.path)]
+            if self.live:
+                rows = [{"run_id": self.run_id, "path": None, "last_round": None,
+                         "n_posts": None}]
+            else:
+                rows = [{"run_id": s.dir.run_id, "path": str(s.dir.root),
+                         "last_round": s.last_round, "n_posts": s.n_posts}
+                        for s in lineage(self.path)]
             df = pd.DataFrame(rows, columns=["run_id", "path", "last_round", "n_posts"])
             return df.astype({"last_round": "Int64", "n_posts": "Int64"})
         return self._cached("lineage", read)
@@ -235,7 +255,8 @@ class Run(ForkInfo):
 
     @property
     def _platforms(self) -> tuple[str, ...]:
-        return tuple(self._cached("platforms", self.dir.platform_names))
+        return tuple(self._cached("platforms", lambda: list(self.config.get("platforms")
+                                                            or {})))
 
     def _cached(self, key: str, read: Callable[[], Any]) -> Any:
         if key not in self._cache:
@@ -245,7 +266,8 @@ class Run(ForkInfo):
     def _read(self, table: str, where: str | None = None) -> pd.DataFrame:
         """A table through the lineage; an empty typed frame if the run has no such table."""
         try:
-            df = read_table(self.path, table, where)
+            df = (self.live.read(table, where) if self.live
+                  else read_table(self.path, table, where))
         except (duckdb.CatalogException, MissingTableError):
             df = _empty(table, self._platforms)  # added to the store after this run was made
         return _plain(df, table)

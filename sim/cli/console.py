@@ -3,6 +3,11 @@ results), a table printer that keeps whole lines when piped, and the progress ba
 
 from __future__ import annotations
 
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -51,3 +56,32 @@ def progress_bar(quiet: bool):
     )
 
 
+
+
+class _Stop:
+    """Set when Ctrl-C asked the run to stop."""
+
+    requested = False
+
+
+@contextmanager
+def stop_between_rounds() -> Iterator[_Stop]:
+    """Turn the first Ctrl-C into a request to stop after the running round (a second one
+    interrupts at once)."""
+    stop = _Stop()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def handler(signum, frame) -> None:
+        if stop.requested:
+            raise KeyboardInterrupt
+        stop.requested = True
+        console.print("[yellow]stopping after this round[/] (Ctrl-C again to interrupt "
+                      "at once)")
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)

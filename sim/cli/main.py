@@ -15,9 +15,10 @@ from collections.abc import Callable
 import yaml
 from rich.markup import escape
 
-from sim.cli.console import console, out, print_whole, progress_bar
+from sim.cli.console import console, out, print_whole, progress_bar, stop_between_rounds
 from sim.config import load_config, resolved_dict
 from sim.core.errors import InputError, ProviderDown
+from sim.store.run_dir import engine_version
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:
@@ -45,52 +46,61 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run a simulation from a config, with a progress bar and a final summary."""
-    from sim.cli.summary import summarize
-    from sim.runs.run import create_run
+    from sim.runs.simulation import Simulation
 
     cfg = load_config(args.config, _overrides(args))
     start = time.perf_counter()
-    run = create_run(cfg)
-    console.print(f"run [bold]{run.dir.run_id}[/] → {run.dir.root}")
-    _drive(run, args.quiet)
-    out.print(summarize(run.dir.root, time.perf_counter() - start))
-    return 0
+    sim = Simulation.create(cfg)
+    console.print(f"run [bold]{sim.run_id}[/] → {sim.dir.root}")
+    return _drive(sim, args.quiet, start)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """Continue a run from its last checkpointed round."""
-    from sim.cli.summary import summarize
-    from sim.runs.run import resume_run
+    from sim.runs.simulation import Simulation
 
     start = time.perf_counter()
-    run = resume_run(args.run)
+    sim = Simulation.resume(args.run)
+    if sim.finished:
+        sim.close()
+        console.print(f"{sim.run_id} is finished (all {sim.cfg.rounds} rounds ran); nothing "
+                      "to resume")
+        return 0
     for flag, field in (("executor", "kind"), ("shards", "shards"), ("address", "address")):
         value = getattr(args, flag)
         if value is not None:  # where agents run never changes the results
-            setattr(run.cfg.executor, field, int(value) if value.isdigit() else value)
-    console.print(f"resume [bold]{run.dir.run_id}[/] from round {run.world.round}")
-    _drive(run, args.quiet)
-    out.print(summarize(run.dir.root, time.perf_counter() - start))
-    return 0
+            setattr(sim.cfg.executor, field, int(value) if value.isdigit() else value)
+    console.print(f"resume [bold]{sim.run_id}[/] from round {sim.round}")
+    return _drive(sim, args.quiet, start)
 
 
 def cmd_fork(args: argparse.Namespace) -> int:
     """Fork a run at a checkpointed round, with changes, and run the fork."""
-    from sim.cli.summary import summarize
+    from pathlib import Path
+
     from sim.runs.fork import fork_run
+    from sim.runs.fork_plan import ForkPlan, describe_schedule, load_interventions
 
     start = time.perf_counter()
-    run = fork_run(args.run, args.round, sets=args.set, seed=args.seed,
-                   intervene=args.intervene, out=args.out, name=args.name)
-    lineage = run.dir.read_meta()["lineage"]
-    console.print(f"fork [bold]{run.dir.run_id}[/] of {lineage['parent_run_id']} at round "
-                  f"{args.round} → {run.dir.root}")
+    added = load_interventions(Path(args.intervene)) if args.intervene else []
+    edits = [f"drop {ref}" for ref in args.drop or []]
+    for item in args.move or []:
+        ref, sep, to = item.rpartition("=")
+        if not sep or not ref:
+            raise InputError(f"--move {item!r}: expected NAME|INDEX=ROUND")
+        edits.append(f"move {ref} {to}")
+    plan = ForkPlan(sets=list(args.set or []), seed=args.seed, interventions=added,
+                    schedule=edits, source=args.intervene or "fork")
+    sim = fork_run(args.run, args.round, plan, out=args.out, name=args.name)
+    console.print(f"fork [bold]{sim.run_id}[/] of {sim.meta['lineage']['parent_run_id']} at "
+                  f"round {args.round} → {sim.dir.root}")
+    schedule = describe_schedule(sim.cfg, args.round)
+    console.print(f"interventions after round {args.round}: "
+                  + ("; ".join(schedule) if schedule else "none"), highlight=False)
     if args.no_run:
-        run.close()
+        sim.close()
         return 0
-    _drive(run, args.quiet)
-    out.print(summarize(run.dir.root, time.perf_counter() - start))
-    return 0
+    return _drive(sim, args.quiet, start)
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -215,7 +225,7 @@ def cmd_diagnose_memory(args: argparse.Namespace) -> int:
                       args.plant_as, args.group, Path(args.out) if args.out else None)
     console.print(f"planted at round {result.plant_round} as {args.plant_as}: "
                   f"{result.fact!r}; checked at round {result.check_round}; run "
-                  f"{result.run_dir}")
+                  f"{result.run_dir or '(in memory; --out keeps it)'}")
     for stage in result.stages:
         mark = "[green]yes[/]" if stage.ok else "[red]no[/]"
         console.print(f"  {stage.stage:9} {mark}  {escape(stage.detail)}")
@@ -223,14 +233,17 @@ def cmd_diagnose_memory(args: argparse.Namespace) -> int:
     return 0 if result.first_failure is None else 3
 
 
-def _drive(run, quiet: bool) -> None:
-    """Run the remaining rounds with a progress bar; always close the run."""
-    from sim.runs.run import run_rounds
+def _drive(sim, quiet: bool, start: float) -> int:
+    """Run the remaining rounds with a progress bar, then print the summary; always close
+    the simulation. Ctrl-C stops at the end of the running round, committed and
+    checkpointed, and says how to continue."""
+    from sim.cli.summary import summarize
 
+    first = sim.round
     try:
         with progress_bar(quiet) as progress:
-            task = progress.add_task("rounds", total=run.cfg.rounds,
-                                     completed=run.world.round, actions=0, llm="")
+            task = progress.add_task("rounds", total=sim.cfg.rounds, completed=sim.round,
+                                     actions=0, llm="")
             totals = {"actions": 0, "calls": 0, "failed": 0, "fallbacks": 0}
 
             def on_round(stats) -> None:
@@ -238,14 +251,23 @@ def _drive(run, quiet: bool) -> None:
                 totals["calls"] += stats.n_llm_calls
                 totals["failed"] += stats.n_llm_failed
                 totals["fallbacks"] += stats.n_llm_fallbacks
-                llm = (f"{totals['calls']:,} LLM calls ({totals['failed']:,} failed, "
+                llm = (f"{totals['calls']:,} calls ({totals['failed']:,} failed, "
                        f"{totals['fallbacks']:,} fallbacks)" if totals["calls"] else "")
                 progress.update(task, completed=stats.round, actions=totals["actions"],
                                 llm=llm)
 
-            run_rounds(run, on_round)
+            with stop_between_rounds() as stop:
+                while not sim.finished and not stop.requested:
+                    on_round(sim.step())
+            sim.flush()
+        if not sim.finished:
+            console.print(f"[yellow]stopped[/] after round {sim.round} (committed and "
+                          f"checkpointed); continue with: shoal resume {sim.dir.root}")
+            return 130
     finally:
-        run.close()
+        sim.close()
+    out.print(summarize(sim.dir.root, time.perf_counter() - start, sim.round - first))
+    return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -280,6 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser with all subcommands."""
     parser = argparse.ArgumentParser(prog="shoal", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("--version", action="version", version=f"shoal {engine_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("run", help="run a simulation")
@@ -299,9 +322,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="parent run directory (or run id under runs/)")
     p.add_argument("--round", type=int, required=True, help="fork from the end of this round")
     p.add_argument("--intervene", metavar="FILE",
-                   help="YAML list of interventions to schedule after the fork round")
+                   help="YAML list of interventions to add after the fork round")
+    p.add_argument("--drop", action="append", metavar="NAME|INDEX",
+                   help="remove an intervention scheduled after the fork round (its name, "
+                        "or its index in the parent's schedule; repeatable)")
+    p.add_argument("--move", action="append", metavar="NAME|INDEX=ROUND",
+                   help="move an intervention scheduled after the fork round (repeatable)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="change a parameter for the fork (repeatable)")
+                   help="change a parameter for the fork (repeatable); "
+                        "'interventions=[...]' replaces the schedule after the fork round")
     p.add_argument("--seed", type=int, help="a new seed for the rounds after the fork")
     p.add_argument("--out", help="output folder (default: the parent's)")
     p.add_argument("--name", help="name of the fork run (default: the parent's)")

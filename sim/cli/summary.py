@@ -25,9 +25,11 @@ def _checkpoints_line(store: CheckpointStore) -> str:
             f"+ states {states / 1e6:.1f} MB; per round {per / 1e3:,.0f} kB in {ms:.0f} ms")
 
 
-def summarize(root: Path, wall_seconds: float | None = None) -> Group:
+def summarize(root: Path, wall_seconds: float | None = None, rounds_run: int | None = None
+              ) -> Group:
     """Counts, activity by action, belief change per topic, timing, file and checkpoint
-    sizes of the run directory `root`."""
+    sizes of the run directory `root`. The throughput counts the `rounds_run` rounds of
+    `wall_seconds` (default: every round of the run)."""
     db = Path(root) / "trajectory.duckdb"
     con = duckdb.connect(str(db), read_only=True)
     try:
@@ -67,7 +69,8 @@ def summarize(root: Path, wall_seconds: float | None = None) -> Group:
     head.add_row("agents × rounds", f"{n_agents:,} × {rounds}   (seed {seed})")
     head.add_row("posts, exposures", f"{n_posts:,} posts, {exposures:,} feed items shown")
     secs = wall_seconds if wall_seconds is not None else compute_ms / 1e3
-    rate = (n_agents * rounds) / secs if secs > 0 else float("nan")
+    ran = rounds if rounds_run is None else rounds_run
+    rate = (n_agents * ran) / secs if secs > 0 and ran else float("nan")
     head.add_row("time", f"{secs:.1f} s wall, {rate:,.0f} agent-steps/s "
                          f"({steps:,} agent-rounds acted)")
     size = db.stat().st_size + (db.with_suffix(".duckdb.wal").stat().st_size

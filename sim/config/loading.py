@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -184,23 +185,49 @@ def _describe(err: dict[str, Any], path: tuple[Any, ...], data: Any) -> str:
 
 
 def validation_problems(
-    exc: ValidationError, data: Any, root: yaml.Node | None = None, source: str | None = None
+    exc: ValidationError, data: Any, root: yaml.Node | None = None, source: str | None = None,
+    overrides: dict[tuple[str, ...], str] | None = None,
 ) -> list[str]:
-    """Readable 'file:line: path: problem' lines for a pydantic ValidationError."""
+    """Readable 'file:line: path: problem' lines for a pydantic ValidationError. A problem
+    with a field a `--set` wrote (`overrides`: its path -> the argument) names the argument
+    instead of a line of the file."""
     problems = []
     for err in exc.errors():
         path = _field_path(err["loc"], data)
+        text = _describe(err, path, data)
+        if not path:  # whole-config checks start their message with the field's path
+            head, sep, rest = text.partition(": ")
+            if sep and _PATH.match(head):
+                path = tuple(int(x) if x.isdigit() else x for x in head.split("."))
+                text = rest
         dotted = ".".join(str(p) for p in path)
-        line = _line_of(root, path) if root is not None else None
-        where = f"{source}:{line}: " if source and line else (f"{source}: " if source else "")
-        # Whole-config checks put the field path in their message themselves.
-        text = f"{where}{dotted + ': ' if dotted else ''}{_describe(err, path, data)}"
+        blamed = _blame(path, overrides or {})
+        if blamed:
+            where = f"--set {blamed}: "
+        else:
+            line = _line_of(root, path) if root is not None else None
+            where = f"{source}:{line}: " if source and line else (f"{source}: " if source
+                                                                 else "")
+        text = f"{where}{dotted + ': ' if dotted else ''}{text}"
         if text not in problems:
             problems.append(text)
     return problems
 
 
-def parse_config(data: Any, root: yaml.Node | None = None, source: str | None = None) -> Config:
+_PATH = re.compile(r"^[A-Za-z_][\w\-]*(\.[\w\-]+)*$")
+
+
+def _blame(path: tuple, overrides: dict[tuple[str, ...], str]) -> str | None:
+    """The `--set` argument that wrote `path` (or a section holding it), if any."""
+    parts = tuple(str(p) for p in path)
+    for key, arg in overrides.items():
+        if parts[:len(key)] == key or (key[:len(parts)] == parts and parts):
+            return arg
+    return None
+
+
+def parse_config(data: Any, root: yaml.Node | None = None, source: str | None = None,
+                 overrides: dict[tuple[str, ...], str] | None = None) -> Config:
     """Validate a mapping into a Config, raising ConfigError with readable problems."""
     if not isinstance(data, dict):
         where = f"{source}: " if source else ""
@@ -208,20 +235,39 @@ def parse_config(data: Any, root: yaml.Node | None = None, source: str | None = 
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(validation_problems(exc, data, root, source)) from None
+        raise ConfigError(validation_problems(exc, data, root, source, overrides)) from None
+    except RecursionError:
+        raise ConfigError([f"{source or 'config'}: nested too deeply"]) from None
 
 
-def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
-    """Read, parse and validate a YAML config file; relative paths resolve against its folder.
+# Bounds on what a YAML file may expand to: a small file of aliases can stand for an
+# enormous structure (an "alias bomb"), and deep nesting exhausts the stack.
+MAX_NODES = 2_000_000
+MAX_DEPTH = 100
 
-    `overrides` are `a.b=value` strings applied to the YAML before validation.
-    """
+
+def read_yaml(path: str | Path, what: str = "config") -> tuple[Any, yaml.Node | None]:
+    """A YAML file's data and its node tree, or an error naming the file: missing, not
+    UTF-8 text, malformed (with the line), nested too deeply, or expanding (through
+    aliases) to more than MAX_NODES values."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError([f"{path}: config file not found"])
-    text = path.read_text(encoding="utf-8")
+        raise ConfigError([f"{path}: {what} file not found"])
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read the {what} file: {exc.strerror}"]) from None
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in raw:
+        raise ConfigError([f"{path}: not a UTF-8 text file (binary, or UTF-16); save the "
+                           f"{what} as UTF-8"])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"{path}: not UTF-8 text (byte {exc.start} cannot be "
+                           f"decoded); save the {what} as UTF-8"]) from None
     try:
         root = yaml.compose(text, Loader=_UniqueKeyLoader)
+        _check_size(root, path)
         data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -229,11 +275,49 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
         raise ConfigError([f"{path}{line}: malformed YAML: {exc.problem or exc}"]) from None
     except yaml.YAMLError as exc:
         raise ConfigError([f"{path}: malformed YAML: {exc}"]) from None
+    except RecursionError:
+        raise ConfigError([f"{path}: nested too deeply (more than {MAX_DEPTH} levels)"]
+                          ) from None
+    return data, root
+
+
+def _check_size(root: yaml.Node | None, path: Path) -> None:
+    """Refuse a node tree deeper than MAX_DEPTH, or whose aliases expand it beyond
+    MAX_NODES values (counted without expanding: each node's size once)."""
+    if root is None:
+        return
+    size: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, int, bool]] = [(root, 1, False)]
+    while stack:
+        node, depth, done = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ConfigError([f"{path}: nested too deeply (more than {MAX_DEPTH} levels)"])
+        kids = ([v for kv in node.value for v in kv] if isinstance(node, yaml.MappingNode)
+                else list(node.value) if isinstance(node, yaml.SequenceNode) else [])
+        if done:
+            size[id(node)] = 1 + sum(size[id(k)] for k in kids)
+            if size[id(node)] > MAX_NODES:
+                raise ConfigError([f"{path}: expands to more than {MAX_NODES:,} values "
+                                   "(through aliases); write the values out"])
+        elif id(node) not in size:
+            stack.append((node, depth, True))
+            stack.extend((k, depth + 1, False) for k in kids if id(k) not in size)
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
+    """Read, parse and validate a YAML config file; relative paths resolve against its folder.
+
+    `overrides` are `a.b=value` strings applied to the YAML before validation; a problem
+    with what one of them wrote names it.
+    """
+    path = Path(path)
+    data, root = read_yaml(path)
+    blame: dict[tuple[str, ...], str] = {}
     if overrides:
         if not isinstance(data, dict):
             raise ConfigError([f"{path}: the config must be a YAML mapping"])
-        data = apply_overrides(data, overrides)
-    cfg = parse_config(data, root, str(path))
+        data = apply_overrides(data, overrides, blame)
+    cfg = parse_config(data, root, str(path), blame)
     return resolve_paths(cfg, path.parent)
 
 
@@ -269,14 +353,23 @@ def config_hash(cfg: Config) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+def apply_overrides(data: dict[str, Any], overrides: list[str],
+                    written: dict[tuple[str, ...], str] | None = None) -> dict[str, Any]:
     """Apply `a.b.c=value` overrides (value parsed as YAML) to a raw config mapping. A
-    numeric part indexes an existing list (`llm.providers.0.model=gpt-4o-mini`)."""
+    numeric part indexes an existing list (`llm.providers.0.model=gpt-4o-mini`).
+    `written`, if given, gets the path each override wrote and the override."""
     for item in overrides:
-        if "=" not in item:
-            raise ConfigError([f"--set {item!r}: expected key=value"])
-        key, raw = item.split("=", 1)
+        key, sep, raw = item.partition("=")
         parts = key.strip().split(".")
+        if not sep or not key.strip() or not all(parts):
+            raise ConfigError([f"--set {item!r}: expected key=value, e.g. "
+                               "population.size=500"])
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise ConfigError([f"--set {item!r}: the value is not valid YAML ({problem}); "
+                               "quote it"]) from None
         cur: Any = data
         for i, part in enumerate(parts):
             last = i == len(parts) - 1
@@ -286,13 +379,18 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
                                        f"list of {len(cur)}; index it with 0..{len(cur) - 1}"])
                 part = int(part)
                 if last:
-                    cur[part] = yaml.safe_load(raw)
+                    cur[part] = value
                 elif not isinstance(cur[part], dict | list):
                     cur[part] = {}
+            elif not isinstance(cur, dict):
+                raise ConfigError([f"--set {item!r}: {'.'.join(parts[:i])} is not a "
+                                   "section"])
             elif last:
-                cur[part] = yaml.safe_load(raw)
+                cur[part] = value
             elif not isinstance(cur.get(part), dict | list):
                 cur[part] = {}
             if not last:
                 cur = cur[part]
+        if written is not None:
+            written[tuple(parts)] = item
     return data

@@ -1,17 +1,22 @@
-"""An agent's context inputs, read from the live world (driver) or a restored one
-(`shoal inspect`): persona, beliefs in words, round memory, digest, events, notifications,
-the feed with its top comments."""
+"""Step 4 of a round: an agent's context, built from the world (live in the driver, or
+restored by `shoal inspect`, `shoal interview` and the memory diagnostic, which all use
+`context_for`): persona, beliefs in words, round memory, digest, events, notifications,
+the feed with its top comments, assembled within the token budget."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from agents.prompt import ContextInputs, FeedItem
+from agents.prompt import INTERVIEW, ContextInputs, FeedItem, SectionSpec, build_context
 from beliefs.render import stance_lines, trusted_accounts
-from memory.context import Line, quote
-from memory.digest import CrossPlatformDigest
+from memory.context import Assembled, Line, quote
+from sim.core.counter_rng import CounterRNG
 from sim.core.posts import PostKind
 from sim.core.registry import RECOMMENDERS
+from sim.engine.observe import observe
+from sim.engine.recommenders import make_recommender
 from sim.world.interventions import NEWS_AUTHOR
 
 KIND_NAMES = {k.value: k.name.lower() for k in PostKind}
@@ -87,8 +92,7 @@ def event_lines(world, agent: int, round_: int) -> list[Line]:
     return out
 
 
-def context_inputs(world, digest: CrossPlatformDigest, agent: int, platform: str,
-                   round_: int, feed_row: np.ndarray | None,
+def context_inputs(world, agent: int, platform: str, round_: int, feed_row: np.ndarray | None,
                    comments: dict[int, list[int]] | None = None) -> ContextInputs:
     """Everything agent `agent` is shown on `platform` in `round_` (`comments`: the round's
     `top_comments`, when the caller builds many contexts)."""
@@ -104,7 +108,8 @@ def context_inputs(world, digest: CrossPlatformDigest, agent: int, platform: str
         beliefs=stance_lines(labels, world.beliefs.position[agent],
                              world.beliefs.confidence[agent]),
         trusted=trusted, distrusted=distrusted,
-        memory=world.memory.lines(round_, agent), digest=digest.lines(agent, platform),
+        memory=world.memory.lines(round_, agent),
+        digest=world.digest.lines(agent, platform),
         events=event_lines(world, agent, round_),
         feed=[] if feed_row is None else feed_items(world, feed_row, round_, pinned, comments),
         notifications=world.notifications.lines(agent, platform, round_),
@@ -112,3 +117,43 @@ def context_inputs(world, digest: CrossPlatformDigest, agent: int, platform: str
         feed_order=feed_order(world.platforms[platform].cfg.recommender.kind)
         if platform in world.platforms else "",
     )
+
+
+def section_specs(cfg) -> dict[str, SectionSpec]:
+    """The config's context section settings (priority, token limit) by section."""
+    return {name: SectionSpec(s.priority, s.max_tokens)
+            for name, s in cfg.memory.context.sections.items()}
+
+
+def build_context_for(world, agent: int, platform: str, round_: int,
+                      feed_row: np.ndarray | None, specs: dict[str, SectionSpec] | None = None,
+                      comments: dict[int, list[int]] | None = None) -> Assembled:
+    """The assembled context of `agent` on `platform` in `round_` given its feed row
+    (`specs` and `comments`: the round's, when the caller builds many contexts)."""
+    inputs = context_inputs(world, agent, platform, round_, feed_row, comments)
+    return build_context(inputs, world.cfg.memory.context.budget_tokens,
+                         section_specs(world.cfg) if specs is None else specs)
+
+
+@dataclass
+class AgentContext:
+    """What an agent is shown in a turn: its feed (post ids, -1 padded; None in an
+    interview) and the assembled context."""
+
+    platform: str
+    feed: np.ndarray | None
+    assembled: Assembled
+
+
+def context_for(world, agent: int, round_: int, platform: str = INTERVIEW) -> AgentContext:
+    """The context `agent` gets on `platform` in round `round_`, the world being as it is
+    at the start of that round (`sim.engine.interventions.begin_round` done): the feed is
+    the one the platform's recommender builds for the agent, as the driver would. With
+    `platform` INTERVIEW: the system text of an interview, no feed."""
+    feed = None
+    if platform != INTERVIEW:
+        rec = {platform: make_recommender(world.platforms[platform].cfg.recommender)}
+        (view,) = observe(world, round_, {platform: np.array([agent])}, rec,
+                          CounterRNG(world.cfg.seed), False, False)
+        feed = view.feed[0]
+    return AgentContext(platform, feed, build_context_for(world, agent, platform, round_, feed))

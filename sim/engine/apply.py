@@ -36,7 +36,8 @@ class Applied:
     actions: ActionBatch  # canonical order
     reason: np.ndarray  # int8 Reason per action
     new_post: np.ndarray  # int64 post id created by each action, -1 if none
-    trust: dict[str, np.ndarray]  # truster, trustee, cause, delta, value (one row per event)
+    trust: dict[str, np.ndarray]  # truster, trustee, cause, delta (one row per event); the
+    # update phase applies them and adds `value`, each pair's trust after the round
     follows: dict[str, np.ndarray]  # platform, follower, followee, op (1 follow, -1 unfollow)
     engagement: np.ndarray  # float64 [N, T] net votes received per topic this round
     counters: dict[str, np.ndarray]  # post counter name -> ids incremented by one (repeats)
@@ -117,7 +118,8 @@ def validate(world: World, actions: ActionBatch, views: dict[int, PlatformView]
 
 def apply_actions(world: World, actions: ActionBatch, views: list[PlatformView],
                   round_: int) -> Applied:
-    """Validate and apply a canonical batch; mutates the world's posts, platforms, trust."""
+    """Validate and apply a canonical batch; mutates the world's posts and platforms. The
+    trust events it returns are applied by the update phase (`sim.engine.update`)."""
     by_code = {v.platform: v for v in views}
     reason = validate(world, actions, by_code)
     ok = reason == Reason.OK
@@ -208,7 +210,8 @@ def apply_actions(world: World, actions: ActionBatch, views: list[PlatformView],
 
 def _trust_events(world: World, actions: ActionBatch, ok: np.ndarray, act: np.ndarray,
                   target_author: np.ndarray, tcfg) -> dict[str, np.ndarray]:
-    """Trust deltas from interactions; applied to the store; one logged row per event."""
+    """Trust deltas from the round's interactions, one row per event (the update phase
+    applies them)."""
     other = np.where(np.isin(act, [ActionType.FOLLOW, ActionType.UNFOLLOW]),
                      actions.target_agent, target_author)
     cause = np.full(len(actions), -1, dtype=np.int8)
@@ -238,8 +241,5 @@ def _trust_events(world: World, actions: ActionBatch, ok: np.ndarray, act: np.nd
     ev = (cause >= 0) & (other >= 0) & (other != actions.agent)
     truster = actions.agent[ev].astype(np.int64)
     trustee = other[ev].astype(np.int64)
-    d = delta[ev]
-    world.trust.add(truster, trustee, d)
-    return {"truster": truster, "trustee": trustee, "cause": cause[ev], "delta": d,
-            "value": world.trust.get(truster, trustee)}
+    return {"truster": truster, "trustee": trustee, "cause": cause[ev], "delta": delta[ev]}
 

@@ -1,35 +1,47 @@
-"""The synchronized round driver (DESIGN, "Round anatomy").
+"""The synchronized round driver: one `step()` is one round, as a sequence of named phases
+(docs/architecture.md, "The round"):
 
-One `step()` runs one round: intervene → schedule → observe → decide (one call per shard)
-→ apply in canonical order → update beliefs → log the round in one DuckDB transaction and
-checkpoint it (both on the writer thread, in that order). Interventions fire before
-scheduling so that agents added or removed at round r act, or not, from r on. The driver
-owns the world state; shards only decide.
+    intervene   interventions due at r fire; round memory crosses the boundary
+    schedule    which agents act, on which platform
+    observe     each acting agent's feed, as of the end of r-1
+    context     the context of every agent whose context is built (LLM agents' prompts)
+    decide      every shard decides, one call per shard
+    apply       all actions, in canonical order, against the snapshot
+    update      trust, then beliefs, then the exposure history
+    remember    the round's memory items, digests and notifications
+    log         the round's tables to the writer (one transaction), then the checkpoint
+
+Interventions fire before scheduling so that agents added or removed at round r act, or
+not, from r on. The driver owns the world state; shards only decide. Each phase reads and
+fills a `Round`; the time each takes is measured by `phase`, not by stamps in the code.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from agents.actions import ActionBatch
-from agents.observation import Prompt
-from agents.prompt import SectionSpec, build_context
-from beliefs.rules import UpdateContext, make_rule
+from agents.observation import DecisionRequest, PlatformView, Prompt
+from beliefs.rules import Exposures, make_rule
+from memory.context import Assembled
 from memory.tokens import encoding
 from sim.core.counter_rng import CounterRNG
 from sim.core.errors import ProviderDown
 from sim.core.faults import crash_point
 from sim.core.vocabulary import ACTION_NAMES, Reason
-from sim.engine.agent_context import context_inputs, top_comments
+from sim.engine.agent_context import build_context_for, section_specs, top_comments
 from sim.engine.agent_history import AppliedRows, record_actions
-from sim.engine.apply import apply_actions
+from sim.engine.apply import Applied, apply_actions
 from sim.engine.executors import Executor
-from sim.engine.interventions import Fired, fire_due
+from sim.engine.interventions import Fired, begin_round
 from sim.engine.observe import decision_request, exposures, observe
 from sim.engine.recommenders import make_recommender
 from sim.engine.round_log import (
@@ -49,16 +61,19 @@ from sim.engine.round_log import (
 )
 from sim.engine.round_record import round_header, round_items
 from sim.engine.schedule import Scheduler, round_start
+from sim.engine.update import update_beliefs, update_trust
 from sim.platforms.spec import by_code
 from sim.store.checkpoints import CheckpointStore
 from sim.store.writer import RoundPayload, RoundWriter
 from sim.world.checkpoint import checkpoint
 from sim.world.world import World
 
+TIMED = ("schedule", "observe", "context", "decide", "apply", "update")  # `rounds` columns
+
 
 @dataclass
 class RoundStats:
-    """Counts and step timings (milliseconds) of one round."""
+    """Counts and phase timings (milliseconds) of one round."""
 
     round: int
     n_active: int = 0
@@ -75,6 +90,25 @@ class RoundStats:
     ms: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass
+class Round:
+    """What a round's phases make, each phase reading what the earlier ones left."""
+
+    number: int
+    stats: RoundStats
+    fired: Fired | None = None
+    active: np.ndarray | None = None  # bool [N]
+    acting: dict[str, np.ndarray] = field(default_factory=dict)  # platform -> agents
+    views: list[PlatformView] = field(default_factory=list)
+    contexts: list[tuple[str, int, Assembled]] = field(default_factory=list)
+    request: DecisionRequest | None = None
+    calls: list[dict] = field(default_factory=list)  # llm_calls rows of the turns
+    actions: ActionBatch | None = None  # canonical order
+    applied: Applied | None = None
+    exposures: Exposures | None = None
+    new_posts: np.ndarray | None = None  # ids, ascending
+
+
 def check_providers(calls: list[dict], round_: int) -> None:
     """Stop (before anything of the round is applied) when not one LLM call of the round
     got an answer, retries included: the provider is down, unreachable or refusing us
@@ -89,7 +123,8 @@ def check_providers(calls: list[dict], round_: int) -> None:
 
 
 class RoundDriver:
-    """Runs rounds on a world, deciding through an executor, logging through a writer."""
+    """Runs rounds on a world, deciding through an executor, logging through a writer and
+    checkpointing into a store (`on_checkpoint(r)` after each)."""
 
     def __init__(self, world: World, executor: Executor, writer: RoundWriter,
                  checkpoints: CheckpointStore | None = None, on_checkpoint=None,
@@ -99,8 +134,7 @@ class RoundDriver:
         self.executor = executor
         self.writer = writer
         self.checkpoints = checkpoints
-        self.on_checkpoint = on_checkpoint  # e.g. record progress in run.json
-        self.rng = CounterRNG(world.cfg.seed)
+        self.on_checkpoint = on_checkpoint
         self.configure()
         self.warm_up()
 
@@ -122,8 +156,8 @@ class RoundDriver:
         self.trust_features = self.social_features or self.rule.uses_trust
         self.context_agents = w.context_agents()
         self.providers = w.llm_providers()  # LLM agent -> provider name
-        self.section_specs = {name: SectionSpec(s.priority, s.max_tokens)
-                              for name, s in cfg.memory.context.sections.items()}
+        self.section_specs = section_specs(cfg)
+        self.platform_enum = PlatformEnum.of(cfg)
 
     def warm_up(self) -> None:
         """Build once, before round 1, what every round reads and round 1 would otherwise
@@ -134,128 +168,137 @@ class RoundDriver:
             plat.graph.followees()
             plat.graph.followers()
 
-    def acting_agents(self, round_: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Step 1: the active mask and, per platform, the agents acting there."""
-        active = self.scheduler.active(round_, self.world.alive)
-        acting = {}
-        for name, plat in self.world.platforms.items():
-            agents = np.nonzero(active & plat.members)[0]
-            part = self.scheduler.participates(round_, plat.code, agents, plat.cfg.participation)
-            acting[name] = agents[part]
-        return active, acting
+    @staticmethod
+    @contextmanager
+    def phase(rnd: Round, name: str) -> Iterator[None]:
+        """Time a phase into the round's stats (phases sharing a name add up)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            rnd.stats.ms[name] = rnd.stats.ms.get(name, 0.0) + 1e3 * (time.perf_counter()
+                                                                       - start)
 
     def step(self) -> RoundStats:
         """Run the next round and hand it to the writer."""
+        rnd = Round(self.world.round + 1, RoundStats(self.world.round + 1))
+        with self.phase(rnd, "schedule"):
+            self.intervene(rnd)
+            self.schedule(rnd)
+        with self.phase(rnd, "observe"):
+            self.observe(rnd)
+        with self.phase(rnd, "context"):
+            self.assemble_contexts(rnd)
+        with self.phase(rnd, "decide"):
+            self.decide(rnd)
+        with self.phase(rnd, "apply"):
+            self.apply(rnd)
+        with self.phase(rnd, "update"):
+            self.update(rnd)
+            self.remember(rnd)
+        self.log(rnd)
+        return rnd.stats
+
+    # ------------------------------------------------------------------ phases
+
+    def intervene(self, rnd: Round) -> None:
+        """Interventions due at r fire (a config change reconfigures the driver and the
+        shards); round memory takes its finished compaction."""
         w = self.world
-        r = w.round + 1
-        stats = RoundStats(round=r)
-        clock = time.perf_counter
-        t0 = clock()
-        fired = fire_due(w, r)
-        if fired.config_changed:
+        rnd.fired = begin_round(w, rnd.number)
+        if rnd.fired.config_changed:
             self.configure()
             self.executor.update(w.cfg, w.population)
-        w.memory.boundary(r)
-        active, acting = self.acting_agents(r)
-        t1 = clock()
-        views = observe(w, r, acting, self.recommenders, self.rng, self.social_features,
-                        self.trust_features)
-        tc = clock()
-        contexts = self.build_contexts(r, views)
-        request = decision_request(w, r, views)
-        t2 = clock()
-        results = self.executor.decide(request)
+        rnd.stats.n_interventions = len(rnd.fired.rows)
+
+    def schedule(self, rnd: Round) -> None:
+        """The active agents, and per platform the members among them who participate."""
+        r, w = rnd.number, self.world
+        rnd.active = self.scheduler.active(r, w.alive)
+        for name, plat in w.platforms.items():
+            agents = np.nonzero(rnd.active & plat.members)[0]
+            part = self.scheduler.participates(r, plat.code, agents, plat.cfg.participation)
+            rnd.acting[name] = agents[part]
+        rnd.stats.n_active = int(rnd.active.sum())
+
+    def observe(self, rnd: Round) -> None:
+        """Every acting agent's feed on each platform, with the features policies read."""
+        rnd.views = observe(self.world, rnd.number, rnd.acting, self.recommenders, self.rng,
+                            self.social_features, self.trust_features)
+
+    def assemble_contexts(self, rnd: Round) -> None:
+        """The context of every acting agent whose context is built; LLM agents get theirs
+        as prompts in their views. Then the request the shards get."""
+        w, r = self.world, rnd.number
+        if len(self.context_agents):
+            for view in rnd.views:
+                rows = np.nonzero(np.isin(view.agents, self.context_agents))[0]
+                prompts: list[Prompt | None] = [None] * len(view.agents)
+                shown = view.feed[rows]
+                comments = top_comments(w, np.unique(shown[shown >= 0])) if len(rows) else {}
+                for i in rows:
+                    agent = int(view.agents[i])
+                    assembled = build_context_for(w, agent, view.name, r, view.feed[i],
+                                                  self.section_specs, comments)
+                    rnd.contexts.append((view.name, agent, assembled))
+                    provider = self.providers.get(agent)
+                    if provider is not None:
+                        prompts[i] = Prompt(assembled.system, assembled.observation,
+                                            assembled.tokens, provider)
+                if self.providers and self.send_prompts:
+                    view.prompts = prompts
+        rnd.request = decision_request(w, r, rnd.views)
+        rnd.stats.n_acting = len(rnd.request.agents)
+
+    def decide(self, rnd: Round) -> None:
+        """One call per shard; the round stops here, before anything applies, if no LLM
+        call got an answer."""
+        w = self.world
+        results = self.executor.decide(rnd.request)
         w.json_only.update(*(res.json_only for res in results))
-        calls = [c for res in results for c in res.llm_calls]
-        check_providers(calls, r)
-        stats.n_llm_calls = len(calls)
-        stats.n_llm_failed = sum(c["status"] != "ok" for c in calls)
-        stats.n_llm_fallbacks = sum(c["call"] == 1 and bool(c["fallback_reason"])
-                                    for c in calls)  # one first call per turn
-        crash_point("mid_round", r)
-        t3 = clock()
-        actions = ActionBatch.concat([res.actions for res in results], len(w.topics)
-                                     ).canonical()
-        applied = apply_actions(w, actions, views, r)
-        t4 = clock()
-        exp = exposures(views)
-        ctx = UpdateContext(round=r, posts=w.posts, trust=w.trust, history=w.history,
-                            engagement=applied.engagement, rng=self.rng,
-                            graph=next(iter(w.platforms.values())).graph, alive=w.alive,
-                            initial_position=w.initial_position)
-        self.rule.update(w.beliefs, exp, ctx)
-        if w.history is not None:
-            w.history.record(*exp.flat(), r)
-        w.round = r
-        self.remember(r, views, applied, fired)
-        t5 = clock()
+        rnd.calls = [c for res in results for c in res.llm_calls]
+        check_providers(rnd.calls, rnd.number)
+        s = rnd.stats
+        s.n_llm_calls = len(rnd.calls)
+        s.n_llm_failed = sum(c["status"] != "ok" for c in rnd.calls)
+        s.n_llm_fallbacks = sum(c["call"] == 1 and bool(c["fallback_reason"])
+                                for c in rnd.calls)  # one first call per turn
+        rnd.actions = ActionBatch.concat([res.actions for res in results], len(w.topics)
+                                         ).canonical()
+        crash_point("mid_round", rnd.number)
 
-        new_ids = np.sort(np.concatenate([
-            np.asarray(fired.post_ids, np.int64), applied.new_post[applied.new_post >= 0]]))
-        stats.n_active = int(active.sum())
-        stats.n_acting = len(request.agents)
-        stats.n_actions = len(actions)
-        stats.n_rejected = int((applied.reason != Reason.OK).sum())
-        stats.n_posts = len(new_ids)
-        stats.n_exposures = int(exp.valid.sum())
-        stats.n_trust_events = len(applied.trust["truster"])
-        stats.n_interventions = len(fired.rows)
-        stats.ms = {"schedule": 1e3 * (t1 - t0), "observe": 1e3 * (tc - t1),
-                    "context": 1e3 * (t2 - tc),
-                    "decide": 1e3 * (t3 - t2), "apply": 1e3 * (t4 - t3),
-                    "update": 1e3 * (t5 - t4)}
-        after_commit = None
-        cp = checkpoint(w)  # taken every round: it also empties the components' journals
-        if self.checkpoints is not None:
-            policy = w.cfg.checkpoints
-            store, notify = self.checkpoints, self.on_checkpoint
+    def apply(self, rnd: Round) -> None:
+        """Every action in canonical order, validated against the snapshot."""
+        applied = apply_actions(self.world, rnd.actions, rnd.views, rnd.number)
+        rnd.applied = applied
+        fired_ids = np.asarray(rnd.fired.post_ids, np.int64)
+        rnd.new_posts = np.sort(np.concatenate([fired_ids,
+                                                applied.new_post[applied.new_post >= 0]]))
+        s = rnd.stats
+        s.n_actions = len(rnd.actions)
+        s.n_rejected = int((applied.reason != Reason.OK).sum())
+        s.n_posts = len(rnd.new_posts)
+        s.n_trust_events = len(applied.trust["truster"])
 
-            def after_commit() -> None:
-                store.write(cp, policy.every, policy.keep_last)
-                if notify is not None:
-                    notify(r)
-
-        self._log(r, views, applied, fired, new_ids, stats, clock, after_commit, contexts,
-                  calls)
-        return stats
-
-    def build_contexts(self, r: int, views) -> list[tuple]:
-        """Assemble the context of every acting agent whose context is built (step 4) and
-        hand LLM agents theirs as prompts: returns (platform, agent, Assembled)."""
-        if not len(self.context_agents):
-            return []
+    def update(self, rnd: Round) -> None:
+        """Trust from the round's interactions, then beliefs from what agents saw."""
         w = self.world
-        budget = w.cfg.memory.context.budget_tokens
-        out = []
-        for view in views:
-            rows = np.nonzero(np.isin(view.agents, self.context_agents))[0]
-            prompts: list[Prompt | None] = [None] * len(view.agents)
-            shown = view.feed[rows]
-            comments = top_comments(w, np.unique(shown[shown >= 0])) if len(rows) else {}
-            for i in rows:
-                agent = int(view.agents[i])
-                inputs = context_inputs(w, w.digest, agent, view.name, r, view.feed[i],
-                                        comments)
-                assembled = build_context(inputs, budget, self.section_specs)
-                out.append((view.name, agent, assembled))
-                provider = self.providers.get(agent)
-                if provider is not None:
-                    prompts[i] = Prompt(assembled.system, assembled.observation,
-                                        assembled.tokens, provider)
-            if self.providers and self.send_prompts:
-                view.prompts = prompts
-        return out
+        rnd.exposures = exposures(rnd.views)
+        update_trust(w, rnd.applied)
+        update_beliefs(w, self.rule, rnd.exposures, rnd.applied, rnd.number, self.rng)
+        w.round = rnd.number
+        rnd.stats.n_exposures = int(rnd.exposures.valid.sum())
 
-    def remember(self, r: int, views, applied, fired) -> None:
-        """Step 8: the round's memory items (compaction starts in the background), and
-        for agents whose context is built: their digest entries and their notifications."""
-        w = self.world
-        items = round_items(w, w.memory, w.cfg.memory, r, applied, fired, w.last_means)
+    def remember(self, rnd: Round) -> None:
+        """The round's memory items (compaction starts in the background), and for agents
+        whose context is built: their digest entries and their notifications."""
+        w, r, applied = self.world, rnd.number, rnd.applied
+        items = round_items(w, w.memory, w.cfg.memory, r, applied, rnd.fired, w.last_means)
         w.last_means = w.beliefs.position.mean(axis=0)
         w.memory.record_round(r, round_header(w.cfg, r), items)
         if not len(self.context_agents):
             return
-        for view in views:  # notices older than this turn were shown in it
+        for view in rnd.views:  # notices older than this turn were shown in it
             for agent in view.agents[np.isin(view.agents, self.context_agents)].tolist():
                 w.notifications.seen(agent, view.name, r)
         a = applied.actions
@@ -271,15 +314,37 @@ class RoundDriver:
             new_post=applied.new_post[ok].astype(np.int64))
         record_actions(w, tracked, rows, w.digest, w.notifications)
 
-    def _log(self, r: int, views, applied, fired: Fired, new_ids: np.ndarray,
-             stats: RoundStats, clock, after_commit=None, contexts=(), calls=()) -> None:
-        """Step 9: hand round r's tables to the writer (one transaction, in order)."""
-        w, cfg = self.world, self.world.cfg
-        t = clock()
+    def log(self, rnd: Round) -> None:
+        """Hand round r's tables to the writer (one transaction, in order); the checkpoint
+        of r is written after that commit, on the writer thread."""
+        w, r = self.world, rnd.number
+        cp = checkpoint(w)  # taken every round: it also empties the components' journals
+        after_commit = None
+        if self.checkpoints is not None:
+            policy, store, notify = w.cfg.checkpoints, self.checkpoints, self.on_checkpoint
+
+            def after_commit() -> None:
+                store.write(cp, policy.every, policy.keep_last)
+                if notify is not None:
+                    notify(r)
+
+        with self.phase(rnd, "tables"):
+            tables = self.tables(rnd)
+        with self.phase(rnd, "wait"):
+            self.writer.submit(RoundPayload(
+                round=r, tables=tables,
+                rounds_row=lambda ms: self.rounds_row(r, rnd.stats, ms),
+                after_commit=after_commit))
+
+    # ------------------------------------------------------------------ tables
+
+    def tables(self, rnd: Round) -> dict[str, pa.Table]:
+        """The round's rows, one Arrow table per trajectory table."""
+        w, cfg, r = self.world, self.world.cfg, rnd.number
+        fired, applied, penum = rnd.fired, rnd.applied, self.platform_enum
         f = fired.follow_arrays()
-        penum = PlatformEnum.of(cfg)
-        tables = {
-            **posts_tables(w, new_ids, fired.counters),
+        tables: dict[str, Any] = {
+            **posts_tables(w, rnd.new_posts, fired.counters),
             "actions": actions_table(r, applied, cfg.output.log_idle_actions, penum),
             "beliefs": beliefs_table(w, r),
             "trust": trust_table(r, applied),
@@ -289,26 +354,23 @@ class RoundDriver:
                 applied_follows_table(r, applied, penum)]),
             "interventions": interventions_table(fired.rows),
             "memory": memory_table(w.memory.drain_log()),
-            "context": context_table(r, contexts, cfg.memory.context.budget_tokens),
-            "llm_calls": llm_calls_table([*calls, *self.memory_calls(r)]),
+            "context": context_table(r, rnd.contexts, cfg.memory.context.budget_tokens),
+            "llm_calls": llm_calls_table([*rnd.calls, *self.memory_calls(r)]),
         }
         if fired.joined is not None:
             first = w.n_agents - fired.joined.size
             tables["agents"] = agents_table(w, np.arange(first, w.n_agents))
         if cfg.output.log_exposures:
-            tables["exposures"] = exposures_table(r, views, penum)
-        stats.ms["tables"] = 1e3 * (clock() - t)
-        self.writer.submit(RoundPayload(
-            round=r, tables=tables, rounds_row=lambda ms: self._rounds_row(r, stats, ms),
-            after_commit=after_commit))
-        stats.ms["wait"] = 1e3 * (clock() - t) - stats.ms["tables"]
+            tables["exposures"] = exposures_table(r, rnd.views, penum)
+        return tables
 
     def memory_calls(self, r: int) -> list[dict]:
         """`llm_calls` rows the memory's summariser made since the last round."""
         log = self.world.memory.summarizer.calls
         return log.drain(r) if log is not None else []
 
-    def _rounds_row(self, r: int, s: RoundStats, ms_log: float) -> pa.Table:
+    def rounds_row(self, r: int, s: RoundStats, ms_log: float) -> pa.Table:
+        """The round's row of the `rounds` table (`ms_log`: the commit's time)."""
         ms = {**s.ms, "log": ms_log}
         row = {
             "round": [r], "sim_time": [round_start(self.world.cfg, r)],
@@ -316,8 +378,7 @@ class RoundDriver:
             "n_rejected": [s.n_rejected], "n_posts": [s.n_posts],
             "n_exposures": [s.n_exposures], "n_trust_events": [s.n_trust_events],
             "n_interventions": [s.n_interventions],
-            **{f"ms_{k}": [ms[k]] for k in ("schedule", "observe", "context", "decide", "apply",
-                                             "update", "log")},
+            **{f"ms_{k}": [ms.get(k, 0.0)] for k in (*TIMED, "log")},
             "wall_time": [datetime.now()],
         }
         return pa.table(row)

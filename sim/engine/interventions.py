@@ -78,6 +78,15 @@ def fire_due(world, round_: int) -> Fired:
     return fired
 
 
+def begin_round(world, round_: int) -> Fired:
+    """What happens at the boundary before round `round_`, before anyone acts: the
+    interventions due fire, and round memory takes its finished compaction. The driver
+    does this each round; so does anything that rebuilds a round (inspect, diagnostics)."""
+    fired = fire_due(world, round_)
+    world.memory.boundary(round_)
+    return fired
+
+
 def resolve_target(target: Selector, world, rng_key: int, where: str) -> np.ndarray:
     """Boolean mask [N] of the agents an entry's target picks (InputError for unknown ids
     or groups, naming `where`.target)."""

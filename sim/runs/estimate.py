@@ -1,6 +1,6 @@
 """`shoal estimate CONFIG`: the LLM calls, tokens and cost of a config, before any call.
 
-The config is run dry in a temporary directory: every agent decides by rule, and every
+The config is run dry, in memory: every agent decides by rule, and every
 LLM agent's context is assembled exactly as in the real run (same budget, same sections)
 and measured, but never sent. A call's prompt is that context plus the tool definitions
 (or the JSON instructions) the provider would be sent. Completion tokens cannot be
@@ -12,18 +12,14 @@ differ from a rule-driven run's, so treat the numbers as the order of magnitude 
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
-
-import duckdb
 
 from agents.llm_tools import json_instructions, tools
 from memory.tokens import count
 from sim.config import Config
 from sim.core.errors import InputError
-from sim.runs.run import create_run, run_rounds
+from sim.runs.simulation import Simulation
 
 TYPICAL_COMPLETION = 60  # a tool call with a short post: ~40-90 tokens in practice
 
@@ -67,28 +63,15 @@ def estimate(cfg: Config, completion_tokens: int = TYPICAL_COMPLETION) -> Estima
     if cfg.llm is None:
         raise InputError(f"{cfg.name}: the config has no `llm` section: no LLM calls to "
                          "estimate")
-    tmp = tempfile.mkdtemp(prefix="shoal-estimate-")
     start = time.perf_counter()
-    try:
-        dry = cfg.model_copy(deep=True)
-        dry.output.dir = tmp
-        dry.checkpoints.keep_last = 1
-        dry.executor.kind = "local"
-        run = create_run(dry)
-        run.dry_llm = True
-        try:
-            run_rounds(run)
-            providers = run.world.llm_providers()
-        finally:
-            run.close()
-        con = duckdb.connect(str(run.dir.db), read_only=True)
-        try:
-            turns = con.execute("SELECT platform, agent, tokens FROM context "
-                                "WHERE section = 'total'").df()
-        finally:
-            con.close()
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    dry = cfg.model_copy(deep=True)
+    dry.checkpoints.keep_last = 1
+    dry.executor.kind = "local"
+    with Simulation.create(dry, out=None, dry_llm=True) as sim:
+        sim.run()
+        providers = sim.world.llm_providers()
+        turns = sim.reader().read("context", "section = 'total'")[
+            ["platform", "agent", "tokens"]]
     turns = turns[turns["agent"].isin(list(providers))]
     turns["provider"] = turns["agent"].map(providers)
     out = []

@@ -15,15 +15,14 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from agents.prompt import INTERVIEW, SectionSpec, build_context
 from memory.context import Assembled
 from sim.config.llm import ProviderConfig
 from sim.core.errors import InputError
-from sim.engine.agent_context import context_inputs
+from sim.engine.agent_context import context_for
 from sim.llm.chat import ChatRequest, chat_model
 from sim.llm.endpoints import Endpoints
+from sim.runs.simulation import world_at
 from sim.store.run_dir import open_run_dir
-from sim.world.checkpoint import CheckpointError, restore_world
 
 
 @dataclass
@@ -45,26 +44,17 @@ def interview_context(run: str, agent: int, round_: int | None) -> tuple[object,
     """The restored world at the end of `round_` (default: the last checkpointed round)
     and the agent's interview system text in it."""
     run_dir = open_run_dir(run)
-    store = run_dir.checkpoints
-    kept = store.available()
+    kept = run_dir.checkpoints.available()
     if not kept:
         raise InputError(f"{run}: the run has no checkpoint yet")
     round_ = kept[-1] if round_ is None else round_
-    if round_ not in kept:
-        raise InputError(f"--round {round_}: interviews need the checkpoint of that round; "
-                         f"kept rounds: {', '.join(map(str, kept))}")
-    try:
-        world, _ = restore_world(store, round_)
-    except CheckpointError as exc:
-        raise InputError(f"{run}: {exc}") from None
+    world = world_at(run_dir, round_, "--round")
     if not 0 <= agent < world.n_agents:
         raise InputError(f"--agent {agent}: no such agent (agents 0..{world.n_agents - 1})")
     world.memory.boundary(round_ + 1)  # what the agent remembers after round R
-    specs = {name: SectionSpec(s.priority, s.max_tokens)
-             for name, s in world.cfg.memory.context.sections.items()}
-    inputs = context_inputs(world, world.digest, agent, INTERVIEW, round_ + 1, None)
+    context = context_for(world, agent, round_ + 1).assembled
     world.memory.close()
-    return world, build_context(inputs, world.cfg.memory.context.budget_tokens, specs)
+    return world, context
 
 
 def interview_provider(world, agent: int, base_url: str | None, model: str | None,

@@ -1,33 +1,27 @@
 """The memory diagnostic: does a fact planted at round P still reach agents at round C?
 
-After "why an early fact is lost from long-term memory" (seeds/000): a planted fact can
-be lost at creation (no memory item carries it), retention (merged or evicted away before
-C) or injection (retained, but not in the system text the agents receive — trimmed by the
-budget, or shown to the wrong audience). The diagnostic plants a distinctive fact as
-breaking news (pinned, the default) or as a news post (not pinned), runs the config with
-compaction, then reports each stage from the run's own logs and state, naming the first
-stage that failed.
+A planted fact can be lost at creation (no memory item carries it), retention (merged or
+evicted away before C) or injection (retained, but not in the system text the agents
+receive — trimmed by the budget, or shown to the wrong audience). The diagnostic plants a
+distinctive fact as breaking news (pinned, the default) or as a news post (not pinned),
+runs the config with compaction (in memory, unless `--out` keeps the run), then reports
+each stage from the run's own logs and state, naming the first stage that failed.
 """
 
 from __future__ import annotations
 
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from agents.prompt import SectionSpec, build_context
 from sim.config import Config, apply_overrides, parse_config, resolved_dict
-from sim.core.counter_rng import CounterRNG
 from sim.core.errors import InputError
-from sim.engine.agent_context import context_inputs
-from sim.engine.interventions import fire_due
-from sim.engine.observe import observe
-from sim.engine.recommenders import make_recommender
-from sim.runs.run import create_run, run_rounds
-from sim.store.lineage import read_table
+from sim.engine.agent_context import context_for
+from sim.engine.interventions import begin_round
+from sim.runs.simulation import Simulation
+from sim.store.lineage import MemoryRun, read_table
 from sim.world.checkpoint import restore_world
 
 DEFAULT_FACT = "The amber sundial was hidden inside the cracked teapot at the harbour cafe."
@@ -47,7 +41,7 @@ class StageResult:
 class Diagnosis:
     """The outcome of one diagnostic run."""
 
-    run_dir: Path
+    run_dir: Path | None  # None: the diagnostic ran in memory (no --out)
     fact: str
     plant_round: int
     check_round: int
@@ -77,7 +71,7 @@ def carries(text: str, terms: list[str]) -> bool:
 
 
 def plant(cfg: Config, fact: str, plant_round: int, check_round: int, kind: str,
-          group: str | None, out: Path) -> Config:
+          group: str | None, out: Path | None) -> Config:
     """The config with the planted fact and enough rounds to check it."""
     data = resolved_dict(cfg)
     target = {"groups": [group]} if group else {}
@@ -87,7 +81,7 @@ def plant(cfg: Config, fact: str, plant_round: int, check_round: int, kind: str,
               "text": fact})
     data["interventions"] = [*data.get("interventions", []), entry]
     data = apply_overrides(data, [f"rounds={max(cfg.rounds, check_round)}",
-                                  f"output.dir={out}"])
+                                  *([f"output.dir={out}"] if out is not None else [])])
     return parse_config(data)
 
 
@@ -98,17 +92,28 @@ def diagnose(cfg: Config, plant_round: int = 5, check_round: int = 50,
     if not 1 <= plant_round < check_round:
         raise InputError(f"--plant-round {plant_round} must be >= 1 and before "
                          f"--check-round {check_round}")
-    out = out or Path(tempfile.mkdtemp(prefix="shoal-diagnose-"))
-    run = create_run(plant(cfg, fact, plant_round, check_round, kind, group, out))
+    planted = plant(cfg, fact, plant_round, check_round, kind, group, out)
+    sim = Simulation.create(planted, out=out)  # out None: in memory, nothing kept
     try:
-        run_rounds(run)
+        sim.run()
+        if sim.dir is None:  # read it before it is gone
+            return _stages(sim, fact, plant_round, check_round, group, sample)
     finally:
-        run.close()
-    terms = key_terms(fact)
-    result = Diagnosis(run.dir.root, fact, plant_round, check_round)
-    root = str(run.dir.root)
+        sim.close()
+    return _stages(sim, fact, plant_round, check_round, group, sample)  # the file is free
 
-    items = read_table(root, "memory", f"level = 'item' AND covers_from = {plant_round}")
+
+def _stages(sim: Simulation, fact: str, plant_round: int, check_round: int,
+            group: str | None, sample: int) -> Diagnosis:
+    terms = key_terms(fact)
+    result = Diagnosis(sim.dir.root if sim.dir else None, fact, plant_round, check_round)
+    reader = sim.reader()
+
+    def read(table: str, where: str):
+        return (reader.read(table, where) if isinstance(reader, MemoryRun)
+                else read_table(reader.root, table, where))
+
+    items = read("memory", f"level = 'item' AND covers_from = {plant_round}")
     made = items[items["text"].map(lambda t: carries(t, terms))]
     result.stages.append(StageResult(
         "created", not made.empty,
@@ -116,9 +121,8 @@ def diagnose(cfg: Config, plant_round: int = 5, check_round: int = 50,
         f"({', '.join(sorted(set(made['kind'])))})" if not made.empty else
         f"no memory item of round {plant_round} carries it ({len(items)} items recorded)"))
 
-    world, _ = restore_world(run.dir.checkpoints, check_round - 1)
-    fire_due(world, check_round)
-    world.memory.boundary(check_round)
+    world, _ = restore_world(sim.checkpoints, check_round - 1)
+    begin_round(world, check_round)
     m = world.memory
     places = [f"pinned item {i.id}" for i in m.pinned if carries(i.text, terms)]
     if m.narrative is not None and carries(m.narrative.text, terms):
@@ -127,7 +131,7 @@ def diagnose(cfg: Config, plant_round: int = 5, check_round: int = 50,
                if s.status == "done" and carries(s.text, terms)]
     places += [f"item of round {r}" for r, its in m.items.items()
                for i in its if carries(i.text, terms)]
-    unpinned = read_table(root, "memory", "status = 'unpinned'")
+    unpinned = read("memory", "status = 'unpinned'")
     lost_pin = unpinned[unpinned["text"].map(lambda t: carries(t, terms))]
     result.stages.append(StageResult(
         "retained", bool(places),
@@ -149,18 +153,9 @@ def _injection(world, round_: int, terms: list[str], group: str | None,
     agents = np.nonzero(should)[0][:sample]
     if not len(agents):
         return StageResult("injected", False, "nobody should know it (empty audience)")
-    specs = {name: SectionSpec(s.priority, s.max_tokens)
-             for name, s in world.cfg.memory.context.sections.items()}
-    budget = world.cfg.memory.context.budget_tokens
     platform = next(iter(world.platforms))
-    rec = {platform: make_recommender(world.platforms[platform].cfg.recommender)}
-    (view,) = observe(world, round_, {platform: agents}, rec, CounterRNG(world.cfg.seed),
-                      False, False)
-    got = 0
-    for i, agent in enumerate(agents.tolist()):
-        inputs = context_inputs(world, world.digest, agent, platform, round_, view.feed[i])
-        if carries(build_context(inputs, budget, specs).system, terms):
-            got += 1
+    got = sum(carries(context_for(world, agent, round_, platform).assembled.system, terms)
+              for agent in agents.tolist())
     return StageResult("injected", got == len(agents),
                        f"in the system text of {got} of {len(agents)} agents who should "
                        f"know it, at round {round_}")

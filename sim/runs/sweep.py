@@ -1,7 +1,7 @@
 """`shoal sweep`: a config run over seeds (and a parameter grid) in parallel on Ray.
 
 A sweep is the product of its grid points (every combination of the `--grid` values) and
-N seeds. Each member is an ordinary run (`create_run` + `run_rounds`, local executor) made
+N seeds. Each member is an ordinary run (a `Simulation`, local executor) made
 by one Ray task in a Ray worker process; members run side by side, at most `--parallel`
 at once. Everything is validated before anything is written: a bad `--grid` or an unknown
 config key is an InputError (exit 2) and leaves nothing behind.
@@ -195,15 +195,12 @@ def _member_config(cfg: Config, seed: int, name: str, root: Path) -> dict:
 def run_member(config: dict) -> dict:
     """Run one member to the end and measure it (the body of a Ray task). Errors come back
     as data, so one failed member does not stop the sweep."""
-    from sim.runs.run import create_run, run_rounds
+    from sim.runs.simulation import Simulation  # a Ray worker imports it when it runs one
 
     start = time.perf_counter()
     try:
-        run = create_run(parse_config(config))
-        try:
-            run_rounds(run)
-        finally:
-            run.close()
+        with Simulation.create(parse_config(config)) as run:
+            run.run()
         metrics = member_metrics(run.dir.root)
     except InputError as exc:
         return {"status": "failed", "error": str(exc), "input_error": True,

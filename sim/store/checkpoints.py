@@ -364,3 +364,86 @@ def _state_from_v4(a: dict[str, np.ndarray], meta: dict) -> dict[str, State]:
         "digest": State(meta=meta.get("digest", {})),
         "notifications": State(meta=meta.get("notifications", {})),
     }
+
+
+class MemoryCheckpoints:
+    """Checkpoints held in memory, for a simulation without a run directory (`out=None`):
+    the same interface as `CheckpointStore`, the same retention; `save_into` writes them
+    to a run directory's store. States and logs are never modified once written, so a
+    fork can share them."""
+
+    def __init__(self) -> None:
+        self.logs: dict[int, dict[str, State]] = {}
+        self.states: dict[int, tuple[dict[str, State], dict]] = {}
+
+    def write(self, cp: Checkpoint, every: int = 1, keep_last: int | None = None
+              ) -> CheckpointStats:
+        """Keep round K's log segment and state, then prune like `CheckpointStore`."""
+        t = time.perf_counter()
+        self.logs[cp.round] = cp.log
+        self.write_state(cp.round, cp.state, cp.meta)
+        self.prune(every, keep_last)
+        return CheckpointStats(cp.round, sum(s.nbytes() for s in cp.log.values()),
+                               sum(s.nbytes() for s in cp.state.values()),
+                               1e3 * (time.perf_counter() - t))
+
+    def write_state(self, round_: int, state: dict[str, State], meta: dict, *_) -> int:
+        """Keep (or replace) the state of a round."""
+        self.states[round_] = (state, {**meta, "format": FORMAT, "round": round_,
+                                       "log_bytes": 0, "state_bytes": 0, "ms": 0.0})
+        return sum(s.nbytes() for s in state.values())
+
+    def prune(self, every: int, keep_last: int | None) -> None:
+        """Forget states not retained (the rule of `CheckpointStore.prune`)."""
+        rounds = self.available()
+        if not rounds:
+            return
+        wanted = [r for r in rounds if r % every == 0 and r != 0]
+        if keep_last is not None:
+            wanted = wanted[-keep_last:]
+        for r in set(rounds) - {0, rounds[-1], *wanted}:
+            del self.states[r]
+
+    def available(self) -> list[int]:
+        """Rounds with a state, ascending."""
+        return sorted(self.states)
+
+    def latest(self) -> int | None:
+        """The last checkpointed round, or None."""
+        return max(self.states) if self.states else None
+
+    def meta(self, r: int) -> dict:
+        """The state metadata of round r."""
+        return self.states[r][1]
+
+    def read_state(self, r: int) -> tuple[dict[str, State], dict]:
+        """The components' states at the end of round r, and its metadata."""
+        if r not in self.states:
+            raise CheckpointError(f"no checkpoint of round {r} in memory")
+        return self.states[r]
+
+    def read_logs(self, upto: int) -> list[dict[str, State]]:
+        """The log segments of rounds 0..upto."""
+        missing = [r for r in range(upto + 1) if r not in self.logs]
+        if missing:
+            raise CheckpointError(f"checkpoint log for round {missing[0]} is missing")
+        return [self.logs[r] for r in range(upto + 1)]
+
+    def truncate_after(self, r: int) -> None:
+        """Forget everything after round r."""
+        for store in (self.logs, self.states):
+            for k in [k for k in store if k > r]:
+                del store[k]
+
+    def share_into(self, other: MemoryCheckpoints, upto: int) -> None:
+        """Give `other` (a fork) the logs of rounds 0..upto (shared, never modified)."""
+        other.logs.update({r: log for r, log in self.logs.items() if r <= upto})
+
+    def save_into(self, store: CheckpointStore) -> None:
+        """Write every log segment and kept state to a run directory's store."""
+        for r in sorted(self.logs):
+            store.write_log(r, self.logs[r])
+        for r, (state, meta) in sorted(self.states.items()):
+            keep = {k: v for k, v in meta.items()
+                    if k not in ("format", "round", "log_bytes", "state_bytes", "ms")}
+            store.write_state(r, state, keep)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -271,3 +271,27 @@ def _read_meta(path: Path) -> dict | None:
         return json.loads((path / "run.json").read_text())
     except (OSError, ValueError):
         return None
+
+
+class MemoryRun:
+    """A run held in an in-memory DuckDB (a `Simulation` made with `out=None`), read like a
+    run directory: its own rows only (it has no ancestors on disk). `connect` gives a new
+    cursor on the live database, after every submitted round is committed."""
+
+    def __init__(self, run_id: str, connect: Callable[[], duckdb.DuckDBPyConnection],
+                 meta: Callable[[], dict], config: Callable[[], dict]):
+        self.run_id = run_id
+        self.connect = connect
+        self.meta = meta
+        self.config = config
+
+    def read(self, table: str, where: str | None = None) -> pd.DataFrame:
+        """A table's rows (with an extra SQL filter), in the order `read_table` gives."""
+        if table not in TABLES:
+            raise InputError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
+        sql = f"SELECT * FROM {table}" + (f" WHERE ({where})" if where else "")
+        con = self.connect()
+        try:
+            return con.sql(f"{sql} ORDER BY {ORDER.get(table, 'ALL')}").df()
+        finally:
+            con.close()

@@ -49,6 +49,13 @@ class Interventions:
 
     # ---------------------------------------------------------------- state
 
+    def renumber(self, new_index: dict[int, int]) -> None:
+        """Follow a schedule whose entries moved (a fork dropped or added some): what fired
+        and the pinned events keep their entries, now at `new_index[old]`."""
+        self.fired = {new_index[i] for i in self.fired if i in new_index}
+        for event in self.events:
+            event.index = new_index.get(event.index, event.index)
+
     def get_state(self) -> State:
         """What fired, and the events still pinned (with their targets)."""
         meta = {"fired": sorted(self.fired), "events": [

@@ -1,0 +1,30 @@
+"""Step 7 of a round: trust from who interacted with whom, then beliefs from what each agent
+saw and the engagement its posts drew, then the exposure history (novelty next round)."""
+
+from __future__ import annotations
+
+from beliefs.rules import Exposures, UpdateContext, UpdateRule
+from sim.core.counter_rng import CounterRNG
+from sim.engine.apply import Applied
+from sim.world.world import World
+
+
+def update_trust(world: World, applied: Applied) -> None:
+    """Add the round's trust deltas (summed per pair, clipped) and record, with each event,
+    its pair's value after the round. Before beliefs: rules may weigh exposures by trust."""
+    t = applied.trust
+    world.trust.add(t["truster"], t["trustee"], t["delta"])
+    t["value"] = world.trust.get(t["truster"], t["trustee"])
+
+
+def update_beliefs(world: World, rule: UpdateRule, exposures: Exposures, applied: Applied,
+                   round_: int, rng: CounterRNG) -> None:
+    """Apply the belief rule to the round's exposures and engagement, then remember what
+    each agent saw."""
+    ctx = UpdateContext(round=round_, posts=world.posts, trust=world.trust,
+                        history=world.history, engagement=applied.engagement, rng=rng,
+                        graph=next(iter(world.platforms.values())).graph, alive=world.alive,
+                        initial_position=world.initial_position)
+    rule.update(world.beliefs, exposures, ctx)
+    if world.history is not None:
+        world.history.record(*exposures.flat(), round_)

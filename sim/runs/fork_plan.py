@@ -1,0 +1,173 @@
+"""What a fork changes (docs/forks.md): the config fields that may change mid-run
+(`--set`, `sim.config.interventions.mutable`), the seed of the rounds after K, and the
+schedule of interventions that have not fired by K: drop one (`--drop NAME|INDEX`), move
+it (`--move NAME|INDEX=ROUND`), edit it (`--set interventions.N.field=...`), replace the
+whole future schedule (`--set 'interventions=[...]'`), add entries (`--intervene FILE`).
+Entries that fired by K are history and stay as they were. A fork on disk
+(sim.runs.fork) and a fork in memory (`Simulation.fork`) both derive their config here.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sim.config import apply_overrides, parse_config
+from sim.config.interventions import MUTABLE_SECTIONS, mutable
+from sim.config.loading import read_yaml
+from sim.config.platforms import MUTABLE_FIELDS
+from sim.core.errors import InputError
+
+
+@dataclass
+class ForkPlan:
+    """What a fork changes. `schedule` edits are `drop NAME|INDEX` and
+    `move NAME|INDEX ROUND`; `interventions` are entries to add; `source` names where
+    they came from (a file) in error messages."""
+
+    sets: list[str] = field(default_factory=list)
+    seed: int | None = None
+    interventions: list[Any] = field(default_factory=list)
+    schedule: list[str] = field(default_factory=list)
+    source: str = "fork"
+
+
+def load_interventions(path: Path) -> list[Any]:
+    """Entries from a YAML file: a list, or a mapping with an `interventions` list."""
+    data, _ = read_yaml(path, "--intervene")
+    if isinstance(data, dict) and set(data) == {"interventions"}:
+        data = data["interventions"]
+    if not isinstance(data, list):
+        raise InputError(f"{path}: expected a list of interventions (or a mapping with an "
+                         "'interventions' list)")
+    return data
+
+
+def fork_config(parent: dict, k: int, plan: ForkPlan) -> tuple[Any, dict, dict[int, int]]:
+    """The fork's config, a record of what changed, and where each of the parent's
+    schedule entries that the fork keeps now sits (old index -> new index). Raises
+    InputError or ConfigError naming the flag or field at fault."""
+    data = copy.deepcopy(parent)  # overrides edit nested dicts in place
+    schedule = Schedule(data.get("interventions") or [], k)
+    plain = []
+    for item in plan.sets:
+        key = item.split("=", 1)[0].strip()
+        if key == "interventions" or key.startswith("interventions."):
+            schedule.set(item)
+        elif not mutable(key):
+            raise InputError(f"--set {key}: cannot be changed in a fork (it only shaped "
+                             f"round 0); changeable: {', '.join(MUTABLE_SECTIONS)}, "
+                             f"platforms.<name>.{{{','.join(MUTABLE_FIELDS)}}}, and the "
+                             "interventions that have not fired yet")
+        else:
+            plain.append(item)
+    data = apply_overrides(data, plain)
+    if plan.seed is not None:
+        data["seed"] = plan.seed
+    for edit in plan.schedule:
+        schedule.edit(edit)
+    for j, entry in enumerate(plan.interventions):
+        schedule.add(entry, f"{plan.source}: entry {j}")
+    data["interventions"] = schedule.entries()
+    cfg = parse_config(data, source=plan.source)
+    changes = {"sets": plain, "seed": plan.seed, "schedule": schedule.log,
+               "added": len(plan.interventions)}
+    return cfg, changes, schedule.index_map()
+
+
+class Schedule:
+    """The parent's schedule as a fork edits it: entries that fired by round `k` are
+    fixed; the others may be dropped, moved, edited or replaced; new ones are added."""
+
+    def __init__(self, entries: list[dict], k: int):
+        self.k = k
+        self.items: list[tuple[int | None, dict]] = list(enumerate(copy.deepcopy(entries)))
+        self.log: list[str] = []
+
+    def fired(self, entry: dict) -> bool:
+        """Whether an entry fired by the fork round."""
+        return int(entry.get("round", 0)) <= self.k
+
+    def find(self, ref: str, flag: str) -> int:
+        """The position of the entry named `ref` (its `name`, or its index in the parent's
+        schedule); InputError if none, or if it already fired."""
+        for pos, (orig, entry) in enumerate(self.items):
+            if (orig is not None and ref == str(orig)) or entry.get("name") == ref:
+                if self.fired(entry):
+                    raise InputError(f"{flag} {ref}: that intervention fired at round "
+                                     f"{entry['round']}, before the fork at round {self.k}; "
+                                     "it is history and stays")
+                return pos
+        names = [str(e.get("name") or i) for i, e in self.items if not self.fired(e)]
+        raise InputError(f"{flag} {ref}: no such intervention after round {self.k}; "
+                         f"scheduled after it: {', '.join(names) or 'none'}")
+
+    def edit(self, edit: str) -> None:
+        """`drop REF` or `move REF ROUND`."""
+        parts = edit.split()
+        if len(parts) == 2 and parts[0] == "drop":
+            _, entry = self.items.pop(self.find(parts[1], "--drop"))
+            self.log.append(f"dropped {parts[1]} (round {entry['round']}, {entry['kind']})")
+        elif len(parts) == 3 and parts[0] == "move" and parts[2].lstrip("-").isdigit():
+            pos = self.find(parts[1], "--move")
+            to = int(parts[2])
+            if to <= self.k:
+                raise InputError(f"--move {parts[1]}={to}: a fork at round {self.k} can only "
+                                 f"schedule rounds after {self.k}")
+            self.items[pos][1]["round"] = to
+            self.log.append(f"moved {parts[1]} to round {to}")
+        else:
+            raise InputError(f"schedule edit {edit!r}: expected 'drop NAME|INDEX' or "
+                             "'move NAME|INDEX ROUND'")
+
+    def set(self, item: str) -> None:
+        """`interventions=[...]` (the future schedule replaced) or
+        `interventions.N.field=value` (entry N edited; N its index in the parent)."""
+        key, raw = item.split("=", 1)
+        parts = key.strip().split(".")
+        if len(parts) == 1:
+            future = yaml.safe_load(raw)
+            if not isinstance(future, list):
+                raise InputError(f"--set {item!r}: the schedule must be a list")
+            self.items = [(i, e) for i, e in self.items if self.fired(e)]
+            for j, entry in enumerate(future):
+                self.add(entry, f"--set interventions: entry {j}")
+            self.log.append(f"future schedule replaced ({len(future)} entries)")
+            return
+        pos = self.find(parts[1], f"--set {key}:")
+        if len(parts) < 3:
+            raise InputError(f"--set {item!r}: name a field of the entry, e.g. "
+                             f"interventions.{parts[1]}.round=12")
+        edited = apply_overrides({"entry": self.items[pos][1]},
+                                 [f"entry.{'.'.join(parts[2:])}={raw}"])["entry"]
+        if self.fired(edited):
+            raise InputError(f"--set {key}: a fork at round {self.k} can only schedule "
+                             f"rounds after {self.k}")
+        self.items[pos] = (self.items[pos][0], edited)
+        self.log.append(f"set {key} = {raw}")
+
+    def add(self, entry: Any, where: str) -> None:
+        """A new entry, which must come after the fork round."""
+        if isinstance(entry, dict) and "round" in entry and isinstance(entry["round"], int) \
+                and entry["round"] <= self.k:
+            raise InputError(f"{where} is at round {entry['round']}; a fork at round "
+                             f"{self.k} can only schedule rounds after {self.k}")
+        self.items.append((None, copy.deepcopy(entry)))
+
+    def entries(self) -> list[dict]:
+        """The fork's schedule."""
+        return [e for _, e in self.items]
+
+    def index_map(self) -> dict[int, int]:
+        """Old index -> new index of the parent's entries the fork keeps."""
+        return {orig: pos for pos, (orig, _) in enumerate(self.items) if orig is not None}
+
+
+def describe_schedule(cfg, after: int) -> list[str]:
+    """One line per intervention the config schedules after round `after`."""
+    return [f"round {iv.round}: {iv.kind}" + (f" ({iv.name})" if iv.name else "")
+            + f" [index {i}]" for i, iv in enumerate(cfg.interventions) if iv.round > after]

@@ -1,0 +1,509 @@
+"""`Simulation`: a simulation you build, step, look at, fork and save — in a notebook cell
+by cell, or from the command line (`shoal run` drives the same object).
+
+    sim = Simulation.from_yaml("configs/quickstart.yaml", seed=3, out=None)  # in memory
+    sim.step()                        # one round
+    sim.run(10)                       # ten more (or, without a number, to the last round)
+    sim.state.beliefs                 # the world now, as DataFrames
+    what_if = sim.fork(5, sets=["beliefs.update.rate=0.02"])   # in memory, from round 5
+    open_run(sim).polarization()      # the trajectory so far (sim.open_run)
+    sim.save("runs/my-run")           # a normal run directory (resume, fork, report...)
+
+With `out` a folder (the default: the config's `output.dir`) the simulation is a run
+directory from the start: `runs/<run_id>/` with config, trajectory and checkpoints, made
+whole or not at all. With `out=None` the trajectory goes to an in-memory DuckDB and the
+checkpoints stay in memory; `open_run(sim)` reads it. Every input is checked before
+anything is written.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from sim.config import Config, config_hash, load_config, parse_config, resolved_dict
+from sim.core.errors import InputError, ProviderDown
+from sim.engine.driver import RoundDriver, RoundStats
+from sim.engine.executors import Executor, make_executor
+from sim.engine.interventions import (
+    Fired,
+    check_against_population,
+    check_settings,
+    fire_due,
+)
+from sim.engine.round_log import (
+    agents_table,
+    beliefs_table,
+    initial_follows_table,
+    interventions_table,
+    posts_tables,
+    topics_table,
+)
+from sim.llm.endpoints import Endpoints
+from sim.runs.fork_plan import ForkPlan, fork_config
+from sim.store.checkpoints import CheckpointError, CheckpointStore, MemoryCheckpoints
+from sim.store.lineage import MemoryRun, read_table
+from sim.store.live_mirror import LiveMirror
+from sim.store.run_dir import RunDir, engine_version, new_run_id, open_run_dir
+from sim.store.schema import TABLES
+from sim.store.trajectory import TrajectoryStore
+from sim.store.writer import RoundWriter
+from sim.world.checkpoint import checkpoint, restore_world
+from sim.world.frames import WorldFrames
+from sim.world.world import World, build_world
+
+CONFIGURED = "config"  # `out` default: the config's output.dir
+
+
+def check_api_keys(cfg: Config) -> None:
+    """Every provider that names a key variable finds it set (InputError otherwise), so a
+    missing key stops a run before it starts, not as 401s in round 1."""
+    for i, p in enumerate(cfg.llm.providers if cfg.llm else []):
+        if p.api_key_env and set(p.base_urls) != {"loopback"} and not os.environ.get(
+                p.api_key_env):
+            raise InputError(f"llm.providers.{i}.api_key_env: the environment variable "
+                             f"{p.api_key_env} is not set; export it (the key itself never "
+                             "goes in the config)")
+
+
+def run_row(cfg: Config, run_id: str, lineage: dict) -> dict:
+    """The `run` table's single row: identity, config, engine and lineage (empty for a
+    root run)."""
+    return {
+        "run_id": run_id, "name": cfg.name, "created_at": datetime.now(),
+        "seed": cfg.seed, "engine_version": engine_version(), "config_hash": config_hash(cfg),
+        "config": resolved_dict(cfg), "topics": cfg.topic_names,
+        "parent_run_id": lineage.get("parent_run_id"), "fork_round": lineage.get("fork_round"),
+        "lineage": lineage,
+    }
+
+
+def world_at(run_dir: RunDir, round_: int, flag: str = "--round", cfg: Config | None = None
+             ) -> World:
+    """The world of a run directory at the end of a kept round (InputError naming `flag`
+    when the round has no checkpoint, or the checkpoint cannot be read)."""
+    kept = run_dir.checkpoints.available()
+    if round_ not in kept:
+        shown = ", ".join(map(str, kept)) or "none"
+        raise InputError(f"{flag} {round_}: {run_dir.run_id} has no checkpoint of round "
+                         f"{round_}; kept rounds: {shown}")
+    try:
+        return restore_world(run_dir.checkpoints, round_, cfg)[0]
+    except CheckpointError as exc:
+        raise InputError(f"{run_dir.run_id}: {exc}") from None
+
+
+class Simulation:
+    """One simulation: its world, where it writes (a run directory, or memory), and the
+    driver that runs its rounds."""
+
+    def __init__(self, world: World, trajectory: TrajectoryStore,
+                 checkpoints: CheckpointStore | MemoryCheckpoints, meta: dict,
+                 run_dir: RunDir | None = None, engine: Engine | None = None):
+        self.world = world
+        self.trajectory = trajectory
+        self.checkpoints = checkpoints
+        self.dir = run_dir
+        self.meta = meta  # run.json's content (mirrored to the file for a run directory)
+        self.engine = engine  # made on first use when not given
+        self.writer: RoundWriter | None = None
+        self._driver: RoundDriver | None = None
+
+    # ------------------------------------------------------------------ making
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, *, seed: int | None = None, out: Any = CONFIGURED,
+                  overrides: Iterable[str] = ()) -> Simulation:
+        """A new simulation of a YAML config (`overrides`: `key=value` like `--set`)."""
+        sets = [*overrides, *([f"seed={seed}"] if seed is not None else [])]
+        return cls.create(load_config(path, sets), out=out)
+
+    @classmethod
+    def from_dict(cls, data: dict, *, seed: int | None = None, out: Any = CONFIGURED
+                  ) -> Simulation:
+        """A new simulation of a config given as a mapping (as the YAML would be)."""
+        data = {**data, **({"seed": seed} if seed is not None else {})}
+        return cls.create(parse_config(data), out=out)
+
+    @classmethod
+    def create(cls, cfg: Config, out: Any = CONFIGURED, lineage: dict | None = None,
+               dry_llm: bool = False) -> Simulation:
+        """Build round 0 (every input checked first, the executor and any loopback server
+        started), then its run directory under `out` (the config's `output.dir` by
+        default; None: in memory). `dry_llm`: LLM agents' contexts are built, but they
+        decide by rule and nothing is sent (`shoal estimate`)."""
+        check_api_keys(cfg)
+        world = build_world(cfg)
+        check_settings(cfg)
+        check_against_population(cfg, world)
+        fired = fire_due(world, 0)  # posts seeded at round 0
+        lineage = lineage or {}
+        engine = Engine.start(world, dry_llm)  # a cluster that cannot be joined: no directory
+        try:
+            if out is None:
+                run_id = new_run_id(cfg.name)
+                store = TrajectoryStore(":memory:", cfg.platforms.names())
+                _write_setup(store, world, run_id, lineage, fired)
+                checkpoints = MemoryCheckpoints()
+                checkpoints.write(checkpoint(world))
+                return cls(world, store, checkpoints, _new_meta(cfg, run_id, lineage, 0),
+                           engine=engine)
+            folder = Path(cfg.output.dir if out == CONFIGURED else out)
+            run_dir = _make_run_dir(folder, cfg, lineage, lambda store, checkpoints, run_id: (
+                _write_setup(store, world, run_id, lineage, fired),
+                checkpoints.write(checkpoint(world))))
+        except BaseException:
+            engine.stop()
+            raise
+        if cfg.output.live_parquet:
+            LiveMirror(run_dir.root).write(0, _setup_tables(world, fired))
+        return cls(world, TrajectoryStore(run_dir.db), run_dir.checkpoints,
+                   run_dir.read_meta(), run_dir, engine)
+
+    @classmethod
+    def resume(cls, path: str | Path) -> Simulation:
+        """Reopen a run directory at its last checkpointed round, discarding anything
+        written after it."""
+        run_dir = open_run_dir(path)
+        last = run_dir.checkpoints.latest()
+        if last is None:
+            raise InputError(f"{path}: the run has no checkpoint to resume from; start it "
+                             "again")
+        world = world_at(run_dir, last, "resume:")
+        check_api_keys(world.cfg)
+        store = TrajectoryStore(run_dir.db)
+        store.truncate_after(last, world.posts.n)
+        run_dir.checkpoints.truncate_after(last)
+        LiveMirror(run_dir.root).truncate_after(last)
+        run_dir.write_meta(status="resumed", rounds_done=last)
+        return cls(world, store, run_dir.checkpoints, run_dir.read_meta(), run_dir)
+
+    # ------------------------------------------------------------------ running
+
+    @property
+    def cfg(self) -> Config:
+        """The effective config (interventions may change it)."""
+        return self.world.cfg
+
+    @property
+    def round(self) -> int:
+        """The last completed round (0: the initial state)."""
+        return self.world.round
+
+    @property
+    def run_id(self) -> str:
+        """The run's id."""
+        return self.meta["run_id"]
+
+    @property
+    def finished(self) -> bool:
+        """Whether every configured round has run."""
+        return self.world.round >= self.cfg.rounds
+
+    def driver(self) -> RoundDriver:
+        """The round driver (the engine and the writer start on first use)."""
+        if self._driver is None:
+            if self.engine is None:
+                self.engine = Engine.start(self.world)
+            if self.writer is None:
+                mirror = (LiveMirror(self.dir.root) if self.dir and self.cfg.output.live_parquet
+                          else None)
+                self.writer = RoundWriter(self.trajectory, mirror)
+            self._driver = RoundDriver(self.world, self.engine.executor, self.writer,
+                                       self.checkpoints, on_checkpoint=self._checkpointed,
+                                       send_prompts=not self.engine.dry_llm)
+        return self._driver
+
+    @property
+    def executor(self) -> Executor | None:
+        """Where agents decide (None until the engine starts)."""
+        return self.engine.executor if self.engine else None
+
+    def _checkpointed(self, round_: int) -> None:
+        self._write_meta(rounds_done=round_)
+
+    def _write_meta(self, **fields: Any) -> None:
+        self.meta.update(fields)
+        if self.dir is not None:
+            self.dir.write_meta(**fields)
+
+    def step(self) -> RoundStats:
+        """Run the next round (its tables are committed in the background: `flush`)."""
+        if self.finished:
+            raise InputError(f"{self.run_id}: all {self.cfg.rounds} rounds have run")
+        driver = self.driver()
+        if self.meta.get("status") != "running":
+            self._write_meta(status="running", executor=self.executor.kind,
+                             shards=self.executor.n_shards)
+        try:
+            stats = driver.step()
+        except ProviderDown as exc:
+            self.flush()
+            self._write_meta(status="stopped", stopped_reason=str(exc))
+            raise
+        if self.finished:
+            self.flush()
+            self._write_meta(status="finished", rounds_done=self.round,
+                             finished_at=datetime.now().isoformat())
+        return stats
+
+    def run(self, rounds: int | None = None,
+            on_round: Callable[[RoundStats], None] | None = None) -> list[RoundStats]:
+        """Run `rounds` more rounds (default: to the last configured one); returns their
+        stats. `on_round(stats)` after each."""
+        last = self.cfg.rounds if rounds is None else min(self.cfg.rounds,
+                                                          self.round + rounds)
+        stats = []
+        while self.round < last:
+            stats.append(self.step())
+            if on_round is not None:
+                on_round(stats[-1])
+        self.flush()
+        return stats
+
+    def flush(self) -> None:
+        """Wait until every round run so far is committed and checkpointed."""
+        if self.writer is not None:
+            self.writer.flush()
+
+    def close(self) -> None:
+        """Commit what is pending, then release the writer, executor, store and any
+        loopback server (an in-memory trajectory is gone after this: `save` it first)."""
+        try:
+            if self.writer is not None:
+                self.writer.close()
+                self.writer = None
+        finally:
+            if self.engine is not None:
+                self.engine.stop()
+                self.engine = None
+            self.world.memory.close()
+            self.trajectory.close()
+
+    def __enter__(self) -> Simulation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ looking
+
+    @property
+    def state(self) -> WorldFrames:
+        """The world as it is now, as DataFrames (beliefs, posts, follows, agents)."""
+        return WorldFrames(self.world)
+
+    def reader(self) -> RunDir | MemoryRun:
+        """What `open_run` reads: the run directory, or the in-memory trajectory."""
+        self.flush()
+        if self.dir is not None:
+            return self.dir
+        return MemoryRun(self.run_id, self._cursor, lambda: dict(self.meta),
+                         lambda: resolved_dict(self.cfg))
+
+    def _cursor(self):
+        self.flush()
+        return self.trajectory.con.cursor()
+
+    def open_run(self):
+        """The notebook API's view of this simulation's trajectory (`sim.open_run`)."""
+        from sim.analysis.notebook import open_run
+
+        return open_run(self)
+
+    # ------------------------------------------------------------------ forking, saving
+
+    def fork(self, at: int | None = None, *, sets: Iterable[str] = (), seed: int | None = None,
+             interventions: list[dict] | None = None, schedule: Iterable[str] = ()
+             ) -> Simulation:
+        """A counterfactual from the end of round `at` (default: now), in memory: the same
+        world, with config changes (`sets`: `key=value`), a new `seed`, interventions
+        added, and the schedule edited (`schedule`: `drop NAME|INDEX`, `move NAME|INDEX
+        ROUND`), as `shoal fork` does. The fork's trajectory starts with this one's rounds
+        0..at, so `open_run(fork)` shows its whole history."""
+        self.flush()
+        at = self.round if at is None else at
+        if at not in self.checkpoints.available():
+            raise InputError(f"fork at {at}: no checkpoint of round {at}; kept rounds: "
+                             f"{', '.join(map(str, self.checkpoints.available()))}")
+        parent_cfg = self.checkpoints.meta(at)["config"]
+        cfg, changes, renumber = fork_config(parent_cfg, at, ForkPlan(
+            sets=list(sets), seed=seed, interventions=interventions or [],
+            schedule=list(schedule)))
+        world, _ = restore_world(self.checkpoints, at, cfg)
+        world.interventions.renumber(renumber)
+        check_against_population(cfg, world)
+        check_api_keys(cfg)
+        run_id = new_run_id(cfg.name)
+        origin = {"forked_from": self.run_id, "fork_round": at, "changes": changes}
+        store = TrajectoryStore(":memory:", cfg.platforms.names())
+        _copy_prefix(self.reader(), store, at, world.posts.n)
+        store.con.execute("DELETE FROM run")
+        store.write_run({**run_row(cfg, run_id, {}), "lineage": origin})
+        checkpoints = MemoryCheckpoints()
+        if isinstance(self.checkpoints, MemoryCheckpoints):
+            self.checkpoints.share_into(checkpoints, at)
+        else:
+            checkpoints.logs.update(enumerate(self.checkpoints.read_logs(at)))
+        cp = checkpoint(world)
+        checkpoints.write_state(at, cp.state, cp.meta)
+        meta = {**_new_meta(cfg, run_id, {}, at), "origin": origin}
+        return Simulation(world, store, checkpoints, meta)
+
+    def save(self, path: str | Path) -> Path:
+        """Write this simulation as a normal run directory at `path` (which must not
+        exist): config, run.json, trajectory and checkpoints; it can then be resumed,
+        forked, reported on. Returns the directory."""
+        self.flush()
+        final = Path(path)
+        if final.exists():
+            raise InputError(f"{final}: exists already; save to a new path")
+        if self.dir is not None:  # already on disk: a copy
+            shutil.copytree(self.dir.root, final)
+            return final
+        reader = self.reader()
+
+        def fill(store: TrajectoryStore, checkpoints: CheckpointStore, run_id: str) -> None:
+            for table in TABLES:
+                rows = reader.read(table)
+                if len(rows):
+                    store.insert(table, pa.Table.from_pandas(rows, preserve_index=False))
+            self.checkpoints.save_into(checkpoints)
+
+        _make_run_dir(final.parent, self.cfg, {}, fill, run_id=final.name,
+                      meta={k: v for k, v in self.meta.items() if k != "run_id"})
+        return final
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+class Engine:
+    """What runs a simulation's agents: the executor and the LLM endpoints it calls
+    (loopback servers it started are stopped with it)."""
+
+    def __init__(self, executor: Executor, endpoints: Endpoints, dry_llm: bool):
+        self.executor = executor
+        self.endpoints = endpoints
+        self.dry_llm = dry_llm
+
+    @classmethod
+    def start(cls, world: World, dry_llm: bool = False) -> Engine:
+        """Resolve the providers' endpoints (starting loopback servers), give the LLM
+        summariser its provider's, and make the executor the config asks for."""
+        cfg = world.cfg
+        endpoints = Endpoints(cfg.seed)
+        try:
+            urls = {} if dry_llm else endpoints.all(cfg.llm)
+            summarizer = world.memory.summarizer
+            if urls and cfg.llm.summarizer_provider and hasattr(summarizer, "base_urls"):
+                summarizer.base_urls = urls[cfg.llm.summarizer_provider]
+            return cls(make_executor(cfg, world.population, urls), endpoints, dry_llm)
+        except BaseException:
+            endpoints.stop()
+            raise
+
+    def stop(self) -> None:
+        """Release the executor (and the Ray connection it opened) and the servers."""
+        try:
+            self.executor.close()
+        finally:
+            self.endpoints.stop()
+
+
+def _new_meta(cfg: Config, run_id: str, lineage: dict, rounds_done: int) -> dict:
+    return {"run_id": run_id, "name": cfg.name, "config_hash": config_hash(cfg),
+            "created_at": datetime.now().isoformat(), "engine": engine_version(),
+            "status": "created", "rounds_done": rounds_done, "rounds": cfg.rounds,
+            "lineage": lineage}
+
+
+def _make_run_dir(folder: Path, cfg: Config, lineage: dict,
+                  fill: Callable[[TrajectoryStore, CheckpointStore, str], object],
+                  run_id: str | None = None, meta: dict | None = None,
+                  rounds_done: int | None = None) -> RunDir:
+    """A new run directory under `folder`, made whole or not at all: it is built under a
+    hidden temporary name (config, trajectory filled by `fill`, checkpoints, run.json
+    last) and renamed into place; any failure removes it."""
+    run_id = run_id or new_run_id(cfg.name)
+    final = RunDir(folder / run_id)
+    tmp = RunDir(folder / f".{run_id}.creating")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp.root.mkdir()
+    except FileExistsError:
+        raise InputError(f"{tmp.root}: exists already") from None
+    except OSError as exc:
+        raise InputError(f"--out {folder}: cannot create a run directory there: "
+                         f"{exc.strerror or exc}") from None
+    try:
+        tmp.config.write_text(_yaml(resolved_dict(cfg)))
+        store = TrajectoryStore(tmp.db, cfg.platforms.names())
+        try:
+            fill(store, tmp.checkpoints, run_id)
+        finally:
+            store.close()
+        done = rounds_done if rounds_done is not None else (tmp.checkpoints.latest() or 0)
+        tmp.write_meta(**{**_new_meta(cfg, run_id, lineage, done), **(meta or {}),
+                          "run_id": run_id})
+        if final.root.exists():
+            raise InputError(f"{final.root}: exists already")
+        os.rename(tmp.root, final.root)
+    except BaseException:
+        shutil.rmtree(tmp.root, ignore_errors=True)
+        raise
+    return final
+
+
+def _yaml(data: dict) -> str:
+    import yaml
+
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def _setup_tables(world: World, fired: Fired) -> dict[str, pa.Table]:
+    cfg = world.cfg
+    return {
+        "topics": topics_table(cfg),
+        "agents": agents_table(world, np.arange(world.n_agents)),
+        "beliefs": beliefs_table(world, 0),
+        "follows": initial_follows_table(world),
+        **posts_tables(world, np.asarray(fired.post_ids, np.int64), fired.counters),
+        "interventions": interventions_table(fired.rows),
+    }
+
+
+def _write_setup(store: TrajectoryStore, world: World, run_id: str, lineage: dict,
+                 fired: Fired) -> None:
+    """Round 0 in one transaction: run row, topics, agents, initial beliefs and graph,
+    seeded posts and the interventions that made them."""
+    store.con.execute("BEGIN TRANSACTION")
+    store.write_run(run_row(world.cfg, run_id, lineage))
+    for name, table in _setup_tables(world, fired).items():
+        store.insert(name, table)
+    store.con.execute("COMMIT")
+
+
+def _copy_prefix(reader: RunDir | MemoryRun, store: TrajectoryStore, at: int,
+                 n_posts: int) -> None:
+    """Rows of rounds 0..at (posts with ids below `n_posts`) from a run into `store`."""
+    for table in TABLES:
+        if table in ("posts", "post_stances"):
+            where = f"post_id < {n_posts}"
+        elif table == "agents":
+            where = f"joined_round <= {at}"
+        elif table in ("run", "topics"):
+            where = None
+        else:
+            where = f"round <= {at}"
+        rows = (reader.read(table, where) if isinstance(reader, MemoryRun)
+                else read_table(reader.root, table, where))
+        if len(rows):
+            store.insert(table, pa.Table.from_pandas(rows, preserve_index=False))
