@@ -36,7 +36,7 @@ from sim.analysis import metrics
 from sim.core.errors import InputError
 from sim.store.lineage import (
     ForkInfo,
-    MemoryRun,
+    LiveRun,
     MissingTableError,
     lineage,
     read_table,
@@ -93,11 +93,11 @@ class Run(ForkInfo):
     run id under runs/, or a `Simulation` (one held in memory is read from its in-memory
     database)."""
 
-    def __init__(self, path: str | Path | RunDir | MemoryRun | Any):
+    def __init__(self, path: str | Path | RunDir | LiveRun | Any):
         reader = getattr(path, "reader", None)
         if callable(reader):  # a Simulation: its directory, or its in-memory database
             path = reader()
-        self.live: MemoryRun | None = path if isinstance(path, MemoryRun) else None
+        self.live: LiveRun | None = path if isinstance(path, LiveRun) else None
         self.dir: RunDir | None = None
         if self.live is None:
             self.dir = open_run_dir(path.root if isinstance(path, RunDir) else path)
@@ -117,7 +117,7 @@ class Run(ForkInfo):
     @property
     def path(self) -> Path | None:
         """The run directory (None for a simulation held in memory)."""
-        return None if self.live else self.dir.root
+        return self.live.path if self.live else self.dir.root
 
     @property
     def meta(self) -> dict:
@@ -149,13 +149,11 @@ class Run(ForkInfo):
         last_round (its rounds used, up to; NA: all) and n_posts (its posts used, ids
         below; NA: all)."""
         def read() -> pd.DataFrame:
-            if self.live:
-                rows = [{"run_id": self.run_id, "path": None, "last_round": None,
-                         "n_posts": None}]
-            else:
-                rows = [{"run_id": s.dir.run_id, "path": str(s.dir.root),
-                         "last_round": s.last_round, "n_posts": s.n_posts}
-                        for s in lineage(self.path)]
+            segments = [*self.live.ancestors, None] if self.live else lineage(self.path)
+            rows = [{"run_id": s.dir.run_id, "path": str(s.dir.root),
+                     "last_round": s.last_round, "n_posts": s.n_posts} if s is not None
+                    else {"run_id": self.run_id, "path": self.path and str(self.path),
+                          "last_round": None, "n_posts": None} for s in segments]
             df = pd.DataFrame(rows, columns=["run_id", "path", "last_round", "n_posts"])
             return df.astype({"last_round": "Int64", "n_posts": "Int64"})
         return self._cached("lineage", read)

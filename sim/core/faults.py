@@ -1,9 +1,10 @@
 """Crash points for testing recovery: `SHOAL_FAULT=<point>:<round>` kills the process with
 SIGKILL when execution reaches that point in that round.
 
-Points: `mid_round` (decisions made, nothing applied), `mid_commit` (inside the round's
-DuckDB transaction, some tables inserted), `after_commit` (committed, no checkpoint yet),
-`mid_checkpoint` (log segment written, state not yet), `after_checkpoint`. Unset in normal
+Points: `creating` (a new run directory complete under its temporary name, not yet
+renamed; round 0), `mid_round` (decisions made, nothing applied), `mid_commit` (inside the
+round's DuckDB transaction, some tables inserted), `after_commit` (committed, no checkpoint
+yet), `mid_checkpoint` (log segment written, state not yet), `after_checkpoint`. Unset in normal
 use; reading it costs one dictionary lookup per point.
 """
 
@@ -13,7 +14,8 @@ import os
 import signal
 from functools import cache
 
-POINTS = ("mid_round", "mid_commit", "after_commit", "mid_checkpoint", "after_checkpoint")
+POINTS = ("creating", "mid_round", "mid_commit", "after_commit", "mid_checkpoint",
+          "after_checkpoint")
 
 
 @cache

@@ -21,7 +21,6 @@ from sim.core.errors import InputError
 from sim.engine.agent_context import context_for
 from sim.engine.interventions import begin_round
 from sim.runs.simulation import Simulation
-from sim.store.lineage import MemoryRun, read_table
 from sim.world.checkpoint import restore_world
 
 DEFAULT_FACT = "The amber sundial was hidden inside the cracked teapot at the harbour cafe."
@@ -93,25 +92,16 @@ def diagnose(cfg: Config, plant_round: int = 5, check_round: int = 50,
         raise InputError(f"--plant-round {plant_round} must be >= 1 and before "
                          f"--check-round {check_round}")
     planted = plant(cfg, fact, plant_round, check_round, kind, group, out)
-    sim = Simulation.create(planted, out=out)  # out None: in memory, nothing kept
-    try:
+    with Simulation.create(planted, out=out) as sim:  # out None: in memory, nothing kept
         sim.run()
-        if sim.dir is None:  # read it before it is gone
-            return _stages(sim, fact, plant_round, check_round, group, sample)
-    finally:
-        sim.close()
-    return _stages(sim, fact, plant_round, check_round, group, sample)  # the file is free
+        return _stages(sim, fact, plant_round, check_round, group, sample)
 
 
 def _stages(sim: Simulation, fact: str, plant_round: int, check_round: int,
             group: str | None, sample: int) -> Diagnosis:
     terms = key_terms(fact)
     result = Diagnosis(sim.dir.root if sim.dir else None, fact, plant_round, check_round)
-    reader = sim.reader()
-
-    def read(table: str, where: str):
-        return (reader.read(table, where) if isinstance(reader, MemoryRun)
-                else read_table(reader.root, table, where))
+    read = sim.reader().read
 
     items = read("memory", f"level = 'item' AND covers_from = {plant_round}")
     made = items[items["text"].map(lambda t: carries(t, terms))]

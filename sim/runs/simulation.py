@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from sim.config import Config, config_hash, load_config, parse_config, resolved_dict
 from sim.core.errors import InputError, ProviderDown
+from sim.core.faults import crash_point
 from sim.engine.driver import RoundDriver, RoundStats
 from sim.engine.executors import Executor, make_executor
 from sim.engine.interventions import (
@@ -49,7 +50,7 @@ from sim.engine.round_log import (
 from sim.llm.endpoints import Endpoints
 from sim.runs.fork_plan import ForkPlan, fork_config
 from sim.store.checkpoints import CheckpointError, CheckpointStore, MemoryCheckpoints
-from sim.store.lineage import MemoryRun, read_table
+from sim.store.lineage import LiveRun, lineage
 from sim.store.live_mirror import LiveMirror
 from sim.store.run_dir import RunDir, engine_version, new_run_id, open_run_dir
 from sim.store.schema import TABLES
@@ -115,6 +116,7 @@ class Simulation:
         self.engine = engine  # made on first use when not given
         self.writer: RoundWriter | None = None
         self._driver: RoundDriver | None = None
+        self._closed = False
 
     # ------------------------------------------------------------------ making
 
@@ -285,7 +287,9 @@ class Simulation:
                 self.engine.stop()
                 self.engine = None
             self.world.memory.close()
-            self.trajectory.close()
+            if not self._closed:
+                self.trajectory.close()
+            self._closed = True
 
     def __enter__(self) -> Simulation:
         return self
@@ -300,13 +304,19 @@ class Simulation:
         """The world as it is now, as DataFrames (beliefs, posts, follows, agents)."""
         return WorldFrames(self.world)
 
-    def reader(self) -> RunDir | MemoryRun:
-        """What `open_run` reads: the run directory, or the in-memory trajectory."""
-        self.flush()
-        if self.dir is not None:
+    def reader(self) -> RunDir | LiveRun:
+        """What `open_run` reads: while the simulation is open, its own database (this
+        process holds the file) with its ancestors' files; once closed, its directory."""
+        if self._closed:
+            if self.dir is None:
+                raise InputError(f"{self.run_id} was held in memory and is closed: "
+                                 "save it before closing to keep it")
             return self.dir
-        return MemoryRun(self.run_id, self._cursor, lambda: dict(self.meta),
-                         lambda: resolved_dict(self.cfg))
+        self.flush()
+        ancestors = lineage(self.dir.root)[:-1] if self.dir is not None else []
+        return LiveRun(self.run_id, self._cursor, lambda: dict(self.meta),
+                       lambda: resolved_dict(self.cfg), ancestors,
+                       self.dir.root if self.dir else None)
 
     def _cursor(self):
         self.flush()
@@ -455,6 +465,7 @@ def _make_run_dir(folder: Path, cfg: Config, lineage: dict,
                           "run_id": run_id})
         if final.root.exists():
             raise InputError(f"{final.root}: exists already")
+        crash_point("creating", 0)
         os.rename(tmp.root, final.root)
     except BaseException:
         shutil.rmtree(tmp.root, ignore_errors=True)
@@ -491,7 +502,7 @@ def _write_setup(store: TrajectoryStore, world: World, run_id: str, lineage: dic
     store.con.execute("COMMIT")
 
 
-def _copy_prefix(reader: RunDir | MemoryRun, store: TrajectoryStore, at: int,
+def _copy_prefix(reader: LiveRun, store: TrajectoryStore, at: int,
                  n_posts: int) -> None:
     """Rows of rounds 0..at (posts with ids below `n_posts`) from a run into `store`."""
     for table in TABLES:
@@ -503,7 +514,6 @@ def _copy_prefix(reader: RunDir | MemoryRun, store: TrajectoryStore, at: int,
             where = None
         else:
             where = f"round <= {at}"
-        rows = (reader.read(table, where) if isinstance(reader, MemoryRun)
-                else read_table(reader.root, table, where))
+        rows = reader.read(table, where)
         if len(rows):
             store.insert(table, pa.Table.from_pandas(rows, preserve_index=False))

@@ -119,28 +119,38 @@ def read_table(run: str | Path, table: str, where: str | None = None) -> pd.Data
     """The full history of `table` for `run`: its ancestors' rows before each fork, then
     its own, sorted by round and the table's natural key. `where` is an extra SQL filter.
     `run`, `topics` and `agents` are the run's own rows (a fork has complete copies)."""
+    return _history(str(run), lineage(run), table, where)
+
+
+def _history(name: str, segments: list[Segment], table: str, where: str | None,
+             own: Callable[[], duckdb.DuckDBPyConnection] | None = None) -> pd.DataFrame:
+    """A table's rows through `segments`, root first; `own`, if given, connects to the
+    last segment (a run this process is writing)."""
     if table not in TABLES:
         raise InputError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
-    segments = lineage(run)
     if table in OWN_TABLES:
         segments = segments[-1:]
-    read = [_read_segment(s, table, where) for s in segments]
+    read = [_read_segment(s, table, where, own if i == len(segments) - 1 else None)
+            for i, s in enumerate(segments)]
     frames = [f for f in read if f is not None]
     if not frames:  # no segment has the table (a run older than it)
-        raise MissingTableError(f"{run}: the trajectory has no table {table!r} (written by "
-                                "an older version of Shoal)")
+        raise MissingTableError(f"{name}: the trajectory has no table {table!r} (written "
+                                "by an older version of Shoal)")
     frames = [f for f in frames if len(f)] or frames[-1:]
     return pd.concat(frames, ignore_index=True)
 
 
-def _read_segment(segment: Segment, table: str, where: str | None) -> pd.DataFrame | None:
+def _read_segment(segment: Segment, table: str, where: str | None,
+                  own: Callable[[], duckdb.DuckDBPyConnection] | None = None
+                  ) -> pd.DataFrame | None:
     """One segment's rows of a table, in ORDER (None: an older file without the table,
-    e.g. a parent run from before `llm_calls` existed)."""
+    e.g. a parent run from before `llm_calls` existed). `own`: a connection to use
+    instead of opening the segment's file."""
     conditions = [c for c in (segment.condition(table), where and f"({where})") if c]
     sql = f"SELECT * FROM {table}"
     if conditions:
         sql += " WHERE " + " AND ".join(conditions)
-    with _connect(segment.dir, table) as con:
+    with (_own(own) if own is not None else _connect(segment.dir, table)) as con:
         try:
             return con.sql(f"{sql} ORDER BY {ORDER.get(table, 'ALL')}").df()
         except duckdb.CatalogException:
@@ -148,6 +158,16 @@ def _read_segment(segment: Segment, table: str, where: str | None) -> pd.DataFra
                            "WHERE table_name = ?", [table]).fetchall()[0][0]:
                 raise  # the table is there: the error is in the query (`where`)
             return None
+
+
+@contextmanager
+def _own(connect: Callable[[], duckdb.DuckDBPyConnection]
+         ) -> Iterator[duckdb.DuckDBPyConnection]:
+    con = connect()
+    try:
+        yield con
+    finally:
+        con.close()
 
 
 @contextmanager
@@ -221,7 +241,9 @@ def run_tree(folder: str | Path) -> list[RunEntry]:
     root = Path(folder)
     if not root.is_dir():
         raise InputError(f"{folder}: no such folder")
-    metas = {p.name: meta for p in sorted(root.iterdir()) if (meta := _read_meta(p))}
+    # (hidden folders are run directories still being made, or left by a killed creator)
+    metas = {p.name: meta for p in sorted(root.iterdir())
+             if not p.name.startswith(".") and (meta := _read_meta(p))}
     children: dict[str | None, list[str]] = defaultdict(list)
     for run_id, meta in metas.items():
         parent = (meta.get("lineage") or {}).get("parent_run_id")
@@ -273,25 +295,24 @@ def _read_meta(path: Path) -> dict | None:
         return None
 
 
-class MemoryRun:
-    """A run held in an in-memory DuckDB (a `Simulation` made with `out=None`), read like a
-    run directory: its own rows only (it has no ancestors on disk). `connect` gives a new
-    cursor on the live database, after every submitted round is committed."""
+class LiveRun:
+    """A run this process is writing (a `Simulation`), read like a run directory: its own
+    rows through `connect` (a new cursor on its database, on disk or in memory, after
+    every submitted round is committed), its ancestors' from their files (`ancestors`:
+    the lineage segments before it; none for a simulation held in memory)."""
 
     def __init__(self, run_id: str, connect: Callable[[], duckdb.DuckDBPyConnection],
-                 meta: Callable[[], dict], config: Callable[[], dict]):
+                 meta: Callable[[], dict], config: Callable[[], dict],
+                 ancestors: list[Segment] | None = None, path: Path | None = None):
         self.run_id = run_id
         self.connect = connect
         self.meta = meta
         self.config = config
+        self.ancestors = ancestors or []
+        self.path = path  # its run directory (None: in memory)
 
     def read(self, table: str, where: str | None = None) -> pd.DataFrame:
-        """A table's rows (with an extra SQL filter), in the order `read_table` gives."""
-        if table not in TABLES:
-            raise InputError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
-        sql = f"SELECT * FROM {table}" + (f" WHERE ({where})" if where else "")
-        con = self.connect()
-        try:
-            return con.sql(f"{sql} ORDER BY {ORDER.get(table, 'ALL')}").df()
-        finally:
-            con.close()
+        """A table's rows through the lineage (with an extra SQL filter), in the order
+        `read_table` gives."""
+        return _history(self.run_id, [*self.ancestors, Segment(None)], table, where,
+                        self.connect)
