@@ -18,6 +18,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     GetCoreSchemaHandler,
+    model_validator,
 )
 from pydantic_core import core_schema
 
@@ -39,10 +40,33 @@ Dist = Annotated[Distribution, BeforeValidator(as_distribution)]
 
 class Strict(BaseModel):
     """Base for config sections: unknown keys are errors, values are validated on
-    assignment, and numbers must be finite."""
+    assignment, numbers must be finite, and true/false is not a number."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True,
                               allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data: Any) -> Any:
+        # YAML reads `yes`/`true` as True, and pydantic would take it as 1.
+        if isinstance(data, dict):
+            for key, value in data.items():
+                field = cls.model_fields.get(key) if isinstance(key, str) else None
+                if isinstance(value, bool) and field is not None and _numeric(
+                        field.annotation) and not _admits(field.annotation, bool):
+                    raise ValueError(f"{key}: must be a number, got {str(value).lower()}")
+        return data
+
+
+def _admits(annotation: Any, kind: type) -> bool:
+    """Whether a type annotation (unions, Annotated, Optional unwrapped) includes `kind`."""
+    if annotation is kind:
+        return True
+    return any(_admits(a, kind) for a in getattr(annotation, "__args__", ()) or ())
+
+
+def _numeric(annotation: Any) -> bool:
+    return _admits(annotation, int) or _admits(annotation, float)
 
 
 class PartOf:

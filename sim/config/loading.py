@@ -178,6 +178,8 @@ def _describe(err: dict[str, Any], path: tuple[Any, ...], data: Any) -> str:
                   "datetime_from_date_parsing": "a date-time"}
     if kind in type_names:
         return f"must be {type_names[kind]}, got {got!r}"
+    if kind == "finite_number":
+        return f"must be a finite number, got {got!r}"
     if kind == "too_short":
         return f"must have at least {ctx.get('min_length')} item(s)"
     msg = err["msg"]
@@ -195,10 +197,11 @@ def validation_problems(
     for err in exc.errors():
         path = _field_path(err["loc"], data)
         text = _describe(err, path, data)
-        if not path:  # whole-config checks start their message with the field's path
-            head, sep, rest = text.partition(": ")
-            if sep and _PATH.match(head):
-                path = tuple(int(x) if x.isdigit() else x for x in head.split("."))
+        head, sep, rest = text.partition(": ")
+        if sep and _PATH.match(head):  # a model's check names the field in its message
+            here = _at(data, path)
+            if not path or (isinstance(here, dict) and head in here):
+                path = (*path, *(int(x) if x.isdigit() else x for x in head.split(".")))
                 text = rest
         dotted = ".".join(str(p) for p in path)
         blamed = _blame(path, overrides or {})
@@ -215,6 +218,16 @@ def validation_problems(
 
 
 _PATH = re.compile(r"^[A-Za-z_][\w\-]*(\.[\w\-]+)*$")
+
+
+def _at(data: Any, path: tuple) -> Any:
+    for part in path:
+        in_list = isinstance(data, list) and isinstance(part, int) and part < len(data)
+        if (isinstance(data, dict) and part in data) or in_list:
+            data = data[part]
+        else:
+            return None
+    return data
 
 
 def _blame(path: tuple, overrides: dict[tuple[str, ...], str]) -> str | None:

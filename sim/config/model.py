@@ -40,7 +40,7 @@ class GroupSpec(Strict):
 class PopulationConfig(Strict):
     """Who the agents are: `size` generated personas, or a profile `file`."""
 
-    size: int | None = Field(default=None, gt=0)
+    size: int | None = Field(default=None, gt=0, lt=2**31)  # agent ids are 32-bit
     file: str | None = None
     format: Literal["auto", "shoal", "twitter_csv", "reddit_json"] = "auto"
     groups: list[GroupSpec] = Field(default_factory=list)
@@ -360,6 +360,11 @@ class Config(Strict):
 
     @model_validator(mode="after")
     def _cross(self):
+        span = (datetime.max - self.start_time).total_seconds() / 60
+        if self.minutes_per_round * self.rounds > span:
+            raise ValueError(f"minutes_per_round: {self.rounds} rounds of "
+                             f"{self.minutes_per_round:,} minutes from {self.start_time} run "
+                             "past the year 9999")
         names = [t.name for t in self.topics]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:

@@ -1,10 +1,10 @@
 """Counter-based random numbers keyed by (seed, round, agent, purpose).
 
-Determinism across executors and shard counts (DESIGN invariant 1) needs draws that do not
-depend on the order in which agents are processed. A counter-based generator gives that:
-each draw is a pure function of its key. We use Philox4x32-10 (Salmon et al., "Parallel
-random numbers: as easy as 1, 2, 3", SC 2011), vectorised in numpy and checked against the
-Random123 known-answer vectors in the tests.
+Determinism across executors and shard counts (invariant 1, docs/architecture.md) needs
+draws that do not depend on the order in which agents are processed. A counter-based
+generator gives that: each draw is a pure function of its key. We use Philox4x32-10
+(Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011), vectorised in
+numpy and checked against the Random123 known-answer vectors in the tests.
 
 Counter layout: (agent, round, purpose, block); key: the 64-bit seed. Each block gives four
 32-bit words, i.e. two doubles with 53 random bits.

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Dist(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     def sample(self, rng: np.random.Generator, n: int, low: float, high: float) -> np.ndarray:
         """Draw `n` values, clipped to [low, high]."""

@@ -30,3 +30,8 @@ class ConfigError(InputError):
             where = f" in {source}" if source else ""
             msg = f"{len(problems)} problems{where}:\n" + "\n".join(f"  {p}" for p in problems)
         super().__init__(msg)
+
+
+class NumericError(InputError):
+    """A model produced numbers that are not finite (NaN, infinity): the round is dropped
+    and the run stops, naming the rule; its parameters need changing."""

@@ -3,8 +3,11 @@ saw and the engagement its posts drew, then the exposure history (novelty next r
 
 from __future__ import annotations
 
+import numpy as np
+
 from beliefs.rules import Exposures, UpdateContext, UpdateRule
 from sim.core.counter_rng import CounterRNG
+from sim.core.errors import NumericError
 from sim.engine.apply import Applied
 from sim.world.world import World
 
@@ -26,5 +29,24 @@ def update_beliefs(world: World, rule: UpdateRule, exposures: Exposures, applied
                         graph=next(iter(world.platforms.values())).graph, alive=world.alive,
                         initial_position=world.initial_position)
     rule.update(world.beliefs, exposures, ctx)
+    check_finite(world, applied, round_)
     if world.history is not None:
         world.history.record(*exposures.flat(), round_)
+
+
+def check_finite(world: World, applied: Applied, round_: int) -> None:
+    """Stop the run (before anything of the round is logged) if the update left a belief
+    or a trust value that is not a finite number: such a run's results are meaningless."""
+    b = world.beliefs
+    for what, values in (("positions", b.position), ("confidences", b.confidence)):
+        bad = ~np.isfinite(values)
+        if bad.any():
+            agent, topic = (int(i) for i in np.argwhere(bad)[0])
+            raise NumericError(
+                f"round {round_}: the belief rule {world.cfg.beliefs.update.rule!r} made "
+                f"{int(bad.sum())} {what} not finite (first: agent {agent}, topic "
+                f"{world.topics[topic]!r}); check beliefs.update's parameters. Nothing of "
+                f"round {round_} was kept.")
+    if not np.isfinite(applied.trust["value"]).all():
+        raise NumericError(f"round {round_}: trust became not finite; check "
+                           "beliefs.trust's parameters")

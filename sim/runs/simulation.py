@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from sim.config import Config, config_hash, load_config, parse_config, resolved_dict
-from sim.core.errors import InputError, ProviderDown
+from sim.core.errors import InputError, NumericError, ProviderDown
 from sim.core.faults import crash_point
 from sim.engine.driver import RoundDriver, RoundStats
 from sim.engine.executors import Executor, make_executor
@@ -58,7 +58,7 @@ from sim.store.trajectory import TrajectoryStore
 from sim.store.writer import RoundWriter
 from sim.world.checkpoint import checkpoint, restore_world
 from sim.world.frames import WorldFrames
-from sim.world.world import World, build_world
+from sim.world.world import World, build_world, check_memory
 
 CONFIGURED = "config"  # `out` default: the config's output.dir
 
@@ -142,6 +142,7 @@ class Simulation:
         default; None: in memory). `dry_llm`: LLM agents' contexts are built, but they
         decide by rule and nothing is sent (`shoal estimate`)."""
         check_api_keys(cfg)
+        check_memory(cfg)
         world = build_world(cfg)
         check_settings(cfg)
         check_against_population(cfg, world)
@@ -246,7 +247,7 @@ class Simulation:
                              shards=self.executor.n_shards)
         try:
             stats = driver.step()
-        except ProviderDown as exc:
+        except (ProviderDown, NumericError) as exc:  # the round is dropped, the run stops
             self.flush()
             self._write_meta(status="stopped", stopped_reason=str(exc))
             raise

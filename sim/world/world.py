@@ -7,6 +7,7 @@ matter of saving and loading this one object.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -206,6 +207,48 @@ def membership(cfg: Config, name: str, pop: Population) -> np.ndarray:
     return select(cfg.platforms.get(name).members, pop,
                   lambda: CounterRNG(cfg.seed).generator(_MEMBERSHIP, code),
                   f"platforms.{name}.members")
+
+
+PERSONA_BYTES = 400  # a generated persona's texts as Python strings, measured roughly
+
+
+def memory_needed(cfg: Config, n: int) -> int:
+    """Bytes of memory a world of `n` agents needs at the least: beliefs and traits, the
+    feed buffers of each platform, the personas (the trajectory, logs and posts come on
+    top, growing with the rounds)."""
+    t = len(cfg.topics)
+    per_agent = 8 * 5 * t + PERSONA_BYTES + 64
+    for _, p in cfg.platforms.items():
+        if p.enabled:
+            per_agent += 2 * 8 * p.feed_size + 1
+    return n * per_agent
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this machine can give (MemAvailable), or None if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(cfg: Config) -> None:
+    """Refuse, before anything is built, a generated population this machine cannot hold
+    (InputError naming population.size)."""
+    n = cfg.population.size
+    if n is None:
+        return
+    need, have = memory_needed(cfg, n), available_memory()
+    if have is not None and need > have:
+        raise InputError(f"population.size: {n:,} agents need at least {need / 1e9:,.1f} GB "
+                         f"of memory; this machine has {have / 1e9:,.1f} GB available")
 
 
 def build_world(cfg: Config, population: Population | None = None) -> World:
