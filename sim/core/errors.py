@@ -7,6 +7,8 @@ else that escapes is an internal error (exit 1).
 
 from __future__ import annotations
 
+import errno
+
 
 class InputError(Exception):
     """Bad user input (config, file, argument). Exit code 2."""
@@ -35,3 +37,14 @@ class ConfigError(InputError):
 class NumericError(InputError):
     """A model produced numbers that are not finite (NaN, infinity): the round is dropped
     and the run stops, naming the rule; its parameters need changing."""
+
+
+class StorageFull(InputError):
+    """The disk ran out of space while a run wrote its files: the rounds committed before
+    are safe, and `shoal resume` continues once space is freed."""
+
+
+def out_of_space(exc: BaseException) -> bool:
+    """Whether an error (an OSError, or a DuckDB error wrapping one) is a full disk."""
+    return (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or \
+        "no space left on device" in str(exc).lower()

@@ -18,6 +18,7 @@ anything is written.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Callable, Iterable
@@ -29,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from sim.config import Config, config_hash, load_config, parse_config, resolved_dict
-from sim.core.errors import InputError, NumericError, ProviderDown
+from sim.core.errors import InputError, NumericError, ProviderDown, StorageFull
 from sim.core.faults import crash_point
 from sim.engine.driver import RoundDriver, RoundStats
 from sim.engine.executors import Executor, make_executor
@@ -117,6 +118,7 @@ class Simulation:
         self.writer: RoundWriter | None = None
         self._driver: RoundDriver | None = None
         self._closed = False
+        self.notes: list[str] = []  # what the user should know (a damaged checkpoint skipped)
 
     # ------------------------------------------------------------------ making
 
@@ -172,21 +174,36 @@ class Simulation:
 
     @classmethod
     def resume(cls, path: str | Path) -> Simulation:
-        """Reopen a run directory at its last checkpointed round, discarding anything
-        written after it."""
+        """Reopen a run directory at its last intact checkpoint, discarding anything
+        written after it. A damaged checkpoint (its checksum does not match, or it cannot
+        be read) is passed over for the newest intact one, and `notes` says so. Everything
+        is checked before anything is changed."""
         run_dir = open_run_dir(path)
-        last = run_dir.checkpoints.latest()
-        if last is None:
+        kept = run_dir.checkpoints.available()
+        if not kept:
             raise InputError(f"{path}: the run has no checkpoint to resume from; start it "
                              "again")
-        world = world_at(run_dir, last, "resume:")
+        notes, world = [], None
+        for r in reversed(kept):
+            try:
+                world = restore_world(run_dir.checkpoints, r)[0]
+                break
+            except CheckpointError as exc:
+                notes.append(f"the checkpoint of round {r} is damaged ({exc})")
+        if world is None:
+            raise InputError(f"{path}: no checkpoint can be restored: " + "; ".join(notes))
+        if notes:
+            notes.append(f"resuming from round {world.round}, the newest intact checkpoint")
         check_api_keys(world.cfg)
-        store = TrajectoryStore(run_dir.db)
+        store = TrajectoryStore(run_dir.db)  # fails if another process holds the run
+        last = world.round
         store.truncate_after(last, world.posts.n)
         run_dir.checkpoints.truncate_after(last)
         LiveMirror(run_dir.root).truncate_after(last)
         run_dir.write_meta(status="resumed", rounds_done=last)
-        return cls(world, store, run_dir.checkpoints, run_dir.read_meta(), run_dir)
+        sim = cls(world, store, run_dir.checkpoints, run_dir.read_meta(), run_dir)
+        sim.notes = notes
+        return sim
 
     # ------------------------------------------------------------------ running
 
@@ -218,7 +235,7 @@ class Simulation:
             if self.writer is None:
                 mirror = (LiveMirror(self.dir.root) if self.dir and self.cfg.output.live_parquet
                           else None)
-                self.writer = RoundWriter(self.trajectory, mirror)
+                self.writer = RoundWriter(self.trajectory, mirror, self.world.round)
             self._driver = RoundDriver(self.world, self.engine.executor, self.writer,
                                        self.checkpoints, on_checkpoint=self._checkpointed,
                                        send_prompts=not self.engine.dry_llm)
@@ -251,6 +268,9 @@ class Simulation:
             self.flush()
             self._write_meta(status="stopped", stopped_reason=str(exc))
             raise
+        except StorageFull as exc:
+            self._stopped_for(exc)
+            raise
         if self.finished:
             self.flush()
             self._write_meta(status="finished", rounds_done=self.round,
@@ -274,23 +294,47 @@ class Simulation:
     def flush(self) -> None:
         """Wait until every round run so far is committed and checkpointed."""
         if self.writer is not None:
-            self.writer.flush()
+            try:
+                self.writer.flush()
+            except StorageFull as exc:
+                self._stopped_for(exc)
+                raise
+
+    def _stopped_for(self, exc: StorageFull) -> None:
+        """A full disk stopped the run: say what is safe and how to continue (and try to
+        record it: run.json may not fit either)."""
+        where = self.dir.root if self.dir is not None else "memory"
+        last = self.checkpoints.latest()
+        exc.args = (f"no space left on the device of {where}: round {last} is the last "
+                    "round saved whole, and safe; free some space, then "
+                    f"`shoal resume {where}` continues the run",)
+        with contextlib.suppress(OSError):
+            self._write_meta(status="stopped", stopped_reason=str(exc))
 
     def close(self) -> None:
         """Commit what is pending, then release the writer, executor, store and any
         loopback server (an in-memory trajectory is gone after this: `save` it first)."""
+        full: StorageFull | None = None
         try:
             if self.writer is not None:
                 self.writer.close()
-                self.writer = None
+        except StorageFull as exc:
+            full = exc
         finally:
+            self.writer = None
             if self.engine is not None:
                 self.engine.stop()
                 self.engine = None
             self.world.memory.close()
-            if not self._closed:
-                self.trajectory.close()
-            self._closed = True
+            closed, self._closed = self._closed, True
+            if not closed:
+                try:
+                    self.trajectory.close()
+                except StorageFull as exc:
+                    full = full or exc
+        if full is not None:
+            self._stopped_for(full)
+            raise full
 
     def __enter__(self) -> Simulation:
         return self

@@ -28,6 +28,7 @@ from sim.core.errors import InputError
 from sim.store.live_mirror import LiveMirror
 from sim.store.run_dir import RunDir, open_run_dir
 from sim.store.schema import TABLES, schema
+from sim.store.trajectory import trajectory_problem
 
 # The order rows come back in: by round, then the table's natural key (tables not listed
 # here have `round` as their first column and are sorted by all their columns).
@@ -176,9 +177,9 @@ def _connect(run_dir: RunDir, table: str) -> Iterator[duckdb.DuckDBPyConnection]
     when a writer holds the file."""
     try:
         con = duckdb.connect(str(run_dir.db), read_only=True)
-    except (duckdb.IOException, duckdb.ConnectionException) as exc:
+    except duckdb.Error as exc:
         if not _held_by_writer(exc):
-            raise
+            raise InputError(trajectory_problem(run_dir.db, exc)) from None
         con = _live_connection(run_dir, table)
     try:
         yield con
@@ -237,13 +238,14 @@ class RunEntry(ForkInfo):
 
 def run_tree(folder: str | Path) -> list[RunEntry]:
     """The runs under an output folder, depth first: each root (oldest first), then its
-    forks below it. Folders without a readable run.json are skipped."""
+    forks below it. A run whose run.json is damaged is listed with the status `damaged`;
+    folders without one are not runs."""
     root = Path(folder)
     if not root.is_dir():
         raise InputError(f"{folder}: no such folder")
     # (hidden folders are run directories still being made, or left by a killed creator)
     metas = {p.name: meta for p in sorted(root.iterdir())
-             if not p.name.startswith(".") and (meta := _read_meta(p))}
+             if not p.name.startswith(".") and (meta := _read_meta(p)) is not None}
     children: dict[str | None, list[str]] = defaultdict(list)
     for run_id, meta in metas.items():
         parent = (meta.get("lineage") or {}).get("parent_run_id")
@@ -288,11 +290,15 @@ def being_written(run_dir: RunDir) -> bool:
 
 
 def _read_meta(path: Path) -> dict | None:
-    """run.json of a folder, or None if it has none (or it does not parse)."""
-    try:
-        return json.loads((path / "run.json").read_text())
-    except (OSError, ValueError):
+    """run.json of a folder, None if it has none, `{"status": "damaged"}` if it does not
+    parse."""
+    if not (path / "run.json").is_file():
         return None
+    try:
+        meta = json.loads((path / "run.json").read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        meta = None
+    return meta if isinstance(meta, dict) else {"status": "damaged"}
 
 
 class LiveRun:

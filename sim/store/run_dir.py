@@ -75,8 +75,16 @@ class RunDir:
             tmp.replace(self.meta)
 
     def read_meta(self) -> dict:
-        """run.json as a dict."""
-        return json.loads(self.meta.read_text())
+        """run.json as a dict (InputError naming the file if it is damaged)."""
+        try:
+            meta = json.loads(self.meta.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise InputError(f"{self.meta}: damaged ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0][:120]}); the run cannot be used "
+                             "as it is") from None
+        if not isinstance(meta, dict):
+            raise InputError(f"{self.meta}: damaged (not a JSON object)")
+        return meta
 
     def platform_names(self) -> list[str]:
         """The run's platforms (enabled or not), in code order, as its config lists them."""
@@ -100,4 +108,5 @@ def open_run_dir(path: str | Path) -> RunDir:
         raise InputError(f"{path}: no such run directory")
     if not run_dir.meta.is_file() or not run_dir.db.is_file():
         raise InputError(f"{path}: not a Shoal run directory (no run.json or {DB_NAME})")
+    run_dir.read_meta()  # a damaged run.json is found before anything touches the run
     return run_dir

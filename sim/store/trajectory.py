@@ -7,13 +7,38 @@ tables, one insert per table per round. The schema is sim.store.schema's (docs/s
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 
+from sim.core.errors import InputError, StorageFull, out_of_space
 from sim.store.schema import schema
+
+
+def connect(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """A connection to a trajectory file; a file another process holds, or one that is not
+    a DuckDB database, is an InputError saying so."""
+    try:
+        return duckdb.connect(str(path), read_only=read_only)
+    except duckdb.Error as exc:
+        raise InputError(trajectory_problem(path, exc)) from None
+
+
+def trajectory_problem(path: str | Path, exc: duckdb.Error) -> str:
+    """What is wrong with opening a trajectory file, for the user."""
+    text = str(exc)
+    if "lock" in text.lower():
+        pid = re.search(r"PID (\d+)", text)
+        holder = f"process {pid.group(1)}" if pid else "another process"
+        return (f"{path}: in use by {holder} (a run or resume of it still going, or a "
+                "notebook holding it open); wait for it or stop it, or close that "
+                "connection (con.close())")
+    if "not a valid duckdb database" in text.lower():
+        return f"{path}: damaged, or not a Shoal trajectory (not a DuckDB database)"
+    return f"{path}: cannot be opened: {text.splitlines()[0]}"
 
 
 class TrajectoryStore:
@@ -23,7 +48,7 @@ class TrajectoryStore:
 
     def __init__(self, path: str | Path, platforms: Sequence[str] | None = None):
         self.path = Path(path) if str(path) != ":memory:" else None
-        self.con = duckdb.connect(str(path))
+        self.con = connect(path)
         if platforms is not None:
             self.con.execute(schema(platforms))
 
@@ -72,6 +97,13 @@ class TrajectoryStore:
         return int(value) if value is not None else 0
 
     def close(self) -> None:
-        """Checkpoint the WAL into the file and close."""
-        self.con.execute("CHECKPOINT")
-        self.con.close()
+        """Checkpoint the WAL into the file and close (a full disk: StorageFull; what was
+        committed stays in the WAL, which the next open replays)."""
+        try:
+            self.con.execute("CHECKPOINT")
+        except duckdb.Error as exc:
+            if not out_of_space(exc):
+                raise
+            raise StorageFull(f"no space left on the device of {self.path}") from None
+        finally:
+            self.con.close()

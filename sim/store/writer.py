@@ -10,6 +10,7 @@ is ever held in memory and a crash loses at most the round that was not committe
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from sim.core.errors import StorageFull, out_of_space
 from sim.core.faults import crash_point
 from sim.store.live_mirror import LiveMirror
 from sim.store.trajectory import TrajectoryStore
@@ -35,14 +37,15 @@ class RoundPayload:
 class RoundWriter:
     """A single background committer for a store (and its optional live mirror)."""
 
-    def __init__(self, store: TrajectoryStore, mirror: LiveMirror | None = None):
+    def __init__(self, store: TrajectoryStore, mirror: LiveMirror | None = None,
+                 last_committed: int = 0):
         self.store = store
         self.mirror = mirror
         self._pending: RoundPayload | None = None
         self._error: BaseException | None = None
         self._cond = threading.Condition()
         self._closed = False
-        self.last_committed = 0
+        self.last_committed = last_committed  # the last round committed and checkpointed
         self._thread = threading.Thread(target=self._loop, name="shoal-writer", daemon=True)
         self._thread.start()
 
@@ -75,6 +78,10 @@ class RoundWriter:
     def _raise(self) -> None:
         if self._error is not None:
             error, self._error = self._error, None
+            if out_of_space(error):
+                raise StorageFull(f"no space left on the device of {self.store.path}: the "
+                                  f"last round saved whole is round {self.last_committed}; "
+                                  "free some space, then resume the run") from error
             raise RuntimeError(f"writing the trajectory failed: {error}") from error
 
     def _loop(self) -> None:
@@ -111,7 +118,8 @@ class RoundWriter:
             store.insert("rounds", rounds_row)
             store.con.execute("COMMIT")
         except BaseException:
-            store.con.execute("ROLLBACK")
+            with contextlib.suppress(Exception):  # (the connection may be gone with the error)
+                store.con.execute("ROLLBACK")
             raise
         crash_point("after_commit", payload.round)
         if self.mirror is not None:
