@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -33,17 +33,21 @@ from agents.observation import PlatformView, Prompt
 from beliefs.stance import estimate_stance
 from sim.config import Config
 from sim.core.vocabulary import SOURCE, STANCE_METHOD, ActionType
-from sim.llm.chat import ChatReply, ChatRequest, call_row, chat_model
+from sim.llm.chat import Attempt, ChatReply, ChatRequest, call_rows, chat_model
 
 
 @dataclass
 class Turn:
-    """The outcome of one LLM agent's turn on one platform."""
+    """One LLM agent's turn on one platform: its `llm_calls` rows so far (one per HTTP
+    request, recorded as each ends, so a turn cut off by the deadline keeps them), and
+    how it ended."""
 
     row: int  # row in the view
-    valid: Valid | None
-    reason: str  # why it fell back ("" if it did not)
-    calls: list[dict]
+    valid: Valid | None = None
+    reason: str = ""  # why it fell back ("" if it did not)
+    calls: list[dict] = field(default_factory=list)
+    attempts: list[Attempt] = field(default_factory=list)  # of the call in flight
+    n_calls: int = 0  # logical calls made (the first, a retry without tools, a repair)
 
 
 class LLMPolicy:
@@ -84,25 +88,31 @@ class LLMPolicy:
             tools=tools_, tool_choice="auto" if tools_ else None,
             seed=(self.cfg.seed * 1_000_003 + round_ * 7919 + agent) % 2**31)
 
-    def _record(self, result: ChatReply, prompt: Prompt, agent: int, platform: str,
-                round_: int, call: int) -> dict:
+    def _record(self, turn: Turn, view: PlatformView, round_: int) -> None:
+        """The rows of the call in flight (its requests so far) into the turn's rows."""
+        prompt = view.prompts[turn.row]
         sent = sum(v for k, v in prompt.section_tokens.items() if k in ("system", "observation"))
-        return call_row(result, self.llm.provider(prompt.provider), round_=round_, agent=agent,
-                        platform=platform, call=call, section_tokens=prompt.section_tokens,
-                        estimated_prompt_tokens=sent)
+        turn.calls += call_rows(turn.attempts, self.llm.provider(prompt.provider),
+                                round_=round_, agent=int(view.agents[turn.row]),
+                                platform=view.name, call=turn.n_calls,
+                                section_tokens=prompt.section_tokens,
+                                estimated_prompt_tokens=sent)
+        turn.attempts = []
 
-    async def _turn(self, view: PlatformView, row: int, round_: int) -> Turn:
+    async def _turn(self, view: PlatformView, turn: Turn, round_: int) -> Turn:
+        row = turn.row
         prompt = view.prompts[row]
         agent = int(view.agents[row])
         feed = {int(p) for p in view.feed[row] if p >= 0}
         client = self.clients[prompt.provider]
         request = self._request(prompt, view.name, agent, round_)
-        calls: list[dict] = []
+        calls = turn.calls
         why = ""
         repaired = False
         while True:  # the call, once more without tools if they are refused, one repair
-            result = await client.chat(request, key=agent)
-            calls.append(self._record(result, prompt, agent, view.name, round_, len(calls) + 1))
+            turn.n_calls += 1
+            result = await client.chat(request, agent, turn.attempts)
+            self._record(turn, view, round_)
             if result.status != "ok":
                 if request.tools and tools_refused(result):
                     # A server without tool support (vLLM without a tool parser, Ollama
@@ -112,7 +122,8 @@ class LLMPolicy:
                     calls[-1]["outcome"] = "tools_refused"
                     request = self._request(prompt, view.name, agent, round_)
                     continue
-                return Turn(row, None, result.status, calls)
+                turn.reason = result.status
+                return turn
             parsed, why = parse_reply(result.message)
             valid = None
             if parsed is not None:
@@ -120,11 +131,13 @@ class LLMPolicy:
                                       self.topics)
             if valid is not None:
                 calls[-1]["outcome"] = parsed.name
-                return Turn(row, valid, "", calls)
+                turn.valid = valid
+                return turn
             calls[-1]["outcome"] = "invalid"
             calls[-1]["error"] = why
             if repaired:
-                return Turn(row, None, f"invalid: {why}", calls)
+                turn.reason = f"invalid: {why}"
+                return turn
             repaired = True
             request = replace(request, messages=[
                 *request.messages, _echo(result.message, parsed),
@@ -138,20 +151,25 @@ class LLMPolicy:
         rows = [i for i, p in enumerate(view.prompts or []) if p is not None]
         if not rows:
             return rule, []
-        tasks = {asyncio.ensure_future(self._turn(view, i, round_)): i for i in rows}
-        done, pending = await asyncio.wait(tasks, timeout=self.llm.round_deadline_s)
-        turns = [t.result() for t in done]
-        cancelled = ChatReply(None, "cancelled", error="round deadline passed",
-                              latency_ms=1e3 * self.llm.round_deadline_s)
+        turns = {i: Turn(i) for i in rows}
+        tasks = [asyncio.ensure_future(self._turn(view, turns[i], round_)) for i in rows]
+        _, pending = await asyncio.wait(tasks, timeout=self.llm.round_deadline_s)
         for task in pending:  # stragglers: cancelled, they fall back
             task.cancel()
-            i = tasks[task]
-            record = self._record(cancelled, view.prompts[i], int(view.agents[i]), view.name,
-                                  round_, 1)
-            turns.append(Turn(i, None, "deadline", [record]))
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
-        return self._merge(view, rule, sorted(turns, key=lambda t: t.row))
+        for turn in turns.values():
+            if turn.attempts:  # cut off with a request in flight: its rows all the same
+                self._record(turn, view, round_)
+            if turn.valid is None and not turn.reason:
+                turn.reason = "deadline"
+            if not turn.calls:  # cut off before a request went out: one row says so
+                turn.n_calls = 1
+                turn.attempts = [Attempt("", "not_sent", error="the round deadline passed "
+                                         "before the request was sent")]
+                self._record(turn, view, round_)
+                turn.calls[-1]["prompt_tokens"] = turn.calls[-1]["cost_usd"] = 0
+        return self._merge(view, rule, [turns[i] for i in rows])
 
     def _merge(self, view: PlatformView, rule: ActionBatch, turns: list[Turn]
                ) -> tuple[ActionBatch, list[dict]]:

@@ -4,7 +4,7 @@ Two parts, both measured in one run so the ratios compare like with like on this
 
 1. `model`: the quick-start model (configs/quickstart.yaml) at N = 1k, 10k, 100k agents on
    the in-process executor and on Ray (2 shards).
-2. `w`: benchmark workload W (../shared/bench/workload-W.md) as a Shoal config
+2. `w`: benchmark workload W (docs/workload_w.md) as a Shoal config
    (bench/configs/workload_w.yaml) at N = 100k, R = 5, against the baselines in
    bench/baselines (hand-written numpy, plain Python, idiomatic Mesa 3), none of which
    writes anything.

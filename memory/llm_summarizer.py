@@ -17,7 +17,7 @@ from memory.compaction import Item, Summarizer, chunks
 from memory.tokens import count, truncate
 from sim.config.base import Strict
 from sim.core.registry import SUMMARIZERS
-from sim.llm.chat import CallLog, ChatRequest, SyncChat, call_row, chat_model
+from sim.llm.chat import CallLog, ChatRequest, SyncChat, call_rows, chat_model
 from sim.llm.endpoints import LOOPBACK
 
 MARKER = "Shoal memory compaction"  # the loopback server answers these calls differently
@@ -63,9 +63,10 @@ class LLMSummarizer(Summarizer):
                               temperature=0.0, max_tokens=max(64, 2 * max_tokens))
         reply = self._chat.chat(request, key=self._n)
         self._n += 1
-        self.calls.add(call_row(reply, self.provider, round_=0, agent=None, platform="memory",
-                                estimated_prompt_tokens=count(system) + count(user),
-                                outcome=what if reply.status == "ok" else ""))
+        for row in call_rows(reply, self.provider, round_=0, agent=None, platform="memory",
+                             estimated_prompt_tokens=count(system) + count(user),
+                             outcome=what if reply.status == "ok" else ""):
+            self.calls.add(row)
         if reply.status != "ok":
             raise RuntimeError(f"compaction call to {reply.base_url} failed: {reply.status}: "
                                f"{reply.error[:200]}")

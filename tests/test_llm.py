@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -27,7 +28,7 @@ from sim.core.errors import ProviderDown
 from sim.llm.server import serve_in_thread
 from sim.runs.simulation import Simulation
 from tests.conftest import CONFIGS, ROOT
-from tests.helpers import make_config, query, run_config, tables_differ
+from tests.helpers import make_config, query, read_table, run_config, tables_differ
 
 EVENT = "BREAKING: the government announces a carbon tax rebate for every household"
 
@@ -132,7 +133,8 @@ def test_requests_carry_every_context_section(server, tmp_path):
 
 def test_a_thousand_agents_survive_injected_faults(tmp_path):
     """10% errors, 5% timeouts, 5% malformed tool calls, 2% empty replies, bursts of 429:
-    the run completes, every failure is logged with its reason, no turn or round is lost."""
+    the run completes, every failure is logged with its reason, no turn or round is lost,
+    and every HTTP request the server received is a row of llm_calls."""
     data = llm_dict("loopback", size=1000, rounds=3, fraction=1.0)
     provider = data["llm"]["providers"][0]
     provider.update(max_retries=3, timeout_s=1.0, concurrency=96, loopback={
@@ -145,15 +147,21 @@ def test_a_thousand_agents_survive_injected_faults(tmp_path):
         run.run()
         url = run.engine.endpoints.urls(run.cfg.llm.providers[0])[0]
         log = httpx.get(url.replace("/v1", "/_shoal/requests"), timeout=30).json()["requests"]
+        served = httpx.get(url.replace("/v1", "/_shoal/health"), timeout=30).json()["served"]
     finally:
         run.close()
     db = run.dir.db
     assert [r for (r,) in query(db, "SELECT round FROM rounds ORDER BY round")] == [1, 2, 3]
     assert json.loads(run.dir.meta.read_text())["status"] == "finished"
     assert {e["fault"] for e in log} >= {"429", "500", "timeout", "malformed", "empty"}
-    # Every failed call and every invalid reply says why; every fallback says why.
-    assert query(db, "SELECT count(*) FROM llm_calls WHERE status <> 'ok' AND "
-                     "(error = '' OR fallback_reason = '')")[0][0] == 0
+    # One row per request; every failed request and every invalid reply says why; every
+    # fallback says why (on each row of the turn).
+    sent = query(db, "SELECT count(*) FROM llm_calls WHERE status <> 'not_sent'")[0][0]
+    assert sent == served
+    assert query(db, "SELECT count(*) FROM llm_calls WHERE status <> 'ok' AND error = ''"
+                 )[0][0] == 0
+    assert query(db, "SELECT count(*) FROM llm_calls WHERE status <> 'ok' AND outcome <> "
+                     "'retried' AND fallback_reason = ''")[0][0] == 0
     assert query(db, "SELECT count(*) FROM llm_calls WHERE outcome = 'invalid' AND "
                      "error = ''")[0][0] == 0
     statuses = dict(query(db, "SELECT status, count(*) FROM llm_calls GROUP BY ALL"))
@@ -203,7 +211,8 @@ def test_same_trajectory_on_ray(reference, module_server, tmp_path, ray_session)
 
 def test_provider_down_stops_at_a_boundary_and_resumes_identically(reference, tmp_path):
     """The server goes away after round 2: the run stops cleanly (status stopped, rounds
-    1-2 kept); with the server back on the same port, resume gives the reference run."""
+    1-2 kept, the failed calls of round 3 logged); with the server back on the same port,
+    resume gives the reference run, plus those calls."""
     ref_dir, data = reference
     first = serve_in_thread(seed=0)
     port = first.port
@@ -227,7 +236,14 @@ def test_provider_down_stops_at_a_boundary_and_resumes_identically(reference, tm
             again.close()
     finally:
         second.stop()
-    assert tables_differ(ref_dir.db, run.dir.db) == []
+    assert tables_differ(ref_dir.db, run.dir.db) in ([], ["llm_calls"])
+    stopped = query(run.dir.db, "SELECT count(*), min(round), max(round), min(status) FROM "
+                                "llm_calls WHERE outcome = 'round_stopped'")[0]
+    assert stopped[0] > 0 and stopped[1:] == (3, 3, "unreachable")
+    calls = read_table(run.dir.db, "llm_calls")
+    kept = calls[calls["outcome"] != "round_stopped"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(kept, read_table(ref_dir.db, "llm_calls"),
+                                  check_dtype=False)  # (NULLs made some columns float)
 
 
 def test_unreachable_provider_exits_3_and_says_so(tmp_path):

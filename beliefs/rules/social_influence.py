@@ -1,4 +1,4 @@
-"""MiroShark's social-influence nudge (miroshark-runtime.md §4.1), with its defects fixed.
+"""MiroShark's social-influence nudge, with its defects fixed (docs/beliefs.md).
 
 Per exposure to a post with stance s on topic t (only topics the post addresses):
 

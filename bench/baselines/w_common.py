@@ -1,4 +1,4 @@
-"""What every baseline of workload W shares (spec: shared/bench/workload-W.md).
+"""What every baseline of workload W shares (spec: docs/workload_w.md).
 
 The initial state, the shared post draws and the summary of the final positions must be
 computed identically by every implementation, so they live here once. The benchmark driver

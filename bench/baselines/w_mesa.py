@@ -1,4 +1,4 @@
-"""Workload W as an idiomatic Mesa 3 model (baseline; spec: shared/bench/workload-W.md).
+"""Workload W as an idiomatic Mesa 3 model (baseline; spec: docs/workload_w.md).
 
 One `Agent` per person, a post stage and a read stage per step, both through
 `self.agents.shuffle_do(...)`, and a `DataCollector` that records the mean position.

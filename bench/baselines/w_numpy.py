@@ -1,4 +1,4 @@
-"""Workload W, hand-vectorized with numpy (baseline; spec: shared/bench/workload-W.md).
+"""Workload W, hand-vectorized with numpy (baseline; spec: docs/workload_w.md).
 
 Posts are named by their key `t*N + author` only: a post's value is looked up in
 `value_of[key]`, and `-1` marks an empty feed slot. Every (N, K) feed array is kept in

@@ -1,5 +1,5 @@
 """Workload W in plain Python: lists, deques, one loop per agent (baseline; spec:
-shared/bench/workload-W.md).
+docs/workload_w.md).
 
 A post is a tuple `(key, value)` with `key = t*N + author`; tuples order by key, and keys
 are unique, so sorting posts sorts them oldest first. Only the initial state (and the

@@ -61,6 +61,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     sim = Simulation.resume(args.run)
+    for note in sim.notes:
+        console.print(f"[yellow]warning[/]: {escape(note)}", highlight=False)
     if sim.finished:
         sim.close()
         console.print(f"{sim.run_id} is finished (all {sim.cfg.rounds} rounds ran); nothing "

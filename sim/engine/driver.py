@@ -69,6 +69,7 @@ from sim.world.checkpoint import checkpoint
 from sim.world.world import World
 
 TIMED = ("schedule", "observe", "context", "decide", "apply", "update")  # `rounds` columns
+STOPPED = "round_stopped"  # the outcome of calls whose round stopped (they stay logged)
 
 
 @dataclass
@@ -257,7 +258,14 @@ class RoundDriver:
         results = self.executor.decide(rnd.request)
         w.json_only.update(*(res.json_only for res in results))
         rnd.calls = [c for res in results for c in res.llm_calls]
-        check_providers(rnd.calls, rnd.number)
+        try:
+            check_providers(rnd.calls, rnd.number)
+        except ProviderDown:  # the round is dropped, but the calls were made: keep them
+            for call in rnd.calls:
+                call["outcome"] = STOPPED
+            self.writer.submit(RoundPayload(round=rnd.number, rounds_row=None, tables={
+                "llm_calls": llm_calls_table(rnd.calls)}))
+            raise
         s = rnd.stats
         s.n_llm_calls = len(rnd.calls)
         s.n_llm_failed = sum(c["status"] != "ok" for c in rnd.calls)

@@ -6,8 +6,8 @@ A `ChatModel` takes a `ChatRequest` (messages, tools, sampling options) and retu
 network or HTTP failure: a failed call is a reply with a status and an error. Models are
 registered parts (`sim.core.registry.CHAT_MODELS`; Shoal's own is `openai`, any
 OpenAI-compatible endpoint, the loopback server included); `chat_model` builds the one a
-provider config names. `cost` is the one price formula and `call_row` the one shape of an
-`llm_calls` row, whoever made the call.
+provider config names. `cost` is the one price formula and `call_rows` the one shape of
+`llm_calls` rows (one per HTTP request), whoever made the call.
 """
 
 from __future__ import annotations
@@ -39,8 +39,23 @@ class ChatRequest:
 
 
 @dataclass
+class Attempt:
+    """One HTTP request of a call, however it ended."""
+
+    base_url: str
+    status: str  # ok | http_error | timeout | unreachable | bad_response | cancelled
+    http_status: int | None = None
+    error: str = ""
+    prompt_tokens: int | None = None  # the server's count, when it sent one
+    completion_tokens: int | None = None
+    latency_ms: float = 0.0
+    message: dict | None = None  # the answer (status ok)
+
+
+@dataclass
 class ChatReply:
-    """What one logical call (its retries included) came to."""
+    """What one logical call (its retries included) came to; `attempts` lists every HTTP
+    request it made, the last one being the one that decided the call."""
 
     message: dict | None
     status: str  # ok | http_error | timeout | unreachable | bad_response | cancelled
@@ -51,6 +66,7 @@ class ChatReply:
     latency_ms: float = 0.0
     retries: int = 0
     base_url: str = ""
+    attempts: list[Attempt] = field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -64,9 +80,12 @@ class ChatModel(ABC):
     provider: ProviderConfig
 
     @abstractmethod
-    async def chat(self, request: ChatRequest, key: int = 0) -> ChatReply:
+    async def chat(self, request: ChatRequest, key: int = 0,
+                   attempts: list[Attempt] | None = None) -> ChatReply:
         """Send a request (retrying as the provider allows); `key` spreads callers over
-        the provider's endpoints (an agent keeps to one)."""
+        the provider's endpoints (an agent keeps to one). Each HTTP request is appended to
+        `attempts` (given, or the reply's own list) when it ends, also when the call is
+        cancelled while it waits for an answer (then as `cancelled`)."""
 
     async def close(self) -> None:  # noqa: B027 (most models hold nothing to close)
         """Release connections."""
@@ -91,21 +110,29 @@ def cost(provider: ProviderConfig, prompt_tokens: int, completion_tokens: int) -
             + completion_tokens * provider.price_completion_per_mtok) / 1e6
 
 
-def call_row(reply: ChatReply, provider: ProviderConfig, *, round_: int, agent: int | None,
-             platform: str, call: int = 1, section_tokens: dict[str, int] | None = None,
-             estimated_prompt_tokens: int = 0, outcome: str = "") -> dict[str, Any]:
-    """One `llm_calls` row. Prompt tokens are the server's count, else our own estimate of
-    what was sent (a call that got no answer was still sent, and may still be billed)."""
-    prompt = reply.prompt_tokens if reply.prompt_tokens is not None else estimated_prompt_tokens
-    completion = reply.completion_tokens or 0
-    return {"round": round_, "agent": agent, "platform": platform, "provider": provider.name,
-            "model": provider.model, "base_url": reply.base_url, "call": call,
-            "status": reply.status, "http_status": reply.http_status,
+def call_rows(reply: ChatReply | list[Attempt], provider: ProviderConfig, *, round_: int,
+              agent: int | None, platform: str, call: int = 1,
+              section_tokens: dict[str, int] | None = None, estimated_prompt_tokens: int = 0,
+              outcome: str = "") -> list[dict[str, Any]]:
+    """The `llm_calls` rows of a call: one per HTTP request it made (`retries` is the
+    request's number, 0 first), `outcome` on the last. Prompt tokens are the server's
+    count, else our own count of what was sent: a request that got no answer was still
+    sent, and its cost is counted as if its prompt was billed."""
+    attempts = reply.attempts if isinstance(reply, ChatReply) else reply
+    rows = []
+    for i, a in enumerate(attempts):
+        prompt = a.prompt_tokens if a.prompt_tokens is not None else estimated_prompt_tokens
+        completion = a.completion_tokens or 0
+        rows.append({
+            "round": round_, "agent": agent, "platform": platform, "provider": provider.name,
+            "model": provider.model, "base_url": a.base_url, "call": call,
+            "status": a.status, "http_status": a.http_status,
             "prompt_tokens": int(prompt), "completion_tokens": int(completion),
-            "section_tokens": json.dumps(section_tokens or {}),
-            "latency_ms": reply.latency_ms, "retries": reply.retries,
-            "error": reply.error, "outcome": outcome, "fallback_reason": "",
-            "cost_usd": cost(provider, int(prompt), completion)}
+            "section_tokens": json.dumps(section_tokens or {}), "latency_ms": a.latency_ms,
+            "retries": i, "error": a.error,
+            "outcome": outcome if i == len(attempts) - 1 else "retried",
+            "fallback_reason": "", "cost_usd": cost(provider, int(prompt), completion)})
+    return rows
 
 
 class SyncChat:
@@ -123,12 +150,15 @@ class SyncChat:
     def chat(self, request: ChatRequest, key: int = 0) -> ChatReply:
         """The reply to `request` (blocking, at most as long as every retry may take)."""
         p = self.model.provider
-        future = asyncio.run_coroutine_threadsafe(self.model.chat(request, key), self._loop)
+        attempts: list[Attempt] = []
+        future = asyncio.run_coroutine_threadsafe(self.model.chat(request, key, attempts),
+                                                  self._loop)
         try:
             return future.result(p.timeout_s * (p.max_retries + 1) + 60.0)
         except TimeoutError:
             future.cancel()
-            return ChatReply(None, "timeout", error="no answer within the call's deadline")
+            return ChatReply(None, "timeout", error="no answer within the call's deadline",
+                             attempts=attempts)
 
     def close(self) -> None:
         """Close the model and stop the loop."""

@@ -22,7 +22,7 @@ import orjson
 
 from sim.config.llm import ProviderConfig
 from sim.core.registry import CHAT_MODELS
-from sim.llm.chat import ChatModel, ChatReply, ChatRequest
+from sim.llm.chat import Attempt, ChatModel, ChatReply, ChatRequest
 
 RETRYABLE = {408, 409, 425, 429, 500, 502, 503, 504}
 
@@ -123,18 +123,23 @@ class OpenAIChat(ChatModel):
         body.update(p.extra_body)
         return body
 
-    async def chat(self, request: ChatRequest, key: int = 0) -> ChatReply:
-        """POST /chat/completions with retries; never raises for network or HTTP errors."""
+    async def chat(self, request: ChatRequest, key: int = 0,
+                   attempts: list[Attempt] | None = None) -> ChatReply:
+        """POST /chat/completions with retries; never raises for network or HTTP errors.
+        Every request is recorded in `attempts` when it ends (see `ChatModel.chat`)."""
         http = self._client()
         assert self._sem is not None
-        result = ChatReply(None, "unreachable")
+        result = ChatReply(None, "unreachable",
+                           attempts=attempts if attempts is not None else [])
         # orjson: about a tenth of the stdlib's CPU per body, and encoded once for retries.
         content = orjson.dumps(self.body(request))
         async with self._sem:
             start = time.perf_counter()  # latency excludes waiting for a concurrency slot
             for attempt in range(self.provider.max_retries + 1):
                 url = self.base_urls[(key + attempt) % len(self.base_urls)]
-                result.base_url, result.retries = url, attempt
+                sent = time.perf_counter()
+                now = Attempt(url, "unreachable")
+                result.retries = attempt
                 retry_after = None
                 try:
                     response = await http.post(
@@ -142,40 +147,61 @@ class OpenAIChat(ChatModel):
                         headers={"Content-Type": "application/json",
                                  "X-Shoal-Attempt": str(attempt)})
                 except httpx.TimeoutException:
-                    result.status, result.error = "timeout", (
+                    now.status, now.error = "timeout", (
                         f"no answer within {self.provider.timeout_s:g} s")
                 except httpx.TransportError as exc:
-                    result.status = "unreachable"
-                    result.error = self.redact(f"{type(exc).__name__}: {exc}")[:300]
+                    now.error = self.redact(f"{type(exc).__name__}: {exc}")[:300]
+                except asyncio.CancelledError:  # the round's deadline: it was sent all the same
+                    now.status, now.error = "cancelled", "round deadline passed"
+                    self._ended(result, now, sent)
+                    raise
                 else:
-                    result.http_status = response.status_code
+                    now.http_status = response.status_code
                     if response.status_code == 200:
-                        return self._ok(result, response, start)
-                    result.status = "http_error"
-                    result.error = self.redact(
-                        f"HTTP {response.status_code}: {response.text[:300]}")
+                        self._parse(now, response)
+                        self._ended(result, now, sent)
+                        result.latency_ms = 1e3 * (time.perf_counter() - start)
+                        return result
+                    now.status = "http_error"
+                    now.error = self.redact(f"HTTP {response.status_code}: "
+                                            f"{response.text[:300]}")
                     retry_after = response.headers.get("Retry-After")
-                    if response.status_code not in RETRYABLE:
-                        break
+                self._ended(result, now, sent)
+                if now.http_status is not None and now.http_status not in RETRYABLE:
+                    break
                 if attempt < self.provider.max_retries:
                     await asyncio.sleep(self._backoff(attempt, retry_after))
         result.latency_ms = 1e3 * (time.perf_counter() - start)
         return result
 
-    def _ok(self, result: ChatReply, response: httpx.Response, start: float) -> ChatReply:
-        result.latency_ms = 1e3 * (time.perf_counter() - start)
+    @staticmethod
+    def _ended(result: ChatReply, attempt: Attempt, sent: float) -> None:
+        """Record a finished request; the reply takes its outcome (the last one decides)."""
+        attempt.latency_ms = 1e3 * (time.perf_counter() - sent)
+        result.attempts.append(attempt)
+        result.status, result.http_status, result.error = (attempt.status,
+                                                           attempt.http_status, attempt.error)
+        result.base_url, result.message = attempt.base_url, attempt.message
+        result.prompt_tokens, result.completion_tokens = (attempt.prompt_tokens,
+                                                          attempt.completion_tokens)
+
+    def _parse(self, attempt: Attempt, response: httpx.Response) -> None:
+        """Read a 200 response into the attempt. The API key is removed from everything
+        the server said before anything reads it (an echoed key never reaches a post)."""
+        text = self.redact(response.text)
         try:
-            data = orjson.loads(response.content)
-            result.message = data["choices"][0]["message"]
+            data = orjson.loads(text)
+            message = data["choices"][0]["message"]
+            if not isinstance(message, dict):
+                raise TypeError("the message is not an object")
         except (ValueError, KeyError, IndexError, TypeError):
-            result.status = "bad_response"
-            result.error = self.redact(f"unexpected response: {response.text[:200]}")
-            return result
+            attempt.status = "bad_response"
+            attempt.error = f"unexpected response: {text[:200]}"
+            return
         usage = data.get("usage") or {}
-        result.prompt_tokens = usage.get("prompt_tokens")
-        result.completion_tokens = usage.get("completion_tokens")
-        result.status, result.error = "ok", ""
-        return result
+        attempt.prompt_tokens = usage.get("prompt_tokens")
+        attempt.completion_tokens = usage.get("completion_tokens")
+        attempt.status, attempt.message = "ok", message
 
     async def close(self) -> None:
         """Close the connection pool."""

@@ -230,15 +230,20 @@ class LoopbackServer:
             return 200, {"ok": True}, {}
         if not (method == "POST" and path.rstrip("/").endswith("/chat/completions")):
             return 404, {"error": {"message": f"no route {method} {path}"}}, {}
+        attempt = headers.get("x-shoal-attempt", "0")
+        refused = {"time": time.time(), "attempt": attempt, "request": None}
         if state.key and headers.get("authorization") != f"Bearer {state.key}":
+            state.log({**refused, "fault": "401"})
             return 401, {"error": {"message": "invalid API key"}}, {}
         if state.faults.reject_tools and b'"tools"' in body:
+            state.log({**refused, "fault": "400"})
             return 400, {"error": {"message": "this model does not support tools"}}, {}
         try:
             request = orjson.loads(body)
         except orjson.JSONDecodeError:
+            state.log({**refused, "fault": "400"})
             return 400, {"error": {"message": "request body is not JSON"}}, {}
-        return await self.complete(request, body, headers.get("x-shoal-attempt", "0"))
+        return await self.complete(request, body, attempt)
 
     async def complete(self, request: dict, body: bytes, attempt: str
                        ) -> tuple[int, dict, dict]:
@@ -258,7 +263,8 @@ class LoopbackServer:
             state.log({**entry, "fault": "500"})
             return 500, {"error": {"message": "injected server error"}}, {}
         draw -= f.error_rate
-        if draw < f.timeout_rate:
+        stalled = draw < f.timeout_rate
+        if stalled:  # logged when the stall starts, once (the client may give up)
             state.log({**entry, "fault": "timeout"})
             await asyncio.sleep(f.timeout_sleep_s)
         draw -= f.timeout_rate
@@ -272,8 +278,9 @@ class LoopbackServer:
         prompt = sum(len(m.get("content") or "") for m in request.get("messages", [])) // 4
         prompt += len(orjson.dumps(request.get("tools") or "")) // 4
         completion = max(1, len(orjson.dumps(message)) // 4)
-        state.log({**entry, "fault": "malformed" if malformed else "empty" if empty else None,
-                   "reply": message})
+        if not stalled:
+            state.log({**entry, "fault": "malformed" if malformed else "empty" if empty
+                       else None, "reply": message})
         return 200, {
             "id": f"chatcmpl-{rng.randrange(10**12)}", "object": "chat.completion",
             "model": request.get("model", "shoal-loopback"),
@@ -283,8 +290,8 @@ class LoopbackServer:
                       "total_tokens": prompt + completion}}, {}
 
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests",
-            500: "Internal Server Error"}
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+            429: "Too Many Requests", 500: "Internal Server Error"}
 
 
 class RunningServer:

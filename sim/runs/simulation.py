@@ -488,6 +488,8 @@ def _make_run_dir(folder: Path, cfg: Config, lineage: dict,
     hidden temporary name (config, trajectory filled by `fill`, checkpoints, run.json
     last) and renamed into place; any failure removes it."""
     run_id = run_id or new_run_id(cfg.name)
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"--out {folder}: is a file, not a folder")
     final = RunDir(folder / run_id)
     tmp = RunDir(folder / f".{run_id}.creating")
     try:

@@ -84,8 +84,11 @@ class TrajectoryStore:
         `n_posts` posts existed at the end of that round), in one transaction."""
         self.con.execute("BEGIN TRANSACTION")
         for table in ("rounds", "actions", "exposures", "beliefs", "trust", "follows",
-                      "interventions", "memory", "context", "llm_calls"):
+                      "interventions", "memory", "context"):
             self.con.execute(f"DELETE FROM {table} WHERE round > ?", [round_])
+        # LLM calls of a round that stopped for want of answers were made all the same
+        self.con.execute("DELETE FROM llm_calls WHERE round > ? AND outcome IS DISTINCT FROM "
+                         "'round_stopped'", [round_])
         self.con.execute("DELETE FROM agents WHERE joined_round > ?", [round_])
         for table in ("posts", "post_stances"):
             self.con.execute(f"DELETE FROM {table} WHERE post_id >= ?", [n_posts])

@@ -30,7 +30,9 @@ class RoundPayload:
 
     round: int
     tables: dict[str, pa.Table]
-    rounds_row: Callable[[float], pa.Table]  # builds the `rounds` row given ms spent logging
+    # builds the `rounds` row given ms spent logging; None: not a whole round (the calls of
+    # a round that stopped), which leaves `last_committed` as it was
+    rounds_row: Callable[[float], pa.Table] | None
     after_commit: Callable[[], None] | None = None  # e.g. write the checkpoint of this round
 
 
@@ -101,7 +103,8 @@ class RoundWriter:
                     self._cond.notify_all()
                 continue
             with self._cond:
-                self.last_committed = payload.round
+                if payload.rounds_row is not None:
+                    self.last_committed = payload.round
                 self._pending = None
                 self._cond.notify_all()
 
@@ -114,15 +117,17 @@ class RoundWriter:
                 store.insert(name, data)
                 if i == 1:
                     crash_point("mid_commit", payload.round)
-            rounds_row = payload.rounds_row(1e3 * (time.perf_counter() - t))
-            store.insert("rounds", rounds_row)
+            rounds_row = None
+            if payload.rounds_row is not None:
+                rounds_row = payload.rounds_row(1e3 * (time.perf_counter() - t))
+                store.insert("rounds", rounds_row)
             store.con.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(Exception):  # (the connection may be gone with the error)
                 store.con.execute("ROLLBACK")
             raise
         crash_point("after_commit", payload.round)
-        if self.mirror is not None:
+        if self.mirror is not None and rounds_row is not None:
             self.mirror.write(payload.round, {**payload.tables, "rounds": rounds_row})
         if payload.after_commit is not None:
             payload.after_commit()
