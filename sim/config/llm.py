@@ -5,13 +5,16 @@ endpoint), whose config model derives from `ProviderConfig`."""
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
 from sim.config.base import Strict, part
 from sim.config.selector import Selector
+from sim.core.errors import InputError
 from sim.core.registry import CHAT_MODELS
 
 
@@ -58,17 +61,70 @@ class ProviderConfig(Strict):
     @classmethod
     def _urls(cls, v: list[str]) -> list[str]:
         for url in v:
-            if url != "loopback" and not re.match(r"^https?://", url):
-                raise ValueError(f"must be http(s) URLs or 'loopback', got {url!r}")
+            if url == "loopback":
+                continue
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                shown = f", got {url!r}" if "@" not in url else ""
+                raise ValueError(f"must be http(s) URLs or 'loopback'{shown}")
+            if parts.username or parts.password or _SECRET_QUERY.search(parts.query):
+                raise ValueError("a base URL must not carry credentials (user:password@, "
+                                 "?key=...): give the key through api_key_env (the URL is "
+                                 "not shown)")
         return [u.rstrip("/") for u in v]
 
     @field_validator("api_key_env")
     @classmethod
     def _env(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", v):
+        if v is not None and (not _ENV_NAME.match(v) or looks_like_a_key(v)):
             raise ValueError("must be the NAME of an environment variable (e.g. "
-                             "OPENAI_API_KEY), not the key itself")
+                             "OPENAI_API_KEY), not the key itself (the value is not shown)")
         return v
+
+    @field_validator("extra_body")
+    @classmethod
+    def _no_secrets(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for path in _secret_fields(v):
+            raise ValueError(f"{path}: looks like a credential; keys come only from "
+                             "api_key_env (the value is not shown)")
+        return v
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SECRET_NAME = re.compile(r"(api[_-]?key|secret|token|password|passwd|authorization|^key$"
+                          r"|^auth$|credential)", re.IGNORECASE)
+_SECRET_QUERY = re.compile(r"(^|&)(api[_-]?key|key|token|secret|access[_-]?token)=",
+                           re.IGNORECASE)
+_KEY_PREFIXES = ("sk-", "sk_", "gsk_", "xai-", "hf_", "ghp_", "AIza", "pk_", "rk_")
+
+
+def looks_like_a_key(name: str) -> bool:
+    """Whether a supposed variable name is rather a secret: a known key prefix, or long,
+    mixed-case or lowercase with digits (variable names are short and upper case)."""
+    if name.startswith(_KEY_PREFIXES):
+        return True
+    return len(name) >= 24 and any(c.islower() for c in name) and any(c.isdigit()
+                                                                     for c in name)
+
+
+def shown_name(name: str) -> str:
+    """A variable name for a message, or a placeholder when it might be a key."""
+    return name if re.fullmatch(r"[A-Z][A-Z0-9_]{0,63}", name) else "(the name given)"
+
+
+def _secret_fields(data: Any, path: str = "") -> list[str]:
+    """Paths of fields of a mapping (nested) whose name says they hold a credential."""
+    out = []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            here = f"{path}.{key}" if path else str(key)
+            if isinstance(key, str) and _SECRET_NAME.search(key):
+                out.append(here)
+            out += _secret_fields(value, here)
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            out += _secret_fields(value, f"{path}.{i}")
+    return out
 
 
 class LLMAgentsConfig(Selector):
@@ -105,3 +161,14 @@ class LLMConfig(Strict):
     def provider(self, name: str) -> ProviderConfig:
         """The provider named `name`."""
         return next(p for p in self.providers if p.name == name)
+
+
+def check_api_keys(cfg) -> None:
+    """Every provider that names a key variable finds it set (InputError otherwise), so a
+    missing key stops a run before it starts, not as 401s in round 1."""
+    for i, p in enumerate(cfg.llm.providers if cfg.llm else []):
+        if p.api_key_env and set(p.base_urls) != {"loopback"} and not os.environ.get(
+                p.api_key_env):
+            raise InputError(f"llm.providers.{i}.api_key_env: the environment variable "
+                             f"{shown_name(p.api_key_env)} is not set; export it (the key "
+                             "itself never goes in the config)")

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from sim.config.base import PartOf
+from sim.config.llm import check_api_keys
 from sim.config.model import Config
 from sim.config.platforms import PlatformsOf
 from sim.core.errors import ConfigError
@@ -200,7 +201,7 @@ def validation_problems(
         head, sep, rest = text.partition(": ")
         if sep and _PATH.match(head):  # a model's check names the field in its message
             here = _at(data, path)
-            if not path or (isinstance(here, dict) and head in here):
+            if not path or (isinstance(here, dict) and head.split(".")[0] in here):
                 path = (*path, *(int(x) if x.isdigit() else x for x in head.split(".")))
                 text = rest
         dotted = ".".join(str(p) for p in path)
@@ -331,6 +332,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
             raise ConfigError([f"{path}: the config must be a YAML mapping"])
         data = apply_overrides(data, overrides, blame)
     cfg = parse_config(data, root, str(path), blame)
+    check_api_keys(cfg)  # a key variable that is not set is found before anything runs
     return resolve_paths(cfg, path.parent)
 
 

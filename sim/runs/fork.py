@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.config import ConfigError, parse_config
+from sim.config.llm import check_api_keys
 from sim.core.errors import InputError
 from sim.engine.agent_history import newly_tracked, rebuild_history
 from sim.engine.interventions import check_against_population
@@ -25,7 +26,6 @@ from sim.runs.simulation import (
     Engine,
     Simulation,
     _make_run_dir,
-    check_api_keys,
     run_row,
     world_at,
 )

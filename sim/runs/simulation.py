@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from sim.config import Config, config_hash, load_config, parse_config, resolved_dict
+from sim.config.llm import check_api_keys
 from sim.core.errors import InputError, NumericError, ProviderDown, StorageFull
 from sim.core.faults import crash_point
 from sim.engine.driver import RoundDriver, RoundStats
@@ -62,17 +63,6 @@ from sim.world.frames import WorldFrames
 from sim.world.world import World, build_world, check_memory
 
 CONFIGURED = "config"  # `out` default: the config's output.dir
-
-
-def check_api_keys(cfg: Config) -> None:
-    """Every provider that names a key variable finds it set (InputError otherwise), so a
-    missing key stops a run before it starts, not as 401s in round 1."""
-    for i, p in enumerate(cfg.llm.providers if cfg.llm else []):
-        if p.api_key_env and set(p.base_urls) != {"loopback"} and not os.environ.get(
-                p.api_key_env):
-            raise InputError(f"llm.providers.{i}.api_key_env: the environment variable "
-                             f"{p.api_key_env} is not set; export it (the key itself never "
-                             "goes in the config)")
 
 
 def run_row(cfg: Config, run_id: str, lineage: dict) -> dict:
