@@ -609,23 +609,41 @@ def _check_unique(profiles: list[_Profile], key: str, values: list[str | None],
         first[k] = p
 
 
-def _usernames(profiles: list[_Profile]) -> list[str]:
-    """Given usernames (unique, case-insensitively), else derived from the name and row."""
-    _check_unique(profiles, "username", [p.username for p in profiles], fold=True)
-    taken = {p.username.lower() for p in profiles if p.username}
+USERNAME_CHARS = "letters, digits, _ . and -"  # and at most 40 of them (docs/config.md)
+_NOT_USERNAME = re.compile(r"[^A-Za-z0-9_.\-]+")
+
+
+def normalise_username(name: str) -> str:
+    """A username within the documented character set: every run of other characters
+    (spaces, newlines, brackets, quotes, ...) becomes one `_`, at most 40 characters, not
+    starting with `.` or `-`. Usernames appear in every feed line and mention: they must
+    not be able to start a line or forge an entry."""
+    clean = _NOT_USERNAME.sub("_", name).lstrip(".-")[:40]
+    return clean or "user"
+
+
+def _usernames(profiles: list[_Profile]) -> tuple[list[str], list[str | None]]:
+    """Given usernames (normalised to the documented character set; unique,
+    case-insensitively), else derived from the name and row; and each row's original
+    username where normalising changed it (None elsewhere)."""
+    given = [normalise_username(p.username) if p.username else None for p in profiles]
+    _check_unique(profiles, "username", given, fold=True)
+    original = [p.username if p.username and g != p.username else None
+                for p, g in zip(profiles, given, strict=True)]
+    taken = {g.lower() for g in given if g}
     out = []
     for i, p in enumerate(profiles):
-        if p.username:
-            out.append(p.username)
+        if given[i]:
+            out.append(given[i])
             continue
-        base = re.sub(r"\s+", "_", p.name.strip().lower())
+        base = normalise_username(p.name.strip().lower())
         name, k = f"{base}{i}", 0
         while name.lower() in taken:
             k += 1
             name = f"{base}{i}_{k}"
         taken.add(name.lower())
         out.append(name)
-    return out
+    return out, original
 
 
 def _following(profiles: list[_Profile], fmt: str, ids: list[str]) -> list[list[int]]:
@@ -672,7 +690,7 @@ def _assemble(profiles: list[_Profile], fmt: str, cfg: Config,
     # Rows without their own id are known by their row index.
     ids = [p.source_id if p.source_id is not None else str(i) for i, p in enumerate(profiles)]
     _check_unique(profiles, "user_id", ids)
-    usernames = _usernames(profiles)
+    usernames, original = _usernames(profiles)
 
     # Draw for everyone so the stream does not depend on which rows set their own level.
     activity = np.asarray(cfg.activity.level.sample(rng, n, 0.0, 1.0), dtype=np.float64).copy()
@@ -699,7 +717,8 @@ def _assemble(profiles: list[_Profile], fmt: str, cfg: Config,
         source_id=ids,
         following=_following(profiles, fmt, ids) if has_following else None,
         hourly=hourly, stance_hint=stance_hint,
-        extra={k: [p.extra.get(k) for p in profiles] for k in extra_keys},
+        extra={**{k: [p.extra.get(k) for p in profiles] for k in extra_keys},
+               **({"original_username": original} if any(original) else {})},
     )
 
 

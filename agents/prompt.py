@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from memory.context import Assembled, Line, Section, assemble, quote
+from memory.context import Assembled, Line, Section, assemble, inline, quote
 from sim.platforms.spec import spec as platform_spec
 
 INTERVIEW = "interview"  # the pseudo-platform of `shoal interview`
@@ -117,9 +117,10 @@ def sections(inp: ContextInputs, specs: dict[str, SectionSpec] | None = None) ->
     """The sections of one turn, in display order."""
     spec = {**DEFAULT_SECTIONS, **(specs or {})}
     label = INTERVIEW_LABEL if inp.platform == INTERVIEW else platform_spec(inp.platform).label
-    group = f" You belong to the {inp.group} group." if inp.group else ""
-    persona = [Line(f"You are {inp.name} (@{inp.username}) on {label}.{group}"),
-               Line(f"Bio: {inp.bio}"), Line(inp.persona)]
+    group = f" You belong to the {inline(inp.group)} group." if inp.group else ""
+    persona = [Line(f"You are {inline(inp.name)} (@{inp.username}) on {label}.{group}"),
+               Line(f"Bio: {inline(inp.bio)}"),
+               Line(inline(inp.persona), {"truncatable": True})]
     beliefs = [Line(b, {"kind": "state"}) for b in inp.beliefs]
     if inp.trusted:
         beliefs.append(Line("You tend to trust: " + ", ".join(f"@{u}" for u in inp.trusted)

@@ -10,15 +10,16 @@ final token counts are exact counts of the rendered text (cl100k_base).
 
 Text written by other agents enters only through `quote`, which turns it into one JSON
 string on one line: it cannot start a new line, so it cannot close a section or open a
-fake one, and it is visibly data.
+fake one, and it is visibly data. The agent's own profile fields enter through `inline`,
+which keeps them on one line and out of the markers that start headers and feed lines.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from memory.tokens import count, count_many
+from memory.tokens import count, count_many, truncate
 
 HEADER = "## "
 
@@ -29,6 +30,18 @@ def quote(text: str, max_chars: int = 200) -> str:
     if len(text) > max_chars:
         text = text[: max_chars - 1].rstrip() + "…"
     return json.dumps(text, ensure_ascii=False)
+
+
+_MARKERS = ("#", "-", "*", ">", "[", "=")  # what starts a header, a list or a feed line
+
+
+def inline(text: str) -> str:
+    """A field of a profile (a name, a bio, a persona, a group) as text of one line that
+    cannot open a section or pass for a feed entry: line breaks become spaces, and
+    markers at its start are dropped. Ordinary one-line text is returned unchanged."""
+    if "\n" not in text and "\r" not in text and not text.lstrip().startswith(_MARKERS):
+        return text
+    return " ".join(text.split()).lstrip("".join(_MARKERS) + " ")
 
 
 @dataclass
@@ -96,6 +109,9 @@ class _Plan:
     """Which lines of which sections are kept, with token estimates per line."""
 
     def __init__(self, sections: list[Section]):
+        # Lines a section limit may shorten are copied first (the caller's stay as given).
+        sections = [replace(s, lines=[replace(ln) if ln.provenance.get("truncatable") else ln
+                                      for ln in s.lines]) for s in sections]
         self.sections = sections
         self.keep = {s.name: set(range(len(s.lines))) for s in sections}
         self.order = {s.name: s.drop_order() for s in sections}
@@ -111,14 +127,32 @@ class _Plan:
         return sum(self.used(s) for s in self.sections)
 
     def drop(self, s: Section, reason: str) -> bool:
-        """Drop the next line of `s` in its drop order; False if none is left."""
+        """Drop the next line of `s` in its drop order (a `truncatable` line over its
+        section's limit is cut to fit instead, once); False if none is left."""
         for i in self.order[s.name]:
             if i in self.keep[s.name]:
-                self.keep[s.name].discard(i)
                 line = s.lines[i]
+                if reason == "section_limit" and line.provenance.get("truncatable") \
+                        and self.truncate(s, i):
+                    return True
+                self.keep[s.name].discard(i)
                 self.trimmed.append(Trimmed(s.name, line.text, reason, line.provenance))
                 return True
         return False
+
+    def truncate(self, s: Section, i: int) -> bool:
+        """Cut line i of `s` to what the section limit leaves it (if that is a useful
+        part of it), recording the cut; False if it should go whole."""
+        line = s.lines[i]
+        room = self.line_tokens[s.name][i] - (self.used(s) - s.max_tokens) - 2
+        if room < 8:
+            return False
+        full = line.text
+        line.text = truncate(full, room)
+        line.provenance = {**line.provenance, "truncatable": False}
+        self.line_tokens[s.name][i] = count(line.text) + 1
+        self.trimmed.append(Trimmed(s.name, full, "truncated", line.provenance))
+        return True
 
     def drop_by_priority(self) -> bool:
         """Drop one line of the least important section that still has lines."""

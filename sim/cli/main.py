@@ -52,6 +52,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     sim = Simulation.create(cfg)
     console.print(f"run [bold]{sim.run_id}[/] → {sim.dir.root}")
+    for note in sim.notes:
+        console.print(f"[yellow]note[/]: {escape(note)}", highlight=False)
     return _drive(sim, args.quiet, start)
 
 
@@ -166,10 +168,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         if a.trimmed:
             console.print(f"trimmed: {len(a.trimmed)} line(s): " + "; ".join(
                 f"{t.section} ({t.reason})" for t in a.trimmed[:10]))
+        # The exact text, unwrapped: a display line break would look like a line of it.
         out.print("=== SYSTEM ===", markup=False)
-        out.print(a.system, markup=False, highlight=False)
+        out.print(a.system, markup=False, highlight=False, soft_wrap=True)
         out.print("=== OBSERVATION ===", markup=False)
-        out.print(a.observation, markup=False, highlight=False)
+        out.print(a.observation, markup=False, highlight=False, soft_wrap=True)
     return 0
 
 

@@ -72,6 +72,13 @@ class TopicSpec(Strict):
     label: str | None = None
     keywords: list[str] = Field(default_factory=list)
 
+    @field_validator("label")
+    @classmethod
+    def _one_line(cls, v: str | None) -> str | None:
+        if v is not None and ("\n" in v or "\r" in v):
+            raise ValueError("must be one line (it is shown to agents inside a sentence)")
+        return v
+
     @model_validator(mode="after")
     def _fill(self):
         if self.label is None:

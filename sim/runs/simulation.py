@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from agents.profiles import USERNAME_CHARS
 from sim.config import Config, config_hash, load_config, parse_config, resolved_dict
 from sim.config.llm import check_api_keys
 from sim.core.errors import InputError, NumericError, ProviderDown, StorageFull
@@ -148,8 +149,10 @@ class Simulation:
                 _write_setup(store, world, run_id, lineage, fired)
                 checkpoints = MemoryCheckpoints()
                 checkpoints.write(checkpoint(world))
-                return cls(world, store, checkpoints, _new_meta(cfg, run_id, lineage, 0),
-                           engine=engine)
+                sim = cls(world, store, checkpoints, _new_meta(cfg, run_id, lineage, 0),
+                          engine=engine)
+                sim.notes = _setup_notes(world)
+                return sim
             folder = Path(cfg.output.dir if out == CONFIGURED else out)
             run_dir = _make_run_dir(folder, cfg, lineage, lambda store, checkpoints, run_id: (
                 _write_setup(store, world, run_id, lineage, fired),
@@ -159,8 +162,10 @@ class Simulation:
             raise
         if cfg.output.live_parquet:
             LiveMirror(run_dir.root).write(0, _setup_tables(world, fired))
-        return cls(world, TrajectoryStore(run_dir.db), run_dir.checkpoints,
-                   run_dir.read_meta(), run_dir, engine)
+        sim = cls(world, TrajectoryStore(run_dir.db), run_dir.checkpoints,
+                  run_dir.read_meta(), run_dir, engine)
+        sim.notes = _setup_notes(world)
+        return sim
 
     @classmethod
     def resume(cls, path: str | Path) -> Simulation:
@@ -461,6 +466,18 @@ class Engine:
             self.executor.close()
         finally:
             self.endpoints.stop()
+
+
+def _setup_notes(world: World) -> list[str]:
+    """What the user should know about how the inputs were taken."""
+    original = world.population.extra.get("original_username")
+    if not original or not any(original):
+        return []
+    changed = [i for i, o in enumerate(original) if o]
+    i = changed[0]
+    return [f"{len(changed)} username(s) of the profile file were changed to the documented "
+            f"character set ({USERNAME_CHARS}), e.g. agent {i}: {original[i]!r} -> "
+            f"{world.population.username[i]!r}; the originals are kept with the agents"]
 
 
 def _new_meta(cfg: Config, run_id: str, lineage: dict, rounds_done: int) -> dict:
