@@ -15,8 +15,8 @@ import numpy as np
 from agents.actions import ActionBatch
 from agents.llm_policy import LLMPolicy
 from agents.observation import DecisionRequest
+from agents.policy import build_policy
 from agents.population import Population
-from agents.rule_policy import RulePolicy
 from sim.config import Config
 from sim.core.counter_rng import CounterRNG
 
@@ -52,8 +52,7 @@ class AgentShard:
                         if cfg.llm is not None else None)
         self.n_topics = len(cfg.topics)
         self.rng = CounterRNG(cfg.seed)
-        self.policy = RulePolicy(cfg.policy, cfg.topics, self.rng, population.interests,
-                                 population.username)
+        self.policy = build_policy(cfg, self.rng, population.interests, population.username)
         self.max_actions = {
             name: p.max_actions_per_round for name, p in cfg.platforms.items()
         }
@@ -63,9 +62,9 @@ class AgentShard:
         return agents % self.n_shards == self.shard_id
 
     async def decide(self, request: DecisionRequest) -> ShardResult:
-        """This round's actions of the shard's acting agents, on every platform: the rule
-        policy for everyone (vectorised), then LLM calls for the LLM agents, concurrently
-        across platforms."""
+        """This round's actions of the shard's acting agents, on every platform: the
+        configured policy (`policy.kind`) for everyone (vectorised), then LLM calls for the
+        LLM agents, concurrently across platforms."""
         rule = []
         for view in request.views:
             rows = request.rows_of(view.agents)

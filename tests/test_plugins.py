@@ -75,6 +75,29 @@ def test_a_config_using_the_plugins_parts_runs(site, tmp_path):
         assert after == pytest.approx(0.8 * before, abs=1e-9)
 
 
+def test_a_plugin_policy_decides_for_the_agents(site, tmp_path):
+    """policy.kind names the plug-in's policy, and it is what runs: every action is its
+    post, carrying the author's position at the time."""
+    path = tmp_path / "shout.yaml"
+    path.write_text(yaml.safe_dump({"name": "shout", "seed": 5, "rounds": 3,
+                                    "population": {"size": 60}, "topics": ["issue"],
+                                    "activity": {"level": 0.5},
+                                    "policy": {"kind": "shout", "text": "loud"}}))
+    result = shoal(["run", str(path), "--out", str(tmp_path / "runs"), "--quiet"], site)
+    assert result.returncode == 0, result.stderr
+    (run,) = (tmp_path / "runs").iterdir()
+    con = duckdb.connect(str(run / "trajectory.duckdb"), read_only=True)
+    try:
+        actions = con.execute("SELECT action::VARCHAR, count(*) FROM actions "
+                              "GROUP BY 1").fetchall()
+        texts = {r[0] for r in con.execute("SELECT DISTINCT text FROM posts "
+                                           "WHERE round > 0").fetchall()}
+    finally:
+        con.close()
+    assert [a for a, _ in actions] == ["post"] and actions[0][1] > 0
+    assert texts == {"loud"}
+
+
 def test_without_the_plugin_its_names_are_errors(tmp_path):
     path = tmp_path / "plugged.yaml"
     path.write_text(yaml.safe_dump(CONFIG))

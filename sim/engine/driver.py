@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from agents.actions import ActionBatch
 from agents.observation import DecisionRequest, PlatformView, Prompt
+from agents.policy import reads_social_features
 from beliefs.rules import Exposures, make_rule
 from memory.context import Assembled
 from memory.tokens import encoding
@@ -153,7 +154,7 @@ class RoundDriver:
         self.scheduler = Scheduler(cfg, w.population.activity, w.population.hourly)
         # Which feed features anyone reads: the policy's engagement weights read follows,
         # votes and trust; some belief rules read trust.
-        self.social_features = cfg.policy.engage_rate > 0
+        self.social_features = reads_social_features(cfg)
         self.trust_features = self.social_features or self.rule.uses_trust
         self.context_agents = w.context_agents()
         self.providers = w.llm_providers()  # LLM agent -> provider name

@@ -7,12 +7,14 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
+from agents.actions import ActionBatch
+from agents.observation import PlatformView
 from beliefs.rules.base import Exposures, UpdateContext, UpdateRule
 from beliefs.state import BeliefState
 from sim.config.base import Strict, part
 from sim.config.platforms import PlatformConfig
 from sim.core.posts import PostKind
-from sim.core.registry import BELIEF_RULES, RECOMMENDERS
+from sim.core.registry import BELIEF_RULES, POLICIES, RECOMMENDERS
 from sim.core.vocabulary import ActionType as A
 from sim.engine.recommenders import FeedContext, Recommender
 from sim.platforms.spec import PlatformSpec, register
@@ -80,3 +82,25 @@ TOOT = register(PlatformSpec(
     action_help=("post (write a toot)", "like (like a toot)", "follow (follow its author)",
                  "do_nothing"),
 ), TootConfig)
+
+
+class Shout(Strict):
+    """Every acting agent posts its own position on every topic, in every slot."""
+
+    kind: Literal["shout"]
+    text: str = "hear me"
+
+
+@POLICIES.register("shout", config=Shout)
+class ShoutPolicy:
+    def __init__(self, cfg: Shout, topics, rng, interests, usernames):
+        self.cfg = cfg
+
+    def decide(self, view: PlatformView, position: np.ndarray, confidence: np.ndarray,
+               round_: int, max_actions: int) -> ActionBatch:
+        n = len(view.agents)
+        return ActionBatch(
+            agent=view.agents.astype(np.int32), platform=np.full(n, view.platform, np.int8),
+            action=np.full(n, A.POST, np.int8), target_post=np.full(n, -1, np.int64),
+            target_agent=np.full(n, -1, np.int32), stance=position.copy(),
+            text=[self.cfg.text] * n, slot=np.zeros(n, np.int8))

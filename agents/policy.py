@@ -1,0 +1,44 @@
+"""The policy interface: what decides for the rule-driven agents of a shard.
+
+A policy is registered in `POLICIES` (sim/core/registry.py) under the name its config's
+`kind` field carries; the built-in one is `rule` (agents/rule_policy.py). A shard builds
+it as `impl(cfg.policy, cfg.topics, rng, interests, usernames)` and calls `decide` once per
+platform per round for its acting agents. LLM agents are decided by the LLM policy, which
+falls back to this one's decision when a reply is missing or invalid.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from agents.actions import ActionBatch
+from agents.observation import PlatformView
+from sim.config import Config
+from sim.core.counter_rng import CounterRNG
+from sim.core.registry import POLICIES
+
+
+class Policy(Protocol):
+    """Vectorised decisions of many agents on one platform."""
+
+    def decide(self, view: PlatformView, position: np.ndarray, confidence: np.ndarray,
+               round_: int, max_actions: int) -> ActionBatch:
+        """Decisions of `view.agents` (positions and confidences [A, T], aligned with the
+        view's rows), at most `max_actions` slots each. Every random draw must come from
+        the counter RNG keyed by (round, agent, purpose), so that the result does not
+        depend on shards or order."""
+        ...
+
+
+def build_policy(cfg: Config, rng: CounterRNG, interests: np.ndarray,
+                 usernames: list[str]) -> Policy:
+    """The policy `cfg.policy` names, built for a shard."""
+    return POLICIES.create(cfg.policy, cfg.topics, rng, interests, usernames)
+
+
+def reads_social_features(cfg: Config) -> bool:
+    """Whether the policy may read follows, votes and trust of feed items (building them
+    costs time). A policy config without `engage_rate` is assumed to read them."""
+    return getattr(cfg.policy, "engage_rate", 1.0) > 0
