@@ -162,6 +162,23 @@ def test_a_fork_without_the_news_is_the_run_configured_without_it(with_news, tmp
     assert open_run(fork).interventions["kind"].tolist() == ["post"]  # round 0's, inherited
 
 
+def test_the_herd_effect_counterfactual_the_natural_way(tmp_path):
+    """The herd-effect study as a user first writes it: the upvoted posts scheduled in the
+    config itself. Forking before they arrive and dropping them gives exactly the run
+    configured without them; with them, the rounds after differ."""
+    base = yaml.safe_load((CONFIGS / "herd_effect.yaml").read_text())
+    base["rounds"] = 13
+    posts = yaml.safe_load((CONFIGS / "herd_effect" / "up.yaml").read_text())
+    with_votes = _run_of(tmp_path, {**base, "interventions": [{**posts[0], "name": "votes"}]},
+                         "with")
+    assert main(["fork", str(with_votes), "--round", "10", "--drop", "votes", "--out",
+                 str(tmp_path / "f"), "--quiet"]) == 0
+    (fork,) = (tmp_path / "f").iterdir()
+    without = _run_of(tmp_path, base, "without")
+    assert _same_after(fork, without, 10)
+    assert not _same_after(with_votes, without, 10)
+
+
 def test_moving_the_news_is_the_run_configured_with_it_later(with_news, tmp_path, capsys):
     data, run = with_news
     assert main(["fork", str(run), "--round", "4", "--move", "news=8", "--out",
@@ -200,3 +217,18 @@ def test_phases_are_timed(on_disk):
     rounds = open_run(on_disk).rounds
     for phase in ("schedule", "observe", "context", "decide", "apply", "update", "log"):
         assert (rounds[f"ms_{phase}"] >= 0).all() and np.isfinite(rounds[f"ms_{phase}"]).all()
+
+
+def test_resuming_a_finished_run_changes_no_byte(on_disk, capsys):
+    """`shoal resume` of a finished run says so and leaves every file as it was (run.json
+    keeps status "finished")."""
+    import hashlib
+
+    def digest() -> dict[str, str]:
+        return {str(p.relative_to(on_disk)): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in sorted(on_disk.rglob("*")) if p.is_file()}
+
+    before = digest()
+    assert main(["resume", str(on_disk), "--quiet"]) == 0
+    assert "is finished" in capsys.readouterr().err.replace("\n", " ")
+    assert digest() == before

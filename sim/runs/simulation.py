@@ -192,10 +192,11 @@ class Simulation:
         check_api_keys(world.cfg)
         store = TrajectoryStore(run_dir.db)  # fails if another process holds the run
         last = world.round
-        store.truncate_after(last, world.posts.n)
-        run_dir.checkpoints.truncate_after(last)
-        LiveMirror(run_dir.root).truncate_after(last)
-        run_dir.write_meta(status="resumed", rounds_done=last)
+        if last < world.cfg.rounds or notes:  # a finished, intact run is left untouched
+            store.truncate_after(last, world.posts.n)
+            run_dir.checkpoints.truncate_after(last)
+            LiveMirror(run_dir.root).truncate_after(last)
+            run_dir.write_meta(status="resumed", rounds_done=last)
         sim = cls(world, store, run_dir.checkpoints, run_dir.read_meta(), run_dir)
         sim.notes = notes
         return sim
