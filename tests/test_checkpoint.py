@@ -167,3 +167,57 @@ def test_resume_of_a_finished_run_is_a_no_op(tmp_path, small_dict, reference_db)
     assert con.execute("SELECT count(*), max(round) FROM rounds").fetchone() == (3, 3)
     con.close()
     assert before > 0
+
+
+def _copy_of(reference_db: Path, tmp_path: Path) -> Path:
+    """A copy of the finished reference run directory, to damage."""
+    import shutil
+
+    return Path(shutil.copytree(reference_db.parent, tmp_path / reference_db.parent.name))
+
+
+def _flip_middle_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+@pytest.mark.parametrize(("where", "damage"), [
+    (f"state/round-{ROUNDS:06d}/state.npz", _flip_middle_byte),
+    (f"state/round-{ROUNDS:06d}/state.npz", _truncate),
+    (f"log/round-{ROUNDS:06d}.npz", _flip_middle_byte),
+], ids=["state-flipped", "state-truncated", "log-flipped"])
+def test_damaged_newest_checkpoint_falls_back(tmp_path, reference_db, where, damage, capsys):
+    """A byte flipped in, or the tail cut off, the newest checkpoint of a finished run:
+    `shoal resume` says the checkpoint is damaged, resumes from the newest intact one (the
+    round before), reruns the last round, and ends with the reference run's tables."""
+    run_dir = _copy_of(reference_db, tmp_path)
+    damage(run_dir / "checkpoints" / where)
+    assert main(["resume", str(run_dir), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert f"the checkpoint of round {ROUNDS} is damaged" in err
+    assert f"resuming from round {ROUNDS - 1}, the newest intact checkpoint" in err
+    assert tables_differ(reference_db, run_dir / "trajectory.duckdb") == []
+
+
+def test_garbage_run_json_exits_2_and_touches_nothing(tmp_path, reference_db, capsys):
+    """run.json that is not JSON: resume exits 2 naming the file, and the trajectory and
+    every checkpoint file are byte for byte what they were."""
+    import hashlib
+
+    run_dir = _copy_of(reference_db, tmp_path)
+    (run_dir / "run.json").write_bytes(b"\x00{not json at all")
+
+    def digests() -> dict[str, str]:
+        return {str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+    before = digests()
+    assert main(["resume", str(run_dir), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"{run_dir / 'run.json'}: damaged" in err
+    assert digests() == before

@@ -132,3 +132,86 @@ def test_different_seed_different_tables(tmp_path, quickstart_dict):
     b = run_config(make_config(small, tmp_path / "b", seed=7))
     differ = tables_differ(a.dir.db, b.dir.db)
     assert {"beliefs", "posts", "actions", "exposures", "agents"} <= set(differ)
+
+
+@pytest.fixture
+def small_world(tmp_path, quickstart_dict):
+    """Round 0 of a 100-agent quick start."""
+    from sim.world.world import build_world
+
+    return build_world(make_config({**quickstart_dict, "population": {"size": 100}},
+                                   tmp_path))
+
+
+def _trust_events(value: float):
+    """One round's trust events (as the apply phase hands them over), the last pair's
+    value after the update set to `value`."""
+    import numpy as np
+
+    return {"truster": np.array([1, 2, 2]), "trustee": np.array([5, 7, 7]),
+            "cause": np.array([0, 0, 2], dtype=np.int8),  # like; like and downvote
+            "delta": np.array([0.05, 1e308, -1e308]), "value": np.array([0.55, value, value])}
+
+
+@pytest.mark.parametrize(("field", "bad", "what"), [
+    ("position", float("nan"), "positions"), ("position", float("-inf"), "positions"),
+    ("confidence", float("inf"), "confidences")])
+def test_non_finite_belief_stops_naming_the_rule(small_world, field, bad, what):
+    """A belief the update left NaN or infinite stops the round with NumericError naming
+    the rule, the first agent and topic, and that the round was not kept."""
+    from types import SimpleNamespace
+
+    from sim.core.errors import NumericError
+    from sim.engine.update import check_finite
+
+    applied = SimpleNamespace(trust=_trust_events(0.6))
+    check_finite(small_world, applied, 4)  # all finite: nothing happens
+    getattr(small_world.beliefs, field)[3, 1] = bad
+    with pytest.raises(NumericError) as err:
+        check_finite(small_world, applied, 4)
+    msg = str(err.value)
+    assert f"round 4: the belief rule 'social_influence' made 1 {what} not finite" in msg
+    assert f"agent 3, topic {small_world.topics[1]!r}" in msg
+    assert "Nothing of round 4 was kept" in msg
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_trust_stops_naming_the_deltas(small_world, bad):
+    """Trust the update left NaN or infinite stops the round naming the pair and the
+    trust deltas that produced it."""
+    from types import SimpleNamespace
+
+    from sim.core.errors import NumericError
+    from sim.engine.update import check_finite
+
+    with pytest.raises(NumericError) as err:
+        check_finite(small_world, SimpleNamespace(trust=_trust_events(bad)), 4)
+    msg = str(err.value)
+    assert "round 4: trust became not finite for 2 event(s)" in msg
+    assert "agent 2 in agent 7, from downvote, like" in msg
+    assert "beliefs.trust.downvote, beliefs.trust.like" in msg
+
+
+@pytest.mark.filterwarnings("ignore:overflow:RuntimeWarning",
+                            "ignore:invalid value:RuntimeWarning")
+def test_cli_run_whose_rule_overflows_exits_2(tmp_path, quickstart_dict, capsys):
+    """A config whose numbers are finite but whose update overflows (a huge social
+    influence rate): `shoal run` exits 2 naming the rule, the round is not kept and the
+    run is recorded as stopped."""
+    import json
+
+    from tests.conftest import write_config
+    from tests.helpers import query
+
+    data = {**quickstart_dict, "rounds": 3, "population": {"size": 100},
+            "beliefs": {"update": {"rule": "social_influence", "rate": 1e308,
+                                   "novelty_new": 1e308, "novelty_seen": 1e308}}}
+    path = write_config(tmp_path / "c.yaml", data)
+    assert main(["run", str(path), "--out", str(tmp_path / "runs"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "round 1: the belief rule 'social_influence' made" in err
+    assert "not finite" in err and "check beliefs.update's parameters" in err
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["status"] == "stopped" and meta["rounds_done"] == 0
+    assert query(run_dir / "trajectory.duckdb", "SELECT count(*) FROM rounds") == [(0,)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import threading
 from abc import ABC, abstractmethod
 
@@ -98,14 +99,56 @@ class LocalExecutor(Executor):
             self._loop.close()
 
 
+PROBE_TIMEOUT_S = 3.0  # a GCS that exists answers a TCP connect at once
+
+
+def _no_cluster(address: str, why: str) -> InputError:
+    return InputError(f"--address {address}: no Ray cluster answers there ({why}); start "
+                      "one with `ray start --head` (then pass the address it prints, or "
+                      "'auto'), or run in-process with `--executor local`")
+
+
+def probe_ray_address(address: str) -> None:
+    """Fail fast (InputError) unless a Ray cluster can be reached at `address`: Ray itself
+    retries a GCS that is not there for minutes. 'auto' is resolved the way `ray.init`
+    does (RAY_ADDRESS, then local clusters); host:port gets a plain TCP connect."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    target = address.removeprefix("ray://")  # Ray Client: its server port is probed
+    try:
+        # the address ray.init will dial (it turns localhost into the node's own IP)
+        resolved = (target if address.startswith("ray://")
+                    else canonicalize_bootstrap_address(target))
+    except ConnectionError:  # 'auto' and no cluster found on this machine
+        raise _no_cluster(address, "none is running on this machine") from None
+    except ValueError as exc:
+        raise InputError(f"--address {address}: not a Ray address ({exc}); expected "
+                         "HOST:PORT or 'auto'") from None
+    if resolved is None:  # 'local': ray.init starts one
+        return
+    host, _, port = resolved.rpartition(":")
+    if not host or not port.isdigit():
+        raise InputError(f"--address {address}: not a Ray address; expected HOST:PORT or "
+                         "'auto'")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), PROBE_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        raise _no_cluster(address, f"cannot connect to {resolved}: "
+                          f"{exc.strerror or type(exc).__name__}") from None
+
+
 def ensure_ray(address: str | None) -> bool:
     """Connect to Ray: join the cluster at `address`, or start a local instance on all
     CPUs, unless this process is already connected. True if this call connected (so the
-    caller shuts it down)."""
+    caller shuts it down). An address where no cluster answers is an InputError within
+    seconds."""
     import ray
 
     if ray.is_initialized():
         return False
+    if address:
+        probe_ray_address(address)
     try:
         if address:
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
@@ -113,7 +156,9 @@ def ensure_ray(address: str | None) -> bool:
             ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False,
                      log_to_driver=False)
     except ConnectionError as exc:
-        raise InputError(f"--address {address}: cannot join a Ray cluster: {exc}") from None
+        if not address:
+            raise InputError(f"cannot start a local Ray instance: {exc}") from None
+        raise _no_cluster(address, str(exc)) from None
     return True
 
 

@@ -8,6 +8,7 @@ import numpy as np
 from beliefs.rules import Exposures, UpdateContext, UpdateRule
 from sim.core.counter_rng import CounterRNG
 from sim.core.errors import NumericError
+from sim.core.vocabulary import TRUST_CAUSES
 from sim.engine.apply import Applied
 from sim.world.world import World
 
@@ -47,6 +48,15 @@ def check_finite(world: World, applied: Applied, round_: int) -> None:
                 f"{int(bad.sum())} {what} not finite (first: agent {agent}, topic "
                 f"{world.topics[topic]!r}); check beliefs.update's parameters. Nothing of "
                 f"round {round_} was kept.")
-    if not np.isfinite(applied.trust["value"]).all():
-        raise NumericError(f"round {round_}: trust became not finite; check "
-                           "beliefs.trust's parameters")
+    t = applied.trust
+    bad = ~np.isfinite(t["value"])
+    if bad.any():
+        first = int(np.argmax(bad))
+        pair = (t["truster"] == t["truster"][first]) & (t["trustee"] == t["trustee"][first])
+        causes = sorted({TRUST_CAUSES[int(c)] for c in t["cause"][pair]})
+        raise NumericError(
+            f"round {round_}: trust became not finite for {int(bad.sum())} event(s) (first: "
+            f"agent {int(t['truster'][first])} in agent {int(t['trustee'][first])}, from "
+            f"{', '.join(causes)}); check beliefs.trust's deltas "
+            f"({', '.join(f'beliefs.trust.{c}' for c in causes)}). Nothing of round "
+            f"{round_} was kept.")
