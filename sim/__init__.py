@@ -2,7 +2,7 @@
 `from sim import open_run, open_runs, open_sweep, Simulation`.
 
 Names are imported on first use, so `import sim` costs nothing and reading a run never
-loads the engine (docs/architecture.md)."""
+loads the engine (only `Simulation` does; docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sim.analysis.notebook import open_run, open_runs, open_sweep
+    from sim.runs.simulation import Simulation
 
-__all__ = ["open_run", "open_runs", "open_sweep"]
+__all__ = ["Simulation", "open_run", "open_runs", "open_sweep"]
 _HOME = {"open_run": "sim.analysis.notebook", "open_runs": "sim.analysis.notebook",
-         "open_sweep": "sim.analysis.notebook"}
+         "open_sweep": "sim.analysis.notebook", "Simulation": "sim.runs.simulation"}
 
 
 def __getattr__(name: str) -> Any:

@@ -110,7 +110,7 @@ def test_posts_carry_post_stats_and_stances(family):
 def test_a_fork_includes_its_parents_prefix(family):
     """The fork's frames: the parent's rounds 0..K and posts before the fork, then its own;
     its lineage and fork round; its injected posts by arm."""
-    root, fork = open_run(family.root), open_run(family.fork_obj)  # a sim.run.Run works
+    root, fork = open_run(family.root), open_run(family.fork_obj)  # a Simulation works
     assert fork.path == family.fork
     assert fork.lineage["run_id"].tolist() == [family.root.name, family.fork.name]
     assert fork.lineage["last_round"].tolist()[0] == K and fork.fork_rounds == [K]

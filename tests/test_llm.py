@@ -157,7 +157,11 @@ def test_a_thousand_agents_survive_injected_faults(tmp_path):
     # One row per request; every failed request and every invalid reply says why; every
     # fallback says why (on each row of the turn).
     sent = query(db, "SELECT count(*) FROM llm_calls WHERE status <> 'not_sent'")[0][0]
-    assert sent == served
+    # A request the client gave up on before the (busy) server read it is sent but never
+    # served; nothing the server served may be missing.
+    gave_up = query(db, "SELECT count(*) FROM llm_calls WHERE status IN ('timeout', "
+                        "'cancelled', 'unreachable')")[0][0]
+    assert served <= sent <= served + gave_up
     assert query(db, "SELECT count(*) FROM llm_calls WHERE status <> 'ok' AND error = ''"
                  )[0][0] == 0
     assert query(db, "SELECT count(*) FROM llm_calls WHERE status <> 'ok' AND outcome <> "

@@ -274,19 +274,28 @@ def test_fork_report_covers_the_full_history(small_run, tmp_path):
 def test_llm_cost_section_counts_calls_tokens_failures_and_cost():
     """From an `llm_calls`-shaped frame (columns may be missing): totals and per model;
     cost from cost_usd, else from the configured prices."""
+    # One row per HTTP request: agent 1's call took three (two timed out, then an answer);
+    # agent 0's call of round 2 timed out on its only request and fell back.
     calls = pd.DataFrame({
-        "round": [1, 1, 2], "agent": [0, 1, 0], "model": ["m1", "m1", "m2"],
-        "prompt_tokens": [1000, 2000, 500], "completion_tokens": [100, 200, 0],
-        "latency_ms": [120.0, 300.0, 50.0], "retries": [0, 2, 3],
-        "status": ["ok", "ok", "timeout"], "fallback_reason": [None, None, "timeout"],
-        "cost_usd": [0.01, None, None],
+        "round": [1, 1, 1, 1, 2], "agent": [0, 1, 1, 1, 0], "platform": ["twitter"] * 5,
+        "model": ["m1", "m1", "m1", "m1", "m2"],
+        "prompt_tokens": [1000, 2000, 2000, 2000, 500],
+        "completion_tokens": [100, 0, 0, 200, 0],
+        "latency_ms": [120.0, 900.0, 900.0, 300.0, 50.0], "retries": [0, 0, 1, 2, 0],
+        "status": ["ok", "timeout", "timeout", "ok", "timeout"],
+        "outcome": ["post", "retried", "retried", "like", "fallback_rule"],
+        "fallback_reason": [None, None, None, None, "timeout"],
+        "cost_usd": [0.01, 0.002, 0.002, None, None],
     })
     config = {"llm": {"providers": [{"model": "m1", "price_prompt_per_mtok": 1.0,
                                      "price_completion_per_mtok": 10.0}]}}
     page = llm_html(calls, config)
-    assert "3,500 prompt + 300 completion" in page
-    assert "1 (timeout: 1)" in page and "<td>5</td>" in page  # failures, retries
-    assert "$0.0140" in page  # 0.01 logged + (2000 * 1 + 200 * 10) / 1e6 estimated
+    assert "3 (5 HTTP requests, 3 turns)" in page  # calls, not requests
+    assert "7,500 prompt + 300 completion" in page
+    assert "1 (timeout: 1)" in page  # the call without an answer; retried requests are not
+    assert "2 HTTP requests sent again" in page
+    assert "fallbacks</th><td>1 (timeout: 1)" in page
+    assert "$0.0180" in page  # 0.014 logged + (2000 * 1 + 200 * 10) / 1e6 estimated
     assert llm_html(calls.drop(columns=["cost_usd", "latency_ms"]), {}).count("—") >= 1
     assert "no LLM calls" in llm_html(None, {})
 

@@ -7,17 +7,39 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${1:-runs/herd_effect}"
-shoal="${SHOAL:-shoal}"
+# The shoal command: $SHOAL, else the repository's .venv (the README's install), else PATH.
+shoal="${SHOAL:-}"
+if [[ -z "$shoal" ]]; then
+  if [[ -x "$here/../../.venv/bin/shoal" ]]; then shoal="$here/../../.venv/bin/shoal"
+  else shoal="$(command -v shoal || true)"; fi
+fi
+if [[ -z "$shoal" || ! -x "$shoal" ]]; then
+  echo "run.sh: no shoal command found; install Shoal as the README says" \
+       "(python3 -m venv .venv && .venv/bin/pip install -e .) or set SHOAL=/path/to/shoal" >&2
+  exit 1
+fi
+python="$(dirname "$shoal")/python"  # the interpreter Shoal (and duckdb) is installed in
+[[ -x "$python" ]] || python=python3
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+step() {  # run a shoal command; on failure show its output and stop
+  if ! "$shoal" "$@" >"$log" 2>&1; then
+    echo "run.sh: failed: shoal $*" >&2; cat "$log" >&2; exit 1
+  fi
+}
 mkdir -p "$out"
-base=$("$shoal" run "$here/../herd_effect.yaml" --out "$out" --quiet 2>&1 >/dev/null \
-       | sed -n 's/^run \([^ ]*\) → .*/\1/p')
+echo "base run (3,000 agents, 20 rounds) into $out ..." >&2
+step run "$here/../herd_effect.yaml" --out "$out" --quiet
+base=$(sed -n 's/^run \([^ ]*\) → .*/\1/p' "$log" | head -n 1)
+[[ -n "$base" ]] || { echo "run.sh: could not read the base run's id" >&2; cat "$log" >&2; exit 1; }
 for seed in 1 2 3 4 5; do
   for arm in up control down; do
-    "$shoal" fork "$out/$base" --round 10 --seed "$seed" --intervene "$here/$arm.yaml" \
-      --name "herd-$arm-s$seed" --quiet >/dev/null 2>&1
+    echo "fork: arm $arm, seed $seed" >&2
+    step fork "$out/$base" --round 10 --seed "$seed" --intervene "$here/$arm.yaml" \
+      --name "herd-$arm-s$seed" --quiet
   done
 done
-python3 - "$out" <<'PY'
+"$python" - "$out" <<'PY'
 import glob, sys
 import duckdb, numpy as np
 out = sys.argv[1]

@@ -24,7 +24,7 @@ from sim.store.lineage import run_tree
 
 def open_run(path: str | Path | Any) -> Run:
     """A run's trajectory as DataFrames: `path` is a run directory, a run id under
-    `runs/`, or a `sim.run.Run` (e.g. one just simulated in the notebook)."""
+    `runs/`, a `Run`, or a `Simulation` (e.g. one just simulated in the notebook)."""
     return Run(path)
 
 
@@ -32,7 +32,7 @@ def open_runs(paths: Iterable[str | Path | Any] | str | Path,
               labels: Sequence[str] | None = None) -> Runs:
     """Several runs as one: `paths` lists run directories (or ids, or Run objects), or
     is one output folder, whose runs are all read (parents before their forks); a sweep
-    directory opens as `sim.sweep.open_sweep` does, with seed and grid columns. `labels`
+    directory opens as `open_sweep` does, with seed and grid columns. `labels`
     name the runs in the `run` column (default: their ids)."""
     if isinstance(paths, str | Path):
         folder = Path(paths)

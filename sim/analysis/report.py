@@ -32,6 +32,7 @@ from sim.analysis import plots
 from sim.analysis.notebook import open_run
 from sim.analysis.runs import Run
 from sim.core.errors import InputError
+from sim.llm.usage import Usage
 from sim.store.run_dir import RunDir, engine_version
 
 TOP_POSTS = 10
@@ -285,8 +286,17 @@ def timings_html(data: Run) -> str:
             for s, c in cols]
     rows.append(("all stages", _num(total / 1e3, "{:,.2f}"),
                  _num(total / len(rounds), "{:,.1f}"), "100%"))
-    note = (f"{len(rounds)} rounds logged; wall clock of this run "
-            f"{_num(_wall_seconds(data.meta), '{:,.1f}')} s (creation to finish).")
+    # A fork's table includes its ancestors' rounds; its wall clock covers only its own.
+    first, last = int(rounds["round"].min()), int(rounds["round"].max())
+    k = (data.meta.get("lineage") or {}).get("fork_round")
+    wall = _num(_wall_seconds(data.meta), "{:,.1f}")
+    if k is None:
+        note = (f"Stages: rounds {first}–{last} ({len(rounds)} rounds logged). Wall clock "
+                f"of this run (rounds {first}–{last}, creation to finish): {wall} s.")
+    else:
+        note = (f"Stages: rounds {first}–{last} ({len(rounds)} rounds logged), of which "
+                f"{first}–{k} ran in the runs this one was forked from. Wall clock of this "
+                f"fork (rounds {k + 1}–{last}, creation to finish): {wall} s.")
     return _p(note) + table_html(("stage", "total s", "mean ms per round", "share"), rows,
                                  numeric=(1, 2, 3))
 
@@ -476,37 +486,39 @@ def llm_html(calls: pd.DataFrame | None, config: dict) -> str:
     if calls is None or calls.empty:
         return _p("no LLM calls")
     cost = llm_cost(calls, config)
+    usage = Usage.of(calls)
     status = _col(calls, "status").fillna("").astype(str)
-    failed = (status != "ok") & (status != "")
+    last = _col(calls, "outcome").fillna("").astype(str) != "retried"
+    failed = last & (status != "ok") & (status != "")  # calls without an answer
     reason = _col(calls, "fallback_reason").fillna("").astype(str)
     # a turn's calls all carry its fallback reason: count turns, not calls
     turn = [c for c in ("round", "agent", "platform") if c in calls]
     fell = calls[reason != ""]
-    n_fallbacks = len(fell.drop_duplicates(turn)) if turn else len(fell)
     reasons = (fell.assign(_r=reason[reason != ""].str.split(":").str[0])
                .drop_duplicates(turn or None)["_r"].value_counts())
     latency = _numbers(calls, "latency_ms")
     pairs = [
-        ("calls", f"{len(calls):,}"),
-        ("tokens", f"{int(_numbers(calls, 'prompt_tokens').sum()):,} prompt + "
-                   f"{int(_numbers(calls, 'completion_tokens').sum()):,} completion"),
-        ("failed calls", f"{int(failed.sum()):,}" + (" (" + ", ".join(
+        ("calls", f"{usage.calls:,} ({usage.requests:,} HTTP requests, {usage.turns:,} "
+                  "turns)"),
+        ("tokens", f"{usage.prompt_tokens:,} prompt + {usage.completion_tokens:,} "
+                   "completion"),
+        ("failed calls", f"{usage.failed:,}" + (" (" + ", ".join(
             f"{k}: {v}" for k, v in status[failed].value_counts().items()) + ")"
             if failed.any() else "")),
-        ("invalid replies", f"{int((_col(calls, 'outcome') == 'invalid').sum()):,}"),
-        ("fallbacks", f"{n_fallbacks:,}" + (" (" + ", ".join(
-            f"{k}: {v}" for k, v in reasons.items()) + ")" if n_fallbacks else "")),
-        ("retries", f"{int(_numbers(calls, 'retries').sum()):,}"),
+        ("invalid replies", f"{usage.invalid:,}"),
+        ("fallbacks", f"{usage.fallbacks:,}" + (" (" + ", ".join(
+            f"{k}: {v}" for k, v in reasons.items()) + ")" if usage.fallbacks else "")),
+        ("retries", f"{usage.retries:,} HTTP requests sent again"),
         ("latency", f"median {_num(latency.median(), '{:,.0f}')} ms, "
                     f"p95 {_num(latency.quantile(0.95), '{:,.0f}')} ms"),
         ("estimated cost", _usd(cost.sum()) if cost.notna().any() else "not priced"),
     ]
     by_model = (pd.DataFrame({"model": _col(calls, "model").fillna("?").astype(str),
-                              "failed": failed, "cost": cost,
+                              "last": last, "failed": failed, "cost": cost,
                               "prompt": _numbers(calls, "prompt_tokens"),
                               "completion": _numbers(calls, "completion_tokens")})
                 .groupby("model")
-                .agg(calls=("model", "size"), prompt=("prompt", "sum"),
+                .agg(calls=("last", "sum"), prompt=("prompt", "sum"),
                      completion=("completion", "sum"), failed=("failed", "sum"),
                      cost=("cost", lambda s: s.sum(min_count=1))))
     rows = [(m, f"{int(r.calls):,}", f"{int(r.prompt):,}", f"{int(r.completion):,}",

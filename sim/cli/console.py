@@ -49,7 +49,7 @@ def progress_bar(quiet: bool):
     if quiet:
         return _NoProgress()
     return Progress(
-        TextColumn("round"), MofNCompleteColumn(), BarColumn(),
+        TextColumn("round"), MofNCompleteColumn(), BarColumn(bar_width=16),
         TextColumn("{task.fields[actions]:,} actions"), TimeElapsedColumn(),
         TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.fields[llm]}"),
         console=console, transient=False,

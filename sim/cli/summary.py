@@ -9,6 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from sim.llm.usage import Usage
 from sim.store.checkpoints import CheckpointStore
 
 
@@ -52,15 +53,11 @@ def summarize(root: Path, wall_seconds: float | None = None, rounds_run: int | N
             "FROM beliefs WHERE round IN (0, (SELECT max(round) FROM beliefs)) "
             "GROUP BY ALL ORDER BY topic, round").fetchall()
         n_posts = con.execute("SELECT count(*) FROM posts").fetchone()[0]
-        llm = con.execute("""
-            SELECT count(*), count(*) FILTER (WHERE status <> 'ok'),
-                   count(*) FILTER (WHERE outcome = 'invalid'),
-                   coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0),
-                   coalesce(sum(cost_usd), 0), coalesce(median(latency_ms), 0)
-            FROM llm_calls""").fetchone()
-        fallbacks = con.execute("""
-            SELECT source::VARCHAR, count(*) FROM actions
-            WHERE source IN ('fallback_rule', 'fallback_nothing') GROUP BY 1""").fetchall()
+        usage = Usage.of(con.execute(
+            "SELECT round, agent, platform, status, outcome, fallback_reason, "
+            "prompt_tokens, completion_tokens FROM llm_calls").df())
+        cost, latency = con.execute("SELECT coalesce(sum(cost_usd), 0), "
+                                    "coalesce(median(latency_ms), 0) FROM llm_calls").fetchone()
     finally:
         con.close()
 
@@ -77,12 +74,15 @@ def summarize(root: Path, wall_seconds: float | None = None, rounds_run: int | N
                                 if db.with_suffix(".duckdb.wal").exists() else 0)
     head.add_row("trajectory", f"{db}  ({size / 1e6:.1f} MB)")
     head.add_row("checkpoints", _checkpoints_line(CheckpointStore(Path(root) / "checkpoints")))
-    if llm[0]:
-        n_fb = sum(n for _, n in fallbacks)
-        head.add_row("LLM calls", f"{llm[0]:,} calls, {llm[1]:,} failed, {llm[2]:,} invalid "
-                                  f"replies, {n_fb:,} fallbacks; median latency {llm[6]:.0f} ms")
-        head.add_row("LLM tokens, cost", f"{llm[3]:,} prompt + {llm[4]:,} completion tokens, "
-                                         f"about ${llm[5]:.4f}")
+    if usage.requests:
+        retried = f" ({usage.requests:,} HTTP requests)" if usage.retries else ""
+        head.add_row("LLM calls", f"{usage.calls:,} calls{retried}, {usage.failed:,} failed, "
+                                  f"{usage.invalid:,} invalid replies; {usage.turns:,} turns, "
+                                  f"{usage.fallbacks:,} fell back; median latency "
+                                  f"{latency:.0f} ms")
+        head.add_row("LLM tokens, cost", f"{usage.prompt_tokens:,} prompt + "
+                                         f"{usage.completion_tokens:,} completion tokens, "
+                                         f"about ${cost:.4f}")
 
     act_table = Table(title="actions", title_justify="left", box=None, padding=(0, 1))
     for col in ("platform", "action", "applied", "rejected"):
@@ -101,5 +101,10 @@ def summarize(root: Path, wall_seconds: float | None = None, rounds_run: int | N
         first, last = rows[0], rows[-1]
         bel.add_row(topic, f"{first[0]:+.2f} → {last[0]:+.2f}", f"{first[1]:.2f} → {last[1]:.2f}",
                     f"{first[2]:.2f} → {last[2]:.2f}")
-    hint = Text(f"open it: duckdb.connect('{db}', read_only=True)", style="dim")
-    return Group(head, Text(""), act_table, Text(""), bel, Text(""), hint)
+    return Group(head, Text(""), act_table, Text(""), bel, Text(""))
+
+
+def open_hint(root: Path) -> str:
+    """How to open the run's trajectory in Python (print it unwrapped: the path must stay
+    whole to be copied)."""
+    return f"open it: duckdb.connect('{Path(root) / 'trajectory.duckdb'}', read_only=True)"

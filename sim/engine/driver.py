@@ -63,6 +63,7 @@ from sim.engine.round_log import (
 from sim.engine.round_record import round_header, round_items
 from sim.engine.schedule import Scheduler, round_start
 from sim.engine.update import update_beliefs, update_trust
+from sim.llm.usage import Usage
 from sim.platforms.spec import by_code
 from sim.store.checkpoints import CheckpointStore
 from sim.store.writer import RoundPayload, RoundWriter
@@ -86,7 +87,7 @@ class RoundStats:
     n_exposures: int = 0
     n_trust_events: int = 0
     n_interventions: int = 0
-    n_llm_calls: int = 0
+    n_llm_calls: int = 0  # logical calls (sim/llm/usage.py), not HTTP requests
     n_llm_failed: int = 0  # calls without an answer (after their retries)
     n_llm_fallbacks: int = 0  # LLM turns decided by the fallback
     ms: dict[str, float] = field(default_factory=dict)
@@ -268,10 +269,9 @@ class RoundDriver:
                 "llm_calls": llm_calls_table(rnd.calls)}))
             raise
         s = rnd.stats
-        s.n_llm_calls = len(rnd.calls)
-        s.n_llm_failed = sum(c["status"] != "ok" for c in rnd.calls)
-        s.n_llm_fallbacks = sum(c["call"] == 1 and bool(c["fallback_reason"])
-                                for c in rnd.calls)  # one first call per turn
+        usage = Usage.of(rnd.calls)
+        s.n_llm_calls, s.n_llm_failed = usage.calls, usage.failed
+        s.n_llm_fallbacks = usage.fallbacks
         rnd.actions = ActionBatch.concat([res.actions for res in results], len(w.topics)
                                          ).canonical()
         crash_point("mid_round", rnd.number)

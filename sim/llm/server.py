@@ -366,6 +366,7 @@ class LoopbackProcess:
         while not ready.exists():
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
+                shutil.rmtree(ready.parent, ignore_errors=True)
                 raise RuntimeError("the loopback LLM server did not start")
             time.sleep(0.05)
         self.url = ready.read_text()
