@@ -32,7 +32,7 @@ from sim.analysis import plots
 from sim.analysis.notebook import open_run
 from sim.analysis.runs import Run
 from sim.core.errors import InputError
-from sim.llm.usage import Usage
+from sim.store.llm_usage import Usage
 from sim.store.run_dir import RunDir, engine_version
 
 TOP_POSTS = 10

@@ -9,8 +9,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from sim.llm.usage import Usage
 from sim.store.checkpoints import CheckpointStore
+from sim.store.llm_usage import Usage
 
 
 def _checkpoints_line(store: CheckpointStore) -> str:

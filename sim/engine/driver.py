@@ -63,9 +63,9 @@ from sim.engine.round_log import (
 from sim.engine.round_record import round_header, round_items
 from sim.engine.schedule import Scheduler, round_start
 from sim.engine.update import update_beliefs, update_trust
-from sim.llm.usage import Usage
 from sim.platforms.spec import by_code
 from sim.store.checkpoints import CheckpointStore
+from sim.store.llm_usage import Usage
 from sim.store.writer import RoundPayload, RoundWriter
 from sim.world.checkpoint import checkpoint
 from sim.world.world import World
@@ -87,7 +87,7 @@ class RoundStats:
     n_exposures: int = 0
     n_trust_events: int = 0
     n_interventions: int = 0
-    n_llm_calls: int = 0  # logical calls (sim/llm/usage.py), not HTTP requests
+    n_llm_calls: int = 0  # logical calls (sim/store/llm_usage.py), not HTTP requests
     n_llm_failed: int = 0  # calls without an answer (after their retries)
     n_llm_fallbacks: int = 0  # LLM turns decided by the fallback
     ms: dict[str, float] = field(default_factory=dict)

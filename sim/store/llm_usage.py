@@ -1,5 +1,5 @@
-"""Counting LLM usage from `llm_calls` rows, the one definition the round stats, the run
-summary and the report share.
+"""Counting LLM usage from rows of the `llm_calls` table: the one definition the round
+stats, the run summary and the report share.
 
 A row is one HTTP request. A *call* is a logical request of a turn (the first ask, the ask
 again without tools, the repair), which may take several HTTP requests: every request of
