@@ -191,8 +191,12 @@ class _Item:
 def _read_text(path: Path) -> str:
     if not path.is_file():
         raise InputError(f"{path}: profile file not found")
+    raw = path.read_bytes()
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in raw:
+        raise InputError(f"{path}: not a UTF-8 text file (binary, or UTF-16); save the "
+                         "profiles as UTF-8")
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if not text.strip():

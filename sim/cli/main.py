@@ -7,6 +7,7 @@ Exit codes: 0 done; 2 bad config or input (the message names the field, file or 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 import traceback
@@ -17,27 +18,39 @@ from rich.markup import escape
 
 from sim.cli.console import console, out, print_whole, progress_bar, stop_between_rounds
 from sim.config import load_config, resolved_dict
+from sim.config.loading import locate
 from sim.core.errors import InputError, ProviderDown
 from sim.store.run_dir import engine_version
 
 
-def _overrides(args: argparse.Namespace) -> list[str]:
-    """CLI flags as `--set`-style overrides, so they validate like the YAML."""
+def _overrides(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
+    """CLI flags as `--set`-style overrides, so they validate like the YAML, and how a
+    message names each one (the flag as typed: `--rounds 0`, not `--set rounds=0`)."""
     sets = list(args.set or [])
+    labels: dict[str, str] = {}
     for flag, key in (("executor", "executor.kind"), ("shards", "executor.shards"),
                       ("address", "executor.address"), ("seed", "seed"),
                       ("rounds", "rounds"), ("out", "output.dir")):
         value = getattr(args, flag, None)
         if value is not None:
-            sets.append(f"{key}={value}")
+            # Text flags are quoted: `--out 2024` is a folder name, not a number.
+            shown = json.dumps(value) if flag in ("executor", "address", "out") else value
+            sets.append(f"{key}={shown}")
+            labels[sets[-1]] = f"--{flag} {value}"
     if getattr(args, "address", None) and not getattr(args, "executor", None):
         sets.append("executor.kind=ray")  # --address only makes sense on Ray
-    return sets
+        labels[sets[-1]] = f"--address {args.address}"
+    return sets, labels
+
+
+def _load(args: argparse.Namespace):
+    """The config of `args.config` with the command line's overrides applied."""
+    return load_config(args.config, *_overrides(args))
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Validate a config and print it with every default filled in."""
-    cfg = load_config(args.config, _overrides(args))
+    cfg = _load(args)
     out.print(yaml.safe_dump(resolved_dict(cfg), sort_keys=False), end="", markup=False,
               highlight=False)
     console.print(f"[green]ok[/]: {args.config} is valid")
@@ -48,9 +61,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Run a simulation from a config, with a progress bar and a final summary."""
     from sim.runs.simulation import Simulation
 
-    cfg = load_config(args.config, _overrides(args))
+    cfg = _load(args)
     start = time.perf_counter()
-    sim = Simulation.create(cfg)
+    try:
+        sim = Simulation.create(cfg)
+    except InputError as exc:  # found against the population: point into the config too
+        raise locate(cfg, exc) from None
     console.print(f"run [bold]{sim.run_id}[/] → {sim.dir.root}")
     for note in sim.notes:
         console.print(f"[yellow]note[/]: {escape(note)}", highlight=False)
@@ -62,6 +78,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from sim.runs.simulation import Simulation
 
     start = time.perf_counter()
+    shards = args.shards
+    if shards is not None and shards != "auto" and not (shards.isdigit() and int(shards) >= 1):
+        # checked before the run is reopened (resuming truncates it to its checkpoint)
+        raise InputError(f"--shards {shards}: must be a whole number >= 1 or 'auto'")
     sim = Simulation.resume(args.run)
     for note in sim.notes:
         console.print(f"[yellow]warning[/]: {escape(note)}", highlight=False)
@@ -92,6 +112,8 @@ def cmd_fork(args: argparse.Namespace) -> int:
         ref, sep, to = item.rpartition("=")
         if not sep or not ref:
             raise InputError(f"--move {item!r}: expected NAME|INDEX=ROUND")
+        if not to.strip().lstrip("-").isdigit():
+            raise InputError(f"--move {item!r}: the round must be an integer, got {to!r}")
         edits.append(f"move {ref} {to}")
     plan = ForkPlan(sets=list(args.set or []), seed=args.seed, interventions=added,
                     schedule=edits, source=args.intervene or "fork")
@@ -203,8 +225,11 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     """Predict a config's LLM calls, tokens and cost with a dry run."""
     from sim.runs.estimate import estimate
 
-    cfg = load_config(args.config, _overrides(args))
-    est = estimate(cfg, args.completion_tokens)
+    cfg = _load(args)
+    try:
+        est = estimate(cfg, args.completion_tokens)
+    except InputError as exc:
+        raise locate(cfg, exc) from None
     out.print(f"{cfg.name}: {est.rounds} rounds; predicted LLM use (dry run: rule decisions, "
               f"contexts measured, nothing sent; took {est.seconds:.1f} s)", highlight=False)
     for p in est.providers:
@@ -225,9 +250,12 @@ def cmd_diagnose_memory(args: argparse.Namespace) -> int:
 
     from sim.runs.memory_diagnostic import DEFAULT_FACT, diagnose
 
-    cfg = load_config(args.config, _overrides(args))
-    result = diagnose(cfg, args.plant_round, args.check_round, args.fact or DEFAULT_FACT,
-                      args.plant_as, args.group, Path(args.out) if args.out else None)
+    cfg = _load(args)
+    try:
+        result = diagnose(cfg, args.plant_round, args.check_round, args.fact or DEFAULT_FACT,
+                          args.plant_as, args.group, Path(args.out) if args.out else None)
+    except InputError as exc:
+        raise locate(cfg, exc) from None
     console.print(f"planted at round {result.plant_round} as {args.plant_as}: "
                   f"{result.fact!r}; checked at round {result.check_round}; run "
                   f"{result.run_dir or '(in memory; --out keeps it)'}")

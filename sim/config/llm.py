@@ -65,7 +65,8 @@ class ProviderConfig(Strict):
                 continue
             parts = urlsplit(url)
             if parts.scheme not in ("http", "https") or not parts.hostname:
-                shown = f", got {url!r}" if "@" not in url else ""
+                secret = "@" in url or _SECRET_QUERY.search(parts.query)
+                shown = f", got {url!r}" if not secret else ""
                 raise ValueError(f"must be http(s) URLs or 'loopback'{shown}")
             if parts.username or parts.password or _SECRET_QUERY.search(parts.query):
                 raise ValueError("a base URL must not carry credentials (user:password@, "
@@ -84,14 +85,15 @@ class ProviderConfig(Strict):
     @field_validator("extra_body")
     @classmethod
     def _no_secrets(cls, v: dict[str, Any]) -> dict[str, Any]:
-        for path in _secret_fields(v):
+        for path in secret_fields(v):
             raise ValueError(f"{path}: looks like a credential; keys come only from "
                              "api_key_env (the value is not shown)")
         return v
 
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SECRET_NAME = re.compile(r"(api[_-]?key|secret|token|password|passwd|authorization|^key$"
+# (`token(?!s)`: max_tokens and the like are counts, not credentials)
+_SECRET_NAME = re.compile(r"(api[_-]?key|secret|token(?!s)|password|passwd|authorization|^key$"
                           r"|^auth$|credential)", re.IGNORECASE)
 _SECRET_QUERY = re.compile(r"(^|&)(api[_-]?key|key|token|secret|access[_-]?token)=",
                            re.IGNORECASE)
@@ -112,7 +114,12 @@ def shown_name(name: str) -> str:
     return name if re.fullmatch(r"[A-Z][A-Z0-9_]{0,63}", name) else "(the name given)"
 
 
-def _secret_fields(data: Any, path: str = "") -> list[str]:
+def is_secret_name(name: str) -> bool:
+    """Whether a field name says it holds a credential (api_key, token, secret, ...)."""
+    return bool(_SECRET_NAME.search(name))
+
+
+def secret_fields(data: Any, path: str = "") -> list[str]:
     """Paths of fields of a mapping (nested) whose name says they hold a credential."""
     out = []
     if isinstance(data, dict):
@@ -120,10 +127,10 @@ def _secret_fields(data: Any, path: str = "") -> list[str]:
             here = f"{path}.{key}" if path else str(key)
             if isinstance(key, str) and _SECRET_NAME.search(key):
                 out.append(here)
-            out += _secret_fields(value, here)
+            out += secret_fields(value, here)
     elif isinstance(data, list):
         for i, value in enumerate(data):
-            out += _secret_fields(value, f"{path}.{i}")
+            out += secret_fields(value, f"{path}.{i}")
     return out
 
 

@@ -12,16 +12,16 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from sim.config.base import PartOf
-from sim.config.llm import check_api_keys
+from sim.config.llm import check_api_keys, is_secret_name, secret_fields
 from sim.config.model import Config
 from sim.config.platforms import PlatformsOf
-from sim.core.errors import ConfigError
+from sim.core.errors import ConfigError, InputError
 from sim.core.registry import REGISTRIES
 
 
@@ -33,6 +33,12 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
     seen: set[object] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        try:
+            hash(key)
+        except TypeError:  # `[1, 2]: x` would escape as a TypeError
+            raise yaml.constructor.ConstructorError(
+                None, None, "a key must be a name, not a list or a mapping",
+                key_node.start_mark) from None
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key {key!r}", key_node.start_mark
@@ -47,18 +53,23 @@ _UniqueKeyLoader.add_constructor(
 
 
 def _line_of(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
-    """1-based line of the YAML node at `loc`, or of the deepest ancestor that exists."""
+    """1-based line of the field at `loc` (its key's line: a section's problem points at
+    `population:`, not at its first entry), or of the deepest ancestor that exists."""
     node, line = root, (root.start_mark.line + 1 if root is not None else None)
     for part in loc:
         if isinstance(node, yaml.MappingNode):
-            nxt = next((v for k, v in node.value if getattr(k, "value", None) == str(part)), None)
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
-            nxt = node.value[part] if part < len(node.value) else None
+            pair = next(((k, v) for k, v in node.value
+                         if getattr(k, "value", None) == str(part)), None)
+            nxt, mark = (pair[1], pair[0].start_mark) if pair else (None, None)
+        elif isinstance(node, yaml.SequenceNode) and str(part).isdigit():
+            i = int(part)
+            nxt = node.value[i] if i < len(node.value) else None
+            mark = nxt.start_mark if nxt is not None else None
         else:
             nxt = None
         if nxt is None:
             break
-        node, line = nxt, nxt.start_mark.line + 1
+        node, line = nxt, mark.line + 1
     return line
 
 
@@ -82,10 +93,13 @@ def _field_path(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
             path.append(part)
             data = data[part]
             continue
+        if isinstance(part, str) and isinstance(data, str) and part == data:
+            data = {}  # a shorthand (`graph: edgelist`) made a mapping: its fields follow
+            continue
         if isinstance(part, str) and isinstance(data, dict) and names is None:
             names = _part_names()
         if isinstance(part, str) and (
-            part.startswith("function-")
+            part.startswith("function-") or part == "[key]"  # (a dict key's own check)
             or (isinstance(data, dict) and (part in (data.get("kind"), data.get("rule"),
                                                      data.get("dist")) or part in names))
             or isinstance(data, str | int | float)
@@ -99,7 +113,9 @@ def _field_path(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
 def _models_in(field: Any) -> tuple[list[type[BaseModel]], str | None, str | None]:
     """The pydantic models a field (or an annotation) can hold, with the tag that tells
     them apart and the model used when the tag is left out."""
-    for meta in getattr(field, "metadata", ()) or ():
+    # (a FieldInfo's metadata, or an `Annotated[...]` inside a list's item type)
+    metas = getattr(field, "metadata", None) or getattr(field, "__metadata__", None) or ()
+    for meta in metas:
         if isinstance(meta, PartOf):
             return list(meta.models().values()), meta.registry.tag, meta.registry.default
         if isinstance(meta, PlatformsOf):
@@ -108,12 +124,15 @@ def _models_in(field: Any) -> tuple[list[type[BaseModel]], str | None, str | Non
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation], None, None
     found: list[type[BaseModel]] = []
+    tag = default = None
     for arg in getattr(annotation, "__args__", ()) or ():
-        found += _models_in(arg)[0]
+        models, arg_tag, arg_default = _models_in(arg)
+        found += models
+        tag, default = tag or arg_tag, default or arg_default
     origin = getattr(annotation, "__origin__", None)
     if origin is not None and origin is not annotation and not found:
         found += _models_in(origin)[0]
-    return found, None, None
+    return found, tag, default
 
 
 def _pick(models: list[type[BaseModel]], data: Any, tag: str | None = None,
@@ -137,20 +156,33 @@ def _pick(models: list[type[BaseModel]], data: Any, tag: str | None = None,
 def _allowed_fields(path: tuple[Any, ...], data: Any) -> list[str]:
     """Field names valid in the mapping at `path` (for 'did you mean' hints); best effort."""
     model: type[BaseModel] | None = Config
+    listed = None  # a list field's item models, until its index picks one
     for part in path:
+        if listed is not None:
+            if not (isinstance(data, list) and str(part).isdigit() and int(part) < len(data)):
+                return []
+            data = data[int(part)]
+            model, listed = _pick(listed[0], data, *listed[1:]), None
+            continue
         if model is None:
             return []
         field = model.model_fields.get(str(part))
         data = data.get(part) if isinstance(data, dict) else None
         if field is None:
             return []
-        model = _pick(*_models_in(field)[:1], data, *_models_in(field)[1:])
+        found = _models_in(field)
+        if isinstance(data, list):
+            listed, model = found, None
+        else:
+            model = _pick(found[0], data, *found[1:])
     return list(model.model_fields) if model is not None else []
 
 
 def _describe(err: dict[str, Any], path: tuple[Any, ...], data: Any) -> str:
     """Turn one pydantic error into 'must be > 0, got -3' style text."""
     kind, ctx, got = err["type"], err.get("ctx") or {}, err.get("input")
+    if _may_hold_a_secret(path, got):
+        got = _Hidden()
     ops = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
            "less_than_equal": "<="}
     if kind in ops:
@@ -183,8 +215,31 @@ def _describe(err: dict[str, Any], path: tuple[Any, ...], data: Any) -> str:
         return f"must be a finite number, got {got!r}"
     if kind == "too_short":
         return f"must have at least {ctx.get('min_length')} item(s)"
+    if kind == "string_too_short":
+        return "must not be empty" if ctx.get("min_length") == 1 else \
+            f"must have at least {ctx.get('min_length')} characters"
     msg = err["msg"]
     return msg.removeprefix("Value error, ")
+
+
+class _Hidden:
+    """Stands in for a value that is not shown."""
+
+    def __repr__(self) -> str:
+        return "(a value that may hold a credential, not shown)"
+
+
+def _may_hold_a_secret(path: tuple[Any, ...], value: Any) -> bool:
+    """Whether a field's value must stay out of messages: its path names a credential,
+    or it is a mapping or list with a field that does (`--set name.token=...`)."""
+    return secret_path([str(p) for p in path]) or bool(
+        isinstance(value, dict | list) and secret_fields(value))
+
+
+def secret_path(parts: list[str]) -> bool:
+    """Whether a dotted config path may hold a credential: a part named like one
+    (api_key, key, token, secret, password, ...) or anything under `extra_body`."""
+    return any(p == "extra_body" or is_secret_name(p) for p in parts)
 
 
 def validation_problems(
@@ -192,8 +247,8 @@ def validation_problems(
     overrides: dict[tuple[str, ...], str] | None = None,
 ) -> list[str]:
     """Readable 'file:line: path: problem' lines for a pydantic ValidationError. A problem
-    with a field a `--set` wrote (`overrides`: its path -> the argument) names the argument
-    instead of a line of the file."""
+    with a field a `--set` (or a flag) wrote (`overrides`: its path -> how the argument is
+    shown, e.g. `--set rounds=0`) names the argument instead of a line of the file."""
     problems = []
     for err in exc.errors():
         path = _field_path(err["loc"], data)
@@ -207,7 +262,7 @@ def validation_problems(
         dotted = ".".join(str(p) for p in path)
         blamed = _blame(path, overrides or {})
         if blamed:
-            where = f"--set {blamed}: "
+            where = f"{blamed}: "
         else:
             line = _line_of(root, path) if root is not None else None
             where = f"{source}:{line}: " if source and line else (f"{source}: " if source
@@ -215,7 +270,29 @@ def validation_problems(
         text = f"{where}{dotted + ': ' if dotted else ''}{text}"
         if text not in problems:
             problems.append(text)
-    return problems
+    return _merge_alternatives(problems)
+
+
+_MUST = re.compile(r"^(?P<field>.*?: )must be (?P<what>.+), got (?P<got>.+)$")
+
+
+def _merge_alternatives(problems: list[str]) -> list[str]:
+    """One line for a value a union refused on each of its branches: `hourly: must be one
+    of 'flat' or 'diurnal', or a list, got 'weekly'` (not one line per branch)."""
+    out: list[str] = []
+    merged: dict[tuple[str, str], int] = {}
+    for text in problems:
+        m = _MUST.match(text)
+        key = (m["field"], m["got"]) if m else None
+        if key in merged:
+            i = merged[key]
+            head, _, _ = out[i].rpartition(", got ")
+            out[i] = f"{head}, or {m['what']}, got {m['got']}"
+            continue
+        if key is not None:
+            merged[key] = len(out)
+        out.append(text)
+    return out
 
 
 _PATH = re.compile(r"^[A-Za-z_][\w\-]*(\.[\w\-]+)*$")
@@ -232,7 +309,7 @@ def _at(data: Any, path: tuple) -> Any:
 
 
 def _blame(path: tuple, overrides: dict[tuple[str, ...], str]) -> str | None:
-    """The `--set` argument that wrote `path` (or a section holding it), if any."""
+    """The argument (`--set ...`, a flag) that wrote `path` (or a section holding it)."""
     parts = tuple(str(p) for p in path)
     for key, arg in overrides.items():
         if parts[:len(key)] == key or (key[:len(parts)] == parts and parts):
@@ -244,14 +321,20 @@ def parse_config(data: Any, root: yaml.Node | None = None, source: str | None = 
                  overrides: dict[tuple[str, ...], str] | None = None) -> Config:
     """Validate a mapping into a Config, raising ConfigError with readable problems."""
     if not isinstance(data, dict):
-        where = f"{source}: " if source else ""
-        raise ConfigError([f"{where}the config must be a YAML mapping, got {type(data).__name__}"])
+        raise ConfigError([_not_a_mapping(data, source)])
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(validation_problems(exc, data, root, source, overrides)) from None
     except RecursionError:
         raise ConfigError([f"{source or 'config'}: nested too deeply"]) from None
+
+
+def _not_a_mapping(data: Any, source: str | None) -> str:
+    where = f"{source}: " if source else ""
+    if data is None:
+        return f"{where}the config file is empty (or only comments); it must be a YAML mapping"
+    return f"{where}the config must be a YAML mapping, got {type(data).__name__}"
 
 
 # Bounds on what a YAML file may expand to: a small file of aliases can stand for an
@@ -265,6 +348,8 @@ def read_yaml(path: str | Path, what: str = "config") -> tuple[Any, yaml.Node | 
     UTF-8 text, malformed (with the line), nested too deeply, or expanding (through
     aliases) to more than MAX_NODES values."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError([f"{path}: is a folder; give the {what} file"])
     if not path.is_file():
         raise ConfigError([f"{path}: {what} file not found"])
     try:
@@ -318,27 +403,88 @@ def _check_size(root: yaml.Node | None, path: Path) -> None:
             stack.extend((k, depth + 1, False) for k in kids if id(k) not in size)
 
 
-def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
+def load_config(path: str | Path, overrides: list[str] | None = None,
+                labels: dict[str, str] | None = None) -> Config:
     """Read, parse and validate a YAML config file; relative paths resolve against its folder.
 
     `overrides` are `a.b=value` strings applied to the YAML before validation; a problem
-    with what one of them wrote names it.
+    with what one of them wrote names it (as `labels` shows it: a CLI flag turned into an
+    override is named as the flag, e.g. `--rounds 0`). The config remembers where its
+    fields are (`locate` puts file:line on problems found later, against the population).
     """
     path = Path(path)
     data, root = read_yaml(path)
     blame: dict[tuple[str, ...], str] = {}
     if overrides:
         if not isinstance(data, dict):
-            raise ConfigError([f"{path}: the config must be a YAML mapping"])
-        data = apply_overrides(data, overrides, blame)
+            raise ConfigError([_not_a_mapping(data, str(path))])
+        data = apply_overrides(data, overrides, blame, labels)
     cfg = parse_config(data, root, str(path), blame)
-    check_api_keys(cfg)  # a key variable that is not set is found before anything runs
-    return resolve_paths(cfg, path.parent)
+    cfg._origin = Origin(str(path), _field_lines(root), blame)
+    try:
+        check_api_keys(cfg)  # a key variable that is not set is found before anything runs
+        return resolve_paths(cfg, path.parent)
+    except InputError as exc:
+        raise locate(cfg, exc) from None
+
+
+class Origin(NamedTuple):
+    """Where a loaded config's fields came from: the file, the line of each field (dotted
+    path -> line), and the arguments that wrote fields (path -> how they are shown)."""
+
+    source: str
+    lines: dict[str, int]
+    overrides: dict[tuple[str, ...], str]
+
+
+def _field_lines(root: yaml.Node | None) -> dict[str, int]:
+    """Dotted path -> 1-based line of every field of a YAML tree (keys' lines; each
+    aliased node once)."""
+    lines: dict[str, int] = {}
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, str]] = [(root, "")] if root is not None else []
+    while stack:
+        node, prefix = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            pairs = [(str(getattr(k, "value", "")), k, v) for k, v in node.value]
+        elif isinstance(node, yaml.SequenceNode):
+            pairs = [(str(i), v, v) for i, v in enumerate(node.value)]
+        else:
+            continue
+        for name, at, value in pairs:
+            dotted = f"{prefix}.{name}" if prefix else name
+            lines.setdefault(dotted, at.start_mark.line + 1)
+            stack.append((value, dotted))
+    return lines
+
+
+def locate(cfg: Config, exc: InputError) -> InputError:
+    """`exc` with the place of the field it starts with: the argument that wrote it, or
+    `file:line` in the config it was loaded from (a problem found after validation, e.g.
+    `llm.agents.ids: no agent 500`, against the population). Unchanged when the config
+    was not read from a file or the message names no field of it."""
+    origin: Origin | None = getattr(cfg, "_origin", None)
+    head, sep, _ = str(exc).partition(": ")
+    if origin is None or not sep or not _PATH.match(head):
+        return exc
+    parts = head.split(".")
+    blamed = _blame(tuple(parts), origin.overrides)
+    if blamed:
+        return InputError(f"{blamed}: {exc}")
+    for k in range(len(parts), 0, -1):  # the field, or the deepest section holding it
+        line = origin.lines.get(".".join(parts[:k]))
+        if line is not None:
+            return InputError(f"{origin.source}:{line}: {exc}")
+    return exc
 
 
 def resolve_paths(cfg: Config, base: Path) -> Config:
     """Make the file fields absolute (relative to the config's folder) and check they exist."""
     problems = []
+    origin: Origin | None = getattr(cfg, "_origin", None)
     for owner, field, dotted in (
         (cfg.population, "file", "population.file"),
         (cfg.initial_stances, "file", "initial_stances.file"),
@@ -349,7 +495,9 @@ def resolve_paths(cfg: Config, base: Path) -> Config:
             continue
         resolved = Path(value) if Path(value).is_absolute() else (base / value)
         if not resolved.is_file():
-            problems.append(f"{dotted}: file not found: {value} (looked at {resolved})")
+            line = origin.lines.get(dotted) if origin else None
+            where = f"{origin.source}:{line}: " if origin and line else ""
+            problems.append(f"{where}{dotted}: file not found: {value} (looked at {resolved})")
         else:
             setattr(owner, field, str(resolved.resolve()))
     if problems:
@@ -368,29 +516,42 @@ def config_hash(cfg: Config) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def shown_override(item: str) -> str:
+    """A `--set` argument as messages show it: its value hidden when the key may hold a
+    credential (`llm.providers.0.extra_body.api_key=...`)."""
+    key, sep, _ = item.partition("=")
+    if sep and secret_path(key.strip().split(".")):
+        return f"{key}=(value hidden)"
+    return item
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str],
-                    written: dict[tuple[str, ...], str] | None = None) -> dict[str, Any]:
+                    written: dict[tuple[str, ...], str] | None = None,
+                    labels: dict[str, str] | None = None) -> dict[str, Any]:
     """Apply `a.b.c=value` overrides (value parsed as YAML) to a raw config mapping. A
     numeric part indexes an existing list (`llm.providers.0.model=gpt-4o-mini`).
-    `written`, if given, gets the path each override wrote and the override."""
+    `written`, if given, gets the path each override wrote and how messages name the
+    override: `labels[item]` (a CLI flag, e.g. `--rounds 0`), else `--set key=value`
+    (the value hidden when the key may hold a credential)."""
     for item in overrides:
+        label = (labels or {}).get(item) or f"--set {shown_override(item)}"
         key, sep, raw = item.partition("=")
         parts = key.strip().split(".")
         if not sep or not key.strip() or not all(parts):
-            raise ConfigError([f"--set {item!r}: expected key=value, e.g. "
+            raise ConfigError([f"{_quoted(label)}: expected key=value, e.g. "
                                "population.size=500"])
         try:
             value = yaml.safe_load(raw)
         except yaml.YAMLError as exc:
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-            raise ConfigError([f"--set {item!r}: the value is not valid YAML ({problem}); "
+            raise ConfigError([f"{_quoted(label)}: the value is not valid YAML ({problem}); "
                                "quote it"]) from None
         cur: Any = data
         for i, part in enumerate(parts):
             last = i == len(parts) - 1
             if isinstance(cur, list):
                 if not part.isdigit() or int(part) >= len(cur):
-                    raise ConfigError([f"--set {item!r}: {'.'.join(parts[:i]) or key} is a "
+                    raise ConfigError([f"{_quoted(label)}: {'.'.join(parts[:i]) or key} is a "
                                        f"list of {len(cur)}; index it with 0..{len(cur) - 1}"])
                 part = int(part)
                 if last:
@@ -398,7 +559,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str],
                 elif not isinstance(cur[part], dict | list):
                     cur[part] = {}
             elif not isinstance(cur, dict):
-                raise ConfigError([f"--set {item!r}: {'.'.join(parts[:i])} is not a "
+                raise ConfigError([f"{_quoted(label)}: {'.'.join(parts[:i])} is not a "
                                    "section"])
             elif last:
                 cur[part] = value
@@ -407,5 +568,11 @@ def apply_overrides(data: dict[str, Any], overrides: list[str],
             if not last:
                 cur = cur[part]
         if written is not None:
-            written[tuple(parts)] = item
+            written[tuple(parts)] = label
     return data
+
+
+def _quoted(label: str) -> str:
+    """`--set 'a=[x'`: the argument quoted as a shell would need it (flags stay bare)."""
+    flag, _, arg = label.partition(" ")
+    return f"{flag} {arg!r}" if flag == "--set" else label

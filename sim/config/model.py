@@ -10,9 +10,9 @@ validation errors into `file:line: path: problem` lines is sim.config.loading's 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, PrivateAttr, field_validator, model_validator
 
 from sim.config.base import Dist, Name, Strict, part
 from sim.config.interventions import known_platform
@@ -364,12 +364,18 @@ class Config(Strict):
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     llm: LLMConfig | None = None
     interventions: list[Intervention] = Field(default_factory=list)
+    # Where a config read from a file came from (sim.config.loading.Origin): the lines
+    # of its fields, for problems found after validation. Not part of the config.
+    _origin: Any = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _cross(self):
         span = (datetime.max - self.start_time).total_seconds() / 60
         if self.minutes_per_round * self.rounds > span:
-            raise ValueError(f"minutes_per_round: {self.rounds} rounds of "
+            # (named by the field the file sets: a late start_time with the default step)
+            field = "start_time" if "minutes_per_round" not in self.model_fields_set \
+                and "start_time" in self.model_fields_set else "minutes_per_round"
+            raise ValueError(f"{field}: {self.rounds} rounds of "
                              f"{self.minutes_per_round:,} minutes from {self.start_time} run "
                              "past the year 9999")
         names = [t.name for t in self.topics]
@@ -383,6 +389,7 @@ class Config(Strict):
             )
         problems = [p for i, iv in enumerate(self.interventions)
                     for p in iv.problems(f"interventions.{i}", self.rounds, names)]
+        problems += self._duplicate_names()
         if problems:
             raise ValueError(problems[0])
         if self.memory.summarizer.kind == "llm" and (self.llm is None
@@ -394,6 +401,21 @@ class Config(Strict):
         if self.population.size is not None:  # (profile files: checked when loaded)
             self._check_groups()
         return self
+
+    def _duplicate_names(self) -> list[str]:
+        """Intervention names are unique: a fork drops or moves an entry by its name."""
+        first: dict[str, int] = {}
+        out = []
+        for i, iv in enumerate(self.interventions):
+            if iv.name is None:
+                continue
+            if iv.name in first:
+                out.append(f"interventions.{i}.name: {iv.name!r} is also the name of "
+                           f"interventions.{first[iv.name]}; names must be unique (forks "
+                           "drop and move entries by name)")
+            else:
+                first[iv.name] = i
+        return out
 
     def _check_groups(self) -> None:
         """Every group a selector (or `llm.agents.by_group`) names is a population group."""

@@ -268,9 +268,14 @@ def check_settings(cfg: Config) -> None:
 
 
 def check_against_population(cfg: Config, world) -> None:
-    """Ids and groups named by interventions exist, posts' authors too, and their platforms
-    are enabled (InputError otherwise); run before anything is written."""
+    """Ids and groups named by interventions and by `llm.agents` exist, posts' authors
+    too, and their platforms are enabled (InputError otherwise); run before anything is
+    written."""
     n = world.n_agents
+    if cfg.llm is not None:  # (else an unknown id stops the run at round 1, its directory made)
+        select(cfg.llm.agents.model_copy(update={"fraction": None}), world.population,
+               lambda: None, "llm.agents")
+    _check_growth(cfg, n)
     for i, spec in enumerate(cfg.interventions):
         where = f"interventions.{i}"
         for path, selector in spec.selectors(where):
@@ -283,3 +288,24 @@ def check_against_population(cfg: Config, world) -> None:
                                  f"has {n} agents, ids 0..{n - 1})")
             if post.platform not in world.platforms:
                 raise InputError(f"{path}.platform: {post.platform} is not enabled in this run")
+
+
+def _check_growth(cfg: Config, n: int) -> None:
+    """The agents `add_agents` entries bring fit: ids are 32-bit and the machine must hold
+    them (else the entry fails with a MemoryError mid-run, its directory made)."""
+    from sim.world.world import available_memory, memory_needed
+
+    total, have = n, available_memory()
+    for i, spec in enumerate(cfg.interventions):
+        if not isinstance(spec, AddAgents):
+            continue
+        total += spec.count
+        if total >= 2**31:
+            raise InputError(f"interventions.{i}.count: the population would grow to "
+                             f"{total:,} agents; agent ids are 32-bit (at most "
+                             f"{2**31 - 1:,} agents)")
+        need = memory_needed(cfg, total)
+        if have is not None and need > have:
+            raise InputError(f"interventions.{i}.count: {total:,} agents need at least "
+                             f"{need / 1e9:,.1f} GB of memory; this machine has "
+                             f"{have / 1e9:,.1f} GB available")

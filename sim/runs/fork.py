@@ -11,12 +11,14 @@ anything is written.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 
 from sim.config import ConfigError, parse_config
 from sim.config.llm import check_api_keys
+from sim.config.loading import locate
 from sim.core.errors import InputError
 from sim.engine.agent_history import newly_tracked, rebuild_history
 from sim.engine.interventions import check_against_population
@@ -47,18 +49,29 @@ def fork_run(parent: str | Path, fork_round: int, plan: ForkPlan | None = None,
         raise InputError(f"--round {fork_round}: {parent_dir.run_id} has no checkpoint of "
                          f"round {fork_round}; kept rounds: {shown}")
     meta = store.meta(fork_round)
-    sets = [*plan.sets, *([f"name={name}"] if name is not None else []),
-            f"output.dir={out if out is not None else parent_dir.root.parent}"]
+    # --name and --out as quoted sets (`--name 2024` is a name, not a number), named as
+    # the flags they are when something is wrong with them
+    labels = dict(plan.labels)
+    sets = list(plan.sets)
+    if name is not None:
+        sets.append(f"name={json.dumps(str(name))}")
+        labels[sets[-1]] = f"--name {name}"
+    sets.append(f"output.dir={json.dumps(str(out if out is not None else parent_dir.root.parent))}")
+    if out is not None:
+        labels[sets[-1]] = f"--out {out}"
     try:
         cfg, changes, renumber = fork_config(meta["config"], fork_round,
                                              ForkPlan(sets, plan.seed, plan.interventions,
-                                                      plan.schedule, plan.source))
+                                                      plan.schedule, plan.source, labels))
     except ConfigError as exc:
         raise InputError(str(exc)) from None
     world = world_at(parent_dir, fork_round, "--round", cfg)
     world.interventions.renumber(renumber)
-    check_against_population(cfg, world)
-    check_api_keys(cfg)
+    try:
+        check_against_population(cfg, world)
+        check_api_keys(cfg)
+    except InputError as exc:  # the argument (--intervene file, --set) that made the field
+        raise locate(cfg, exc) from None
     # Agents the fork starts tracking (more LLM agents, build_for: all) get the digest and
     # notifications they would have had, rebuilt from the parent's actions.
     rebuild_history(str(parent_dir.root), world,
@@ -87,6 +100,9 @@ def fork_run(parent: str | Path, fork_round: int, plan: ForkPlan | None = None,
     try:
         run_dir: RunDir = _make_run_dir(Path(cfg.output.dir), cfg, lineage, fill,
                                         rounds_done=fork_round)
+    except InputError as exc:
+        engine.stop()
+        raise locate(cfg, exc) from None
     except BaseException:
         engine.stop()
         raise

@@ -497,7 +497,8 @@ def _make_run_dir(folder: Path, cfg: Config, lineage: dict,
     last) and renamed into place; any failure removes it."""
     run_id = run_id or new_run_id(cfg.name)
     if folder.exists() and not folder.is_dir():
-        raise InputError(f"--out {folder}: is a file, not a folder")
+        # (output.dir: `locate` names --out or the config line that set it)
+        raise InputError(f"output.dir: {folder} is a file, not a folder")
     final = RunDir(folder / run_id)
     tmp = RunDir(folder / f".{run_id}.creating")
     try:
@@ -506,7 +507,7 @@ def _make_run_dir(folder: Path, cfg: Config, lineage: dict,
     except FileExistsError:
         raise InputError(f"{tmp.root}: exists already") from None
     except OSError as exc:
-        raise InputError(f"--out {folder}: cannot create a run directory there: "
+        raise InputError(f"output.dir: cannot create a run directory in {folder}: "
                          f"{exc.strerror or exc}") from None
     try:
         tmp.config.write_text(_yaml(resolved_dict(cfg)))

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import networkx as nx
 import numpy as np
-import pandas as pd
 
 from agents.population import Population
 from sim.config.model import (
@@ -111,32 +111,60 @@ def _undirected(g: nx.Graph, mutual: bool):
     return b, a  # newer (higher id) follows older, as in attachment growth
 
 
+_SEPARATOR = re.compile(r"\s*,\s*|\s+")
+
+
 def _edge_list(path: Path, n: int):
-    """Read `follower followee` pairs (comma or whitespace separated, optional header)."""
+    """Read `follower followee` pairs (comma or whitespace separated, further columns
+    ignored, `#` comments and blank lines skipped, an optional header). Read line by line,
+    so every problem names the line of the file it is on."""
     try:
-        df = pd.read_csv(path, sep=None, engine="python", header=None, comment="#",
-                         skip_blank_lines=True, dtype=str)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read edge list: {exc}") from None
-    if df.shape[1] < 2:
-        raise InputError(f"{path}: an edge list needs two columns (follower, followee)")
-    first = df.iloc[0, :2].tolist()
-    has_header = not all(str(v).strip().lstrip("-").isdigit() for v in first)
-    if has_header:
-        df = df.iloc[1:]
-    out = []
-    for col in (0, 1):
-        values = pd.to_numeric(df.iloc[:, col].str.strip(), errors="coerce")
-        bad = values.isna() | (values < 0) | (values >= n) | (values % 1 != 0)
-        if bad.any():
-            row = int(np.argmax(bad.to_numpy()))
-            line = row + 1 + int(has_header)
-            raise InputError(
-                f"{path}:{line}: agent id must be an integer in [0, {n - 1}], "
-                f"got {df.iloc[row, col]!r}"
-            )
-        out.append(values.to_numpy(dtype=np.int64))
-    return out[0], out[1]
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (byte {exc.start} cannot be decoded); "
+                         "an edge list is a text file of follower, followee pairs") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the edge list: {exc.strerror}") from None
+    if "\x00" in text:
+        raise InputError(f"{path}: not a text file (it holds NUL bytes); an edge list is a "
+                         "text file of follower, followee pairs")
+    src: list[int] = []
+    dst: list[int] = []
+    first = True
+    for number, line in enumerate(text.splitlines(), 1):
+        cells = _SEPARATOR.split(line.split("#", 1)[0].strip())
+        if cells == [""]:
+            continue
+        if len(cells) < 2:
+            raise InputError(f"{path}:{number}: expected two agent ids (follower, followee), "
+                             f"got {line.strip()!r}")
+        ids = [_agent_id(c) for c in cells[:2]]
+        if first and None in ids:  # a header row (its first two cells are not integers)
+            first = False
+            continue
+        first = False
+        for cell, value in zip(cells, ids, strict=False):
+            if value is None or not 0 <= value < n:
+                raise InputError(f"{path}:{number}: agent id must be an integer in "
+                                 f"[0, {n - 1}], got {cell!r}")
+        src.append(ids[0])
+        dst.append(ids[1])
+    if first:
+        raise InputError(f"{path}: the edge list is empty; give follower, followee pairs "
+                         "(or use graph: none)")
+    return np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+
+
+def _agent_id(cell: str) -> int | None:
+    """An id cell as an integer (`3` or `3.0`), or None when it is not one."""
+    try:
+        return int(cell)
+    except ValueError:
+        try:
+            value = float(cell)
+        except ValueError:
+            return None
+        return int(value) if value.is_integer() else None
 
 
 def _networkx(name: str, n: int, mutual: bool):

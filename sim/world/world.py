@@ -7,11 +7,13 @@ matter of saving and loading this one object.
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from agents.population import Population, generate_population
 from beliefs.exposure import ExposureHistory
@@ -162,33 +164,66 @@ def initial_beliefs(cfg: Config, pop: Population, rng: np.random.Generator | Non
 
 def _apply_stance_file(path: str, topics: list[str], position: np.ndarray,
                        confidence: np.ndarray) -> None:
-    """Per-agent overrides from a CSV: agent_id, topic, position[, confidence]."""
-    try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read stance file: {exc}") from None
-    missing = {"agent_id", "topic", "position"} - set(df.columns)
-    if missing:
-        raise InputError(f"{path}: missing column(s) {sorted(missing)}; "
-                         "expected agent_id, topic, position[, confidence]")
+    """Per-agent overrides from a CSV: agent_id, topic, position[, confidence]. Every
+    problem names the file's line (blank lines and quoted line breaks counted)."""
     n = position.shape[0]
-    for i, row in enumerate(df.itertuples(index=False), start=2):
-        where = f"{path}:{i}"
+    for where, row in _stance_rows(Path(path)):
         try:
-            agent = int(row.agent_id)
+            agent = int(row["agent_id"])
         except ValueError:
             raise InputError(
-                f"{where}: agent_id: must be an integer, got {row.agent_id!r}"
+                f"{where}: agent_id: must be an integer, got {row['agent_id']!r}"
             ) from None
         if not 0 <= agent < n:
             raise InputError(f"{where}: agent_id: no agent {agent} (population has {n})")
-        if row.topic not in topics:
-            raise InputError(f"{where}: topic: unknown topic {row.topic!r}; topics are {topics}")
-        t = topics.index(row.topic)
-        position[agent, t] = _number(row.position, -1.0, 1.0, where, "position")
-        conf = getattr(row, "confidence", "")
+        if row["topic"] not in topics:
+            raise InputError(f"{where}: topic: unknown topic {row['topic']!r}; "
+                             f"topics are {topics}")
+        t = topics.index(row["topic"])
+        position[agent, t] = _number(row["position"], -1.0, 1.0, where, "position")
+        conf = row.get("confidence") or ""
         if conf != "":
             confidence[agent, t] = _number(conf, 0.0, 1.0, where, "confidence")
+
+
+def _stance_rows(path: Path) -> list[tuple[str, dict[str, str]]]:
+    """The stance file's rows (`file:line`, cells by column), header checked."""
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (byte {exc.start} cannot be decoded); "
+                         "save the stance file as UTF-8") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the stance file: {exc.strerror}") from None
+    if "\x00" in text:
+        raise InputError(f"{path}: not a text file (it holds NUL bytes); a stance file is "
+                         "a CSV")
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    header: list[str] | None = None
+    rows, start = [], 1
+    try:
+        for cells in reader:
+            line, start = start, reader.line_num + 1
+            if not any(c.strip() for c in cells):
+                continue
+            if header is None:
+                header = [c.strip() for c in cells]
+                missing = {"agent_id", "topic", "position"} - set(header)
+                if missing:
+                    raise InputError(f"{path}:{line}: missing column(s) {sorted(missing)}; "
+                                     "expected agent_id, topic, position[, confidence]")
+                continue
+            if len(cells) != len(header):
+                raise InputError(f"{path}:{line}: {len(cells)} fields, the header has "
+                                 f"{len(header)}")
+            rows.append((f"{path}:{line}", {k: v.strip() for k, v in zip(header, cells,
+                                                                          strict=True)}))
+    except csv.Error as exc:
+        raise InputError(f"{path}:{reader.line_num}: malformed CSV: {exc}") from None
+    if header is None:
+        raise InputError(f"{path}: the stance file is empty; expected the columns "
+                         "agent_id, topic, position[, confidence]")
+    return rows
 
 
 def _number(raw: str, low: float, high: float, where: str, field: str) -> float:
