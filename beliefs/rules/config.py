@@ -4,22 +4,34 @@ stated on [0, 1] in the literature is ε = 2ε' here."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from sim.config.base import Strict
 
-BeliefMode = Literal["exposures", "pairs", "neighbours", "complete"]
+BeliefMode = Literal["exposures", "encounters", "pairs", "neighbours", "complete"]
 Epsilon = Annotated[float, Field(gt=0, le=2)]
 
 
 class Dynamics(Strict):
     """What every opinion-dynamics rule shares: who an agent is influenced by each round
-    (`mode`), and whether exposures to posts it had already seen count (`skip_seen`)."""
+    (`mode`), and whether exposures to posts it had already seen count (`skip_seen`).
+    `modes` lists the modes a rule implements; `encounters` (sequential pairwise
+    encounters) only makes sense for the pairwise rules, which add it."""
+
+    modes: ClassVar[tuple[str, ...]] = ("exposures", "pairs", "neighbours", "complete")
 
     mode: BeliefMode = "exposures"
     skip_seen: bool = False
+
+    @model_validator(mode="after")
+    def _mode_implemented(self):
+        if self.mode not in self.modes:
+            rule = getattr(self, "rule", type(self).__name__)
+            raise ValueError(f"mode {self.mode!r} is not available for rule {rule!r} "
+                             f"(its modes: {', '.join(self.modes)})")
+        return self
 
     @model_validator(mode="after")
     def _skip_seen(self):

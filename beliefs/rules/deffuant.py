@@ -7,8 +7,14 @@ x_j). Per topic, independently. Modes (docs/models.md):
 - `exposures`: for each post the agent saw this round, oldest first, and each topic it
   addresses, x ← x + μ(s − x) if |s − x| < ε, using the moved x for the next post (the
   one-sided form; this is `bounded_confidence`, the read phase of workload W).
-- `pairs`: a random perfect matching of the living agents per round; both ends move
-  (the original model's random encounters, N/2 per round).
+- `encounters`: the published schedule — N/2 encounters per round, each a uniformly drawn
+  pair of distinct living agents, applied one after another, both ends moving; an agent
+  may meet several partners in a round or none, each time from where the previous
+  encounter left it. Applied in batches of disjoint encounters (`encounter_batches`), which
+  gives exactly the sequential result.
+- `pairs`: a random perfect matching of the living agents per round, both ends moving
+  (N/2 encounters too, but everyone meets exactly one partner per round; fewer stragglers
+  than the published schedule).
 - `complete` / `neighbours`: every agent draws one partner (anyone / a followee) and moves
   towards it, all from the positions at the start of the round (one-sided, synchronous).
 """
@@ -24,8 +30,10 @@ from beliefs.rules.base import Exposures, UpdateContext, UpdateRule
 from beliefs.rules.config import Dynamics, Epsilon
 from beliefs.rules.exposure_stances import exposure_stances
 from beliefs.rules.partners import (
+    encounter_batches,
     living,
     living_followees,
+    random_encounters,
     random_followees,
     random_matching,
     random_others,
@@ -72,8 +80,19 @@ def one_sided(pos: np.ndarray, agents: np.ndarray, partner: np.ndarray, eps: flo
     pos[agents] = np.where(move, x + mu * diff, x)
 
 
+def sequential_pairs(pos: np.ndarray, a: np.ndarray, b: np.ndarray, eps: float, mu: float
+                     ) -> None:
+    """Symmetric encounters (a[k, t], b[k, t]) applied in sequence order k on each topic t,
+    each from the positions the earlier ones left; one batch of disjoint encounters at a
+    time."""
+    for k, t in encounter_batches(a, b, pos.shape[0]):
+        symmetric_pairs(pos, a[k, t], b[k, t], eps, mu, t)
+
+
 class Deffuant(Dynamics):
     """Deffuant–Weisbuch bounded confidence: |x_j − x_i| < ε moves x_i by μ(x_j − x_i)."""
+
+    modes = (*Dynamics.modes, "encounters")
 
     rule: Literal["deffuant"]
     epsilon: Epsilon = 0.4
@@ -82,7 +101,7 @@ class Deffuant(Dynamics):
 
 @BELIEF_RULES.register("deffuant", config=Deffuant)
 class DeffuantRule(UpdateRule):
-    """Deffuant–Weisbuch in any of the four modes; confidence is not used."""
+    """Deffuant–Weisbuch in any of the five modes; confidence is not used."""
 
     def __init__(self, cfg: Deffuant):
         self.cfg = cfg
@@ -102,6 +121,10 @@ class DeffuantRule(UpdateRule):
             pos[a] = read_sequentially(pos[a], stance, addressed, self.epsilon, self.mu)
             return
         live = living(ctx, n)
+        if self.mode == "encounters":
+            a, b = random_encounters(ctx, live, n_topics)
+            sequential_pairs(pos, a, b, self.epsilon, self.mu)
+            return
         if self.mode == "pairs":
             a, b = random_matching(ctx, live, n_topics)
             symmetric_pairs(pos, a, b, self.epsilon, self.mu)

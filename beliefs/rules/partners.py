@@ -4,6 +4,11 @@ Every draw goes through the run's counter RNG keyed by (round, agent, purpose), 
 topic gets its own draws, so each topic is an independent replica of the model and the
 result never depends on shards or processing order. Only living agents interact.
 
+- `encounters`: N/2 encounters per topic (N living agents), each a uniformly drawn pair of
+  distinct living agents, applied one after another (Deffuant et al. 2000): an agent may
+  meet several partners in a round, or none. `encounter_batches` cuts the sequence into
+  runs of disjoint encounters, so a rule can apply each run at once and still get the
+  result of the sequential loop.
 - `pairs`: a uniform random perfect matching of the living agents, per topic (one agent
   sits out when their number is odd).
 - `complete`: each agent draws one partner uniformly among all other living agents.
@@ -33,6 +38,7 @@ class Draw(IntEnum):
     ADOPT = Purpose.INTERVENTION + _STRIDE * 13
     PICK = Purpose.INTERVENTION + _STRIDE * 14
     CONFLICT = Purpose.INTERVENTION + _STRIDE * 15
+    ENCOUNTER = Purpose.INTERVENTION + _STRIDE * 16  # keyed by encounter index, not agent
 
 
 def rng_of(ctx: UpdateContext) -> CounterRNG:
@@ -67,6 +73,62 @@ def random_matching(ctx: UpdateContext, live: np.ndarray, n_topics: int
     perm = live[np.argsort(u, axis=0, kind="stable")]
     half = len(live) // 2
     return perm[0:2 * half:2], perm[1:2 * half:2]
+
+
+def random_encounters(ctx: UpdateContext, live: np.ndarray, n_topics: int
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """The round's encounter sequence per topic: agent ids (a, b) of shape [len(live) // 2, T];
+    encounter k on topic t is (a[k, t], b[k, t]), two distinct living agents drawn uniformly
+    (independently of the other encounters). Draws are keyed by the encounter's index, so
+    they depend only on the seed, the round, the topic and who is alive."""
+    n_live, k = len(live), len(live) // 2
+    if k == 0:
+        empty = np.empty((0, n_topics), dtype=np.int64)
+        return empty, empty.copy()
+    u = draws(ctx, Draw.ENCOUNTER, np.arange(k, dtype=np.int64), 2 * n_topics)
+    # min(): guards against u·n rounding up to n for u just below 1.
+    i = np.minimum((u[:, :n_topics] * n_live).astype(np.int64), n_live - 1)
+    j = np.minimum((u[:, n_topics:] * (n_live - 1)).astype(np.int64), n_live - 2)
+    j += j >= i  # uniform among the others
+    return live[i], live[j]
+
+
+def encounter_batches(a: np.ndarray, b: np.ndarray, n: int
+                      ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Split each topic's encounter sequence (a, b [K, T], agent ids < n) into consecutive
+    batches in which no agent appears twice: greedily, a batch ends just before the first
+    encounter that reuses one of its agents. Returns, batch after batch, the (encounter
+    index, topic) of its encounters; batch m of every topic is in entry m. Applying the
+    entries in order, each all at once, gives exactly the sequential result: encounters of a
+    batch touch disjoint agents, and every encounter comes after all earlier ones that share
+    an agent with it."""
+    k, n_topics = a.shape
+    if k == 0:
+        return []
+    # prev[t, e]: the latest earlier encounter on topic t sharing an agent with e (-1: none).
+    key = (np.arange(n_topics)[:, None, None] * n
+           + np.stack([a.T, b.T], axis=2)).ravel()  # [T, K, 2] in sequence order per topic
+    order = np.argsort(key, kind="stable")  # by (topic, agent), then by position
+    same = key[order[1:]] == key[order[:-1]]
+    earlier = np.full(key.size, -1, dtype=np.int64)
+    earlier[order[1:][same]] = order[:-1][same]
+    enc = np.where(earlier >= 0, (earlier % (2 * k)) // 2, -1)
+    prev = enc.reshape(n_topics, k, 2).max(axis=2)
+    # A batch starting at s ends at next[s] = min{e : prev[e] ≥ s} (prev[e] < e, so e > s):
+    # the least e whose previous conflict lies in the batch; a suffix minimum over s.
+    first = np.full((n_topics, k + 1), k, dtype=np.int64)
+    t_idx, e_idx = np.nonzero(prev >= 0)
+    np.minimum.at(first, (t_idx, prev[t_idx, e_idx]), e_idx)
+    nxt = np.minimum.accumulate(first[:, ::-1], axis=1)[:, ::-1]
+    starts = np.zeros((n_topics, k + 1), dtype=bool)
+    s, topics = np.zeros(n_topics, dtype=np.int64), np.arange(n_topics)
+    while (s < k).any():  # one step per batch (≈ √N of them), vectorised over topics
+        starts[topics, s] = True
+        s = nxt[topics, s]
+    batch = np.cumsum(starts[:, :k], axis=1) - 1  # [T, K]
+    flat = np.argsort(batch.ravel(), kind="stable")
+    bounds = np.cumsum(np.bincount(batch.ravel()))[:-1]
+    return [(cell % k, cell // k) for cell in np.split(flat, bounds)]
 
 
 def random_others(ctx: UpdateContext, live: np.ndarray, n_topics: int) -> np.ndarray:

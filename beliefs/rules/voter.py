@@ -6,6 +6,10 @@ shrinks; with ±1 starting positions this is the classic binary voter model. Mod
 
 - `exposures`: the stance of one post, drawn uniformly among those the agent saw this
   round that address the topic.
+- `encounters`: N/2 encounters per round, each a uniformly drawn pair of living agents,
+  applied one after another (an agent may copy, and be copied, several times in a round);
+  in each a fair coin picks who copies whom. Applied in batches of disjoint encounters
+  (`partners.encounter_batches`), which gives exactly the sequential result.
 - `pairs`: a random perfect matching; in each pair a fair coin picks who copies whom.
 - `complete` / `neighbours`: every agent copies a uniformly drawn other agent / followee,
   all from the positions at the start of the round (synchronous).
@@ -27,8 +31,10 @@ from beliefs.rules.exposure_stances import exposure_stances
 from beliefs.rules.partners import (
     Draw,
     draws,
+    encounter_batches,
     living,
     living_followees,
+    random_encounters,
     random_followees,
     random_matching,
     random_others,
@@ -49,6 +55,8 @@ def uniform_choice(mask: np.ndarray, u: np.ndarray) -> np.ndarray:
 
 class Voter(Dynamics):
     """Voter model: an agent copies the position of a random influence."""
+
+    modes = (*Dynamics.modes, "encounters")
 
     rule: Literal["voter"]
     rate: float = Field(default=1.0, gt=0, le=1)
@@ -77,6 +85,20 @@ class VoterRule(UpdateRule):
             pos[a] = np.where(adopt, s, pos[a])
             return
         live = living(ctx, n)
+        if self.cfg.mode == "encounters":
+            a, b = random_encounters(ctx, live, n_topics)
+            # Draws keyed by the encounter's index: whether a copies b (else b copies a), and
+            # whether the copy happens.
+            k = np.arange(len(a), dtype=np.int64)
+            a_copies = draws(ctx, Draw.COIN, k, n_topics) < 0.5
+            adopt = draws(ctx, Draw.ADOPT, k, n_topics) < rate
+            for e, t in encounter_batches(a, b, n):
+                go = adopt[e, t]
+                e, t = e[go], t[go]
+                copier = np.where(a_copies[e, t], a[e, t], b[e, t])
+                model = np.where(a_copies[e, t], b[e, t], a[e, t])
+                pos[copier, t] = pos[model, t]
+            return
         if self.cfg.mode == "pairs":
             a, b = random_matching(ctx, live, n_topics)
             topic = np.broadcast_to(np.arange(n_topics), a.shape)

@@ -7,6 +7,8 @@ agents and the initial positions, and `rule.update(...)` once per round.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from beliefs.rules import Exposures, UpdateContext, make_rule
@@ -41,10 +43,11 @@ def to_unit(x: np.ndarray) -> np.ndarray:
 
 def run_rule(spec: dict, position: np.ndarray, rounds: int, seed: int = 0,
              confidence: np.ndarray | None = None, graph: FollowGraph | None = None,
-             trust: TrustStore | None = None, until_still: float | None = None
-             ) -> tuple[np.ndarray, int]:
+             trust: TrustStore | None = None, until_still: float | None = None,
+             until: Callable[[np.ndarray], bool] | None = None) -> tuple[np.ndarray, int]:
     """Run `rounds` rounds of the rule on [N, T] positions; returns (positions, rounds run).
-    With `until_still`, stop early once a round moves no position by more than that."""
+    With `until_still`, stop early once a round moves no position by more than that; with
+    `until`, once it holds for the positions after a round."""
     rule = make_rule(rule_config(spec))
     position = np.array(position, dtype=np.float64)
     n, t = position.shape
@@ -64,6 +67,8 @@ def run_rule(spec: dict, position: np.ndarray, rounds: int, seed: int = 0,
                             initial_position=x0)
         rule.update(beliefs, NO_EXPOSURES, ctx)
         if before is not None and np.max(np.abs(beliefs.position - before)) <= until_still:
+            return beliefs.position, r
+        if until is not None and until(beliefs.position):
             return beliefs.position, r
     return beliefs.position, rounds
 

@@ -1,6 +1,7 @@
 """The mechanics under the validated models: each exposure-driven mode against a direct
-per-agent loop over its documented formula, the partner draws (matchings, partners,
-conflict-free proposals), determinism, dead agents, flags and config checks."""
+per-agent loop over its documented formula, the sequential `encounters` mode against a plain
+loop over its encounters, the partner draws (encounters, matchings, partners, conflict-free
+proposals), determinism, dead agents, flags and config checks."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from beliefs.rules import Exposures, UpdateContext, make_rule
 from beliefs.rules.partners import (
     Draw,
     conflict_free,
+    encounter_batches,
     living_followees,
+    random_encounters,
     random_followees,
     random_matching,
     random_others,
@@ -25,7 +28,7 @@ from sim.core.follow_graph import FollowGraph
 from sim.core.posts import NewPosts, PostStore
 from sim.core.registry import BELIEF_RULES
 from sim.platforms.spec import MAX_CODE
-from tests.validation.harness import rule_config, run_rule
+from tests.validation.harness import NO_EXPOSURES, rule_config, run_rule
 from tests.validation.networks import strongly_connected_graph
 
 N, T, WIDTH = 40, 2, 6
@@ -202,6 +205,139 @@ def test_matching_is_a_perfect_matching_per_topic() -> None:
     assert not all((a[:, 0] == a[:, t]).all() for t in range(1, 4))
 
 
+def test_encounters_are_uniform_pairs_of_distinct_living_agents() -> None:
+    """⌊L/2⌋ encounters per topic (L living agents), each two distinct living agents; the
+    sequence differs between topics and rounds, is the same whatever else the context holds,
+    and every living agent takes part about once per round (2/L per encounter)."""
+    n = 23
+    alive = np.ones(n, bool)
+    alive[[0, 5, 17]] = False
+    live = np.nonzero(alive)[0]
+    a, b = random_encounters(ctx_for(n, alive=alive), live, 3)
+    assert a.shape == b.shape == (10, 3)
+    assert (a != b).all() and np.isin(a, live).all() and np.isin(b, live).all()
+    assert not (a[:, 0] == a[:, 1]).all()
+    a2, b2 = random_encounters(ctx_for(n + 5, alive=np.r_[alive, [False] * 5]), live, 3)
+    np.testing.assert_array_equal(a, a2)
+    np.testing.assert_array_equal(b, b2)
+    a3, _ = random_encounters(ctx_for(n, alive=alive, round_=4), live, 3)
+    assert not np.array_equal(a, a3)
+    assert random_encounters(ctx_for(n), live[:1], 2)[0].shape == (0, 2)
+    # Participation over 400 rounds × 3 topics: each agent in 1200·(2/20)·10 = 1200 on
+    # average; binomial σ ≈ 33, so ± 6σ.
+    seen = np.zeros(n)
+    for r in range(400):
+        a, b = random_encounters(ctx_for(n, alive=alive, round_=r), live, 3)
+        seen += np.bincount(np.r_[a.ravel(), b.ravel()], minlength=n)
+    assert (seen[~alive] == 0).all()
+    assert np.abs(seen[alive] - 1200).max() < 200, seen
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_encounter_batches_are_greedy_runs_of_disjoint_encounters(seed: int) -> None:
+    """Per topic the batches are consecutive runs covering the sequence in order, no agent
+    twice in a batch, and each batch ends just before an encounter that reuses one of its
+    agents."""
+    rng = np.random.default_rng(seed)
+    n, k, n_topics = int(rng.integers(2, 60)), int(rng.integers(1, 40)), 3
+    a = rng.integers(0, n, (k, n_topics))
+    b = (a + rng.integers(1, n, (k, n_topics))) % n if n > 1 else a
+    batches = encounter_batches(a, b, n)
+    for t in range(n_topics):
+        runs = [e[tt == t] for e, tt in batches]
+        runs = [r for r in runs if len(r)]
+        np.testing.assert_array_equal(np.concatenate(runs), np.arange(k))
+        for i, r in enumerate(runs):
+            np.testing.assert_array_equal(r, np.arange(r[0], r[-1] + 1))
+            ends = np.r_[a[r, t], b[r, t]]
+            assert len(set(ends.tolist())) == len(ends)
+            if i + 1 < len(runs):
+                nxt = runs[i + 1][0]
+                assert {int(a[nxt, t]), int(b[nxt, t])} & set(ends.tolist())
+
+
+def plain_encounters(rng: CounterRNG, round_: int, alive: np.ndarray, n_topics: int
+                     ) -> list[list[tuple[int, int]]]:
+    """The documented encounter sequence, per topic, one draw at a time: encounter k uses
+    the uniforms (u, v) of key (round, k, ENCOUNTER) in columns t and T + t; the first agent
+    is the ⌊u·L⌋-th living agent, the second the ⌊v·(L − 1)⌋-th of the others."""
+    live = [i for i in range(len(alive)) if alive[i]]
+    n_live = len(live)
+    out: list[list[tuple[int, int]]] = [[] for _ in range(n_topics)]
+    for k in range(n_live // 2):
+        u = rng.uniform(round_, Draw.ENCOUNTER, np.array([k]), 2 * n_topics)[0]
+        for t in range(n_topics):
+            i = min(int(u[t] * n_live), n_live - 1)
+            j = min(int(u[n_topics + t] * (n_live - 1)), n_live - 2)
+            j = j + 1 if j >= i else j
+            out[t].append((live[i], live[j]))
+    return out
+
+
+CASES = [(0, 2, 1), (1, 3, 2), (2, 7, 3), (3, 40, 3), (4, 101, 2), (5, 300, 4)]
+
+
+def direct_context(n: int, n_topics: int, seed: int, round_: int, alive: np.ndarray
+                   ) -> UpdateContext:
+    """A context for a direct mode: counter RNG, empty graph, the living mask."""
+    return UpdateContext(round=round_, posts=PostStore(n_topics, 2), trust=TrustStore(0.5),
+                         history=None, engagement=np.zeros((n, n_topics)),
+                         rng=CounterRNG(seed), graph=FollowGraph(n), alive=alive)
+
+
+@pytest.mark.parametrize(("seed", "n", "n_topics"), CASES)
+def test_deffuant_encounters_equal_the_sequential_loop(seed: int, n: int, n_topics: int
+                                                       ) -> None:
+    """The batched `encounters` mode gives bit for bit the positions of a plain loop over
+    the encounters in order, each moving both agents by μ·difference if closer than ε
+    (x_i + μ(x_j − x_i), x_j + μ(x_i − x_j)), over several rounds with dead agents."""
+    gen = np.random.default_rng(seed)
+    x0 = gen.uniform(-1, 1, (n, n_topics))
+    alive = gen.random(n) > 0.15
+    eps, mu = 0.7, 0.3
+    rule = make_rule(rule_config({"rule": "deffuant", "mode": "encounters", "epsilon": eps,
+                                  "mu": mu}))
+    beliefs = BeliefState(x0.copy(), np.full((n, n_topics), 0.5))
+    want = x0.copy()
+    for r in range(1, 6):
+        rule.update(beliefs, NO_EXPOSURES, direct_context(n, n_topics, seed, r, alive))
+        for t, seq in enumerate(plain_encounters(CounterRNG(seed), r, alive, n_topics)):
+            for i, j in seq:
+                xi, xj = want[i, t], want[j, t]
+                if abs(xj - xi) < eps:
+                    want[i, t] = xi + mu * (xj - xi)
+                    want[j, t] = xj + mu * (xi - xj)
+        np.testing.assert_array_equal(beliefs.position, want)
+
+
+@pytest.mark.parametrize(("seed", "n", "n_topics"), CASES)
+def test_voter_encounters_equal_the_sequential_loop(seed: int, n: int, n_topics: int
+                                                    ) -> None:
+    """The batched voter `encounters` mode equals a plain loop: in encounter k, with
+    probability `rate` (ADOPT uniform of key k) one agent copies the other, a copying b
+    when the COIN uniform of key k is below ½."""
+    gen = np.random.default_rng(seed)
+    x0 = gen.uniform(-1, 1, (n, n_topics))
+    alive = gen.random(n) > 0.15
+    rate = 0.7
+    rule = make_rule(rule_config({"rule": "voter", "mode": "encounters", "rate": rate}))
+    beliefs = BeliefState(x0.copy(), np.full((n, n_topics), 0.5))
+    want = x0.copy()
+    rng = CounterRNG(seed)
+    for r in range(1, 6):
+        rule.update(beliefs, NO_EXPOSURES, direct_context(n, n_topics, seed, r, alive))
+        for t, seq in enumerate(plain_encounters(rng, r, alive, n_topics)):
+            for k, (i, j) in enumerate(seq):
+                coin = rng.uniform(r, Draw.COIN, np.array([k]), n_topics)[0, t]
+                adopt = rng.uniform(r, Draw.ADOPT, np.array([k]), n_topics)[0, t]
+                if adopt < rate:
+                    if coin < 0.5:
+                        want[i, t] = want[j, t]
+                    else:
+                        want[j, t] = want[i, t]
+        np.testing.assert_array_equal(beliefs.position, want)
+
+
 def test_partners_are_others_and_followees() -> None:
     """`complete` partners are other living agents; `neighbours` partners are living
     followees (−1 for agents who follow no living account)."""
@@ -234,9 +370,13 @@ def test_conflict_free_proposals_are_disjoint() -> None:
         assert keep[:, t].mean() > 0.2
 
 
-@pytest.mark.parametrize("rule", ["deffuant", "voter", "algorithmic_bias", "degroot",
-                                  "hegselmann_krause", "friedkin_johnsen"])
-@pytest.mark.parametrize("mode", ["pairs", "complete", "neighbours"])
+DIRECT = [(rule, mode) for mode in ("encounters", "pairs", "complete", "neighbours")
+          for rule in ("deffuant", "voter", "algorithmic_bias", "degroot", "hegselmann_krause",
+                       "friedkin_johnsen")
+          if mode != "encounters" or rule in ("deffuant", "voter")]
+
+
+@pytest.mark.parametrize(("rule", "mode"), DIRECT)
 def test_direct_modes_are_deterministic_and_spare_the_dead(rule: str, mode: str) -> None:
     """Same seed → same positions, bit for bit; another seed → different (for the random
     modes); dead agents neither move nor influence anyone."""
@@ -301,6 +441,12 @@ def test_flags() -> None:
     ({"rule": "voter", "mode": "ring"}, "beliefs.update.mode: must be one of"),
     ({"rule": "degroot", "mode": "complete", "weights": "trust"}, "weights 'trust' needs"),
     ({"rule": "deffuant", "mode": "pairs", "skip_seen": True}, "skip_seen applies"),
+    ({"rule": "deffuant", "mode": "encounters", "skip_seen": True}, "skip_seen applies"),
+    ({"rule": "degroot", "mode": "encounters"},
+     "mode 'encounters' is not available for rule 'degroot' (its modes: exposures, pairs"),
+    ({"rule": "hegselmann_krause", "mode": "encounters"}, "not available for rule"),
+    ({"rule": "friedkin_johnsen", "mode": "encounters"}, "not available for rule"),
+    ({"rule": "algorithmic_bias", "mode": "encounters"}, "not available for rule"),
     ({"rule": "algorithmic_bias", "gama": 1}, "did you mean 'gamma'"),
     ({"rule": "friedkin_johnsen", "susceptibility": 1.5}, "susceptibility"),
     ({"rule": "kuramoto"}, "unknown kind 'kuramoto'"),
