@@ -122,7 +122,8 @@ def cmd_fork(args: argparse.Namespace) -> int:
                   f"round {args.round} → {sim.dir.root}")
     schedule = describe_schedule(sim.cfg, args.round)
     console.print(f"interventions after round {args.round}: "
-                  + ("; ".join(schedule) if schedule else "none"), highlight=False)
+                  + ("; ".join(schedule) if schedule else "none"), markup=False,
+                  highlight=False)  # entries read "[index N]": not markup
     if args.no_run:
         sim.close()
         return 0
@@ -270,7 +271,7 @@ def _drive(sim, quiet: bool, start: float) -> int:
     """Run the remaining rounds with a progress bar, then print the summary; always close
     the simulation. Ctrl-C stops at the end of the running round, committed and
     checkpointed, and says how to continue."""
-    from sim.cli.summary import summarize
+    from sim.cli.summary import open_hint, summarize
 
     first = sim.round
     try:
@@ -284,8 +285,11 @@ def _drive(sim, quiet: bool, start: float) -> int:
                 totals["calls"] += stats.n_llm_calls
                 totals["failed"] += stats.n_llm_failed
                 totals["fallbacks"] += stats.n_llm_fallbacks
-                llm = (f"{totals['calls']:,} calls ({totals['failed']:,} failed, "
-                       f"{totals['fallbacks']:,} fallbacks)" if totals["calls"] else "")
+                # Failures only where they fit: elapsed time and ETA must show at 80
+                # columns (the summary has the full counts).
+                llm = (f"{totals['calls']:,} calls" if totals["calls"] else "") + "".join(
+                    f", {totals[k]:,} {k}" for k in ("failed", "fallbacks")
+                    if totals[k] and console.width >= 100)
                 progress.update(task, completed=stats.round, actions=totals["actions"],
                                 llm=llm)
 
@@ -300,6 +304,8 @@ def _drive(sim, quiet: bool, start: float) -> int:
     finally:
         sim.close()
     out.print(summarize(sim.dir.root, time.perf_counter() - start, sim.round - first))
+    out.print(open_hint(sim.dir.root), soft_wrap=True, style="dim", markup=False,
+              highlight=False)
     return 0
 
 
@@ -319,12 +325,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return sweep(args)
 
 
-def _add_config_flags(p: argparse.ArgumentParser) -> None:
+def _add_config_flags(p: argparse.ArgumentParser, runs: bool = True) -> None:
+    """The config and its overrides; with `runs`, also where it runs and writes (commands
+    that write nothing and run no agents do not take flags they would ignore)."""
     p.add_argument("config", help="YAML config file")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a config field, e.g. --set population.size=500 (repeatable)")
     p.add_argument("--seed", type=int, help="override the seed")
     p.add_argument("--rounds", type=int, help="override the number of rounds")
+    if not runs:
+        return
     p.add_argument("--executor", choices=["local", "ray"], help="where agents decide")
     p.add_argument("--shards", help="number of agent shards (or 'auto')")
     p.add_argument("--address", help="Ray cluster address ('auto' joins a running cluster)")
@@ -415,7 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_interview)
 
     p = sub.add_parser("estimate", help="predict a config's LLM calls, tokens and cost")
-    _add_config_flags(p)
+    _add_config_flags(p, runs=False)
     p.add_argument("--completion-tokens", type=int, default=60,
                    help="typical completion tokens per call (default: 60)")
     p.set_defaults(func=cmd_estimate)

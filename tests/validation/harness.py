@@ -1,6 +1,6 @@
 """Running a belief rule through the engine's API for many rounds, and reading the result.
 
-The validation tests call rules exactly as the driver does (`sim/driver.py`, step 7): a
+The validation tests call rules exactly as the driver does (`sim/engine/update.py`, step 7): a
 `BeliefState`, an `UpdateContext` with the run's counter RNG, the follow graph, the living
 agents and the initial positions, and `rule.update(...)` once per round.
 """
