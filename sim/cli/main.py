@@ -325,6 +325,21 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return sweep(args)
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    """`shoal import miroshark|mirofish DIR --out SCENARIO_DIR [--force]`."""
+    from sim.runs.importer import import_simulation
+
+    rep = import_simulation(args.source, args.dir, args.out, force=args.force)
+    console.print(f"imported {rep.agents} agents, {rep.rounds} rounds, platforms "
+                  f"{', '.join(rep.platforms)}, {rep.interventions} interventions → {rep.out}",
+                  highlight=False)
+    for note in rep.notes:
+        console.print(f"[yellow]note[/]: {escape(note)}", highlight=False)
+    console.print(f"what each source field became: {rep.out / 'IMPORT.md'}; next: shoal run "
+                  f"{rep.out / 'config.yaml'}", markup=False, highlight=False)
+    return 0
+
+
 def _add_config_flags(p: argparse.ArgumentParser, runs: bool = True) -> None:
     """The config and its overrides; with `runs`, also where it runs and writes (commands
     that write nothing and run no agents do not take flags they would ignore)."""
@@ -460,6 +475,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--address", help="Ray cluster address ('auto' joins a running cluster)")
     p.add_argument("--quiet", action="store_true", help="no per-member lines")
     p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("import", help="turn a MiroShark or MiroFish simulation folder into "
+                                      "a Shoal scenario folder")
+    p.add_argument("source", choices=["miroshark", "mirofish"], help="where the folder is from")
+    p.add_argument("dir", help="the simulation folder (simulation_config.json and profiles)")
+    p.add_argument("--out", required=True, metavar="SCENARIO_DIR",
+                   help="folder to write config.yaml, profiles and IMPORT.md to")
+    p.add_argument("--force", action="store_true",
+                   help="write into a non-empty --out (replaces the imported files)")
+    p.set_defaults(func=cmd_import)
 
     p = sub.add_parser("check", help="validate a config and print it resolved")
     _add_config_flags(p)
