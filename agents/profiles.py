@@ -11,8 +11,10 @@ Three formats (`population.format`):
 - `shoal`: our own records as CSV, JSON or YAML (fields in `_SHOAL_FIELDS`).
 
 `auto` picks one by extension and content. Agent ids are the row order; the file's own id is
-kept as `source_id`. Every problem is an `InputError` naming the file, the line (CSV, YAML)
-or item index (JSON, YAML; 0-based, equal to the agent id) and the field.
+kept as `source_id`. Usernames are made unique rather than refused, and every change is
+recorded (`_usernames`, `profile_fixes_table`); fields a format does not read are kept in
+`extra`. Every problem is an `InputError` naming the file, the line (CSV, YAML) or item
+index (JSON, YAML; 0-based, equal to the agent id) and the field.
 """
 
 from __future__ import annotations
@@ -21,15 +23,18 @@ import ast
 import csv
 import difflib
 import io
+import itertools
 import json
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
+import pyarrow as pa
 import yaml
 
 from agents.population import Population
@@ -55,6 +60,17 @@ _SHOAL_FIELDS = (
 _SHOAL_ONLY = {"group", "activity", "interests", "stance", "stances", "sentiment_bias",
                "following"}
 _REDDIT_ONLY = {"realname", "interested_topics", "karma"}
+# Fields each OASIS format reads; any other field is kept as extra data, not dropped.
+_TWITTER_READ = {"user_id", "name", "username", "user_char", "description",
+                 "following_agentid_list", "previous_tweets", "activity_level_frequency",
+                 "activity_level", "stance", "stances", "sentiment_bias"}
+_REDDIT_READ = {"user_id", "realname", "name", "username", "bio", "persona", "age", "gender",
+                "mbti", "country", "profession", "interested_topics", "activity_level",
+                "stance", "stances", "sentiment_bias", "karma"}
+# Extra keys the loader itself sets (a file column of the same name is kept as "<name> (file)").
+_OWN_EXTRA = {"original_username", "username_fix"}
+# Text that pandas and str() write for a missing number or list: "not given" in such fields.
+_NAN_TEXT = {"nan", "none", "null"}
 _YAML_EXT = {".yaml", ".yml"}
 
 
@@ -105,10 +121,13 @@ class _Item:
         loc = replace(self.loc, line=line) if line is not None else self.loc
         return InputError(f"{loc.prefix()}: {key}: {msg}")
 
-    def get(self, key: str) -> Any:
-        """The value, or None when absent, null, blank or NaN (all mean "not given")."""
+    def get(self, key: str, data: bool = False) -> Any:
+        """The value, or None when absent, null, blank or NaN (all mean "not given").
+        `data`: a number/list/mapping field, where the text `nan`, `None` or `null` is
+        also "not given" (free text keeps such words)."""
         value = self.data.get(key)
-        if isinstance(value, str) and not value.strip():
+        if isinstance(value, str) and (not value.strip()
+                                       or (data and value.strip().lower() in _NAN_TEXT)):
             return None
         if isinstance(value, float) and math.isnan(value):
             return None
@@ -123,7 +142,7 @@ class _Item:
         return str(value).strip()
 
     def number(self, key: str, lo: float, hi: float) -> float | None:
-        value = self.get(key)
+        value = self.get(key, data=True)
         return None if value is None else self.check_number(key, value, lo, hi)
 
     def check_number(self, key: str, value: Any, lo: float, hi: float) -> float:
@@ -140,7 +159,7 @@ class _Item:
         return x
 
     def integer(self, key: str, lo: float, hi: float) -> int | None:
-        value = self.get(key)
+        value = self.get(key, data=True)
         x = self.number(key, lo, hi)
         if x is not None and x != int(x):
             raise self.fail(key, f"must be {_range(lo, hi, 'an integer')}, got {_show(value)}")
@@ -148,7 +167,7 @@ class _Item:
 
     def literal(self, key: str, what: str) -> Any:
         """The value, with a string parsed as a JSON or Python literal (CSV cells)."""
-        value = self.get(key)
+        value = self.get(key, data=True)
         if not isinstance(value, str):
             return value
         text = value.strip()
@@ -163,7 +182,7 @@ class _Item:
 
     def seq(self, key: str, split: bool = True) -> list[Any] | None:
         """A list; in CSV cells a `[...]` literal or, with `split`, `a; b` / `a, b` text."""
-        value = self.get(key)
+        value = self.get(key, data=True)
         if value is None:
             return None
         if split and isinstance(value, str) and not value.strip().startswith("["):
@@ -176,7 +195,7 @@ class _Item:
         raise self.fail(key, f"must be a list, got {_show(value)}")
 
     def mapping(self, key: str, example: str) -> dict[str, Any] | None:
-        value = self.get(key)
+        value = self.get(key, data=True)
         if value is None:
             return None
         parsed = self.literal(key, f"a mapping like {example}")
@@ -457,7 +476,7 @@ def _stance_number(item: _Item, key: str, value: Any) -> float:
 
 def _stance_row(item: _Item, topics: _Topics) -> np.ndarray | None:
     """Per-topic positions: `stances` over `stance`, plus 0.2 * `sentiment_bias` (MiroShark)."""
-    raw = item.get("stance")
+    raw = item.get("stance", data=True)
     stance = None if raw is None else _stance_number(item, "stance", raw)
     stances = item.mapping("stances", "{climate: 0.5}") or {}
     bias = item.number("sentiment_bias", -1.0, 1.0)
@@ -475,7 +494,7 @@ def _stance_row(item: _Item, topics: _Topics) -> np.ndarray | None:
 
 def _interests(item: _Item, key: str, topics: _Topics) -> np.ndarray | None:
     """A list of free-text topics (matched on word boundaries), or a topic -> weight mapping."""
-    value = item.get(key)
+    value = item.get(key, data=True)
     if value is None:
         return None
     if isinstance(value, dict) or (isinstance(value, str) and value.strip().startswith("{")):
@@ -495,7 +514,7 @@ def _interests(item: _Item, key: str, topics: _Topics) -> np.ndarray | None:
 
 
 def _activity(item: _Item, key: str) -> float | None:
-    value = item.get(key)
+    value = item.get(key, data=True)
     # OASIS stores 24 per-hour labels ('active', 'off_line', ...) here; the hourly curve
     # comes from activity_level_frequency instead, so the labels are not needed.
     if isinstance(value, list) or (isinstance(value, str) and value.strip().startswith("[")):
@@ -516,7 +535,7 @@ def _hourly(item: _Item, key: str) -> np.ndarray | None:
 
 def _agent_ids(item: _Item, key: str) -> list[int] | None:
     """OASIS `following_agentid_list`: agent ids, i.e. 0-based row indices."""
-    if item.get(key) is None:
+    if item.get(key, data=True) is None:
         return None
     value = item.literal(key, "a list of agent ids like [3, 17]")
     if isinstance(value, int) and not isinstance(value, bool):
@@ -544,12 +563,15 @@ def _twitter_profile(item: _Item, topics: _Topics) -> _Profile:
     p = _Profile(item, name=name, username=username, bio=bio,
                  persona=item.text("user_char") or bio, source_id=_source_id(item))
     p.activity = _activity(item, "activity_level")
+    if p.activity is None and item.get("activity_level", data=True) is not None:
+        p.extra["activity_level"] = item.seq("activity_level", split=False)  # OASIS labels
     p.hourly = _hourly(item, "activity_level_frequency")
     p.following = _agent_ids(item, "following_agentid_list")
     if "previous_tweets" in item.data:
         tweets = item.seq("previous_tweets", split=False) or []
         p.extra["previous_tweets"] = [str(t) for t in tweets]
     p.stance = _stance_row(item, topics)
+    _keep_unread(item, p, _TWITTER_READ)
     return p
 
 
@@ -566,7 +588,16 @@ def _reddit_profile(item: _Item, topics: _Topics) -> _Profile:
     p.stance = _stance_row(item, topics)
     if "karma" in item.data:
         p.extra["karma"] = item.integer("karma", -math.inf, math.inf)
+    _keep_unread(item, p, _REDDIT_READ)
     return p
+
+
+def _keep_unread(item: _Item, p: _Profile, read: set[str]) -> None:
+    """Fields the format does not read go to `extra` as given (None when blank), so a
+    file's own columns (OASIS `following_count`, `tweets_id`, ...) are not lost."""
+    for key in item.data:
+        if key not in read:
+            p.extra[f"{key} (file)" if key in _OWN_EXTRA else key] = item.get(key)
 
 
 def _shoal_profile(item: _Item, topics: _Topics) -> _Profile:
@@ -626,28 +657,56 @@ def normalise_username(name: str) -> str:
     return clean or "user"
 
 
-def _usernames(profiles: list[_Profile]) -> tuple[list[str], list[str | None]]:
-    """Given usernames (normalised to the documented character set; unique,
-    case-insensitively), else derived from the name and row; and each row's original
-    username where normalising changed it (None elsewhere)."""
+USERNAME_FIXES = ("normalised", "duplicate", "derived")  # profile_fixes.fix (docs/store.md)
+_MAX_USERNAME = 40
+
+
+def _free(base: str, taken: set[str], first: str = "") -> str:
+    """`base + first`, else `base + first + "_2"`, `"_3"`, ...: the first candidate not in
+    `taken` (lower case), `base` shortened so the result keeps to 40 characters."""
+    for k in itertools.count(1):
+        tail = first if k == 1 else f"{first}_{k}"
+        name = base[: _MAX_USERNAME - len(tail)] + tail
+        if name and name.lower() not in taken:
+            return name
+    raise AssertionError("unreachable")
+
+
+class _Usernames(NamedTuple):
+    """One entry per agent: the username used, the file's own where it was changed (None
+    elsewhere) and why it was changed (one of USERNAME_FIXES, or None)."""
+
+    names: list[str]
+    original: list[str | None]
+    fix: list[str | None]
+
+
+def _usernames(profiles: list[_Profile]) -> _Usernames:
+    """Unique usernames (ignoring case), deterministically: a given username is normalised
+    to the documented character set; the first row with it keeps it and later rows get
+    `_2`, `_3`, ... (OASIS's own files repeat some accounts, and OASIS does not mind, but
+    mentions and follow-by-name need one agent per name); a row without one gets
+    `<name><agent id>`. Made-up names never take a username that another row gives.
+    A derived username counts as a fix only when other rows do give usernames."""
     given = [normalise_username(p.username) if p.username else None for p in profiles]
-    _check_unique(profiles, "username", given, fold=True)
-    original = [p.username if p.username and g != p.username else None
-                for p, g in zip(profiles, given, strict=True)]
-    taken = {g.lower() for g in given if g}
-    out = []
-    for i, p in enumerate(profiles):
-        if given[i]:
-            out.append(given[i])
-            continue
-        base = normalise_username(p.name.strip().lower())
-        name, k = f"{base}{i}", 0
-        while name.lower() in taken:
-            k += 1
-            name = f"{base}{i}_{k}"
+    taken = {g.lower() for g in given if g}  # so no made-up name collides with a given one
+    file_has_names = bool(taken)
+    claimed: set[str] = set()
+    out = _Usernames([], [], [])
+    for i, (p, g) in enumerate(zip(profiles, given, strict=True)):
+        if g is not None and g.lower() not in claimed:
+            name, fix = g, ("normalised" if g != p.username else None)
+            claimed.add(g.lower())
+        elif g is not None:
+            name, fix = _free(g, taken), "duplicate"
+        else:
+            name = _free(normalise_username(p.name.strip().lower()), taken, str(i))
+            fix = "derived" if file_has_names else None
         taken.add(name.lower())
-        out.append(name)
-    return out, original
+        out.names.append(name)
+        out.original.append(p.username if fix in ("normalised", "duplicate") else None)
+        out.fix.append(fix)
+    return out
 
 
 def _following(profiles: list[_Profile], fmt: str, ids: list[str]) -> list[list[int]]:
@@ -693,8 +752,11 @@ def _assemble(profiles: list[_Profile], fmt: str, cfg: Config,
     n, t = len(profiles), len(cfg.topics)
     # Rows without their own id are known by their row index.
     ids = [p.source_id if p.source_id is not None else str(i) for i, p in enumerate(profiles)]
-    _check_unique(profiles, "user_id", ids)
-    usernames, original = _usernames(profiles)
+    if fmt == "shoal":
+        # `following` names user_ids. OASIS formats follow by row and OASIS ignores user_id
+        # (its agent id is the row), so a repeat there is kept and noted (_setup_notes).
+        _check_unique(profiles, "user_id", ids)
+    names = _usernames(profiles)
 
     # Draw for everyone so the stream does not depend on which rows set their own level.
     activity = np.asarray(cfg.activity.level.sample(rng, n, 0.0, 1.0), dtype=np.float64).copy()
@@ -712,7 +774,7 @@ def _assemble(profiles: list[_Profile], fmt: str, cfg: Config,
     has_following = fmt in _FOLLOW_KEY and any(_FOLLOW_KEY[fmt] in p.item.data for p in profiles)
     extra_keys = list(dict.fromkeys(k for p in profiles for k in p.extra))
     return Population(
-        name=[p.name for p in profiles], username=usernames,
+        name=[p.name for p in profiles], username=names.names,
         bio=[p.bio for p in profiles], persona=[p.persona for p in profiles],
         group=group, group_names=group_names, activity=activity, interests=interests,
         age=np.array([p.age for p in profiles], dtype=np.int16),
@@ -722,8 +784,43 @@ def _assemble(profiles: list[_Profile], fmt: str, cfg: Config,
         following=_following(profiles, fmt, ids) if has_following else None,
         hourly=hourly, stance_hint=stance_hint,
         extra={**{k: [p.extra.get(k) for p in profiles] for k in extra_keys},
-               **({"original_username": original} if any(original) else {})},
+               **({"original_username": names.original, "username_fix": names.fix}
+                  if any(names.fix) else {})},
     )
+
+
+def username_fixes(population: Population) -> list[tuple[int, str | None, str, str]]:
+    """(agent id, the file's username or None, the username used, fix) for every agent
+    whose username the loader changed or made up (see `_usernames`)."""
+    original = population.extra.get("original_username") or []
+    # Checkpoints written before `username_fix` existed only recorded normalisations.
+    fix = population.extra.get("username_fix") or [
+        "normalised" if o else None for o in original]
+    return [(i, original[i], population.username[i], f) for i, f in enumerate(fix) if f]
+
+
+def profile_fixes_table(population: Population) -> pa.Table:
+    """The `profile_fixes` rows (docs/store.md): one per field the loader changed, with
+    the file's value (NULL: it had none) and the value used; all at round 0."""
+    rows = username_fixes(population)
+    return pa.table({
+        "round": pa.array([0] * len(rows), pa.int32()),
+        "agent": pa.array([r[0] for r in rows], pa.int32()),
+        "field": pa.array(["username"] * len(rows), pa.string()),
+        "original": pa.array([r[1] for r in rows], pa.string()),
+        "value": pa.array([r[2] for r in rows], pa.string()),
+        "fix": pa.array([r[3] for r in rows], pa.string()),
+    })
+
+
+def repeated_ids(population: Population) -> dict[str, list[int]]:
+    """user_id values that more than one agent has (only OASIS formats allow that)."""
+    counts = Counter(population.source_id)
+    out: dict[str, list[int]] = {}
+    for i, sid in enumerate(population.source_id):
+        if counts[sid] > 1:
+            out.setdefault(sid, []).append(i)
+    return out
 
 
 def load_population_file(cfg: Config, rng: np.random.Generator) -> Population:

@@ -314,11 +314,36 @@ def test_error_line_counts_physical_lines(tmp_path):
     assert "profiles.csv:4: activity_level:" in raises(path)
 
 
-def test_duplicate_username_names_both_rows(tmp_path):
-    path = write(tmp_path, "profiles.csv",
-                 TW_HEAD + "1,A,ann,p,d,[],0.5\n2,B,bob,p,d,[],0.5\n3,C,Ann,p,d,[],0.5\n")
-    msg = raises(path)
-    assert "profiles.csv:4: username:" in msg and "line 2" in msg
+def test_duplicate_username_gets_a_suffix(tmp_path):
+    """A repeated username (ignoring case) is not refused: the first row keeps it, later
+    rows get `_2`, `_3`, ..., skipping usernames other rows give; every change is kept."""
+    path = write(tmp_path, "profiles.csv", TW_HEAD + "1,A,ann,p,d,[],0.5\n2,B,ANN_2,p,d,[],0.5\n"
+                                                     "3,C,Ann,p,d,[],0.5\n4,D,ann,p,d,[],0.5\n")
+    pop = load(path)
+    assert pop.username == ["ann", "ANN_2", "Ann_3", "ann_4"]
+    assert pop.extra["original_username"] == [None, None, "Ann", "ann"]
+    assert pop.extra["username_fix"] == [None, None, "duplicate", "duplicate"]
+
+
+def test_suffix_keeps_usernames_to_40_characters(tmp_path):
+    long = "x" * 40
+    rows = f"1,A,{long},p,d,[],0.5\n2,B,{long},p,d,[],0.5\n"
+    pop = load(write(tmp_path, "p.csv", TW_HEAD + rows))
+    assert pop.username == [long, "x" * 38 + "_2"]
+
+
+def test_repeated_user_id_is_kept_in_oasis_formats(tmp_path):
+    """OASIS ignores user_id (its agent id is the row): a repeat is kept, not refused."""
+    from agents.profiles import repeated_ids
+
+    pop = load(write(tmp_path, "p.csv", TW_HEAD + "7,A,a,p,d,[],0.5\n7,B,b,p,d,[],0.5\n"))
+    assert pop.source_id == ["7", "7"] and repeated_ids(pop) == {"7": [0, 1]}
+
+
+def test_nan_text_in_number_and_list_fields_means_not_given(tmp_path):
+    pop = load(write(tmp_path, "p.csv", TW_HEAD + "1,A,a,p,d,nan,NaN\n2,B,b,None,d,null,0.5\n"))
+    assert pop.following == [[], []] and pop.activity[1] == 0.5
+    assert pop.persona[1] == "None"  # free text keeps the word
 
 
 def test_duplicate_user_id(tmp_path):
@@ -375,8 +400,9 @@ def test_hourly_negative(tmp_path):
      "p.yaml:2: item 0: intrests: unknown field (did you mean 'interests'?)"),
     ("- name: A\n- bio: no name\n", "p.yaml:2: item 1: name: required field is missing"),
     ("- name: A\n  name: B\n", "p.yaml:2: item 0: duplicate field 'name'"),
-    ("- {name: A, username: x}\n- {name: B, username: X}\n",
-     "p.yaml:2: item 1: username: 'X' is also the username of item 0 (line 1)"),
+    # (a repeated username gets a suffix; shoal `following` needs user_ids unique)
+    ("- {name: A, user_id: 1}\n- {name: B, user_id: 1}\n",
+     "p.yaml:2: item 1: user_id: '1' is also the user_id of item 0 (line 1)"),
 ])
 def test_bad_shoal_yaml(tmp_path, yaml_text, expected):
     assert expected in raises(write(tmp_path, "p.yaml", yaml_text))
@@ -408,3 +434,78 @@ def test_missing_file_is_input_error(tmp_path):
                         "topics": TOPICS})
     with pytest.raises(InputError, match=r"nope\.csv: profile file not found"):
         load_population_file(cfg, np.random.default_rng(0))
+
+
+# --------------------------------------------------------------------------- runs
+
+
+def run_profiles(tmp_path: Path, profile: Path, capsys) -> tuple[Path, str]:
+    """`shoal run` (in process, local executor) of a 3-round config reading `profile`;
+    the trajectory file and what was printed."""
+    import yaml
+
+    from sim.cli.main import main
+
+    cfg = {"name": "profiles", "seed": 3, "rounds": 3, "executor": {"kind": "local"},
+           "population": {"file": str(profile)}, "topics": TOPICS}
+    path = write(tmp_path, "cfg.yaml", yaml.safe_dump(cfg))
+    out = tmp_path / "runs"
+    assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0
+    (run,) = [d for d in out.iterdir() if d.is_dir()]
+    printed = capsys.readouterr()
+    return run / "trajectory.duckdb", " ".join((printed.out + printed.err).split())
+
+
+def fixes_and_usernames(db: Path) -> tuple[list[tuple], list[str]]:
+    from tests.helpers import query
+
+    fixes = query(db, "SELECT round, agent, field, original, value, fix FROM profile_fixes "
+                      "ORDER BY agent")
+    return fixes, [u for (u,) in query(db, "SELECT username FROM agents ORDER BY agent_id")]
+
+
+def test_oasis_twitter_csv_with_repeated_usernames_runs(tmp_path, capsys):
+    """An OASIS-layout CSV repeating an account (in other case), with an empty username,
+    NaN cells and unread columns: it runs, and every username change is in profile_fixes."""
+    db, printed = run_profiles(tmp_path, DATA / "oasis_duplicates.csv", capsys)
+    fixes, usernames = fixes_and_usernames(db)
+    assert usernames == ["HarborDaily", "harbordaily_3", "pia_north2", "HarborDaily_2",
+                         "ines_v", "HARBORDAILY_4", "Ola_Berg_"]
+    assert len({u.lower() for u in usernames}) == len(usernames)
+    assert fixes == [
+        (0, 1, "username", "harbordaily", "harbordaily_3", "duplicate"),
+        (0, 2, "username", None, "pia_north2", "derived"),
+        (0, 5, "username", "HARBORDAILY", "HARBORDAILY_4", "duplicate"),
+        (0, 6, "username", "Ola Berg!", "Ola_Berg_", "normalised"),
+    ]
+    # One note per kind of fix, with the count and the first example.
+    assert ("2 username(s) of the profile file repeated (ignoring case) an earlier row's "
+            "username, so got a suffix, e.g. agent 1: 'harbordaily' -> 'harbordaily_3'") in printed
+    assert "1 username(s) of the profile file were empty" in printed
+    assert printed.count("profile_fixes") == 3
+
+
+def test_oasis_twitter_csv_keeps_unread_fields():
+    pop = load(DATA / "oasis_duplicates.csv")
+    assert pop.extra["following_count"][:2] == ["2", "1"]
+    assert pop.extra["following_count"][4] == "nan"  # unread fields are kept as given
+    assert pop.extra["tweets_id"][0] == "[501]"
+    assert pop.extra["activity_level"][0][:3] == ["active"] * 3
+    assert pop.following[4] == [] and pop.hourly is not None and np.isnan(pop.hourly[4]).all()
+    assert "Unnamed: 0" not in pop.extra
+
+
+def test_oasis_reddit_json_with_repeated_usernames_runs(tmp_path, capsys):
+    db, printed = run_profiles(tmp_path, DATA / "oasis_duplicates.json", capsys)
+    fixes, usernames = fixes_and_usernames(db)
+    assert usernames == ["Nina_K", "nina_k_2", "jonas_weber2", "ama.owusu", "NINA_K_3"]
+    assert fixes == [
+        (0, 1, "username", "nina_k", "nina_k_2", "duplicate"),
+        (0, 2, "username", None, "jonas_weber2", "derived"),
+        (0, 4, "username", "NINA_K", "NINA_K_3", "duplicate"),
+    ]
+    assert "2 username(s) of the profile file repeated" in printed
+    pop = load(DATA / "oasis_duplicates.json")
+    assert pop.age.tolist() == [34, 29, -1, -1, 21]  # NaN and "None" mean unknown
+    assert pop.extra["flair"] == [None, "shutterbug", None, None, None]
+    assert pop.extra["created_at"][3] == "2024-03-01"

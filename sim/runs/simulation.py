@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from agents.profiles import USERNAME_CHARS
+from agents.profiles import USERNAME_CHARS, profile_fixes_table, repeated_ids, username_fixes
 from sim.config import Config, config_hash, load_config, parse_config, resolved_dict
 from sim.config.llm import check_api_keys
 from sim.core.errors import InputError, NumericError, ProviderDown, StorageFull
@@ -469,16 +469,35 @@ class Engine:
             self.endpoints.stop()
 
 
+_FIX_NOTES = {
+    "normalised": f"were changed to the documented character set ({USERNAME_CHARS})",
+    "duplicate": "repeated (ignoring case) an earlier row's username, so got a suffix",
+    "derived": "were empty, so were made from the name and agent id",
+}
+
+
 def _setup_notes(world: World) -> list[str]:
-    """What the user should know about how the inputs were taken."""
-    original = world.population.extra.get("original_username")
-    if not original or not any(original):
-        return []
-    changed = [i for i, o in enumerate(original) if o]
-    i = changed[0]
-    return [f"{len(changed)} username(s) of the profile file were changed to the documented "
-            f"character set ({USERNAME_CHARS}), e.g. agent {i}: {original[i]!r} -> "
-            f"{world.population.username[i]!r}; the originals are kept with the agents"]
+    """What the user should know about how the inputs were taken: one note per kind of
+    username fix (count and an example; all of them are in `profile_fixes`) and one for
+    repeated user_ids."""
+    pop = world.population
+    notes = []
+    fixes = username_fixes(pop)
+    for kind, what in _FIX_NOTES.items():
+        rows = [r for r in fixes if r[3] == kind]
+        if rows:
+            i, original, value, _ = rows[0]
+            shown = "(empty)" if original is None else repr(original)
+            notes.append(f"{len(rows)} username(s) of the profile file {what}, e.g. agent "
+                         f"{i}: {shown} -> {value!r}; every change is in the table "
+                         "profile_fixes")
+    repeats = repeated_ids(pop)
+    if repeats:
+        sid, agents = next(iter(repeats.items()))
+        notes.append(f"{len(repeats)} user_id value(s) of the profile file repeat, e.g. "
+                     f"{sid!r} on agents {', '.join(map(str, agents))}; agents are known by "
+                     "their row (as in OASIS), the user_id is kept as source_id")
+    return notes
 
 
 def _new_meta(cfg: Config, run_id: str, lineage: dict, rounds_done: int) -> dict:
@@ -544,6 +563,7 @@ def _setup_tables(world: World, fired: Fired) -> dict[str, pa.Table]:
         "follows": initial_follows_table(world),
         **posts_tables(world, np.asarray(fired.post_ids, np.int64), fired.counters),
         "interventions": interventions_table(fired.rows),
+        "profile_fixes": profile_fixes_table(world.population),
     }
 
 

@@ -85,6 +85,9 @@ CREATE TABLE context (
     lines INTEGER, budget INTEGER, trimmed JSON
 );
 CREATE TABLE post_stances (post_id BIGINT, topic VARCHAR, stance DOUBLE);
+CREATE TABLE profile_fixes (
+    round INTEGER, agent INTEGER, field VARCHAR, original VARCHAR, value VARCHAR, fix VARCHAR
+);
 CREATE TABLE actions (
     round INTEGER, platform platform_t, agent INTEGER, slot TINYINT, action action_t,
     target_post BIGINT, target_agent INTEGER, new_post_id BIGINT, status status_t,
@@ -129,7 +132,7 @@ CREATE VIEW post_stats AS
 
 TABLES = ("run", "topics", "agents", "rounds", "posts", "post_stances", "actions",
           "exposures", "beliefs", "trust", "follows", "interventions", "memory", "context",
-          "llm_calls")
+          "llm_calls", "profile_fixes")
 
 
 def enum_array(codes: np.ndarray, names: tuple[str, ...]) -> pa.DictionaryArray:
