@@ -19,6 +19,7 @@ from sim.config.model import (
     SmallWorldGraph,
 )
 from sim.core.errors import InputError
+from sim.core.text_files import read_user_text
 
 # Zero-argument networkx generators that make sense as a follow graph.
 NETWORKX_BUILTINS = (
@@ -118,16 +119,8 @@ def _edge_list(path: Path, n: int):
     """Read `follower followee` pairs (comma or whitespace separated, further columns
     ignored, `#` comments and blank lines skipped, an optional header). Read line by line,
     so every problem names the line of the file it is on."""
-    try:
-        text = path.read_bytes().decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 text (byte {exc.start} cannot be decoded); "
-                         "an edge list is a text file of follower, followee pairs") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read the edge list: {exc.strerror}") from None
-    if "\x00" in text:
-        raise InputError(f"{path}: not a text file (it holds NUL bytes); an edge list is a "
-                         "text file of follower, followee pairs")
+    text = read_user_text(path, "edge list", "an edge list is a text file of follower, "
+                                              "followee pairs")
     src: list[int] = []
     dst: list[int] = []
     first = True

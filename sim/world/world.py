@@ -30,6 +30,7 @@ from sim.core.errors import InputError
 from sim.core.follow_graph import FollowGraph
 from sim.core.posts import PostStore
 from sim.core.registry import SUMMARIZERS
+from sim.core.text_files import read_user_text
 from sim.platforms.spec import platform_slots, spec
 from sim.world.graph_init import initial_edges
 from sim.world.interventions import Interventions
@@ -188,16 +189,7 @@ def _apply_stance_file(path: str, topics: list[str], position: np.ndarray,
 
 def _stance_rows(path: Path) -> list[tuple[str, dict[str, str]]]:
     """The stance file's rows (`file:line`, cells by column), header checked."""
-    try:
-        text = path.read_bytes().decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 text (byte {exc.start} cannot be decoded); "
-                         "save the stance file as UTF-8") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read the stance file: {exc.strerror}") from None
-    if "\x00" in text:
-        raise InputError(f"{path}: not a text file (it holds NUL bytes); a stance file is "
-                         "a CSV")
+    text = read_user_text(path, "stance file", "save the stance file as UTF-8 text (a CSV)")
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     header: list[str] | None = None
     rows, start = [], 1
