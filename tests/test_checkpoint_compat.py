@@ -59,3 +59,17 @@ def test_an_old_run_forks_like_a_new_one(old_run, new_run, tmp_path):
         (fork,) = out.iterdir()
         forks.append(fork)
     assert _differ(*forks) == []
+
+
+def test_an_old_run_forks_in_memory_and_saves(old_run, tmp_path):
+    """Tables the old release did not write (e.g. profile_fixes) have no rows to carry:
+    an in-memory fork of the resumed old run runs, reads and saves."""
+    from sim import Simulation, open_run
+
+    with Simulation.resume(old_run) as sim:
+        fork = sim.fork(2)
+        fork.run(2)
+        assert sorted(open_run(fork).beliefs["round"].unique())[-1] == 4
+        saved = fork.save(tmp_path / "saved" / "fork")
+        fork.close()
+    assert main(["resume", str(saved), "--quiet"]) == 0

@@ -53,7 +53,7 @@ from sim.engine.round_log import (
 from sim.llm.endpoints import Endpoints
 from sim.runs.fork_plan import ForkPlan, fork_config
 from sim.store.checkpoints import CheckpointError, CheckpointStore, MemoryCheckpoints
-from sim.store.lineage import LiveRun, lineage
+from sim.store.lineage import LiveRun, MissingTableError, lineage
 from sim.store.live_mirror import LiveMirror
 from sim.store.run_dir import RunDir, engine_version, new_run_id, open_run_dir
 from sim.store.schema import TABLES
@@ -423,8 +423,8 @@ class Simulation:
 
         def fill(store: TrajectoryStore, checkpoints: CheckpointStore, run_id: str) -> None:
             for table in TABLES:
-                rows = reader.read(table)
-                if len(rows):
+                rows = _rows_or_none(reader, table)
+                if rows is not None and len(rows):
                     store.insert(table, pa.Table.from_pandas(rows, preserve_index=False))
             self.checkpoints.save_into(checkpoints)
 
@@ -578,6 +578,15 @@ def _write_setup(store: TrajectoryStore, world: World, run_id: str, lineage: dic
     store.con.execute("COMMIT")
 
 
+def _rows_or_none(reader: LiveRun, table: str, where: str | None = None):
+    """The rows of `table`, or None if the run (or an ancestor) was written by a version
+    of Shoal without that table: it has no rows of it to copy."""
+    try:
+        return reader.read(table, where)
+    except MissingTableError:
+        return None
+
+
 def _copy_prefix(reader: LiveRun, store: TrajectoryStore, at: int,
                  n_posts: int) -> None:
     """Rows of rounds 0..at (posts with ids below `n_posts`) from a run into `store`."""
@@ -590,6 +599,6 @@ def _copy_prefix(reader: LiveRun, store: TrajectoryStore, at: int,
             where = None
         else:
             where = f"round <= {at}"
-        rows = reader.read(table, where)
-        if len(rows):
+        rows = _rows_or_none(reader, table, where)
+        if rows is not None and len(rows):
             store.insert(table, pa.Table.from_pandas(rows, preserve_index=False))
