@@ -61,6 +61,8 @@ class LLMPolicy:
         self.topics = [t.name for t in cfg.topics]
         self.topic_specs = cfg.topics
         self.usernames = {u: i for i, u in enumerate(usernames)}
+        self.markets = {m.id: m.outcome_names() for _, p in cfg.platforms.items()
+                        for m in getattr(p, "markets", ())}  # what trades may name
         self._tool_defs: dict[str, list[dict]] = {}
         self.json_only: set[str] = set()  # providers that refused tools: JSON in text
         self.clients = {
@@ -128,7 +130,7 @@ class LLMPolicy:
             valid = None
             if parsed is not None:
                 valid, why = validate(parsed, view.name, feed, self.usernames, agent,
-                                      self.topics)
+                                      self.topics, self.markets)
             if valid is not None:
                 calls[-1]["outcome"] = parsed.name
                 turn.valid = valid
@@ -216,6 +218,9 @@ class LLMPolicy:
                 stance[0], method = estimate_stance(v.text, self.topic_specs)
         if v.action == ActionType.REPOST:
             method = "data"  # the engine copies the root's stance
+        trade = {"market": np.array([v.market], np.int16),
+                 "outcome": np.array([v.outcome], np.int8),
+                 "amount": np.array([v.amount], np.float64)} if v.market >= 0 else {}
         return ActionBatch(
             agent=np.array([agent], np.int32), platform=np.array([view.platform], np.int8),
             action=np.array([int(v.action)], np.int8),
@@ -223,7 +228,7 @@ class LLMPolicy:
             target_agent=np.array([v.target_agent], np.int32), stance=stance, text=[v.text],
             slot=np.zeros(1, np.int8),
             meta={"source": np.array([SOURCE[source]], np.int8),
-                  "stance_method": np.array([STANCE_METHOD[method]], np.int8)})
+                  "stance_method": np.array([STANCE_METHOD[method]], np.int8), **trade})
 
     async def close(self) -> None:
         """Close every client."""

@@ -37,8 +37,13 @@ ACTIONS = {
     "downvote": (ActionType.DOWNVOTE, ["post_id"], "Downvote a post."),
     "follow": (ActionType.FOLLOW, ["username"], "Follow an account."),
     "unfollow": (ActionType.UNFOLLOW, ["username"], "Stop following an account."),
+    "buy": (ActionType.BUY, ["market", "outcome", "amount"],
+            "Spend `amount` of your cash on shares of an outcome of a market."),
+    "sell": (ActionType.SELL, ["market", "outcome", "amount"],
+             "Sell `amount` shares you hold of an outcome of a market."),
     "do_nothing": (ActionType.DO_NOTHING, [], "Do nothing this turn."),
 }
+TRADES = {"buy", "sell"}
 WRITES = {"post", "quote", "reply", "comment"}
 
 
@@ -56,6 +61,11 @@ def _params(name: str, topics: list[str]) -> dict:
             "additionalProperties": False}
     if "username" in required:
         props["username"] = _USER_ARG
+    if name in TRADES:
+        props["market"] = {"type": "string", "description": "the market's id, as in [id]"}
+        props["outcome"] = {"type": "string", "description": "the outcome's name"}
+        props["amount"] = {"type": "number", "exclusiveMinimum": 0,
+                           "description": "cash to spend (buy) or shares to sell (sell)"}
     if name == "do_nothing":
         props["reason"] = {"type": "string"}
     return {"type": "object", "properties": props, "required": required}
@@ -76,6 +86,11 @@ def tools(platform: str, topics: list[str]) -> list[dict]:
 def json_instructions(platform: str, topics: list[str]) -> str:
     """The instruction for models without tool calling: answer with one JSON object."""
     names = ", ".join(platform_actions(platform))
+    if TRADES & set(platform_actions(platform)):
+        return ("Answer with exactly one JSON object and nothing else, with an \"action\" "
+                f"field (one of: {names}) and, to trade, \"market\" (its id), \"outcome\" "
+                "and \"amount\" (cash to spend when buying, shares when selling). "
+                'Example: {"action": "buy", "market": "m1", "outcome": "yes", "amount": 10}')
     return ("Answer with exactly one JSON object and nothing else, with an \"action\" field "
             f"(one of: {names}) and its arguments: \"post_id\" (a number from your feed), "
             "\"text\" (for writing), \"username\" (for follow/unfollow), optionally "
@@ -162,6 +177,26 @@ def parse_reply(message: dict) -> tuple[Parsed | None, str]:
     return None, "no action found in the reply"
 
 
+def _trade(p: Parsed, out: Valid, markets: dict[str, list[str]]) -> tuple[Valid | None, str]:
+    market = str(p.args.get("market", "")).strip().strip("[]")
+    if market not in markets:
+        return None, f"no market {market!r}; markets: {', '.join(markets) or 'none'}"
+    outcomes = markets[market]
+    outcome = str(p.args.get("outcome", "")).strip()
+    if outcome not in outcomes:
+        return None, f"market {market!r} has no outcome {outcome!r}; outcomes: " + \
+            ", ".join(outcomes)
+    try:
+        amount = float(p.args.get("amount"))
+    except (TypeError, ValueError):
+        return None, f"amount {p.args.get('amount')!r} is not a number"
+    if not (np.isfinite(amount) and amount > 0):
+        return None, f"amount must be a positive number, got {amount}"
+    out.market, out.outcome, out.amount = list(markets).index(market), \
+        outcomes.index(outcome), amount
+    return out, ""
+
+
 @dataclass
 class Valid:
     """A validated action, ready to become a row of the shard's ActionBatch."""
@@ -171,15 +206,23 @@ class Valid:
     target_agent: int = -1
     text: str = ""
     stance: dict | None = None  # self-reported stance per topic, if given
+    market: int = -1  # a trade's market (index), outcome (index) and amount
+    outcome: int = -1
+    amount: float = float("nan")
 
 
 def validate(p: Parsed, platform: str, feed: set[int], usernames: dict[str, int],
-             agent: int, topics: list[str]) -> tuple[Valid | None, str]:
-    """Check an action against the agent's situation; a reason when it is not possible."""
+             agent: int, topics: list[str], markets: dict[str, list[str]] | None = None
+             ) -> tuple[Valid | None, str]:
+    """Check an action against the agent's situation; a reason when it is not possible.
+    `markets`: each market's outcomes by id, in config order (for trades; whether the
+    trader can afford one is the market's to check when it applies)."""
     if p.name not in platform_actions(platform):
         return None, f"unknown action {p.name!r} on {platform}"
     action, required, _ = ACTIONS[p.name]
     out = Valid(action)
+    if p.name in TRADES:
+        return _trade(p, out, markets or {})
     if "post_id" in required:
         try:
             out.post_id = int(p.args.get("post_id"))

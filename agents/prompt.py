@@ -60,6 +60,7 @@ class ContextInputs:
     minutes_per_round: int = 60
     feed_order: str = "newest first"
     extra_rules: list[str] = field(default_factory=list)
+    extra: list[Section] = field(default_factory=list)  # platform engines' sections
 
 
 @dataclass
@@ -79,6 +80,7 @@ DEFAULT_SECTIONS = {
     "notifications": SectionSpec(2, 250),
     "memory": SectionSpec(3, 700),
     "digest": SectionSpec(4, 300),
+    "markets": SectionSpec(2, 300),
 }
 
 
@@ -161,7 +163,11 @@ def sections(inp: ContextInputs, specs: dict[str, SectionSpec] | None = None) ->
                 spec["feed"].priority, spec["feed"].max_tokens, feed, part="observation",
                 intro="Nothing new in your feed." if not feed else ""),
     ]
-    return out[:-2] if inp.platform == INTERVIEW else out  # an interview has no observation
+    if inp.platform == INTERVIEW:  # an interview has no observation
+        return out[:-2] + [x for x in inp.extra if x.part != "observation"]
+    if not platform_spec(inp.platform).social:  # its engine's sections are the observation
+        out = out[:-2]
+    return out + inp.extra
 
 
 def build_context(inp: ContextInputs, budget: int,

@@ -19,6 +19,7 @@ from agents.policy import build_policy
 from agents.population import Population
 from sim.config import Config
 from sim.core.counter_rng import CounterRNG
+from sim.platforms.spec import spec as platform_spec
 
 
 @dataclass
@@ -67,6 +68,9 @@ class AgentShard:
         LLM agents, concurrently across platforms."""
         rule = []
         for view in request.views:
+            if not platform_spec(view.name).social:  # its engine decides for rule agents
+                rule.append(ActionBatch.empty(self.n_topics))
+                continue
             rows = request.rows_of(view.agents)
             rule.append(self.policy.decide(
                 view, request.position[rows], request.confidence[rows], request.round,

@@ -26,6 +26,7 @@ BELOW = {
     "sim.analysis": {"sim.core", "sim.store"},
 }
 BELOW["sim.world"] = {"sim.store", "agents", *BELOW["agents"]}
+BELOW["sim.market"] = {"sim.world", *BELOW["sim.world"]}  # loaded by its platform spec
 BELOW["sim.engine"] = {"sim.world", *BELOW["sim.world"]}
 BELOW["sim.runs"] = {"sim.engine", "sim.analysis", *BELOW["sim.engine"]}
 BELOW["sim.cli"] = {"sim.runs", *BELOW["sim.runs"]}

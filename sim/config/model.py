@@ -307,7 +307,8 @@ class ContextConfig(Strict):
     budget_tokens: int = Field(default=2500, ge=200)
     build_for: Literal["llm", "all", "none"] = "llm"
     sections: dict[Literal["rules", "persona", "beliefs", "events", "feed", "notifications",
-                           "memory", "digest"], SectionConfig] = Field(default_factory=dict)
+                           "memory", "digest", "markets", "market_digest"],
+                   SectionConfig] = Field(default_factory=dict)
 
 
 class MemoryConfig(Strict):
@@ -390,6 +391,10 @@ class Config(Strict):
         problems = [p for i, iv in enumerate(self.interventions)
                     for p in iv.problems(f"interventions.{i}", self.rounds, names)]
         problems += self._duplicate_names()
+        for name, section in self.platforms.items():  # a platform's own cross-checks
+            check = getattr(section, "problems", None)
+            if check is not None:
+                problems += check(f"platforms.{name}", self.rounds, names)
         if problems:
             raise ValueError(problems[0])
         if self.memory.summarizer.kind == "llm" and (self.llm is None

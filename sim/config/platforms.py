@@ -46,8 +46,13 @@ class PlatformsConfig(Strict):
         return [n for n in _order() if getattr(self, n, None) is not None]
 
     def enabled(self) -> list[str]:
-        """Names of enabled platforms, in canonical order (by platform code)."""
-        return [n for n in self.names() if getattr(self, n).enabled]
+        """Names of enabled social platforms (feeds, follows), in canonical order (by
+        platform code)."""
+        return [n for n in self.names() if getattr(self, n).enabled and _social(n)]
+
+    def engines(self) -> list[str]:
+        """Names of enabled platforms that run their own engine (the market), in order."""
+        return [n for n in self.names() if getattr(self, n).enabled and not _social(n)]
 
     def get(self, name: str) -> PlatformConfig:
         """The config of platform `name`."""
@@ -57,15 +62,23 @@ class PlatformsConfig(Strict):
         """(name, config) of the platforms present, in canonical order."""
         return [(n, getattr(self, n)) for n in self.names()]
 
+    def social_items(self) -> list[tuple[str, PlatformConfig]]:
+        """(name, config) of the social platforms present, in canonical order."""
+        return [(n, c) for n, c in self.items() if _social(n)]
+
     @model_validator(mode="after")
     def _one(self):
         if not self.enabled():
-            raise ValueError("at least one platform must be enabled")
+            raise ValueError("at least one social platform must be enabled")
         return self
 
     @model_serializer(mode="wrap")
     def _present_only(self, handler):
         return {k: v for k, v in handler(self).items() if v is not None}
+
+
+def _social(name: str) -> bool:
+    return PLATFORMS.get(name).impl.social
 
 
 def _order() -> list[str]:

@@ -40,6 +40,7 @@ class Purpose(IntEnum):
     POPULATION = 11
     INTERVENTION = 12
     LLM = 13
+    MARKET = 14
 
 
 def philox4x32(

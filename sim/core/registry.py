@@ -42,6 +42,8 @@ BUILTINS = (
     "memory.llm_summarizer",
     "agents.rule_policy",
     "sim.llm.openai",
+    "sim.market.makers",
+    "sim.market.platform",
 )
 
 
@@ -131,8 +133,9 @@ POLICIES = Registry("policy", tag="kind", default="rule")
 CHAT_MODELS = Registry("chat model", tag="kind", default="openai")
 SUMMARIZERS = Registry("summarizer", tag="kind", default="extractive")
 INTERVENTIONS = Registry("intervention kind", tag="kind")
+MARKET_MAKERS = Registry("market maker", tag="kind", default="lmsr")
 REGISTRIES = (PLATFORMS, BELIEF_RULES, RECOMMENDERS, POLICIES, CHAT_MODELS, SUMMARIZERS,
-              INTERVENTIONS)
+              INTERVENTIONS, MARKET_MAKERS)
 
 _LOCK = threading.RLock()
 _LOADED: list[str] = []  # modules and entry points loaded, in order

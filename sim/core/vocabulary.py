@@ -23,6 +23,8 @@ class ActionType(IntEnum):
     DOWNVOTE = 8
     FOLLOW = 9
     UNFOLLOW = 10
+    BUY = 11
+    SELL = 12
 
 
 ACTION_NAMES = {a: a.name.lower() for a in ActionType}
@@ -47,6 +49,12 @@ class Reason(IntEnum):
     NOT_MEMBER = 6
     ALREADY_FOLLOWING = 7
     NOT_FOLLOWING = 8
+    UNKNOWN_MARKET = 9  # no such market or outcome
+    MARKET_CLOSED = 10  # not open this round (or resolved)
+    BAD_AMOUNT = 11  # not a positive, finite amount
+    NO_CASH = 12  # more than the trader's cash
+    NO_SHARES = 13  # more shares than the trader holds
+    PRICE_LIMIT = 14  # the price had already passed the order's limit
 
 
 REASON_NAMES = {r: r.name.lower() for r in Reason}

@@ -131,8 +131,11 @@ def build_context_for(world, agent: int, platform: str, round_: int,
     """The assembled context of `agent` on `platform` in `round_` given its feed row
     (`specs` and `comments`: the round's, when the caller builds many contexts)."""
     inputs = context_inputs(world, agent, platform, round_, feed_row, comments)
-    return build_context(inputs, world.cfg.memory.context.budget_tokens,
-                         section_specs(world.cfg) if specs is None else specs)
+    specs = section_specs(world.cfg) if specs is None else specs
+    inputs.extra = [section for engine in world.engines.values()
+                    for section in engine.context_sections(world, agent, round_, platform,
+                                                           specs)]
+    return build_context(inputs, world.cfg.memory.context.budget_tokens, specs)
 
 
 @dataclass

@@ -243,3 +243,26 @@ def _trust_events(world: World, actions: ActionBatch, ok: np.ndarray, act: np.nd
     trustee = other[ev].astype(np.int64)
     return {"truster": truster, "trustee": trustee, "cause": cause[ev], "delta": delta[ev]}
 
+
+
+def apply_all(world: World, actions: ActionBatch, views: list[PlatformView],
+              round_: int) -> Applied:
+    """Apply a canonical batch: the social platforms' rows here, each engine platform's
+    rows (the market's trades) by its engine, in canonical order within each."""
+    codes = {engine.code: engine for engine in world.engines.values()}
+    on_engine = np.isin(actions.platform, list(codes)) if codes else np.zeros(0, bool)
+    if not on_engine.any():
+        return apply_actions(world, actions, views, round_)
+    social = np.nonzero(~on_engine)[0]
+    applied = apply_actions(world, actions.take(social), views, round_)
+    reason = np.zeros(len(actions), np.int8)
+    new_post = np.full(len(actions), -1, np.int64)
+    reason[social], new_post[social] = applied.reason, applied.new_post
+    for code, engine in codes.items():
+        rows = np.nonzero(actions.platform == code)[0]
+        if len(rows):  # the engine may fill in what a row did (a rule trader's side)
+            part = actions.take(rows)
+            reason[rows] = engine.apply(world, round_, part)
+            actions.action[rows] = part.action
+    applied.actions, applied.reason, applied.new_post = actions, reason, new_post
+    return applied

@@ -40,10 +40,10 @@ from sim.core.faults import crash_point
 from sim.core.vocabulary import ACTION_NAMES, Reason
 from sim.engine.agent_context import build_context_for, section_specs, top_comments
 from sim.engine.agent_history import AppliedRows, record_actions
-from sim.engine.apply import Applied, apply_actions
+from sim.engine.apply import Applied, apply_all
 from sim.engine.executors import Executor
-from sim.engine.interventions import Fired, begin_round
-from sim.engine.observe import decision_request, exposures, observe
+from sim.engine.interventions import Fired, begin_round, publish_news
+from sim.engine.observe import decision_request, empty_view, exposures, observe
 from sim.engine.recommenders import make_recommender
 from sim.engine.round_log import (
     PlatformEnum,
@@ -110,6 +110,8 @@ class Round:
     applied: Applied | None = None
     exposures: Exposures | None = None
     new_posts: np.ndarray | None = None  # ids, ascending
+    traders: dict[str, np.ndarray] = field(default_factory=dict)  # engine platform -> agents
+    engine_views: list[PlatformView] = field(default_factory=list)  # LLM agents' turns there
 
 
 def check_providers(calls: list[dict], round_: int) -> None:
@@ -213,6 +215,10 @@ class RoundDriver:
             self.configure()
             self.executor.update(w.cfg, w.population)
         rnd.stats.n_interventions = len(rnd.fired.rows)
+        fired, r = rnd.fired, rnd.number
+        for engine in w.engines.values():
+            engine.begin_round(w, r, lambda text, stance, rounds, key: publish_news(
+                w, r, fired, text, stance, rounds, key))
 
     def schedule(self, rnd: Round) -> None:
         """The active agents, and per platform the members among them who participate."""
@@ -222,6 +228,10 @@ class RoundDriver:
             agents = np.nonzero(rnd.active & plat.members)[0]
             part = self.scheduler.participates(r, plat.code, agents, plat.cfg.participation)
             rnd.acting[name] = agents[part]
+        for name, engine in w.engines.items():
+            agents = np.nonzero(rnd.active & engine.members)[0]
+            part = self.scheduler.participates(r, engine.code, agents, engine.participation)
+            rnd.traders[name] = agents[part]
         rnd.stats.n_active = int(rnd.active.sum())
 
     def observe(self, rnd: Round) -> None:
@@ -250,8 +260,27 @@ class RoundDriver:
                                             assembled.tokens, provider)
                 if self.providers and self.send_prompts:
                     view.prompts = prompts
-        rnd.request = decision_request(w, r, rnd.views)
+        self.engine_turns(rnd)
+        rnd.request = decision_request(w, r, rnd.views + rnd.engine_views)
         rnd.stats.n_acting = len(rnd.request.agents)
+
+    def engine_turns(self, rnd: Round) -> None:
+        """LLM agents acting on an engine's platform (the market) get a turn there, with
+        the context the engine's sections make; rule-decided agents are the engine's."""
+        w, r = self.world, rnd.number
+        for name, agents in rnd.traders.items():
+            llm = agents[np.isin(agents, list(self.providers))] if self.providers else agents[:0]
+            if not len(llm):
+                continue
+            prompts: list[Prompt | None] = []
+            for agent in llm.tolist():
+                assembled = build_context_for(w, agent, name, r, None, self.section_specs)
+                rnd.contexts.append((name, agent, assembled))
+                prompts.append(Prompt(assembled.system, assembled.observation,
+                                      assembled.tokens, self.providers[agent]))
+            view = empty_view(w.engines[name].code, name, llm, len(w.topics))
+            view.prompts = prompts if self.send_prompts else None
+            rnd.engine_views.append(view)
 
     def decide(self, rnd: Round) -> None:
         """One call per shard; the round stops here, before anything applies, if no LLM
@@ -272,13 +301,16 @@ class RoundDriver:
         usage = Usage.of(rnd.calls)
         s.n_llm_calls, s.n_llm_failed = usage.calls, usage.failed
         s.n_llm_fallbacks = usage.fallbacks
-        rnd.actions = ActionBatch.concat([res.actions for res in results], len(w.topics)
-                                         ).canonical()
+        engine_rows = [engine.decide(w, rnd.number, rnd.traders[name],
+                                     np.asarray(list(self.providers), np.int64))
+                       for name, engine in w.engines.items()]
+        rnd.actions = ActionBatch.concat([res.actions for res in results] + engine_rows,
+                                         len(w.topics)).canonical()
         crash_point("mid_round", rnd.number)
 
     def apply(self, rnd: Round) -> None:
         """Every action in canonical order, validated against the snapshot."""
-        applied = apply_actions(self.world, rnd.actions, rnd.views, rnd.number)
+        applied = apply_all(self.world, rnd.actions, rnd.views, rnd.number)
         rnd.applied = applied
         fired_ids = np.asarray(rnd.fired.post_ids, np.int64)
         rnd.new_posts = np.sort(np.concatenate([fired_ids,
@@ -295,6 +327,11 @@ class RoundDriver:
         rnd.exposures = exposures(rnd.views)
         update_trust(w, rnd.applied)
         update_beliefs(w, self.rule, rnd.exposures, rnd.applied, rnd.number, self.rng)
+        if w.engines:  # they read what the feeds showed, and the round's final beliefs
+            shown = np.concatenate([v.feed.ravel() for v in rnd.views]) if rnd.views else (
+                np.empty(0, np.int64))
+            for engine in w.engines.values():
+                engine.end_round(w, rnd.number, shown)
         w.round = rnd.number
         rnd.stats.n_exposures = int(rnd.exposures.valid.sum())
 
@@ -311,7 +348,8 @@ class RoundDriver:
             for agent in view.agents[np.isin(view.agents, self.context_agents)].tolist():
                 w.notifications.seen(agent, view.name, r)
         a = applied.actions
-        ok = np.nonzero(applied.reason == Reason.OK)[0]
+        social = np.isin(a.platform, [p.code for p in w.platforms.values()])
+        ok = np.nonzero((applied.reason == Reason.OK) & social)[0]
         tracked = np.zeros(w.n_agents, dtype=bool)
         tracked[self.context_agents] = True
         rows = AppliedRows(
@@ -371,6 +409,8 @@ class RoundDriver:
             tables["agents"] = agents_table(w, np.arange(first, w.n_agents))
         if cfg.output.log_exposures:
             tables["exposures"] = exposures_table(r, rnd.views, penum)
+        for engine in w.engines.values():
+            tables.update(engine.tables(w, r))
         return tables
 
     def memory_calls(self, r: int) -> list[dict]:

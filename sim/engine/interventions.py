@@ -230,6 +230,8 @@ def _fire_add(self, world, round_, i, spec: AddAgents, fired: Fired) -> dict:
             fired.follows["follower"] += src.tolist()
             fired.follows["followee"] += dst.tolist()
             fired.follows["op"] += [1] * len(src)
+    for engine in world.engines.values():  # newcomers join no market
+        engine.grow(world.n_agents)
     if fired.joined is None:
         fired.joined = newcomers
     else:  # two add_agents entries in one round: one population delta
@@ -309,3 +311,19 @@ def _check_growth(cfg: Config, n: int) -> None:
             raise InputError(f"interventions.{i}.count: {total:,} agents need at least "
                              f"{need / 1e9:,.1f} GB of memory; this machine has "
                              f"{have / 1e9:,.1f} GB available")
+
+
+def publish_news(world, round_: int, fired: Fired, text: str, stance: dict[str, float],
+                 rounds: int, key: int) -> list[int]:
+    """A news post a platform engine publishes (the market's news of a large price move):
+    an event on every social platform, stamped like an intervention's posts and pinned to
+    every feed for `rounds` rounds. Its pinning is keyed −1000 − `key`, out of the range
+    of the schedule's entries. Returns the post ids (platform order)."""
+    platforms = list(world.platforms)
+    specs = [PostSpec(platform=name, text=text, stance=stance) for name in platforms]
+    ids = _inject(world, round_, specs, PostKind.EVENT, fired)
+    world.interventions.events.append(ActiveEvent(
+        index=-1000 - key, post_ids=dict(zip([platform_spec(p).code for p in platforms], ids,
+                                             strict=True)),
+        until=round_ + rounds - 1, target=None))
+    return ids

@@ -138,3 +138,17 @@ def exposures(views: list[PlatformView]) -> Exposures:
 
 def _strictly_increasing(a: np.ndarray) -> bool:
     return bool((a[1:] > a[:-1]).all())
+
+
+def empty_view(code: int, name: str, agents: np.ndarray, n_topics: int) -> PlatformView:
+    """A view with no feed: the turn of agents on a platform whose engine shows them
+    everything in their context (the market)."""
+    n = len(agents)
+    shape = (n, 0)
+    return PlatformView(
+        platform=code, name=name, agents=np.asarray(agents, np.int64),
+        feed=np.full(shape, -1, np.int64), author=np.full(shape, -1, np.int64),
+        kind=np.full(shape, -1, np.int8), stance=np.full((n, 0, n_topics), np.nan),
+        up=np.zeros(shape, np.int32), down=np.zeros(shape, np.int32),
+        follows_author=np.zeros(shape, bool), trust=np.zeros(shape),
+        voted=np.zeros(shape, bool), reposted=np.zeros(shape, bool))

@@ -192,7 +192,7 @@ def agents_table(world: World, ids: np.ndarray) -> pa.Table:
     frame = world.population.to_frame(world.cfg.topic_names).iloc[ids]
     frame = frame[[c for c in frame.columns if not c.startswith("interest_")]]
     for name in world.cfg.platforms.names():
-        plat = world.platforms.get(name)
+        plat = world.platforms.get(name) or world.engines.get(name)
         frame[f"on_{name}"] = plat.members[ids] if plat is not None else False
     frame["joined_round"] = world.joined[ids]
     return pa.Table.from_pandas(frame, preserve_index=False)

@@ -3,12 +3,19 @@ everything platform-specific from here, so a new platform is a new spec register
 `sim.core.registry.PLATFORMS` (with its config model), and no edit elsewhere.
 
 `code` is the platform's number in arrays, random-stream keys and the trajectory's
-platform enum; it is fixed per platform (Shoal's own: 0 and 1) and must be below 10.
+platform enum; it is fixed per platform (Shoal's own: 0, 1 and 2) and must be below 10.
+
+Most platforms are social: feeds of posts, follows, votes, all run by the engine's own
+phases. A platform that is not (the prediction market) names its `engine`, a class
+("module:Class") the world builds from the platform's config section; it owns the
+platform's state and takes part in the round through the hooks of `PlatformEngine`.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from sim.core.errors import InputError
 from sim.core.posts import PostKind
@@ -31,6 +38,8 @@ class PlatformSpec:
     action_help: tuple[str, ...]  # one phrase per action, for the agent's instructions
     votes_as_score: bool = False  # feeds show up − down as a score (else a like count)
     enabled_by_default: bool = False  # on in every config that does not switch it off
+    social: bool = True  # feeds, posts and follows, run by the engine's own phases
+    engine: str | None = None  # "module:Class" of a non-social platform's engine
 
     def __post_init__(self) -> None:
         if not 0 <= self.code <= MAX_CODE:
@@ -38,6 +47,36 @@ class PlatformSpec:
                              f"0..{MAX_CODE}")
         if ActionType.DO_NOTHING not in self.actions:
             raise InputError(f"platform {self.name!r}: its actions must include do_nothing")
+        if not self.social and not self.engine:
+            raise InputError(f"platform {self.name!r}: a platform that is not social needs "
+                             "an engine")
+
+    def engine_class(self) -> Any:
+        """The class of this platform's engine (imported on first use)."""
+        module, _, name = (self.engine or "").partition(":")
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as exc:
+            raise InputError(f"platform {self.name!r}: cannot load its engine "
+                             f"{self.engine!r}: {exc}") from exc
+
+
+class PlatformEngine(Protocol):
+    """What a non-social platform does in a round (the driver calls each hook for every
+    such platform, in code order). `world` is the driver's world; `r` the round.
+
+    - `begin_round(world, r)`: at the start of r, after the interventions: returns the
+      posts it publishes to the social platforms (`NewPosts`-like dicts), or none.
+    - `acting(world, r, active)`: the agents acting on it this round, sorted.
+    - `decide(world, r, agents, llm_agents)`: the `ActionBatch` of the rule-decided agents
+      (those not in `llm_agents`; LLM agents decide in their shards, with its tools).
+    - `apply(world, r, actions)`: apply this platform's rows of the canonical batch;
+      returns the reason code per row.
+    - `context_section(world, agent, r, platform)`: lines for the agent's context on
+      `platform` (the market's "Markets" section), or none.
+    - `tables(world, r)`: the round's rows of its own tables, by table name.
+    - `get_state()` / `set_state(state)`: its whole state, for checkpoints.
+    """
 
 
 def spec(name: str) -> PlatformSpec:

@@ -564,6 +564,7 @@ def _setup_tables(world: World, fired: Fired) -> dict[str, pa.Table]:
         **posts_tables(world, np.asarray(fired.post_ids, np.int64), fired.counters),
         "interventions": interventions_table(fired.rows),
         "profile_fixes": profile_fixes_table(world.population),
+        **{k: v for engine in world.engines.values() for k, v in engine.tables(world, 0).items()},
     }
 
 

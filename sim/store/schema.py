@@ -113,6 +113,37 @@ CREATE TABLE trust (
 CREATE TABLE follows (
     round INTEGER, platform platform_t, follower INTEGER, followee INTEGER, op follow_op_t
 );
+CREATE TABLE markets (
+    round INTEGER, market VARCHAR, question VARCHAR, topic VARCHAR, outcomes VARCHAR[],
+    maker JSON, opens INTEGER, closes INTEGER, resolution JSON, worst_case_loss DOUBLE
+);
+CREATE TABLE prices (
+    round INTEGER, market VARCHAR, outcome VARCHAR, price DOUBLE, volume DOUBLE,
+    n_trades INTEGER
+);
+CREATE TABLE trades (
+    round INTEGER, market VARCHAR, agent INTEGER, side VARCHAR, outcome VARCHAR,
+    cash DOUBLE, shares DOUBLE, price_before DOUBLE, price_after DOUBLE, source TINYINT
+);
+CREATE TABLE positions (
+    round INTEGER, market VARCHAR, agent INTEGER, outcome VARCHAR, shares DOUBLE,
+    cost DOUBLE, cash DOUBLE, realised DOUBLE
+);
+CREATE TABLE market_bridge (
+    round INTEGER, direction VARCHAR, market VARCHAR, kind VARCHAR, value DOUBLE,
+    post_ids BIGINT[], detail VARCHAR
+);
+CREATE TABLE market_books (
+    round INTEGER, traders INTEGER, cash DOUBLE, maker_cash DOUBLE, paid_out DOUBLE,
+    cash_imbalance DOUBLE, share_imbalance DOUBLE
+);
+CREATE TABLE forecasts (
+    round INTEGER, market VARCHAR, agent INTEGER, outcome VARCHAR, probability DOUBLE
+);
+CREATE TABLE payouts (
+    round INTEGER, market VARCHAR, agent INTEGER, outcome VARCHAR, payout DOUBLE,
+    rule_value DOUBLE
+);
 CREATE VIEW post_stats AS
     SELECT p.*,
         p.seed_up + coalesce(v.up, 0) AS up,
@@ -132,7 +163,8 @@ CREATE VIEW post_stats AS
 
 TABLES = ("run", "topics", "agents", "rounds", "posts", "post_stances", "actions",
           "exposures", "beliefs", "trust", "follows", "interventions", "memory", "context",
-          "llm_calls", "profile_fixes")
+          "llm_calls", "profile_fixes", "markets", "prices", "trades", "positions",
+          "market_bridge", "market_books", "forecasts", "payouts")
 
 
 def enum_array(codes: np.ndarray, names: tuple[str, ...]) -> pa.DictionaryArray:

@@ -22,7 +22,7 @@ from sim.core.state import State
 from sim.platforms.spec import platform_slots, spec
 from sim.store.checkpoints import Checkpoint, CheckpointError, CheckpointStore
 from sim.world.platform import Platform
-from sim.world.world import World
+from sim.world.world import World, build_engines
 
 __all__ = ["CheckpointError", "checkpoint", "restore_world"]
 
@@ -60,6 +60,7 @@ def state(world: World) -> dict[str, State]:
         "digest": world.digest.get_state(),
         "notifications": world.notifications.get_state(),
         "llm": State(meta={"json_only": sorted(world.json_only)}),
+        **{f"engine.{name}": eng.get_state() for name, eng in world.engines.items()},
     }
 
 
@@ -133,4 +134,8 @@ def _rebuild(cfg: Config, round_: int, saved: dict[str, State],
     world.memory.set_state(saved["memory"])
     world.digest.set_state(saved["digest"])
     world.notifications.set_state(saved["notifications"])
+    world.engines = build_engines(world)
+    for name, eng in world.engines.items():
+        if f"engine.{name}" in saved:  # else the platform is new in this (forked) config
+            eng.set_state(saved[f"engine.{name}"])
     return world

@@ -62,6 +62,7 @@ class World:
     last_means: np.ndarray | None = None  # per-topic mean position at the end of the round
     initial_position: np.ndarray | None = None  # [N, T] positions at round 0 (or on joining)
     json_only: set[str] = field(default_factory=set)  # providers that refused tool calls
+    engines: dict = field(default_factory=dict)  # non-social platforms' engines, by name
 
     def __post_init__(self) -> None:
         if self.alive is None:
@@ -245,7 +246,7 @@ def memory_needed(cfg: Config, n: int) -> int:
     top, growing with the rounds)."""
     t = len(cfg.topics)
     per_agent = 8 * 5 * t + PERSONA_BYTES + 64
-    for _, p in cfg.platforms.items():
+    for _, p in cfg.platforms.social_items():
         if p.enabled:
             per_agent += 2 * 8 * p.feed_size + 1
     return n * per_agent
@@ -296,7 +297,16 @@ def build_world(cfg: Config, population: Population | None = None) -> World:
         platforms[name] = Platform.create(name, pcfg, members, graph)
     rule = make_rule(cfg.beliefs.update)
     history = ExposureHistory(cfg.beliefs.novelty_window_rounds) if rule.uses_novelty else None
-    return World(
+    world = World(
         cfg=cfg, population=pop, beliefs=beliefs, trust=TrustStore(cfg.beliefs.trust.initial),
         history=history, posts=PostStore(len(cfg.topics), platform_slots()), platforms=platforms,
     )
+    world.engines = build_engines(world)
+    return world
+
+
+def build_engines(world: World) -> dict:
+    """The engines of the config's non-social platforms (the market), at round 0."""
+    cfg = world.cfg
+    return {name: spec(name).engine_class()(cfg.platforms.get(name), world)
+            for name in cfg.platforms.engines()}

@@ -1,0 +1,1 @@
+"""The prediction market: a non-social platform (docs/markets.md)."""

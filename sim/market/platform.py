@@ -1,0 +1,17 @@
+"""The prediction market as a platform: its spec and config section. Its round behaviour
+is `sim.market.engine.MarketEngine`, which the spec names (nothing in the driver knows
+about markets)."""
+
+from __future__ import annotations
+
+from sim.core.vocabulary import ActionType as A
+from sim.market.config import MarketPlatformConfig
+from sim.platforms.spec import PlatformSpec, register
+
+MARKET = register(PlatformSpec(
+    name="market", code=2, label="the prediction market",
+    actions=(A.BUY, A.SELL, A.DO_NOTHING), engagements=(), feed_kinds=(),
+    action_help=("buy (spend cash on shares of an outcome you think is underpriced)",
+                 "sell (sell shares you hold)", "do_nothing"),
+    social=False, engine="sim.market.engine:MarketEngine",
+), MarketPlatformConfig)
