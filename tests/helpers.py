@@ -16,7 +16,9 @@ VOLATILE = {"rounds": ["ms_schedule", "ms_observe", "ms_context", "ms_decide", "
             # The loopback server listens on a fresh port each run; latency is wall time.
             "llm_calls": ["base_url", "latency_ms"]}
 COMPARED = ("agents", "posts", "post_stances", "actions", "exposures", "beliefs", "trust",
-            "follows", "rounds", "topics", "interventions", "memory", "context", "llm_calls")
+            "follows", "rounds", "topics", "interventions", "memory", "context", "llm_calls",
+            "markets", "prices", "trades", "positions", "market_bridge", "market_books",
+            "forecasts", "payouts")
 
 
 def make_config(data: dict, out: Path, **overrides) -> Config:

@@ -1,4 +1,5 @@
-"""Compare runs (typically a parent and its forks): beliefs, activity and engagement.
+"""Compare runs (typically a parent and its forks): beliefs, activity and engagement, and
+the prediction markets' prices when the runs have markets.
 
 Every run is read with its full history (`sim.lineage.read_table`), so a fork compares
 with its parent's rounds before the fork included. The first run is the reference; each
@@ -17,7 +18,7 @@ from matplotlib.figure import Figure
 from rich.table import Table
 
 from sim.core.errors import InputError
-from sim.store.lineage import fork_rounds, lineage, read_table
+from sim.store.lineage import MissingTableError, fork_rounds, lineage, read_table
 from sim.store.run_dir import RunDir
 
 # Applied actions counted as engagement, by the kind shown (actions of either platform).
@@ -44,6 +45,7 @@ class RunData:
     beliefs: pd.DataFrame  # round, agent, topic, position
     stats: pd.DataFrame  # index (round, topic); columns mean, sd (population sd)
     per_round: pd.DataFrame  # index round; ACTIVITY and one column per ENGAGEMENT kind
+    prices: pd.DataFrame | None = None  # index round; a column per (market, outcome)
 
     @property
     def last_round(self) -> int:
@@ -79,7 +81,20 @@ def load_run(run: str | Path, label: str) -> RunData:
     stats = pd.DataFrame({"mean": grouped.mean(), "sd": grouped.std(ddof=0)})
     return RunData(label=label, dir=run_dir, meta=run_dir.read_meta(),
                    fork_rounds=fork_rounds(run), beliefs=beliefs, stats=stats,
-                   per_round=per_round)
+                   per_round=per_round, prices=price_paths(run, last))
+
+
+def price_paths(run: str | Path, last: int) -> pd.DataFrame | None:
+    """Each market outcome's price per round (columns (market, outcome)), or None for a
+    run without markets (or written before Shoal had them)."""
+    try:
+        rows = read_table(run, "prices", f"round <= {last}")
+    except MissingTableError:
+        return None
+    if rows.empty:
+        return None
+    return rows.pivot_table(index="round", columns=["market", "outcome"], values="price",
+                            sort=False)
 
 
 def activity_per_round(run: str | Path) -> pd.DataFrame:
@@ -226,16 +241,55 @@ def activity_table(cmp: Comparison) -> Table:
     return table
 
 
+def markets_table(cmp: Comparison) -> Table | None:
+    """Per market outcome and run: the price at round R, its difference from the
+    reference, the largest difference and where, and the first round they differ."""
+    ref = cmp.reference
+    if ref.prices is None:
+        return None
+    table = Table(title=f"market prices at round {cmp.last_round}", box=None,
+                  title_justify="left")
+    for col in ("market", "outcome", "run", "price", "Δ price", "max |Δ price|", "at round",
+                "first differs"):
+        table.add_column(col, justify="left" if col in ("market", "outcome", "run")
+                         else "right")
+    rounds = pd.RangeIndex(cmp.last_round + 1)
+    for market, outcome in ref.prices.columns:
+        base = ref.prices[(market, outcome)].reindex(rounds)
+        for run in cmp.runs:
+            path = (run.prices[(market, outcome)].reindex(rounds)
+                    if run.prices is not None and (market, outcome) in run.prices else
+                    pd.Series(np.nan, index=rounds))
+            cells = [_num(path.iloc[-1], "{:.3f}"), "", "", "", ""]
+            if run is not ref:
+                gap = (path - base).abs()
+                differs = gap[gap > 0]
+                cells[1] = _num(path.iloc[-1] - base.iloc[-1])
+                cells[2] = _num(gap.max(), "{:.3f}")
+                cells[3] = "—" if gap.isna().all() else str(int(gap.idxmax()))
+                cells[4] = str(int(differs.index.min())) if len(differs) else "never"
+            first = run is ref
+            table.add_row(market if first else "", outcome if first else "", run.label,
+                          *cells)
+    return table
+
+
 def comparison_tables(cmp: Comparison) -> list[Table]:
     """The tables `shoal compare` prints."""
-    return [runs_table(cmp), beliefs_table(cmp), activity_table(cmp)]
+    markets = markets_table(cmp)
+    return [runs_table(cmp), beliefs_table(cmp), activity_table(cmp),
+            *([markets] if markets is not None else [])]
 
 
 def plot_comparison(cmp: Comparison, path: str | Path) -> Path:
     """A PNG: per topic, mean ± sd per run over rounds; then acting agents per round.
     Dashed vertical lines mark fork rounds (labelled with the runs forked there)."""
     path = Path(path)
-    n = len(cmp.topics) + 1
+    shown: dict[str, str] = {}  # a panel per market: its first outcome's price
+    prices = cmp.reference.prices
+    for market, outcome in (prices.columns if prices is not None else []):
+        shown.setdefault(market, outcome)
+    n = len(cmp.topics) + 1 + len(shown)
     fig = Figure(figsize=(9, 2.8 * n), layout="constrained")  # Agg canvas, no pyplot state
     axes = fig.subplots(n, 1, sharex=True, squeeze=False)[:, 0]
     styles = [(f"C{i % 10}", ("-", "--", ":", "-.")[i % 4]) for i in range(len(cmp.runs))]
@@ -248,6 +302,13 @@ def plot_comparison(cmp: Comparison, path: str | Path) -> Path:
             ax.fill_between(x, stats["mean"] - stats["sd"], stats["mean"] + stats["sd"],
                             color=color, alpha=0.08, linewidth=0)
         ax.set_ylabel(f"{topic}\nmean ± sd")
+    for ax, (market, outcome) in zip(axes[len(cmp.topics):], shown.items(), strict=False):
+        for run, (color, style) in zip(cmp.runs, styles, strict=True):
+            if run.prices is not None and (market, outcome) in run.prices:
+                rows = run.prices[(market, outcome)]
+                ax.plot(rows.index, rows.to_numpy(), color=color, linestyle=style)
+        ax.set_ylabel(f"{market}\nprice of {outcome}")
+        ax.set_ylim(0, 1)
     activity = axes[-1]
     for run, (color, style) in zip(cmp.runs, styles, strict=True):
         rows = run.per_round[ACTIVITY]

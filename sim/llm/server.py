@@ -35,9 +35,11 @@ from pathlib import Path
 import orjson
 
 _POST = re.compile(r"\[post (\d+)\] @([\w\-.]+)")
+_MARKET = re.compile(r"\[([A-Za-z][\w\-]*)\]: ([^\n;]*)")  # a market line: [id]: yes 41%, ...
+_OUTCOME = re.compile(r"([\w\-]+) \d+%")
 WEIGHTS = {"post": 0.2, "like": 0.22, "upvote": 0.22, "repost": 0.1, "quote": 0.07,
            "reply": 0.1, "comment": 0.12, "downvote": 0.06, "follow": 0.07, "unfollow": 0.02,
-           "do_nothing": 0.08}
+           "do_nothing": 0.08, "buy": 0.5, "sell": 0.3}
 PHRASES = ["I {verb} {topic}. {reason}", "Honestly, I {verb} {topic}. {reason}",
            "People keep asking, so: I {verb} {topic}. {reason}"]
 VERBS = [(0.6, "strongly support"), (0.2, "support"), (-0.2, "am undecided about"),
@@ -113,8 +115,9 @@ def decide(request: dict, rng: random.Random) -> tuple[str, dict]:
     if not topics:
         m = re.search(r"mapping ([\w, ]+) to a number", user)
         topics = [s.strip() for s in m.group(1).split(",")] if m else []
+    markets = {m: _OUTCOME.findall(rest) for m, rest in _MARKET.findall(user)}
     usable = [n for n in names if n in WEIGHTS and (
-        feed or n in ("post", "do_nothing"))]
+        feed or n in ("post", "do_nothing") or (markets and n in ("buy", "sell")))]
     if not usable:
         return "do_nothing", {"reason": "nothing to do"}
     name = rng.choices(usable, weights=[WEIGHTS[n] for n in usable])[0]
@@ -128,6 +131,10 @@ def decide(request: dict, rng: random.Random) -> tuple[str, dict]:
         args["text"] = text
         if stance and rng.random() < 0.7:  # sometimes leave the stance to be estimated
             args["stance"] = stance
+    if name in ("buy", "sell"):  # one in eight is more than the trader has
+        market = rng.choice(sorted(markets))
+        args = {"market": market, "outcome": rng.choice(markets[market] or ["yes"]),
+                "amount": round(rng.uniform(1, 20), 2) if rng.random() > 0.125 else 10**6}
     if name == "do_nothing":
         args["reason"] = "not much to add today"
     return name, args

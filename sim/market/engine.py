@@ -64,6 +64,7 @@ class MarketEngine:
         self.payouts: list[dict] = []
         self.forecasts: list[dict] = []
         self.opened_prices = [m.maker.prices() for m in self.books.markets]
+        self.positions = self._positions_table(0)
 
     # ---------------------------------------------------------------- config
 
@@ -247,6 +248,7 @@ class MarketEngine:
         shown in it), moves of the round, forecasts of markets closing now, resolutions
         due."""
         self.digest(world, r, shown)
+        self.positions = self._positions_table(r)  # holdings after the trades, before payouts
         for m in self.books.markets:
             p = m.maker.prices()
             m.prices_before = self.opened_prices[m.index]
@@ -368,7 +370,7 @@ class MarketEngine:
         """The round's rows of the market tables (round 0: the markets and their prices)."""
         b = self.books
         out = {"prices": self._prices_table(r), "trades": self._trades_table(r),
-               "positions": self._positions_table(r), "market_bridge": self._bridge_table(r),
+               "positions": self.positions, "market_bridge": self._bridge_table(r),
                "market_books": self._books_table(r)}
         if r == 0:
             out["markets"] = pa.table({
@@ -422,7 +424,8 @@ class MarketEngine:
             "source": pa.array([x.source for x in t], pa.int8())})
 
     def _positions_table(self, r: int) -> pa.Table:
-        """Holdings after the round of every (trader, market) that traded in it."""
+        """Holdings after the round's trades (before any payout) of every (trader, market)
+        that traded in it."""
         b = self.books
         pairs = sorted({(x.market, x.agent) for x in self.trades})
         cols = {k: [] for k in ("market", "agent", "outcome", "shares", "cost", "cash",
