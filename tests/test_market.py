@@ -11,6 +11,7 @@ import copy
 import signal
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -75,7 +76,9 @@ def test_prices_books_and_resolution(market_run):
                      "status = 'ok' AND action IN ('buy', 'sell')")[0][0] == n_trades
     # Resolved at the last round by the rule (mean position > 0), winners paid 1 a share.
     ((outcome, value, paid),) = query(db, "SELECT outcome, any_value(rule_value), "
-                                          "sum(payout) FROM payouts GROUP BY ALL")
+                                          "sum(payout) FROM payouts WHERE agent >= 0 "
+                                          "GROUP BY ALL")
+    assert query(db, "SELECT payout FROM payouts WHERE agent = -1")[0][0] == pytest.approx(paid)
     mean = query(db, f"SELECT avg(position) FROM beliefs WHERE round = {ROUNDS}")[0][0]
     assert value == pytest.approx(mean) and outcome == ("yes" if mean > 0 else "no")
     held = query(db, f"SELECT sum(shares) FROM (SELECT arg_max(shares, round) shares "
@@ -189,3 +192,19 @@ def test_bad_market_configs_name_the_field(quickstart_dict, tmp_path, market, me
     with pytest.raises(ConfigError) as err:
         make_config(data, tmp_path)
     assert message in str(err.value)
+
+
+def test_notebook_scores_and_report(market_run, tmp_path):
+    run = open_run(market_run)
+    ((market, outcome),) = run.market_resolutions()[["market", "outcome"]].itertuples(
+        index=False)
+    closing = run.table("forecasts").query("agent == -1").set_index("outcome")["probability"]
+    scores = run.market_scores().set_index("agent")
+    want = sum((p - (o == outcome)) ** 2 for o, p in closing.items())
+    assert scores.loc[-1, "brier"] == pytest.approx(want)
+    assert scores.loc[-1, "log_score"] == pytest.approx(float(np.log(closing[outcome])))
+    assert len(scores) == 1 + int(query(market_run / "trajectory.duckdb",
+                                        "SELECT count(*) FROM agents WHERE on_market")[0][0])
+    assert main(["report", str(market_run), "--out", str(tmp_path / "r.html")]) == 0
+    html = (tmp_path / "r.html").read_text()
+    assert 'id="markets"' in html and market in html and "market Brier" in html

@@ -177,3 +177,26 @@ def _mark_forks(axes: Sequence[Axes], fork_rounds: Mapping[str, Sequence[int]]) 
         axes[0].annotate(f"fork: {', '.join(runs)}", (r, 1), xycoords=("data", "axes fraction"),
                          xytext=(3, -3), textcoords="offset points", va="top",
                          fontsize="small")
+
+
+def price_paths(prices: pd.DataFrame, interventions: Sequence[int] = (),
+                fork_rounds: Sequence[int] = (), path: str | Path | None = None) -> Figure:
+    """Per market, the price of each outcome over rounds (a `prices` table); dotted
+    lines mark the rounds interventions fired, dashed grey ones fork rounds."""
+    markets = list(pd.unique(prices["market"]))
+    fig = Figure(figsize=(9, 2.6 * max(len(markets), 1)), layout="constrained")
+    axes = fig.subplots(max(len(markets), 1), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, market in zip(axes, markets, strict=False):
+        rows = prices[prices["market"] == market]
+        for outcome in pd.unique(rows["outcome"]):
+            line = rows[rows["outcome"] == outcome].sort_values("round")
+            ax.plot(line["round"], line["price"], label=str(outcome))
+        for r in interventions:
+            ax.axvline(r, color="C3", linestyle=":", linewidth=1.0)
+        for r in fork_rounds:
+            ax.axvline(r, color="0.4", linestyle="--", linewidth=0.8)
+        ax.set_ylim(0, 1)
+        ax.set_ylabel(f"{market}\nprice")
+        ax.legend(loc="best", fontsize="small")
+    axes[-1].set_xlabel("round")
+    return save(fig, path)

@@ -76,6 +76,7 @@ def render_report(data: Run) -> str:
         ("plots", "Plots", plots_section(data)),
         ("top-posts", "Top posts", top_posts_section(data)),
         ("interventions", "Interventions", interventions_section(data)),
+        *([("markets", "Markets", markets_section(data))] if not data.prices.empty else []),
         ("memory", "Memory", memory_section(data)),
         ("llm", "LLM cost", llm_section(data)),
         ("config", "Configuration", config_section(data)),
@@ -420,6 +421,34 @@ def interventions_section(data: Run) -> str:
                      _compact(_json(r.effect))))
     return table_html(("round", "#", "kind", "spec", "effect"), rows, numeric=(0, 1),
                       text=(3, 4))
+
+
+def markets_section(data: Run) -> str:
+    """Each market: its question, final prices, resolution and forecast scores; the price
+    paths with interventions and fork rounds marked."""
+    prices, markets = data.prices, data.table("markets")
+    last = prices[prices["round"] == prices["round"].max()]
+    resolved = data.market_resolutions().set_index("market")
+    scores = data.market_scores()
+    rows = []
+    for m in markets.itertuples(index=False):
+        final = ", ".join(f"{o} {p:.0%}" for o, p in last[last["market"] == m.market][
+            ["outcome", "price"]].itertuples(index=False))
+        mine = scores[scores["market"] == m.market]
+        own, traders = mine[mine["agent"] == -1], mine[mine["agent"] >= 0]
+        outcome = resolved["outcome"].get(m.market, "not resolved")
+        rows.append((m.market, m.question, final, outcome,
+                     f"{own['brier'].iloc[0]:.3f}" if len(own) else "—",
+                     f"{traders['brier'].mean():.3f}" if len(traders) else "—"))
+    table = table_html(("market", "question", "final prices", "resolved", "market Brier",
+                        "traders' mean Brier"), rows, text=(1,))
+    fired = sorted(set(data.interventions["round"].astype(int))) if not (
+        data.interventions.empty) else []
+    fig = plots.price_paths(prices, fired, data.fork_rounds)
+    caption = ("Prices per round; dotted red lines: interventions; dashed grey: forks. "
+               "Brier score: Σ (p − outcome)², 0 is perfect (docs/markets.md).")
+    return (f'{table}\n<figure><img src="{png_uri(fig)}" alt="price paths">'
+            f"<figcaption>{_e(caption)}</figcaption></figure>")
 
 
 def _compact(value: object) -> str:

@@ -187,6 +187,32 @@ class Run(ForkInfo):
         return self._cached(f"table:{name}", lambda: self._snapshot(name))
 
     @property
+    def prices(self) -> pd.DataFrame:
+        """Every market outcome's price per round (round, market, outcome, price, volume,
+        n_trades); empty for a run without markets. `trades`, `positions`, `markets`,
+        `forecasts`, `payouts`, `market_bridge` and `market_books` via `table()`."""
+        return self.table("prices")
+
+    @property
+    def trades(self) -> pd.DataFrame:
+        """Every applied trade: round, market, agent, side, outcome, cash, shares, prices
+        before and after, source."""
+        return self.table("trades")
+
+    def market_resolutions(self) -> pd.DataFrame:
+        """Resolved markets: market, round, outcome, rule_value, paid."""
+        from sim.analysis.markets import resolutions
+
+        return resolutions(self.table("payouts"))
+
+    def market_scores(self) -> pd.DataFrame:
+        """Brier and log score per (market, agent) of resolved markets; agent −1 is the
+        market's own forecast, its prices at the close (sim/analysis/markets.py)."""
+        from sim.analysis.markets import scores
+
+        return scores(self.table("forecasts"), self.table("payouts"))
+
+    @property
     def rounds(self) -> pd.DataFrame:
         """One row per completed round: counts and timings (docs/store.md)."""
         self.last_round  # noqa: B018  (reads and pins `rounds`)

@@ -469,12 +469,12 @@ class MarketEngine:
 
     def _payouts_table(self, r: int) -> pa.Table:
         cols = {k: [] for k in ("market", "agent", "outcome", "payout", "rule_value")}
-        for p in self.payouts:
-            n = len(p["agent"])
+        for p in self.payouts:  # the maker's row first (agent −1: every payout it made)
+            n = len(p["agent"]) + 1
             cols["market"] += [self.books.markets[p["market"]].cfg.id] * n
-            cols["agent"] += p["agent"].tolist()
+            cols["agent"] += [-1, *p["agent"].tolist()]
             cols["outcome"] += [self.books.markets[p["market"]].outcomes[p["outcome"]]] * n
-            cols["payout"] += p["payout"].tolist()
+            cols["payout"] += [float(p["payout"].sum()), *p["payout"].tolist()]
             cols["rule_value"] += [p["value"]] * n
         return pa.table({"round": pa.array([r] * len(cols["agent"]), pa.int32()),
                          "market": pa.array(cols["market"], pa.string()),
