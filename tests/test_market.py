@@ -140,9 +140,10 @@ def test_market_to_social_off_leaves_the_social_tables_alone(market_dict, tmp_pa
     assert query(db_a, "SELECT count(*) FROM trades")[0][0] > 0
 
 
-def test_llm_traders_over_http(tmp_path):
-    """LLM traders get the market tool and the Markets section; their trades go through
-    the books; a trade beyond their cash is rejected with its reason in `actions`."""
+@pytest.fixture(scope="module")
+def llm_market(tmp_path_factory) -> tuple[Path, dict]:
+    """Half of 120 agents LLM-driven against the loopback server, every agent a trader
+    in a yes/no LMSR market and a three-outcome constant-product one."""
     data = yaml.safe_load((CONFIGS / "llm_quickstart.yaml").read_text())
     data.update(rounds=4, population={"size": 120})
     data["llm"]["agents"] = {"fraction": 0.5}
@@ -150,7 +151,13 @@ def test_llm_traders_over_http(tmp_path):
         {"id": "m1", "question": "Will the carbon tax pass?", "topic": "carbon_tax"},
         {"id": "m2", "question": "Which energy wins?", "topic": "nuclear_power",
          "outcomes": ["nuclear", "gas", "wind"], "maker": {"kind": "constant_product"}}]}
-    db = _run(data, tmp_path) / "trajectory.duckdb"
+    return _run(data, tmp_path_factory.mktemp("llm_market")), data
+
+
+def test_llm_traders_over_http(llm_market):
+    """LLM traders get the market tool and the Markets section; their trades go through
+    the books; a trade beyond their cash is rejected with its reason in `actions`."""
+    db = llm_market[0] / "trajectory.duckdb"
     calls = dict(query(db, "SELECT outcome, count(*) FROM llm_calls WHERE platform = "
                            "'market' GROUP BY ALL"))
     assert calls.get("buy", 0) > 0 and calls.get("sell", 0) > 0
@@ -170,6 +177,14 @@ def test_llm_traders_over_http(tmp_path):
     books = query(db, "SELECT max(abs(cash_imbalance)), max(abs(share_imbalance)) "
                       "FROM market_books")[0]
     assert max(books) < 1e-6
+
+
+@pytest.mark.parametrize("case", ["rule", "llm"])
+def test_same_tables_on_ray(case, market_run, market_dict, llm_market, tmp_path, ray_session):
+    """Invariant 1 with a market: the Ray executor (two shards) gives the local tables."""
+    ref, data = (market_run, market_dict) if case == "rule" else llm_market
+    ray_run = _run({**data, "executor": {"kind": "ray", "shards": 2}}, tmp_path)
+    assert tables_differ(ref / "trajectory.duckdb", ray_run / "trajectory.duckdb") == []
 
 
 MARKET = {"id": "m", "question": "Q?", "topic": "carbon_tax"}

@@ -58,6 +58,7 @@ def summarize(root: Path, wall_seconds: float | None = None, rounds_run: int | N
             "prompt_tokens, completion_tokens FROM llm_calls").df())
         cost, latency = con.execute("SELECT coalesce(sum(cost_usd), 0), "
                                     "coalesce(median(latency_ms), 0) FROM llm_calls").fetchone()
+        markets = _markets(con)
     finally:
         con.close()
 
@@ -101,7 +102,30 @@ def summarize(root: Path, wall_seconds: float | None = None, rounds_run: int | N
         first, last = rows[0], rows[-1]
         bel.add_row(topic, f"{first[0]:+.2f} → {last[0]:+.2f}", f"{first[1]:.2f} → {last[1]:.2f}",
                     f"{first[2]:.2f} → {last[2]:.2f}")
-    return Group(head, Text(""), act_table, Text(""), bel, Text(""))
+    parts = [head, Text(""), act_table, Text(""), bel, Text("")]
+    if markets:
+        mk = Table(title="markets (price first → last round)", title_justify="left", box=None,
+                   padding=(0, 1))
+        for col in ("market", "outcome", "price", "volume", "resolved"):
+            mk.add_column(col, justify="right" if col == "volume" else "left")
+        for market, outcome, first, last, volume, resolved in markets:
+            mk.add_row(market, outcome, f"{first:.2f} → {last:.2f}", f"{volume:,.0f}",
+                       "✓" if resolved == outcome else "")
+        parts += [mk, Text("")]
+    return Group(*parts)
+
+
+def _markets(con) -> list[tuple]:
+    """Per market outcome: first and last price, volume, and the resolved outcome (none
+    for runs without markets, or written before Shoal had them)."""
+    try:
+        return con.execute(
+            "SELECT p.market, p.outcome, arg_min(price, round), arg_max(price, round), "
+            "sum(volume), any_value(r.outcome) FROM prices p LEFT JOIN (SELECT market, "
+            "outcome FROM payouts WHERE agent = -1) r USING (market) GROUP BY ALL "
+            "ORDER BY p.market, min(rowid)").fetchall()
+    except duckdb.CatalogException:
+        return []
 
 
 def open_hint(root: Path) -> str:

@@ -152,6 +152,8 @@ class RoundDriver:
         self.rule = make_rule(cfg.beliefs.update)
         for name, plat in w.platforms.items():
             plat.reconfigure(cfg.platforms.get(name), w.posts)
+        for name, engine in w.engines.items():
+            engine.reconfigure(cfg.platforms.get(name))
         self.recommenders = {name: make_recommender(p.cfg.recommender)
                              for name, p in w.platforms.items()}
         self.scheduler = Scheduler(cfg, w.population.activity, w.population.hourly)
