@@ -133,7 +133,7 @@ class Books:
         if action == ActionType.SELL and amount > self.shares[market][agent, outcome] + TOLERANCE:
             return Reason.NO_SHARES
         if math.isfinite(limit):
-            price = float(m.maker.prices()[outcome])
+            price = m.maker.price(outcome)
             if (price >= limit) if action == ActionType.BUY else (price <= limit):
                 return Reason.PRICE_LIMIT
         return Reason.OK
@@ -142,7 +142,7 @@ class Books:
               source: int, limit: float = math.nan) -> Trade:
         """Apply a trade `check` passed; a limit order fills only up to its limit."""
         m = self.markets[market]
-        before = float(m.maker.prices()[outcome])
+        before = m.maker.price(outcome)
         held = self.shares[market][agent, outcome]
         if action == ActionType.BUY:
             cash = min(amount, float(self.cash[agent]))
@@ -165,7 +165,7 @@ class Books:
             self.realised[agent] += cash - basis
             side = "sell"
         return Trade(market, agent, side, outcome, cash, shares, before,
-                     float(m.maker.prices()[outcome]), source)
+                     m.maker.price(outcome), source)
 
     def resolve(self, market: int, outcome: int, r: int) -> dict[str, np.ndarray]:
         """Pay 1 per share of `outcome` to its holders; close the market. Returns the

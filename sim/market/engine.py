@@ -169,7 +169,7 @@ class MarketEngine:
             gap = np.abs(q - m.maker.prices()[None, :]).max(axis=1)
             keep = np.nonzero(gap > t.min_edge)[0]
             base = len(self.targets)
-            self.targets += list(q[keep])
+            self.targets += q[keep].tolist()
             parts.append((m.index, agents[keep], gap[keep],
                           np.arange(base, base + len(keep)) + 1))
         return self._batch(parts, len(self.topics))
@@ -219,13 +219,18 @@ class MarketEngine:
         source = meta.get("source", np.zeros(n, np.int8))
         open_ = max(sum(m.is_open(r) and m.cfg.topic is not None for m in self.books.markets), 1)
         b = self.books
+        # Python scalars for the loop (numpy's per-element access costs more than the math).
+        agents, acts = actions.agent.tolist(), actions.action.tolist()
+        ref, market, outcome, amount = ref.tolist(), market.tolist(), outcome.tolist(), \
+            amount.tolist()
         for i in range(n):
-            agent, act, limit = int(actions.agent[i]), int(actions.action[i]), float("nan")
+            agent, act, limit = agents[i], acts[i], float("nan")
             if ref[i] > 0:  # a rule trader's order: side and size at the current price
-                m = int(market[i])
-                decided = order(self.targets[ref[i] - 1], b.markets[m].maker.prices(),
-                                float(b.cash[agent]), b.shares[m][agent], self.cfg.trading,
-                                open_)
+                m = b.markets[market[i]]
+                decided = order(self.targets[ref[i] - 1],
+                                [m.maker.price(k) for k in range(m.maker.n)],
+                                float(b.cash[agent]), b.shares[m.index][agent].tolist(),
+                                self.cfg.trading, open_)
                 if decided is None:
                     reason[i] = Reason.PRICE_LIMIT
                     continue
@@ -236,7 +241,7 @@ class MarketEngine:
             if act not in (ActionType.BUY, ActionType.SELL):
                 reason[i] = Reason.NOT_ALLOWED
                 continue
-            args = (agent, act, int(market[i]), int(outcome[i]), float(amount[i]))
+            args = (agent, act, market[i], outcome[i], float(amount[i]))
             why = b.check(r, *args, limit)
             reason[i] = why
             if why == Reason.OK:
@@ -425,25 +430,29 @@ class MarketEngine:
 
     def _positions_table(self, r: int) -> pa.Table:
         """Holdings after the round's trades (before any payout) of every (trader, market)
-        that traded in it."""
+        that traded in it: one row per outcome."""
         b = self.books
-        pairs = sorted({(x.market, x.agent) for x in self.trades})
-        cols = {k: [] for k in ("market", "agent", "outcome", "shares", "cost", "cash",
-                                "realised")}
-        for i, a in pairs:
-            for k, o in enumerate(b.markets[i].outcomes):
-                cols["market"].append(b.markets[i].cfg.id)
-                cols["agent"].append(a)
-                cols["outcome"].append(o)
-                cols["shares"].append(float(b.shares[i][a, k]))
-                cols["cost"].append(float(b.cost[i][a, k]))
-                cols["cash"].append(float(b.cash[a]))
-                cols["realised"].append(float(b.realised[a]))
+        pairs = np.unique(np.array([(x.market, x.agent) for x in self.trades],
+                                   np.int64).reshape(-1, 2), axis=0)
+        cols: dict[str, list] = {k: [] for k in ("market", "agent", "outcome", "shares",
+                                                 "cost", "cash", "realised")}
+        for i in np.unique(pairs[:, 0]).tolist():
+            agents = pairs[pairs[:, 0] == i, 1]
+            outcomes = b.markets[i].outcomes
+            k = len(outcomes)
+            cols["market"] += [b.markets[i].cfg.id] * (len(agents) * k)
+            cols["agent"] += np.repeat(agents, k).tolist()
+            cols["outcome"] += outcomes * len(agents)
+            cols["shares"] += b.shares[i][agents].ravel().tolist()
+            cols["cost"] += b.cost[i][agents].ravel().tolist()
+            cols["cash"] += np.repeat(b.cash[agents], k).tolist()
+            cols["realised"] += np.repeat(b.realised[agents], k).tolist()
         return pa.table({"round": pa.array([r] * len(cols["agent"]), pa.int32()),
-                         **{k: v for k, v in cols.items() if k != "agent"},
-                         "agent": pa.array(cols["agent"], pa.int32())}
-                        ).select(["round", "market", "agent", "outcome", "shares", "cost",
-                                  "cash", "realised"])
+                         "market": pa.array(cols["market"], pa.string()),
+                         "agent": pa.array(cols["agent"], pa.int32()),
+                         "outcome": pa.array(cols["outcome"], pa.string()),
+                         **{k: pa.array(cols[k], pa.float64())
+                            for k in ("shares", "cost", "cash", "realised")}})
 
     def _bridge_table(self, r: int) -> pa.Table:
         rows = self.bridge

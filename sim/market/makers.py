@@ -54,6 +54,10 @@ class MarketMaker(ABC):
     def prices(self) -> np.ndarray:
         """Current price of every outcome (positive, summing to 1)."""
 
+    def price(self, outcome: int) -> float:
+        """The current price of one outcome."""
+        return float(self.prices()[outcome])
+
     @abstractmethod
     def quote_buy(self, outcome: int, cash: float) -> float:
         """Shares of `outcome` that `cash` buys now (no change)."""
@@ -123,7 +127,7 @@ def _bisect(ok, lo: float, hi: float) -> float:
     """The largest x in [lo, hi] with ok(x), ok being true at lo and false at hi."""
     for _ in range(100):
         mid = 0.5 * (lo + hi)
-        if mid in (lo, hi):
+        if mid in (lo, hi) or hi - lo <= 1e-12 * (1.0 + abs(hi)):
             break
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
     return lo
@@ -132,7 +136,7 @@ def _bisect(ok, lo: float, hi: float) -> float:
 def _lse(values) -> float:
     """log Σ exp(v), stable."""
     m = max(values)
-    return m + math.log(math.fsum(math.exp(v - m) for v in values))
+    return m + math.log(sum([math.exp(v - m) for v in values]))
 
 
 class LMSRConfig(Strict):
@@ -175,10 +179,32 @@ class LMSR(MarketMaker):
         after[outcome] -= shares
         return self.cost() - self.cost(after)
 
+    def price(self, outcome: int) -> float:
+        return math.exp(self.q[outcome] / self.b - _lse([x / self.b for x in self.q]))
+
     def price_after(self, outcome: int, cash: float, shares: float) -> float:
         z = [x / self.b for x in self.q]
         z[outcome] += shares / self.b
         return math.exp(z[outcome] - _lse(z))
+
+    def _q_at(self, outcome: int, limit: float) -> float:
+        """The outstanding shares of `outcome` at which its price is `limit`:
+        exp(q_i/b) = limit/(1 − limit)·Σ_{j≠i} exp(q_j/b)."""
+        rest = _lse([x / self.b for j, x in enumerate(self.q) if j != outcome])
+        return self.b * (math.log(limit) - math.log1p(-limit) + rest)
+
+    def cash_to_price(self, outcome: int, limit: float, cash: float) -> float:
+        # Closed form: the cost of moving q_i to where the price is `limit`.
+        if self.price(outcome) >= limit:
+            return 0.0
+        target = list(self.q)
+        target[outcome] = self._q_at(outcome, limit)
+        return min(cash, max(self.cost(target) - self.cost(), 0.0))
+
+    def shares_to_price(self, outcome: int, limit: float, shares: float) -> float:
+        if self.price(outcome) <= limit:
+            return 0.0
+        return min(shares, max(self.q[outcome] - self._q_at(outcome, limit), 0.0))
 
     def _move(self, outcome: int, cash: float, shares: float) -> None:
         self.q[outcome] += shares
@@ -222,6 +248,13 @@ class ConstantProduct(MarketMaker):
         inv = 1.0 / np.asarray(self.y)
         return inv / inv.sum()
 
+    def price(self, outcome: int) -> float:
+        return (1.0 / self.y[outcome]) / sum([1.0 / v for v in self.y])
+
+    def _other(self, outcome: int) -> float:
+        """The reserve of the other outcome of a two-outcome pool."""
+        return self.y[1 - outcome]
+
     def quote_buy(self, outcome: int, cash: float) -> float:
         log_rest = math.fsum(math.log(v + cash) for j, v in enumerate(self.y) if j != outcome)
         return self.y[outcome] + cash - math.exp(self._log_k() - log_rest)
@@ -230,6 +263,10 @@ class ConstantProduct(MarketMaker):
         # The cash c burns c complete sets: (y_i + s − c)·Π_{j≠i}(y_j − c) = k. The left side
         # falls as c grows; bisect between 0 and where a reserve would hit zero.
         y, log_k = self.y, self._log_k()
+        if self.n == 2:  # (y_i + s − c)(y_j − c) = k: the smaller root of a quadratic
+            yi, yj = y[outcome] + shares, self._other(outcome)
+            b, c0 = yi + yj, yi * yj - math.exp(log_k)
+            return 2.0 * c0 / (b + math.sqrt(max(b * b - 4.0 * c0, 0.0)))
         hi = min([v for j, v in enumerate(y) if j != outcome] + [y[outcome] + shares])
 
         def excess(c: float) -> float:
@@ -252,6 +289,28 @@ class ConstantProduct(MarketMaker):
         y = [v + cash for v in self.y]
         y[outcome] -= shares
         return (1.0 / y[outcome]) / math.fsum(1.0 / v for v in y)
+
+    def _other_at(self, limit: float) -> float:
+        """Two outcomes: the other reserve at which this outcome's price is `limit`
+        (p_i = y_j² / (k + y_j²), since y_i·y_j = k)."""
+        return math.sqrt(limit * math.exp(self._log_k()) / (1.0 - limit))
+
+    def cash_to_price(self, outcome: int, limit: float, cash: float) -> float:
+        if self.n != 2:
+            return super().cash_to_price(outcome, limit, cash)
+        if self.price(outcome) >= limit:  # buying adds c to the other reserve
+            return 0.0
+        return min(cash, max(self._other_at(limit) - self._other(outcome), 0.0))
+
+    def shares_to_price(self, outcome: int, limit: float, shares: float) -> float:
+        if self.n != 2:
+            return super().shares_to_price(outcome, limit, shares)
+        if self.price(outcome) <= limit:
+            return 0.0
+        other = self._other_at(limit)  # selling burns c = y_j − y_j' sets
+        burned = self._other(outcome) - other
+        sold = math.exp(self._log_k()) / other - self.y[outcome] + burned
+        return min(shares, max(sold, 0.0))
 
     def _move(self, outcome: int, cash: float, shares: float) -> None:
         self.y = [v + cash for v in self.y]

@@ -59,22 +59,23 @@ def subjective(position: np.ndarray, confidence: np.ndarray, anchors: np.ndarray
     return c * b + (1.0 - c) / b.shape[1]
 
 
-def order(q: np.ndarray, prices: np.ndarray, cash: float, shares: np.ndarray,
+def order(q: list[float], prices: list[float], cash: float, shares: list[float],
           t: RuleTrading, n_open: int) -> tuple[int, int, float, float] | None:
     """A trader's trade at the market's current prices (step 4): (action, outcome, amount,
-    limit), or None when no outcome is mispriced by more than `min_edge` for it."""
-    edge = q - prices
-    held = shares > 0
-    if held.any():
-        over = np.where(held, -edge, -np.inf)
-        worst = int(np.argmax(over))
-        if over[worst] > t.min_edge:
-            amount = t.kelly_fraction * over[worst] / prices[worst] * shares[worst]
-            if amount >= max(t.min_trade, 1e-12):
-                return int(ActionType.SELL), worst, float(amount), float(q[worst])
-    best = int(np.argmax(edge))
-    if edge[best] > t.min_edge:
-        spend = t.kelly_fraction * edge[best] / (1.0 - prices[best]) * cash / max(n_open, 1)
-        if spend >= max(t.min_trade, 1e-12):
-            return int(ActionType.BUY), best, float(spend), float(q[best])
+    limit), or None when no outcome is mispriced by more than `min_edge` for it. Plain
+    Python: it runs once per order, on a handful of outcomes."""
+    least = max(t.min_trade, 1e-12)
+    over = [(p - b, k) for k, (b, p, s) in enumerate(zip(q, prices, shares, strict=True))
+            if s > 0]
+    if over:
+        loss, worst = max(over)
+        if loss > t.min_edge:
+            amount = t.kelly_fraction * loss / prices[worst] * shares[worst]
+            if amount >= least:
+                return int(ActionType.SELL), worst, amount, q[worst]
+    gain, best = max((b - p, k) for k, (b, p) in enumerate(zip(q, prices, strict=True)))
+    if gain > t.min_edge:
+        spend = t.kelly_fraction * gain / (1.0 - prices[best]) * cash / max(n_open, 1)
+        if spend >= least:
+            return int(ActionType.BUY), best, spend, q[best]
     return None
