@@ -223,3 +223,16 @@ def test_notebook_scores_and_report(market_run, tmp_path):
     assert main(["report", str(market_run), "--out", str(tmp_path / "r.html")]) == 0
     html = (tmp_path / "r.html").read_text()
     assert 'id="markets"' in html and market in html and "market Brier" in html
+
+
+def test_a_fork_cannot_change_the_markets(market_run, tmp_path, capsys):
+    code = main(["fork", str(market_run), "--round", str(FORK), "--out", str(tmp_path),
+                 "--set", "platforms.market.markets.0.id=other"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "platforms.market.markets.0.id: cannot be changed in a fork" in err
+    assert "platforms.market.{participation,max_actions_per_round,trading,bridge}" in err
+    # The bridge can: a fork that switches market → social off runs.
+    assert main(["fork", str(market_run), "--round", str(FORK), "--out", str(tmp_path),
+                 "--set", "platforms.market.bridge.market_to_social.enabled=false",
+                 "--quiet"]) == 0

@@ -198,9 +198,9 @@ MUTABLE_SECTIONS = ("policy", "beliefs", "activity", "executor", "output", "chec
 
 def mutable(key: str) -> bool:
     """Whether the dotted config path `key` may change after round 0."""
-    from sim.config.platforms import MUTABLE_FIELDS
+    from sim.config.platforms import mutable_fields
 
     parts = key.split(".")
     if parts[0] == "platforms":
-        return len(parts) >= 3 and parts[2] in MUTABLE_FIELDS
+        return len(parts) >= 3 and parts[2] in mutable_fields(parts[1])
     return parts[0] in MUTABLE_SECTIONS

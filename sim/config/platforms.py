@@ -34,8 +34,15 @@ class PlatformConfig(Strict):
 
 
 # Fields a `set` intervention or a fork may change on a running platform (the rest shaped
-# round 0: membership, whether it exists).
+# round 0: membership, whether it exists). A platform's config model may list its own in a
+# `mutable_fields` class attribute.
 MUTABLE_FIELDS = ("recommender", "participation", "feed_size", "max_actions_per_round")
+
+
+def mutable_fields(platform: str) -> tuple[str, ...]:
+    """The fields of platform `platform` that may change mid-run."""
+    config = PLATFORMS.get(platform).config if platform in PLATFORMS else None
+    return tuple(getattr(config, "mutable_fields", MUTABLE_FIELDS))
 
 
 class PlatformsConfig(Strict):

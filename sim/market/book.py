@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sim.core.errors import InputError
 from sim.core.state import State
 from sim.core.vocabulary import ActionType, Reason
 from sim.market.config import MarketConfig
@@ -200,7 +201,8 @@ class Books:
         """Cash, P&L, membership, the non-zero positions, and each maker's state."""
         arrays = {"cash": self.cash.copy(), "members": self.members.copy(),
                   "realised": self.realised.copy()}
-        meta: dict = {"paid_out": self.paid_out, "markets": []}
+        meta: dict = {"paid_out": self.paid_out, "markets": [],
+                      "ids": [m.cfg.id for m in self.markets]}
         for i, m in enumerate(self.markets):
             held = np.nonzero((self.shares[i] != 0).any(axis=1)
                               | (self.cost[i] != 0).any(axis=1))[0]
@@ -217,6 +219,11 @@ class Books:
     def set_state(self, state: State) -> None:
         """Take a state `get_state` returned (the markets must be configured alike)."""
         a, meta = state.arrays, state.meta
+        ids = [m.cfg.id for m in self.markets]
+        if meta.get("ids", ids) != ids:
+            raise InputError(f"platforms.market.markets: the saved run has the markets "
+                             f"{meta['ids']}, this config {ids}; the markets cannot change "
+                             "during a run or in a fork")
         self.cash = a["cash"].astype(np.float64).copy()
         self.members = a["members"].astype(bool).copy()
         self.realised = a["realised"].astype(np.float64).copy()

@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -151,6 +151,9 @@ class Bridge(Strict):
 class MarketPlatformConfig(Strict):
     """The prediction-market platform: traders (its members), their cash, how rule traders
     trade, the bridge to the social platforms, and the markets."""
+
+    mutable_fields: ClassVar[tuple[str, ...]] = ("participation", "max_actions_per_round",
+                                                  "trading", "bridge")
 
     enabled: bool = True
     members: Selector = Field(default_factory=Selector)

@@ -21,7 +21,7 @@ from sim.config import apply_overrides, parse_config
 from sim.config.interventions import MUTABLE_SECTIONS, mutable
 from sim.config.loading import Origin, read_yaml, shown_override
 from sim.config.model import Config
-from sim.config.platforms import MUTABLE_FIELDS
+from sim.config.platforms import mutable_fields
 from sim.core.errors import InputError
 
 
@@ -38,6 +38,12 @@ class ForkPlan:
     schedule: list[str] = field(default_factory=list)
     source: str = "fork"
     labels: dict[str, str] = field(default_factory=dict)  # a set -> the flag that made it
+
+
+def _platform(key: str) -> str:
+    """The platform a dotted key is about (`<name>` if it names none)."""
+    parts = key.split(".")
+    return parts[1] if parts[0] == "platforms" and len(parts) > 1 else "<name>"
 
 
 def load_interventions(path: Path) -> list[Any]:
@@ -69,7 +75,8 @@ def fork_config(parent: dict, k: int, plan: ForkPlan) -> tuple[Any, dict, dict[i
         elif not mutable(key):
             raise InputError(f"--set {key}: cannot be changed in a fork (it only shaped "
                              f"round 0); changeable: {', '.join(MUTABLE_SECTIONS)}, "
-                             f"platforms.<name>.{{{','.join(MUTABLE_FIELDS)}}}, and the "
+                             f"platforms.{_platform(key)}.{{"
+                             f"{','.join(mutable_fields(_platform(key)))}}}, and the "
                              "interventions that have not fired yet")
         else:
             plain.append(item)
