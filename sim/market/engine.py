@@ -53,6 +53,7 @@ class MarketEngine:
         self.books = Books.create(cfg.markets, members, cfg.budget, world.cfg.rounds)
         self.rng = CounterRNG(seed)
         self.moves: dict[int, float] = {}  # market -> largest |move| in the last round
+        self.volume: dict[int, float] = {}  # market -> cash traded in the last round
         self.sentiment: dict[int, float] = {}  # market -> mean stance of the digest's posts
         self.digest_posts: dict[int, list[int]] = {}  # market -> top post ids
         self._reset_round()
@@ -254,6 +255,8 @@ class MarketEngine:
         due."""
         self.digest(world, r, shown)
         self.positions = self._positions_table(r)  # holdings after the trades, before payouts
+        self.volume = {m.index: sum(t.cash for t in self.trades if t.market == m.index)
+                       for m in self.books.markets}
         for m in self.books.markets:
             p = m.maker.prices()
             m.prices_before = self.opened_prices[m.index]
@@ -331,7 +334,9 @@ class MarketEngine:
         parts = ", ".join(f"{o} {p[k]:.0%}" + (f" ({100 * move[k]:+.0f})" if
                                                    abs(move[k]) >= 0.005 else "")
                           for k, o in enumerate(m.outcomes))
-        return Line(f"- {quote(m.cfg.question, 160)} [{m.cfg.id}]: {parts}",
+        volume = self.volume.get(m.index, 0.0)
+        traded = f"; {volume:,.0f} traded last round" if volume else ""
+        return Line(f"- {quote(m.cfg.question, 160)} [{m.cfg.id}]: {parts}{traded}",
                     {"kind": "market", "market": m.cfg.id, "round": r - 1})
 
     def _trader_sections(self, world, agent: int, r: int, priority: int, limit: int
@@ -517,6 +522,7 @@ class MarketEngine:
         """The books, and what the next round's bridge needs (moves, digested posts)."""
         s = self.books.get_state()
         s.meta["engine"] = {"moves": {str(k): v for k, v in self.moves.items()},
+                            "volume": {str(k): v for k, v in self.volume.items()},
                             "sentiment": {str(k): v for k, v in self.sentiment.items()},
                             "digest_posts": {str(k): v for k, v in self.digest_posts.items()}}
         for m in self.books.markets:
@@ -529,6 +535,7 @@ class MarketEngine:
         self.books.set_state(state)
         e = state.meta["engine"]
         self.moves = {int(k): float(v) for k, v in e["moves"].items()}
+        self.volume = {int(k): float(v) for k, v in e.get("volume", {}).items()}
         self.sentiment = {int(k): float(v) for k, v in e["sentiment"].items()}
         self.digest_posts = {int(k): list(v) for k, v in e["digest_posts"].items()}
         for m in self.books.markets:

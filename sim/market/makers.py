@@ -255,9 +255,23 @@ class ConstantProduct(MarketMaker):
         """The reserve of the other outcome of a two-outcome pool."""
         return self.y[1 - outcome]
 
-    def quote_buy(self, outcome: int, cash: float) -> float:
+    def _reserve_after_buy(self, outcome: int, cash: float) -> float:
+        """The bought outcome's reserve after a buy: k / Π_{j≠i}(y_j + c)."""
         log_rest = math.fsum(math.log(v + cash) for j, v in enumerate(self.y) if j != outcome)
-        return self.y[outcome] + cash - math.exp(self._log_k() - log_rest)
+        return math.exp(self._log_k() - log_rest)
+
+    def quote_buy(self, outcome: int, cash: float) -> float:
+        return self.y[outcome] + cash - self._reserve_after_buy(outcome, cash)
+
+    def buy(self, outcome: int, cash: float) -> float:
+        # The new reserve is set from the invariant, not as y_i + c − shares: when it is
+        # tiny beside the others, that difference would lose every digit.
+        after = self._reserve_after_buy(outcome, cash)
+        shares = self.y[outcome] + cash - after
+        self.y = [v + cash for v in self.y]
+        self.y[outcome] = after
+        self.collected += cash
+        return shares
 
     def quote_sell(self, outcome: int, shares: float) -> float:
         # The cash c burns c complete sets: (y_i + s − c)·Π_{j≠i}(y_j − c) = k. The left side
