@@ -35,6 +35,7 @@ def market_dict() -> dict:
     data.update(rounds=ROUNDS, population={"size": 400, "groups": [
         {"name": "activists", "fraction": 0.1}]})
     data["interventions"][0]["round"] = NEWS
+    data["start_time"] = "2026-03-02T08:00:00"  # the news lands mid-afternoon
     return data
 
 

@@ -93,8 +93,11 @@ def price_paths(run: str | Path, last: int) -> pd.DataFrame | None:
         return None
     if rows.empty:
         return None
-    return rows.pivot_table(index="round", columns=["market", "outcome"], values="price",
-                            sort=False)
+    wide = rows.pivot_table(index="round", columns=["market", "outcome"], values="price")
+    markets = read_table(run, "markets")  # outcomes in the order the config lists them
+    order = [(m, str(o)) for m, outcomes in zip(markets["market"], markets["outcomes"],
+                                                strict=True) for o in outcomes]
+    return wide[[c for c in order if c in wide.columns]]
 
 
 def activity_per_round(run: str | Path) -> pd.DataFrame:
