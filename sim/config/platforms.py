@@ -76,7 +76,9 @@ class PlatformsConfig(Strict):
     @model_validator(mode="after")
     def _one(self):
         if not self.enabled():
-            raise ValueError("at least one social platform must be enabled")
+            raise ValueError("at least one social platform must be enabled (the market "
+                             "trades beside them)" if self.engines() else
+                             "at least one platform must be enabled")
         return self
 
     @model_serializer(mode="wrap")

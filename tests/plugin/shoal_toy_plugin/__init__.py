@@ -75,7 +75,7 @@ class TootConfig(PlatformConfig):
 
 
 TOOT = register(PlatformSpec(
-    name="toot", code=2, label="Toot",
+    name="toot", code=3, label="Toot",
     actions=(A.POST, A.LIKE, A.FOLLOW, A.DO_NOTHING),
     engagements=(A.LIKE, A.FOLLOW),
     feed_kinds=(PostKind.POST,),
