@@ -55,7 +55,7 @@ SENTIMENT_WEIGHT = 0.2  # MiroShark: position = base + 0.2 * sentiment_bias
 _SHOAL_FIELDS = (
     "name", "username", "bio", "persona", "group", "activity", "age", "gender", "mbti",
     "country", "profession", "interests", "stance", "stances", "sentiment_bias", "following",
-    "user_id",
+    "user_id", "facts",
 )
 _SHOAL_ONLY = {"group", "activity", "interests", "stance", "stances", "sentiment_bias",
                "following"}
@@ -619,6 +619,8 @@ def _shoal_profile(item: _Item, topics: _Topics) -> _Profile:
     if "following" in item.data:
         refs = item.seq("following") or []
         p.following = [_id_text(item, "following", r) for r in refs]
+    if "facts" in item.data:  # the graph facts a persona was built from (`shoal init`)
+        p.extra["facts"] = item.seq("facts")
     return p
 
 

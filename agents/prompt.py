@@ -61,6 +61,7 @@ class ContextInputs:
     feed_order: str = "newest first"
     extra_rules: list[str] = field(default_factory=list)
     extra: list[Section] = field(default_factory=list)  # platform engines' sections
+    knowledge: list[Line] | None = None  # graph memory's facts (None: no graph memory)
 
 
 @dataclass
@@ -81,6 +82,7 @@ DEFAULT_SECTIONS = {
     "memory": SectionSpec(3, 700),
     "digest": SectionSpec(4, 300),
     "markets": SectionSpec(2, 300),
+    "knowledge": SectionSpec(3, 250),
 }
 
 
@@ -163,6 +165,12 @@ def sections(inp: ContextInputs, specs: dict[str, SectionSpec] | None = None) ->
                 spec["feed"].priority, spec["feed"].max_tokens, feed, part="observation",
                 intro="Nothing new in your feed." if not feed else ""),
     ]
+    if inp.knowledge is not None:
+        out.insert(3, Section("knowledge", "What you know", spec["knowledge"].priority,
+                              spec["knowledge"].max_tokens, inp.knowledge,
+                              intro="Facts from the documents and from what happened here, "
+                                    "each with its source." if inp.knowledge else
+                                    "Nothing relevant yet."))
     if inp.platform == INTERVIEW:  # an interview has no observation
         return out[:-2] + [x for x in inp.extra if x.part != "observation"]
     if not platform_spec(inp.platform).social:  # its engine's sections are the observation

@@ -119,7 +119,7 @@ def test_fork_without_the_news(market_run, tmp_path, capsys):
     # The news is for the tax: after it the price of "yes" is higher than without it.
     after = slice(NEWS, NEWS + 5)
     assert main_p[after].mean() > fork_p[after].mean()
-    assert main(["compare", str(market_run), str(fork)]) == 0
+    assert main(["compare", str(market_run), str(fork), "--out", str(tmp_path / "c.png")]) == 0
     shown = capsys.readouterr().out
     assert "price" in shown and "carbon_tax_passes" in shown
 

@@ -17,6 +17,7 @@ import yaml
 from rich.markup import escape
 
 from sim.cli.console import console, out, print_whole, progress_bar, stop_between_rounds
+from sim.cli.graph import add_parsers as add_graph_parsers
 from sim.config import load_config, resolved_dict
 from sim.config.loading import locate
 from sim.core.errors import InputError, ProviderDown
@@ -489,6 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="validate a config and print it resolved")
     _add_config_flags(p)
     p.set_defaults(func=cmd_check)
+    add_graph_parsers(sub)
     return parser
 
 

@@ -500,6 +500,23 @@ def resolve_paths(cfg: Config, base: Path) -> Config:
             problems.append(f"{where}{dotted}: file not found: {value} (looked at {resolved})")
         else:
             setattr(owner, field, str(resolved.resolve()))
+    g = cfg.memory.graph
+    docs = []
+    for i, value in enumerate(g.documents):
+        resolved = Path(value) if Path(value).is_absolute() else (base / value)
+        if not resolved.is_file():
+            problems.append(f"memory.graph.documents.{i}: file not found: {value} "
+                            f"(looked at {resolved})")
+        docs.append(str(resolved.resolve()))
+    if g.scenario is not None:
+        folder = Path(g.scenario) if Path(g.scenario).is_absolute() else base / g.scenario
+        if not (folder / "graph").is_dir():
+            problems.append(f"memory.graph.scenario: {g.scenario}: no graph/ folder there "
+                            f"(looked at {folder / 'graph'}); make one with `shoal init` or "
+                            "`shoal graph add`")
+        else:
+            g.scenario = str(folder.resolve())
+    g.documents = docs
     if problems:
         raise ConfigError(problems)
     return cfg

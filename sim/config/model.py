@@ -20,7 +20,7 @@ from sim.config.llm import LLMConfig
 from sim.config.platforms import Platforms
 from sim.config.selector import Selector
 from sim.core.distributions import Uniform
-from sim.core.registry import BELIEF_RULES, INTERVENTIONS, POLICIES, SUMMARIZERS
+from sim.core.registry import BELIEF_RULES, EXTRACTORS, INTERVENTIONS, POLICIES, SUMMARIZERS
 
 BeliefRule = part(BELIEF_RULES)  # the type of `beliefs.update`
 Policy = part(POLICIES)  # the type of `policy`
@@ -307,8 +307,21 @@ class ContextConfig(Strict):
     budget_tokens: int = Field(default=2500, ge=200)
     build_for: Literal["llm", "all", "none"] = "llm"
     sections: dict[Literal["rules", "persona", "beliefs", "events", "feed", "notifications",
-                           "memory", "digest", "markets", "market_digest"],
+                           "memory", "digest", "markets", "market_digest", "knowledge"],
                    SectionConfig] = Field(default_factory=dict)
+
+
+class GraphMemoryConfig(Strict):
+    """Graph memory (docs/graph.md): a knowledge graph from documents and the run's
+    activity, and the "What you know" context section it feeds."""
+
+    enabled: bool = False
+    scenario: str | None = None  # a scenario folder whose graph/ is loaded at round 0
+    documents: list[str] = Field(default_factory=list)  # read into the graph at round 0
+    ingest_activity: bool = True  # each round's posts, per agent
+    extractor: part(EXTRACTORS) = Field(default="offline", validate_default=True)
+    retrieve: int = Field(default=5, ge=0, le=50)  # facts per context (0: no section)
+    communities_every: int = Field(default=0, ge=0)  # rounds; 0: at the last round only
 
 
 class MemoryConfig(Strict):
@@ -329,6 +342,7 @@ class MemoryConfig(Strict):
     retry_every: int = Field(default=1, ge=1)
     digest: DigestConfig = Field(default_factory=DigestConfig)
     context: ContextConfig = Field(default_factory=ContextConfig)
+    graph: GraphMemoryConfig = Field(default_factory=GraphMemoryConfig)
 
 
 class CheckpointConfig(Strict):
@@ -397,6 +411,12 @@ class Config(Strict):
                 problems += check(f"platforms.{name}", self.rounds, names)
         if problems:
             raise ValueError(problems[0])
+        extractor = self.memory.graph.extractor
+        if extractor.kind == "llm" and (self.llm is None or (
+                getattr(extractor, "provider", None) is not None and extractor.provider
+                not in [p.name for p in self.llm.providers])):
+            raise ValueError("memory.graph.extractor: 'llm' needs an llm section with the "
+                             "provider it names (default: the first)")
         if self.memory.summarizer.kind == "llm" and (self.llm is None
                                                      or not self.llm.summarizer_provider):
             raise ValueError("memory.summarizer: 'llm' needs llm.summarizer_provider")

@@ -44,6 +44,8 @@ BUILTINS = (
     "sim.llm.openai",
     "sim.market.makers",
     "sim.market.platform",
+    "memory.graph.extract",
+    "memory.graph.llm_extractor",
 )
 
 
@@ -134,8 +136,9 @@ CHAT_MODELS = Registry("chat model", tag="kind", default="openai")
 SUMMARIZERS = Registry("summarizer", tag="kind", default="extractive")
 INTERVENTIONS = Registry("intervention kind", tag="kind")
 MARKET_MAKERS = Registry("market maker", tag="kind", default="lmsr")
+EXTRACTORS = Registry("extractor", tag="kind", default="offline")
 REGISTRIES = (PLATFORMS, BELIEF_RULES, RECOMMENDERS, POLICIES, CHAT_MODELS, SUMMARIZERS,
-              INTERVENTIONS, MARKET_MAKERS)
+              INTERVENTIONS, MARKET_MAKERS, EXTRACTORS)
 
 _LOCK = threading.RLock()
 _LOADED: list[str] = []  # modules and entry points loaded, in order

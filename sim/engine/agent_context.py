@@ -12,6 +12,7 @@ import numpy as np
 from agents.prompt import INTERVIEW, ContextInputs, FeedItem, SectionSpec, build_context
 from beliefs.render import stance_lines, trusted_accounts
 from memory.context import Assembled, Line, quote
+from memory.graph.retrieval import provenance
 from sim.core.counter_rng import CounterRNG
 from sim.core.posts import PostKind
 from sim.core.registry import RECOMMENDERS
@@ -92,6 +93,23 @@ def event_lines(world, agent: int, round_: int) -> list[Line]:
     return out
 
 
+def knowledge_lines(world, agent: int, round_: int, feed_row: np.ndarray | None
+                    ) -> list[Line] | None:
+    """The facts of the graph memory most relevant to what the agent sees (its feed's
+    posts) and the topics, as known at the end of the previous round, each line with its
+    provenance (None when the run has no graph memory)."""
+    knowledge, k = world.knowledge, world.cfg.memory.graph.retrieve
+    if knowledge is None or not k:
+        return None
+    texts = [t.label or t.name for t in world.cfg.topics]
+    if feed_row is not None:
+        texts += [world.posts.text[p] for p in feed_row[feed_row >= 0][:5].tolist()]
+    hits = knowledge.index.search(" ".join(texts), k, as_of=round_ - 1)
+    return [Line(f"- {quote(h.fact, 240)} ({provenance(h)})",
+                 {"kind": "knowledge", "relation": h.relation_id, "source": h.source_id,
+                  "round": h.valid_from, "rank": h.score}) for h in hits]
+
+
 def context_inputs(world, agent: int, platform: str, round_: int, feed_row: np.ndarray | None,
                    comments: dict[int, list[int]] | None = None) -> ContextInputs:
     """Everything agent `agent` is shown on `platform` in `round_` (`comments`: the round's
@@ -116,6 +134,7 @@ def context_inputs(world, agent: int, platform: str, round_: int, feed_row: np.n
         minutes_per_round=world.cfg.minutes_per_round,
         feed_order=feed_order(world.platforms[platform].cfg.recommender.kind)
         if platform in world.platforms else "",
+        knowledge=knowledge_lines(world, agent, round_, feed_row),
     )
 
 

@@ -33,6 +33,7 @@ from agents.observation import DecisionRequest, PlatformView, Prompt
 from agents.policy import reads_social_features
 from beliefs.rules import Exposures, make_rule
 from memory.context import Assembled
+from memory.graph.ingest import RoundActivity
 from memory.tokens import encoding
 from sim.core.counter_rng import CounterRNG
 from sim.core.errors import ProviderDown
@@ -324,8 +325,11 @@ class RoundDriver:
         s.n_trust_events = len(applied.trust["truster"])
 
     def update(self, rnd: Round) -> None:
-        """Trust from the round's interactions, then beliefs from what agents saw."""
+        """Trust from the round's interactions, then beliefs from what agents saw (the
+        graph memory reads the round's posts meanwhile, in the background)."""
         w = self.world
+        if w.knowledge is not None and w.cfg.memory.graph.ingest_activity:
+            w.knowledge.submit(round_activity(w, rnd.number, rnd.new_posts))
         rnd.exposures = exposures(rnd.views)
         update_trust(w, rnd.applied)
         update_beliefs(w, self.rule, rnd.exposures, rnd.applied, rnd.number, self.rng)
@@ -367,6 +371,11 @@ class RoundDriver:
         """Hand round r's tables to the writer (one transaction, in order); the checkpoint
         of r is written after that commit, on the writer thread."""
         w, r = self.world, rnd.number
+        if w.knowledge is not None:  # the round's activity into the graph, before the log
+            w.knowledge.join()
+            every = w.cfg.memory.graph.communities_every
+            if (every and r % every == 0) or r == w.cfg.rounds:
+                w.knowledge.rebuild_communities(r)
         cp = checkpoint(w)  # taken every round: it also empties the components' journals
         after_commit = None
         if self.checkpoints is not None:
@@ -413,12 +422,17 @@ class RoundDriver:
             tables["exposures"] = exposures_table(r, rnd.views, penum)
         for engine in w.engines.values():
             tables.update(engine.tables(w, r))
+        if w.knowledge is not None:
+            tables.update(w.knowledge.drain_tables(r))
         return tables
 
     def memory_calls(self, r: int) -> list[dict]:
-        """`llm_calls` rows the memory's summariser made since the last round."""
+        """`llm_calls` rows the memory's summariser and the graph's extractor made since
+        the last round."""
         log = self.world.memory.summarizer.calls
-        return log.drain(r) if log is not None else []
+        rows = log.drain(r) if log is not None else []
+        knowledge = self.world.knowledge
+        return rows + (knowledge.calls(r) if knowledge is not None else [])
 
     def rounds_row(self, r: int, s: RoundStats, ms_log: float) -> pa.Table:
         """The round's row of the `rounds` table (`ms_log`: the commit's time)."""
@@ -433,6 +447,30 @@ class RoundDriver:
             "wall_time": [datetime.now()],
         }
         return pa.table(row)
+
+
+def round_activity(world: World, r: int, new_posts: np.ndarray) -> RoundActivity:
+    """Round r's posts by agents (news excluded), grouped by author in id order: their
+    text, ids and mean stance per topic, for the graph memory."""
+    posts = world.posts
+    ids = new_posts[posts.author[new_posts] >= 0] if len(new_posts) else new_posts
+    authors = posts.author[ids].astype(np.int64)
+    order = np.lexsort((ids, authors))
+    ids, authors = ids[order], authors[order]
+    out = RoundActivity(r, str(round_start(world.cfg, r)))
+    for agent in np.unique(authors).tolist():
+        mine = ids[authors == agent]
+        stance = posts.stance[mine]
+        counted = (~np.isnan(stance)).sum(axis=0)
+        mean = np.where(counted > 0, np.nansum(stance, axis=0) / np.maximum(counted, 1),
+                        np.nan)
+        out.agents.append(agent)
+        out.usernames.append(world.population.username[agent])
+        out.texts.append(" ".join(posts.text[i] or posts.text[int(posts.root[i])]
+                                  for i in mine.tolist()))
+        out.post_ids.append(mine.tolist())
+        out.stances.append(mean.tolist())
+    return out
 
 
 def _names(by_code: dict) -> np.ndarray:

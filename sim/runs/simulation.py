@@ -565,6 +565,7 @@ def _setup_tables(world: World, fired: Fired) -> dict[str, pa.Table]:
         "interventions": interventions_table(fired.rows),
         "profile_fixes": profile_fixes_table(world.population),
         **{k: v for engine in world.engines.values() for k, v in engine.tables(world, 0).items()},
+        **(world.knowledge.drain_tables(0) if world.knowledge is not None else {}),
     }
 
 

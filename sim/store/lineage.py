@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +25,7 @@ import duckdb
 import pandas as pd
 
 from sim.core.errors import InputError
+from sim.store.graph import GRAPH_TABLES, SCENARIO_DIR, GraphReader
 from sim.store.live_mirror import LiveMirror
 from sim.store.run_dir import RunDir, open_run_dir
 from sim.store.schema import TABLES, schema
@@ -322,3 +323,15 @@ class LiveRun:
         `read_table` gives."""
         return _history(self.run_id, [*self.ancestors, Segment(None)], table, where,
                         self.connect)
+
+
+def graph_reader(path: str | Path) -> GraphReader:
+    """The graph memory of a run directory (through its lineage: a fork reads its
+    parent's rows up to the fork round) or of a scenario folder (its `graph/`)."""
+    if (Path(path) / SCENARIO_DIR).is_dir():
+        return GraphReader.of_scenario(path)
+    tables = {}
+    for name in GRAPH_TABLES:
+        with suppress(MissingTableError):  # written before Shoal had graph memory
+            tables[name] = read_table(path, name)
+    return GraphReader(tables)

@@ -22,6 +22,8 @@ from sim.core.vocabulary import (
     ActionType,
     Reason,
 )
+from sim.store.graph import DDL as GRAPH_DDL
+from sim.store.graph import GRAPH_TABLES
 
 ACTION_ENUM = tuple(ACTION_NAMES[a] for a in ActionType)
 KIND_ENUM = tuple(k.name.lower() for k in PostKind)
@@ -144,6 +146,7 @@ CREATE TABLE payouts (
     round INTEGER, market VARCHAR, agent INTEGER, outcome VARCHAR, payout DOUBLE,
     rule_value DOUBLE
 );
+{GRAPH_DDL}
 CREATE VIEW post_stats AS
     SELECT p.*,
         p.seed_up + coalesce(v.up, 0) AS up,
@@ -164,7 +167,7 @@ CREATE VIEW post_stats AS
 TABLES = ("run", "topics", "agents", "rounds", "posts", "post_stances", "actions",
           "exposures", "beliefs", "trust", "follows", "interventions", "memory", "context",
           "llm_calls", "profile_fixes", "markets", "prices", "trades", "positions",
-          "market_bridge", "market_books", "forecasts", "payouts")
+          "market_bridge", "market_books", "forecasts", "payouts", *GRAPH_TABLES)
 
 
 def enum_array(codes: np.ndarray, names: tuple[str, ...]) -> pa.DictionaryArray:

@@ -21,6 +21,7 @@ from sim.core.posts import PostStore
 from sim.core.state import State
 from sim.platforms.spec import platform_slots, spec
 from sim.store.checkpoints import Checkpoint, CheckpointError, CheckpointStore
+from sim.world.knowledge import build_graph_memory, empty_graph_memory
 from sim.world.platform import Platform
 from sim.world.world import World, build_engines
 
@@ -43,6 +44,8 @@ def changes(world: World) -> dict[str, State]:
         out["history"] = world.history.take_changes()
     for plat in world.platforms.values():
         out[f"platform.{plat.code}"] = plat.take_changes()
+    if world.knowledge is not None:
+        out["knowledge"] = world.knowledge.take_changes()
     return out
 
 
@@ -134,6 +137,12 @@ def _rebuild(cfg: Config, round_: int, saved: dict[str, State],
     world.memory.set_state(saved["memory"])
     world.digest.set_state(saved["digest"])
     world.notifications.set_state(saved["notifications"])
+    world.knowledge = empty_graph_memory(cfg)
+    if world.knowledge is not None:
+        if segments("knowledge"):
+            world.knowledge.replay(segments("knowledge"))
+        else:  # graph memory is new in this (forked) config: its round-0 graph
+            world.knowledge = build_graph_memory(cfg)
     world.engines = build_engines(world)
     for name, eng in world.engines.items():
         if f"engine.{name}" in saved:  # else the platform is new in this (forked) config

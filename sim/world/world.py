@@ -22,6 +22,7 @@ from beliefs.state import BeliefState
 from beliefs.trust import TrustStore
 from memory.compaction import Summarizer
 from memory.digest import CrossPlatformDigest
+from memory.graph.memory import GraphMemory
 from memory.notifications import Notifications
 from memory.round_memory import MemorySettings, RoundMemory
 from sim.config import Config
@@ -34,6 +35,7 @@ from sim.core.text_files import read_user_text
 from sim.platforms.spec import platform_slots, spec
 from sim.world.graph_init import initial_edges
 from sim.world.interventions import Interventions
+from sim.world.knowledge import build_graph_memory
 from sim.world.platform import Platform
 from sim.world.selection import select
 
@@ -63,6 +65,7 @@ class World:
     initial_position: np.ndarray | None = None  # [N, T] positions at round 0 (or on joining)
     json_only: set[str] = field(default_factory=set)  # providers that refused tool calls
     engines: dict = field(default_factory=dict)  # non-social platforms' engines, by name
+    knowledge: GraphMemory | None = None  # graph memory (memory.graph.enabled)
 
     def __post_init__(self) -> None:
         if self.alive is None:
@@ -302,6 +305,7 @@ def build_world(cfg: Config, population: Population | None = None) -> World:
         history=history, posts=PostStore(len(cfg.topics), platform_slots()), platforms=platforms,
     )
     world.engines = build_engines(world)
+    world.knowledge = build_graph_memory(cfg)
     return world
 
 

@@ -1,0 +1,2 @@
+"""Graph memory: a temporal knowledge graph built from documents and the run's activity
+(docs/graph.md)."""

@@ -1,0 +1,222 @@
+"""`shoal init BRIEF` and `shoal graph …`: graph memory from the command line
+(docs/graph.md)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.markup import escape
+from rich.table import Table
+
+from sim.cli.console import console
+from sim.core.errors import InputError
+
+
+def add_parsers(sub) -> None:
+    """The `init` and `graph` commands."""
+    p = sub.add_parser("init", help="read a brief (a document) into a knowledge graph and "
+                                    "write a runnable scenario folder")
+    p.add_argument("brief", help="the brief: text, Markdown or PDF")
+    p.add_argument("--agents", type=int, default=200, help="population size (default 200)")
+    p.add_argument("--out", help="scenario folder (default: ./<brief name>)")
+    p.add_argument("--seed", type=int, default=0, help="seed of personas, stances, follows")
+    p.add_argument("--rounds", type=int, default=24, help="rounds in config.yaml")
+    p.add_argument("--force", action="store_true", help="write into a non-empty --out")
+    _extractor_flags(p)
+    p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("graph", help="the knowledge graph of a run or a scenario")
+    gsub = p.add_subparsers(dest="graph_command", required=True, metavar="ACTION")
+    q = gsub.add_parser("add", help="read documents into a scenario folder's graph")
+    q.add_argument("documents", nargs="+", help="text, Markdown or PDF files")
+    q.add_argument("--into", required=True, metavar="FOLDER", help="the scenario folder")
+    _extractor_flags(q)
+    q.set_defaults(func=cmd_graph_add)
+    for name, help_ in (("relations", "the facts (visible ones; --withdrawn: all)"),
+                        ("entities", "the entities and how many facts each is in"),
+                        ("episodes", "the texts the graph was read from"),
+                        ("communities", "the newest generation of communities"),
+                        ("search", "facts matching a query (BM25 + neighbourhood)"),
+                        ("neighbourhood", "the facts around one entity"),
+                        ("history", "a relation, its withdrawal, its endpoints' others")):
+        q = gsub.add_parser(name, help=help_)
+        q.add_argument("path", help="a run directory or a scenario folder")
+        if name in ("search", "neighbourhood", "history"):
+            q.add_argument("what", help={"search": "the query", "neighbourhood": "an "
+                                         "entity's name", "history": "a relation id"}[name])
+        q.add_argument("--as-of", type=int, help="as the graph was at the end of this round")
+        q.add_argument("--limit", type=int, default=20, help="rows to show (default 20)")
+        if name == "relations":
+            q.add_argument("--withdrawn", action="store_true",
+                           help="include withdrawn relations, with when and why")
+        q.set_defaults(func=cmd_graph_show, action=name)
+
+
+def _extractor_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--llm", metavar="URL", help="extract with this OpenAI-compatible "
+                   "endpoint (`loopback`: Shoal's own test server) instead of offline")
+    p.add_argument("--model", default="shoal-loopback", help="the model, with --llm")
+    p.add_argument("--api-key-env", help="name of the variable holding the key, with --llm")
+
+
+def _extractor(args: argparse.Namespace):
+    """The offline extractor, or an LLM one for --llm (its calls counted on exit)."""
+    from memory.graph.extract import OfflineExtractor
+
+    if not args.llm:
+        return OfflineExtractor()
+    from memory.graph.llm_extractor import LLMExtractor
+    from sim.config.llm import ProviderConfig
+
+    provider = ProviderConfig(name="extractor", base_urls=[args.llm], model=args.model,
+                              api_key_env=args.api_key_env, temperature=0.0,
+                              max_tokens=1500)
+    return LLMExtractor(provider)
+
+
+def _close(extractor) -> None:
+    close = getattr(extractor, "close", None)
+    calls = getattr(extractor, "calls", None)
+    if calls is not None:
+        rows = calls.drain(0)
+        failed = sum(r["status"] != "ok" for r in rows)
+        console.print(f"extraction: {len(rows)} LLM calls, {failed} failed", highlight=False)
+    if close is not None:
+        close()
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    """`shoal init BRIEF [--agents N] [--out DIR] [--seed S] [--llm URL]`."""
+    from sim.runs.scenario_init import InitOptions, init_scenario
+
+    if args.agents < 2:
+        raise InputError(f"--agents: {args.agents}; a scenario needs at least 2 agents")
+    extractor = _extractor(args)
+    try:
+        folder = init_scenario(args.brief, args.out, extractor,
+                               InitOptions(agents=args.agents, seed=args.seed,
+                                           rounds=args.rounds), force=args.force)
+    finally:
+        _close(extractor)
+    console.print(f"scenario → {folder}  (what came from which facts: "
+                  f"{folder / 'SCENARIO.md'}); next: shoal run {folder / 'config.yaml'}",
+                  markup=False, highlight=False)
+    return 0
+
+
+def cmd_graph_add(args: argparse.Namespace) -> int:
+    """`shoal graph add DOC... --into FOLDER`: documents into a scenario's graph."""
+    from memory.graph.communities import detect
+    from memory.graph.ingest import ingest_document
+    from memory.graph.memory import stamp
+    from memory.graph.model import KnowledgeGraph
+    from sim.core.state import State
+    from sim.store.graph import SCENARIO_DIR, GraphReader, write_scenario_graph
+    from sim.world.knowledge import read_document
+
+    folder = Path(args.into)
+    graph = KnowledgeGraph()
+    generation = 0
+    if (folder / SCENARIO_DIR).is_dir():
+        reader = GraphReader.of_scenario(folder)
+        graph.replay([State(tables={n: reader.arrow(n) for n in (
+            "graph_episodes", "graph_entities", "graph_relations", "graph_withdrawals")})])
+        communities = reader.arrow("graph_communities")
+        generation = max(communities.column("generation").to_pylist() or [0])
+        old = {n: reader.arrow(n) for n in ("graph_communities", "graph_community_members")}
+    else:
+        old = {}
+    texts = [(Path(d).name, read_document(d)) for d in args.documents]  # all read first
+    extractor = _extractor(args)
+    try:
+        for name, text in texts:
+            added = ingest_document(graph, name, text, extractor)
+            console.print(f"{escape(name)}: {added['episodes']} episodes, {added['entities']} "
+                          f"new entities, {added['relations']} relations", highlight=False)
+    finally:
+        _close(extractor)
+    found = detect(graph, generation + 1, 0)
+    tables = {n: stamp(t, 0) for n, t in graph.tables().items()}
+    for n, t in found.tables().items():
+        import pyarrow as pa
+
+        new = stamp(t, 0)
+        tables[n] = pa.concat_tables([old[n], new]) if n in old and len(old[n]) else new
+    write_scenario_graph(folder, tables)
+    console.print(f"graph → {folder / SCENARIO_DIR} ({graph.n_entities} entities, "
+                  f"{graph.n_relations} relations, generation {generation + 1} of "
+                  "communities)", markup=False, highlight=False)
+    return 0
+
+
+def cmd_graph_show(args: argparse.Namespace) -> int:
+    """`shoal graph relations|entities|episodes|communities|search|neighbourhood|history`."""
+    from sim.store.lineage import graph_reader
+
+    path = Path(args.path)
+    if not path.exists():
+        raise InputError(f"{path}: no such run directory or scenario folder")
+    reader = graph_reader(path)
+    a = args.action
+    if a == "relations":
+        frame = reader.relations(args.as_of, include_withdrawn=args.withdrawn)
+        cols = ["relation_id", "subject", "predicate", "object", "kind", "source_id",
+                "valid_from"] + (["invalid_at", "reason"] if args.withdrawn else [])
+    elif a == "entities":
+        frame, cols = reader.entities(args.as_of), ["entity_id", "name", "type", "relations"]
+    elif a == "episodes":
+        frame = reader.episodes()
+        cols = ["episode_id", "kind", "source", "span_start", "span_end", "agent", "text"]
+    elif a == "communities":
+        frame, cols = reader.communities(), ["generation", "community", "size", "summary"]
+    elif a == "neighbourhood":
+        frame = reader.neighbourhood(args.what, args.as_of)
+        cols = ["relation_id", "subject", "predicate", "object", "kind", "source_id"]
+    elif a == "history":
+        try:
+            rid = int(args.what)
+        except ValueError:
+            raise InputError(f"history: {args.what!r} is not a relation id") from None
+        frame = reader.history(rid)
+        cols = ["relation_id", "subject", "predicate", "object", "valid_from", "invalid_at",
+                "reason"]
+    else:
+        frame, cols = _search(reader, args.what, args.as_of, args.limit), [
+            "score", "relation_id", "subject", "predicate", "object", "kind", "source_id"]
+    _print(frame, cols, args.limit, f"{a} ({len(frame)} rows)")
+    return 0
+
+
+def _search(reader, query: str, as_of: int | None, k: int):
+    """BM25 over the graph rebuilt in memory (the same validity rule as every reader)."""
+    import pandas as pd
+
+    from memory.graph.model import KnowledgeGraph
+    from memory.graph.retrieval import FactIndex
+    from sim.core.state import State
+
+    graph = KnowledgeGraph()
+    graph.replay([State(tables={n: reader.arrow(n) for n in (
+        "graph_episodes", "graph_entities", "graph_relations", "graph_withdrawals")})])
+    hits = FactIndex(graph).search(query, k, as_of)
+    return pd.DataFrame([{"score": round(h.score, 3), "relation_id": h.relation_id,
+                          "subject": h.subject, "predicate": h.predicate, "object": h.object,
+                          "kind": h.kind, "source_id": h.source_id} for h in hits],
+                        columns=["score", "relation_id", "subject", "predicate", "object",
+                                 "kind", "source_id"])
+
+
+def _missing(value) -> bool:
+    import pandas as pd
+
+    return value is None or (not isinstance(value, list | tuple) and bool(pd.isna(value)))
+
+
+def _print(frame, cols: list[str], limit: int, title: str) -> None:
+    table = Table(title=title, title_justify="left", box=None, padding=(0, 1))
+    for c in cols:
+        table.add_column(c, overflow="fold")
+    for row in frame[cols].head(limit).itertuples(index=False):
+        table.add_row(*(escape("" if _missing(v) else str(v))[:300] for v in row))
+    console.print(table)

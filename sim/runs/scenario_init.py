@@ -1,0 +1,324 @@
+"""`shoal init BRIEF`: from a document to a runnable scenario folder (docs/graph.md).
+
+1. The brief is read into a knowledge graph (the configured extractor).
+2. **Topics**: the entities the brief takes sides on — objects of `supports`/`opposes`
+   facts — most contested first (at most `max_topics`); failing those, the brief's top
+   keyphrases (YAKE). Each topic's keywords: its name, its aliases, and keyphrases sharing
+   a word with it. The graph is then read again with the topics known, so every mention
+   of one resolves to the topic's entity.
+3. **Stakeholder groups**: the entities that take sides on a topic (subjects of polar
+   facts), by number of such facts (at most `max_groups`), plus "the public" for everyone
+   else. A group's position on a topic is the mean of its facts (+1 supports, −1
+   opposes; 0 without one); its share of the population is proportional to
+   1 + its number of facts, the public holding `public_share`.
+4. **Personas**: each agent belongs to a group (largest-remainder allocation of the
+   shares, then a seeded shuffle) and is written from the facts about its group (each
+   persona lists the ids of the relations it was built from, in `facts`); the public's
+   personas rest on the facts about the topics.
+5. **Initial stances**: the group's position, shrunk by 0.7 and spread by a seeded
+   normal (sd 0.25), clipped to [−1, 1]; confidence 0.35 + 0.4·|group position|.
+6. **Follow graph**: each agent follows `follows` others, each within its own group with
+   probability `homophily`, otherwise anyone (seeded).
+7. `config.yaml` (runs as it is: `shoal check` and `shoal run` accept it), `personas.yaml`,
+   `graph/` (the brief's graph, Parquet), and `SCENARIO.md` saying what was derived from
+   which facts.
+
+Same brief, seed, agent count and extractor → byte-identical files.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from memory.graph.communities import detect
+from memory.graph.extract import Extractor, keyphrases
+from memory.graph.ingest import TopicNames, ingest_document
+from memory.graph.model import POLARITY, KnowledgeGraph
+from memory.graph.resolve import key
+from sim.core.counter_rng import CounterRNG
+from sim.core.errors import InputError
+from sim.store.graph import write_scenario_graph
+from sim.world.knowledge import read_document
+
+PUBLIC = "public"
+_SLUG = re.compile(r"[^a-z0-9]+")
+
+
+@dataclass
+class InitOptions:
+    """What `shoal init` may be told."""
+
+    agents: int = 200
+    seed: int = 0
+    rounds: int = 24
+    max_topics: int = 3
+    max_groups: int = 6
+    public_share: float = 0.4
+    follows: int = 6
+    homophily: float = 0.7
+
+
+def slug(text: str, fallback: str = "scenario") -> str:
+    """A config-safe name: lower case, letters, digits and underscores, starting with a
+    letter."""
+    s = _SLUG.sub("_", text.lower()).strip("_")[:40].strip("_")
+    return s if s and s[0].isalpha() else f"{fallback}_{s}".strip("_")
+
+
+def title_and_description(text: str, fallback: str) -> tuple[str, str]:
+    """The brief's first Markdown heading (or the file name) and its first paragraph."""
+    title, description = fallback, ""
+    for block in re.split(r"\n\s*\n", text.strip()):
+        lines = [ln.strip() for ln in block.splitlines() if ln.strip()]
+        if not lines:
+            continue
+        if lines[0].startswith("#") and title == fallback:
+            title = lines[0].lstrip("#").strip() or fallback
+            lines = lines[1:]
+        if lines and not description:
+            description = " ".join(lines)
+        if description:
+            break
+    return title, description
+
+
+def _polar_facts(graph: KnowledgeGraph) -> list[int]:
+    rel = graph.rows["graph_relations"].columns
+    visible = graph.visible()
+    return [r for r in range(graph.n_relations) if visible[r] and rel["predicate"][r] in POLARITY]
+
+
+def _topics(graph: KnowledgeGraph, text: str, opts: InitOptions) -> TopicNames:
+    rel = graph.rows["graph_relations"].columns
+    names = graph.column("graph_entities", "name")
+    types = graph.column("graph_entities", "type")
+    contested = Counter(rel["object"][r] for r in _polar_facts(graph)
+                        if types[rel["object"][r]] not in ("group", "person"))
+    ranked = [e for e, _ in sorted(contested.items(), key=lambda x: (-x[1], x[0]))]
+    folded: dict[int, list[str]] = {}  # topic entity -> names folded into it
+    for e in ranked:  # "levy" is the "carbon levy": one topic, the other name a keyword
+        words = set(key(names[e]).split())
+        into = next((t for t in folded if words <= set(key(names[t]).split())
+                     or set(key(names[t]).split()) <= words), None)
+        if into is None:
+            folded[e] = []
+        else:
+            folded[into].append(names[e])
+    picked = list(folded)[: opts.max_topics]
+    # The label: the most specific name of a topic ("carbon levy" over "levy").
+    labels = [max([names[e], *folded[e]], key=lambda n: (len(n.split()), n)) for e in picked]
+    phrases = [p for p, _ in keyphrases(text, 20)]
+    if not labels:  # nothing is argued over explicitly: the brief's main phrases
+        labels = [p for p in phrases if len(p.split()) > 1][: opts.max_topics] or phrases[:1]
+    if not labels:
+        raise InputError("the brief names nothing to take sides on: write what is proposed "
+                         "and who supports or opposes it")
+    keywords = []
+    aliases = graph.column("graph_entities", "aliases")
+    for label in labels:
+        words = {w for w in key(label).split() if len(w) > 3}
+        entity = graph.by_key.get(key(label))
+        own = list(aliases[entity]) if entity is not None else []
+        related = [p for p in phrases if words & set(key(p).split()) and key(p) != key(label)]
+        group = next(([names[e], *folded[e]] for e in picked if label in
+                      [names[e], *folded[e]]), [])
+        keywords.append(list(dict.fromkeys([label, *own, *group, *related[:3]])))
+    ids = []
+    for label in labels:
+        base = slug(label, "topic")
+        ids.append(base if base not in ids else f"{base}_{len(ids)}")
+    return TopicNames(ids, labels, keywords)
+
+
+@dataclass
+class Group:
+    """A stakeholder group: its entity (None for the public), positions, share, facts."""
+
+    name: str
+    entity: int | None
+    positions: list[float]
+    share: float
+    facts: list[int]
+
+
+def _groups(graph: KnowledgeGraph, topics: TopicNames, opts: InitOptions) -> list[Group]:
+    rel = graph.rows["graph_relations"].columns
+    names = graph.column("graph_entities", "name")
+    topic_ids = [graph.by_key[key(t)] for t in topics.labels]
+    sides: dict[int, list[int]] = {}
+    for r in _polar_facts(graph):
+        if rel["object"][r] in topic_ids and rel["subject"][r] not in topic_ids:
+            sides.setdefault(rel["subject"][r], []).append(r)
+    ranked = sorted(sides.items(), key=lambda x: (-len(x[1]), x[0]))[: opts.max_groups]
+    groups = []
+    used: set[str] = {PUBLIC}
+    for entity, facts in ranked:
+        positions = []
+        for t in topic_ids:
+            signs = [POLARITY[rel["predicate"][r]] for r in facts if rel["object"][r] == t]
+            positions.append(float(np.mean(signs)) if signs else 0.0)
+        name = slug(names[entity], "group")
+        while name in used:
+            name += "_"
+        used.add(name)
+        about = [r for r in range(graph.n_relations) if graph.visible()[r]
+                 and entity in (rel["subject"][r], rel["object"][r])]
+        groups.append(Group(name, entity, positions, 1.0 + len(facts), about))
+    total = sum(g.share for g in groups)
+    rest = opts.public_share if groups else 1.0
+    for g in groups:
+        g.share = round((1.0 - rest) * g.share / total, 4)
+    about_topics = [r for r in range(graph.n_relations) if graph.visible()[r]
+                    and rel["object"][r] in topic_ids]
+    groups.append(Group(PUBLIC, None, [0.0] * len(topic_ids),
+                        round(1.0 - sum(g.share for g in groups), 4), about_topics))
+    return groups
+
+
+def _allocate(groups: list[Group], n: int, rng: np.random.Generator) -> np.ndarray:
+    """Group index per agent: largest remainder of the shares, then shuffled."""
+    exact = np.array([g.share for g in groups]) * n
+    counts = np.floor(exact).astype(int)
+    for i in np.argsort(-(exact - counts), kind="stable")[: n - counts.sum()]:
+        counts[i] += 1
+    out = np.repeat(np.arange(len(groups)), counts)
+    rng.shuffle(out)
+    return out
+
+
+def _persona(group: Group, graph: KnowledgeGraph, facts: list[int], label: str) -> str:
+    rel = graph.rows["graph_relations"].columns
+    who = ("a member of the public following the debate" if group.entity is None
+           else f"aligned with {graph.column('graph_entities', 'name')[group.entity]}")
+    said = " ".join(f"{rel['fact'][r]} [fact {r}]" for r in facts)
+    return f"You are {who} on {label}. What you know: {said}".strip()
+
+
+def init_scenario(brief: str | Path, out: str | Path | None, extractor: Extractor,
+                  opts: InitOptions | None = None, force: bool = False) -> Path:
+    """Write the scenario folder for `brief` (default: a folder named after it in the
+    current directory); returns its path."""
+    opts = opts or InitOptions()
+    brief = Path(brief)
+    text = read_document(brief)
+    if not text.strip():
+        raise InputError(f"{brief}: the brief is empty")
+    title, description = title_and_description(text, brief.stem)
+    folder = Path(out) if out is not None else Path.cwd() / slug(brief.stem)
+    if folder.exists() and any(folder.iterdir()) and not force:
+        raise InputError(f"{folder}: exists and is not empty (use --force to overwrite)")
+    first = KnowledgeGraph()
+    ingest_document(first, brief.name, text, extractor)
+    topics = _topics(first, text, opts)
+    graph = KnowledgeGraph()
+    ingest_document(graph, brief.name, text, extractor, topics)
+    groups = _groups(graph, topics, opts)
+    rng = CounterRNG(opts.seed).generator(7, 1)
+    member = _allocate(groups, opts.agents, rng)
+
+    personas, stances = [], []
+    first_names = _names("first")
+    last_names = _names("last")
+    labels = ", ".join(topics.labels)
+    for agent, g in enumerate(member.tolist()):
+        group = groups[g]
+        facts = sorted(rng.choice(group.facts, size=min(2, len(group.facts)), replace=False)
+                       .tolist()) if group.facts else []
+        name = f"{first_names[rng.integers(len(first_names))]} " \
+               f"{last_names[rng.integers(len(last_names))]}"
+        position = np.clip(0.7 * np.asarray(group.positions)
+                           + rng.normal(0, 0.25, len(group.positions)), -1, 1)
+        stance = {t: round(float(p), 3) for t, p in zip(topics.names, position, strict=True)}
+        stances.append(stance)
+        personas.append({
+            "user_id": agent, "name": name, "username": f"{group.name[:20]}_{agent}",
+            "bio": f"{group.name.replace('_', ' ')} · {labels}",
+            "persona": _persona(group, graph, facts, labels), "group": group.name,
+            "stances": stance, "facts": facts, "following": []})
+    for agent, p in enumerate(personas):
+        same = np.nonzero(member == member[agent])[0]
+        picks: list[int] = []
+        while len(picks) < min(opts.follows, opts.agents - 1):
+            pool = same if rng.random() < opts.homophily and len(same) > 1 else np.arange(
+                opts.agents)
+            other = int(pool[rng.integers(len(pool))])
+            if other != agent and other not in picks:
+                picks.append(other)
+        p["following"] = sorted(picks)
+
+    found = detect(graph, 1, 0, seed=opts.seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    from memory.graph.memory import stamp
+
+    tables = {name: stamp(t, 0) for name, t in {**graph.tables(), **found.tables()}.items()}
+    write_scenario_graph(folder, tables)
+    _write(folder / "personas.yaml", yaml.safe_dump(personas, sort_keys=False,
+                                                    allow_unicode=True))
+    config = _config(title, description, topics, groups, opts)
+    about = " ".join(description.split())
+    header = (f"# {title}: made by `shoal init` from {brief.name}; SCENARIO.md says what "
+              "came from which facts.\n" + (f"# {about}\n" if about else ""))
+    _write(folder / "config.yaml", header + yaml.safe_dump(config, sort_keys=False,
+                                                           allow_unicode=True))
+    _write(folder / "SCENARIO.md", _report(brief, title, description, topics, groups, graph,
+                                           member))
+    return folder
+
+
+def _names(kind: str) -> list[str]:
+    from importlib import resources
+
+    text = resources.files("agents").joinpath(f"data/{kind}_names.txt").read_text("utf-8")
+    return [ln.strip() for ln in text.splitlines() if ln.strip()]
+
+
+def _config(title: str, description: str, topics: TopicNames, groups: list[Group],
+            opts: InitOptions) -> dict:
+    return {
+        "name": slug(title),
+        "seed": opts.seed,
+        "rounds": opts.rounds,
+        "population": {"file": "personas.yaml", "format": "shoal"},
+        "topics": [{"name": n, "label": label, "keywords": kw} for n, label, kw in
+                   zip(topics.names, topics.labels, topics.keywords, strict=True)],
+        "initial_stances": {"from_profiles": True},
+        "graph": {"kind": "profiles"},
+        "memory": {"graph": {"enabled": True, "scenario": "."}},
+        "interventions": [],
+    }
+
+
+def _report(brief: Path, title: str, description: str, topics: TopicNames,
+            groups: list[Group], graph: KnowledgeGraph, member: np.ndarray) -> str:
+    rel = graph.rows["graph_relations"].columns
+    counts = Counter(member.tolist())
+    lines = [f"# {title}", "", f"Made by `shoal init` from `{brief.name}`.", ""]
+    if description:
+        lines += ["## The brief's requirement", "", description, ""]
+    lines += ["## Topics", "", "| topic | label | keywords |", "|---|---|---|"]
+    lines += [f"| `{n}` | {label} | {', '.join(kw)} |"
+              for n, label, kw in zip(topics.names, topics.labels, topics.keywords,
+                                      strict=True)]
+    lines += ["", "## Stakeholder groups", "",
+              "| group | agents | share | positions | facts |", "|---|---:|---:|---|---|"]
+    for i, g in enumerate(groups):
+        pos = ", ".join(f"{t} {p:+.2f}" for t, p in zip(topics.names, g.positions,
+                                                           strict=True))
+        lines.append(f"| `{g.name}` | {counts.get(i, 0)} | {g.share:.2f} | {pos} | "
+                     f"{', '.join(map(str, g.facts[:12]))} |")
+    lines += ["", "## Facts", "", "| id | fact | source |", "|---:|---|---|"]
+    lines += [f"| {r} | {rel['fact'][r]} | {rel['source_id'][r]} |"
+              for r in range(graph.n_relations)]
+    return "\n".join(lines) + "\n"
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)

@@ -1,0 +1,183 @@
+"""The graph memory's tables on disk, and the one SQL path that reads them.
+
+A run keeps its graph in its own trajectory file (`graph_*` tables, one transaction per
+round like every table, each row stamped with that round in `round`, read through the
+run's lineage so a fork sees its parent's graph up to the fork round). A scenario keeps
+the graph of its documents in a folder of Parquet files (`graph/<table>.parquet`,
+written by DuckDB: the same inputs give the same bytes), which DuckDB reads in place.
+
+Every SQL reader — `shoal graph`, the notebook API, the report — goes through
+`GraphReader`, whose relations query applies the validity rule: a relation is visible at
+round R if it was added by R and not withdrawn by R (`invalid_at` NULL or after R); without
+`as_of`, the withdrawn ones are left out. Only `include_withdrawn=True` shows them, with
+their `invalid_at`, `invalidated_by` and `reason`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+
+GRAPH_TABLES = ("graph_episodes", "graph_entities", "graph_relations", "graph_withdrawals",
+                "graph_communities", "graph_community_members")
+DDL = """
+CREATE TABLE graph_episodes (
+    round INTEGER, episode_id BIGINT, kind VARCHAR, source VARCHAR, span_start BIGINT,
+    span_end BIGINT, at_round INTEGER, sim_time VARCHAR, agent INTEGER, post_ids BIGINT[],
+    text VARCHAR
+);
+CREATE TABLE graph_entities (
+    round INTEGER, entity_id BIGINT, name VARCHAR, type VARCHAR, summary VARCHAR,
+    aliases VARCHAR[]
+);
+CREATE TABLE graph_relations (
+    round INTEGER, relation_id BIGINT, subject BIGINT, predicate VARCHAR, object BIGINT,
+    fact VARCHAR, kind VARCHAR, source_type VARCHAR, source_id VARCHAR, episode_id BIGINT,
+    valid_from INTEGER, valid_from_time VARCHAR
+);
+CREATE TABLE graph_withdrawals (
+    round INTEGER, relation_id BIGINT, invalid_at INTEGER, invalid_at_time VARCHAR,
+    invalidated_by BIGINT, reason VARCHAR
+);
+CREATE TABLE graph_communities (
+    round INTEGER, generation INTEGER, community INTEGER, size INTEGER, summary VARCHAR,
+    top_entities VARCHAR[]
+);
+CREATE TABLE graph_community_members (
+    round INTEGER, generation INTEGER, community INTEGER, entity_id BIGINT
+);
+"""
+SCENARIO_DIR = "graph"
+
+
+def relations_sql(as_of: int | None = None, include_withdrawn: bool = False) -> str:
+    """The one validity rule, in SQL: the relations visible at the end of round `as_of`
+    (default: now), with their endpoints' names and their withdrawal if any."""
+    where = []
+    if as_of is not None:
+        where.append(f"r.valid_from <= {int(as_of)}")
+        if not include_withdrawn:
+            where.append(f"(w.invalid_at IS NULL OR w.invalid_at > {int(as_of)})")
+    elif not include_withdrawn:
+        where.append("w.invalid_at IS NULL")
+    return f"""
+        SELECT r.relation_id, s.name AS subject, r.predicate, o.name AS object, r.fact,
+               r.kind, r.source_type, r.source_id, r.episode_id, r.valid_from,
+               r.valid_from_time, w.invalid_at, w.invalid_at_time, w.invalidated_by,
+               w.reason, r.subject AS subject_id, r.object AS object_id
+        FROM graph_relations r
+        JOIN graph_entities s ON s.entity_id = r.subject
+        JOIN graph_entities o ON o.entity_id = r.object
+        LEFT JOIN graph_withdrawals w USING (relation_id)
+        {'WHERE ' + ' AND '.join(where) if where else ''}
+        ORDER BY r.relation_id"""
+
+
+class GraphReader:
+    """SQL over a graph's tables (DataFrames or Arrow tables by name; missing ones are
+    empty)."""
+
+    def __init__(self, tables: Mapping[str, pd.DataFrame | pa.Table]):
+        self.con = duckdb.connect()
+        self.con.execute(DDL)
+        for name in GRAPH_TABLES:
+            table = tables.get(name)
+            if table is not None and len(table):
+                self.con.register(f"_{name}", table)
+                self.con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM _{name}")
+                self.con.unregister(f"_{name}")
+
+    @classmethod
+    def of_scenario(cls, folder: str | Path) -> GraphReader:
+        """The graph of a scenario folder (its `graph/` Parquet files)."""
+        root = Path(folder) / SCENARIO_DIR
+        tables = {}
+        con = duckdb.connect()
+        for name in GRAPH_TABLES:
+            path = root / f"{name}.parquet"
+            if path.exists():
+                tables[name] = con.execute("SELECT * FROM read_parquet(?)",
+                                           [str(path)]).to_arrow_table()
+        con.close()
+        return cls(tables)
+
+    def arrow(self, name: str) -> pa.Table:
+        """One of the graph tables, whole."""
+        return self.con.sql(f"SELECT * FROM {name}").to_arrow_table()
+
+    def relations(self, as_of: int | None = None, include_withdrawn: bool = False
+                  ) -> pd.DataFrame:
+        """Relations as visible at `as_of` (see `relations_sql`)."""
+        return self.con.sql(relations_sql(as_of, include_withdrawn)).df()
+
+    def entities(self, as_of: int | None = None) -> pd.DataFrame:
+        """Entities (those that existed by `as_of`), with how many visible relations each
+        takes part in."""
+        cond = "" if as_of is None else f"WHERE e.round <= {int(as_of)}"
+        return self.con.sql(f"""
+            WITH v AS ({relations_sql(as_of)})
+            SELECT e.*, count(v.relation_id) AS relations
+            FROM graph_entities e
+            LEFT JOIN v ON e.entity_id IN (v.subject_id, v.object_id)
+            {cond} GROUP BY ALL ORDER BY e.entity_id""").df()
+
+    def episodes(self) -> pd.DataFrame:
+        """Every episode, verbatim."""
+        return self.con.sql("SELECT * FROM graph_episodes ORDER BY episode_id").df()
+
+    def neighbourhood(self, entity: str, as_of: int | None = None) -> pd.DataFrame:
+        """Visible relations with `entity` (a name, case-insensitive) at either end."""
+        name = entity.replace("'", "''").lower()
+        return self.con.sql(f"""
+            SELECT * FROM ({relations_sql(as_of)})
+            WHERE lower(subject) = '{name}' OR lower(object) = '{name}'""").df()
+
+    def history(self, relation_id: int) -> pd.DataFrame:
+        """One relation with its withdrawal, and the relations on the same endpoints."""
+        return self.con.sql(f"""
+            SELECT v.* FROM ({relations_sql(include_withdrawn=True)}) v
+            JOIN graph_relations r ON r.subject = v.subject_id AND r.object = v.object_id
+            WHERE r.relation_id = {int(relation_id)} ORDER BY v.relation_id""").df()
+
+    def communities(self, generation: int | None = None) -> pd.DataFrame:
+        """The communities of one generation (default: the newest)."""
+        gen = ("(SELECT max(generation) FROM graph_communities)" if generation is None
+               else str(int(generation)))
+        return self.con.sql(f"SELECT * FROM graph_communities WHERE generation = {gen} "
+                            "ORDER BY community").df()
+
+    def members(self, generation: int | None = None) -> pd.DataFrame:
+        """Entity membership of one generation's communities (default: the newest)."""
+        gen = ("(SELECT max(generation) FROM graph_communities)" if generation is None
+               else str(int(generation)))
+        return self.con.sql(f"""
+            SELECT m.generation, m.community, m.entity_id, e.name, e.type
+            FROM graph_community_members m JOIN graph_entities e USING (entity_id)
+            WHERE m.generation = {gen} ORDER BY m.community, m.entity_id""").df()
+
+
+def write_scenario_graph(folder: str | Path, tables: Mapping[str, pa.Table]) -> Path:
+    """Write a scenario's graph as Parquet (same rows, same bytes); returns the folder."""
+    root = Path(folder) / SCENARIO_DIR
+    root.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect()
+    con.execute(DDL)
+    for name in GRAPH_TABLES:
+        table = tables.get(name)
+        if table is not None and len(table):
+            con.register("_t", table)
+            con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM _t")
+            con.unregister("_t")
+        order = {"graph_communities": "generation, community",
+                 "graph_community_members": "generation, community, entity_id",
+                 "graph_withdrawals": "relation_id"}.get(name, "1")
+        tmp = root / f".{name}.parquet"
+        con.execute(f"COPY (SELECT * FROM {name} ORDER BY {order}) TO '{tmp}' "
+                    "(FORMAT parquet)")
+        tmp.replace(root / f"{name}.parquet")
+    con.close()
+    return root

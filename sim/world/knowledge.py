@@ -1,0 +1,85 @@
+"""The run's graph memory at round 0: the scenario's graph (its documents, read by
+`shoal init` or `shoal graph add`), the documents the config lists, and the topics as
+entities (docs/graph.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from memory.graph.extract import Extractor
+from memory.graph.ingest import TopicNames, ingest_document
+from memory.graph.memory import GraphMemory
+from sim.config import Config
+from sim.core.errors import InputError
+from sim.core.registry import EXTRACTORS
+from sim.core.state import State
+from sim.store.graph import GraphReader
+
+
+def topic_names(cfg: Config) -> TopicNames:
+    """How the config's topics appear in text."""
+    return TopicNames([t.name for t in cfg.topics], [t.label or t.name for t in cfg.topics],
+                      [list(t.keywords) for t in cfg.topics])
+
+
+def make_extractor(cfg: Config) -> Extractor:
+    """The extractor `memory.graph.extractor` names."""
+    return EXTRACTORS.create(cfg.memory.graph.extractor, cfg.llm)
+
+
+def empty_graph_memory(cfg: Config) -> GraphMemory | None:
+    """The run's graph memory with no rows (None when the config has none)."""
+    if not cfg.memory.graph.enabled:
+        return None
+    return GraphMemory(topic_names(cfg), make_extractor(cfg), seed=cfg.seed)
+
+
+def build_graph_memory(cfg: Config) -> GraphMemory | None:
+    """Round 0: the scenario's graph, then the config's documents, then the topics."""
+    memory = empty_graph_memory(cfg)
+    if memory is None:
+        return None
+    g = cfg.memory.graph
+    if g.scenario is not None:
+        memory.graph.replay([State(tables=scenario_tables(g.scenario))])
+        memory.graph.mark_new()
+    for doc in g.documents:
+        ingest_document(memory.graph, Path(doc).name, read_document(doc), memory.extractor,
+                        memory.topics)
+    memory.topics.entities(memory.graph)
+    return memory
+
+
+def scenario_tables(folder: str) -> dict:
+    """The `graph/` tables of a scenario folder, as Arrow tables."""
+    root = Path(folder)
+    if not (root / "graph").is_dir():
+        raise InputError(f"memory.graph.scenario: {folder}: no graph/ folder (make one with "
+                         "`shoal init BRIEF` or `shoal graph add DOC --into FOLDER`)")
+    reader = GraphReader.of_scenario(root)
+    names = ("graph_episodes", "graph_entities", "graph_relations", "graph_withdrawals")
+    return {name: reader.arrow(name) for name in names}
+
+
+def read_document(path: str | Path) -> str:
+    """A document's text: plain text or Markdown as it is, PDF through pypdf (page texts
+    joined by blank lines). InputError naming the file when it cannot be read."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such document")
+    if path.suffix.lower() == ".pdf":
+        try:
+            from pypdf import PdfReader
+            from pypdf.errors import PdfReadError
+        except ImportError as exc:  # pragma: no cover - a declared dependency
+            raise InputError(f"{path}: reading PDF needs pypdf ({exc})") from exc
+        try:
+            pages = [page.extract_text() or "" for page in PdfReader(str(path)).pages]
+        except (PdfReadError, OSError, ValueError) as exc:
+            raise InputError(f"{path}: not a readable PDF: {exc}") from exc
+        return "\n\n".join(p.strip() for p in pages if p.strip())
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8, "
+                         "or give a PDF") from None
