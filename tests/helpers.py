@@ -18,7 +18,8 @@ VOLATILE = {"rounds": ["ms_schedule", "ms_observe", "ms_context", "ms_decide", "
 COMPARED = ("agents", "posts", "post_stances", "actions", "exposures", "beliefs", "trust",
             "follows", "rounds", "topics", "interventions", "memory", "context", "llm_calls",
             "markets", "prices", "trades", "positions", "market_bridge", "market_books",
-            "forecasts", "payouts")
+            "forecasts", "payouts", "graph_episodes", "graph_entities", "graph_relations",
+            "graph_withdrawals", "graph_communities", "graph_community_members")
 
 
 def make_config(data: dict, out: Path, **overrides) -> Config:

@@ -157,5 +157,5 @@ def _extraction(text: str, args: dict, author: str | None) -> Extraction:
             subject.lower(), "name")
         facts.append(Fact(_find(text, author if s_type == "agent" else subject, s_type),
                           predicate, _find(text, obj, types.get(obj.lower(), "name")),
-                          text[span[0]:span[1]], span))
+                          " ".join(text[span[0]:span[1]].split()), span))
     return Extraction(mentions, facts)

@@ -89,15 +89,13 @@ class GraphMemory:
     # ---------------------------------------------------------------- state
 
     def take_changes(self) -> State:
-        """The graph's new rows since the previous checkpoint, and the generation count."""
-        change = self.graph.take_changes()
-        change.meta["generation"] = self.generation
-        return change
+        """The graph's new rows since the previous checkpoint (the generation count is
+        state: `generation`)."""
+        return self.graph.take_changes()
 
     def replay(self, changes: Sequence[State]) -> None:
         """Rebuild the graph from its checkpoint log."""
         self.graph.replay(changes)
-        self.generation = max([c.meta.get("generation", 0) for c in changes] or [0])
         self.index = FactIndex(self.graph)
 
 

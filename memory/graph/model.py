@@ -61,8 +61,10 @@ RELATION_COLUMNS = {"relation_id": pa.int64(), "subject": pa.int64(), "predicate
 WITHDRAWAL_COLUMNS = {"relation_id": pa.int64(), "invalid_at": pa.int32(),
                       "invalid_at_time": pa.string(), "invalidated_by": pa.int64(),
                       "reason": pa.string()}
+ALIAS_COLUMNS = {"key": pa.string(), "entity_id": pa.int64()}
 TABLES = {"graph_episodes": EPISODE_COLUMNS, "graph_entities": ENTITY_COLUMNS,
-          "graph_relations": RELATION_COLUMNS, "graph_withdrawals": WITHDRAWAL_COLUMNS}
+          "graph_relations": RELATION_COLUMNS, "graph_withdrawals": WITHDRAWAL_COLUMNS,
+          "graph_aliases": ALIAS_COLUMNS}
 
 
 @dataclass
@@ -154,14 +156,16 @@ class KnowledgeGraph:
         eid = self.n_entities
         self.rows["graph_entities"].append({"entity_id": eid, "name": name, "type": type_,
                                             "summary": summary, "aliases": list(aliases)})
-        self.by_key[key] = eid
+        self.alias(key, eid)
         self.version += 1
         return eid
 
     def alias(self, key: str, entity: int) -> None:
-        """Another resolution key for an existing entity (kept in the index only; the
-        entity's row lists the alias names it was created with)."""
-        self.by_key.setdefault(key, entity)
+        """A resolution key for an entity (a row of `graph_aliases`; the first entity a
+        key named keeps it)."""
+        if key not in self.by_key:
+            self.by_key[key] = entity
+            self.rows["graph_aliases"].append({"key": key, "entity_id": entity})
 
     def add_relation(self, subject: int, predicate: str, obj: int, fact: str, kind: str,
                      source_type: str, source_id: str, episode: int, round_: int = 0,
@@ -223,6 +227,14 @@ class KnowledgeGraph:
                    col["source_type"][rid], col["source_id"][rid], col["valid_from"][rid],
                    self.withdrawn.get(rid), score)
 
+    @classmethod
+    def from_tables(cls, tables) -> KnowledgeGraph:
+        """A graph holding the rows of `tables` (by name; Arrow tables, as a reader or a
+        file gives them)."""
+        graph = cls()
+        graph.replay([State(tables=dict(tables))])
+        return graph
+
     def mark_new(self) -> None:
         """Treat every row as added since the last log and checkpoint (a graph read from a
         scenario becomes part of a run's round 0)."""
@@ -248,7 +260,7 @@ class KnowledgeGraph:
 
     def get_state(self) -> State:
         """Everything (copies), as Arrow tables."""
-        return State(tables=self.tables(), meta={"keys": dict(self.by_key)})
+        return State(tables=self.tables())
 
     def set_state(self, state: State) -> None:
         """Become the graph of `state`."""
@@ -256,13 +268,13 @@ class KnowledgeGraph:
         self.replay([state])
 
     def take_changes(self) -> State:
-        """The rows added since the previous call, and the resolution keys."""
+        """The rows added since the previous call."""
         tables = {}
         for name, schema in TABLES.items():
             rows = self.rows[name]
             tables[name] = rows.table(schema, rows.taken)
             rows.taken = len(rows)
-        return State(tables=tables, meta={"keys": dict(self.by_key)})
+        return State(tables=tables)
 
     def replay(self, changes: Sequence[State]) -> None:
         """Rebuild from logged changes, in order (this graph must be empty)."""
@@ -274,12 +286,8 @@ class KnowledgeGraph:
                 columns = [c for c in TABLES[name] if c in table.column_names]
                 for row in table.select(columns).to_pylist():  # not a file's `round` stamp
                     self.rows[name].append(row)
-            self.by_key.update(change.meta.get("keys", {}))
-        ent = self.rows["graph_entities"].columns
-        for eid, (name, aliases) in enumerate(zip(ent.get("name", []), ent.get("aliases", []),
-                                                  strict=True)):
-            for k in (name, *(aliases or [])):  # a file's graph carries no key index
-                self.by_key.setdefault(key(k), eid)
+        a = self.rows["graph_aliases"].columns
+        self.by_key = dict(zip(a.get("key", []), a.get("entity_id", []), strict=True))
         rel = self.rows["graph_relations"].columns
         self.by_pair = {}
         for rid in range(self.n_relations):

@@ -77,6 +77,8 @@ def render_report(data: Run) -> str:
         ("top-posts", "Top posts", top_posts_section(data)),
         ("interventions", "Interventions", interventions_section(data)),
         *([("markets", "Markets", markets_section(data))] if not data.prices.empty else []),
+        *([("graph", "Graph memory", graph_section(data))]
+          if not data.table("graph_entities").empty else []),
         ("memory", "Memory", memory_section(data)),
         ("llm", "LLM cost", llm_section(data)),
         ("config", "Configuration", config_section(data)),
@@ -421,6 +423,31 @@ def interventions_section(data: Run) -> str:
                      _compact(_json(r.effect))))
     return table_html(("round", "#", "kind", "spec", "effect"), rows, numeric=(0, 1),
                       text=(3, 4))
+
+
+def graph_section(data: Run) -> str:
+    """What the graph memory holds at the end: its size, the entities in the most facts,
+    the newest communities. Withdrawn relations are counted, never shown as facts."""
+    g = data.graph()
+    visible, everything = g.relations(), g.relations(include_withdrawn=True)
+    kinds = visible["kind"].value_counts().to_dict()
+    summary = kv_html([
+        ("entities", _num(len(g.entities()))),
+        ("facts (visible)", ", ".join(f"{_num(n)} {k}" for k, n in sorted(kinds.items()))
+         or "0"),
+        ("withdrawn", _num(len(everything) - len(visible))),
+        ("episodes", _num(len(g.episodes())))])
+    top = g.entities().sort_values(["relations", "entity_id"], ascending=[False, True])
+    entities = table_html(("entity", "type", "facts"),
+                          [(r.name, r.type, int(r.relations)) for r in
+                           top.head(10).itertuples(index=False)], numeric=(2,))
+    comms = g.communities()
+    communities = table_html(("community", "size", "summary"),
+                             [(int(c.community), int(c.size), c.summary) for c in
+                              comms.head(8).itertuples(index=False)], numeric=(0, 1),
+                             text=(2,)) if len(comms) else _p("No communities built.")
+    return (f"{summary}\n<h3>Entities in the most facts</h3>\n{entities}\n"
+            f"<h3>Communities (newest generation)</h3>\n{communities}")
 
 
 def markets_section(data: Run) -> str:

@@ -199,6 +199,33 @@ class Run(ForkInfo):
         before and after, source."""
         return self.table("trades")
 
+    def graph(self):
+        """The run's graph memory (`sim.store.graph.GraphReader`, through the lineage):
+        `.relations(as_of=None, include_withdrawn=False)`, `.entities()`, `.episodes()`,
+        `.communities()`, `.neighbourhood(name)`, `.history(relation_id)`, all DataFrames.
+        Withdrawn relations are left out unless asked for (docs/graph.md)."""
+        from sim.store.graph import GRAPH_TABLES, GraphReader
+
+        return self._cached("graph", lambda: GraphReader(
+            {name: self.table(name) for name in GRAPH_TABLES}))
+
+    def graph_relations(self, as_of: int | None = None, include_withdrawn: bool = False
+                        ) -> pd.DataFrame:
+        """The graph's relations visible at the end of round `as_of` (default: now)."""
+        return self.graph().relations(as_of, include_withdrawn)
+
+    def graph_entities(self, as_of: int | None = None) -> pd.DataFrame:
+        """The graph's entities, with how many visible relations each is in."""
+        return self.graph().entities(as_of)
+
+    def graph_episodes(self) -> pd.DataFrame:
+        """The texts the graph was read from, verbatim, with their sources."""
+        return self.graph().episodes()
+
+    def graph_communities(self) -> pd.DataFrame:
+        """The newest generation of the graph's communities."""
+        return self.graph().communities()
+
     def market_resolutions(self) -> pd.DataFrame:
         """Resolved markets: market, round, outcome, rule_value, paid."""
         from sim.analysis.markets import resolutions

@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from sim.cli.console import console
+from sim.cli.console import console, print_whole
 from sim.core.errors import InputError
 
 
@@ -78,7 +78,7 @@ def _extractor(args: argparse.Namespace):
 def _close(extractor) -> None:
     close = getattr(extractor, "close", None)
     calls = getattr(extractor, "calls", None)
-    if calls is not None:
+    if calls is not None and calls.rows:
         rows = calls.drain(0)
         failed = sum(r["status"] != "ok" for r in rows)
         console.print(f"extraction: {len(rows)} LLM calls, {failed} failed", highlight=False)
@@ -99,6 +99,9 @@ def cmd_init(args: argparse.Namespace) -> int:
                                            rounds=args.rounds), force=args.force)
     finally:
         _close(extractor)
+    if (folder / "graph" / "llm_calls.parquet").exists():
+        console.print(f"extraction's LLM calls: {folder / 'graph' / 'llm_calls.parquet'}",
+                      markup=False, highlight=False)
     console.print(f"scenario → {folder}  (what came from which facts: "
                   f"{folder / 'SCENARIO.md'}); next: shoal run {folder / 'config.yaml'}",
                   markup=False, highlight=False)
@@ -110,8 +113,7 @@ def cmd_graph_add(args: argparse.Namespace) -> int:
     from memory.graph.communities import detect
     from memory.graph.ingest import ingest_document
     from memory.graph.memory import stamp
-    from memory.graph.model import KnowledgeGraph
-    from sim.core.state import State
+    from memory.graph.model import TABLES, KnowledgeGraph
     from sim.store.graph import SCENARIO_DIR, GraphReader, write_scenario_graph
     from sim.world.knowledge import read_document
 
@@ -120,8 +122,7 @@ def cmd_graph_add(args: argparse.Namespace) -> int:
     generation = 0
     if (folder / SCENARIO_DIR).is_dir():
         reader = GraphReader.of_scenario(folder)
-        graph.replay([State(tables={n: reader.arrow(n) for n in (
-            "graph_episodes", "graph_entities", "graph_relations", "graph_withdrawals")})])
+        graph = KnowledgeGraph.from_tables({n: reader.arrow(n) for n in TABLES})
         communities = reader.arrow("graph_communities")
         generation = max(communities.column("generation").to_pylist() or [0])
         old = {n: reader.arrow(n) for n in ("graph_communities", "graph_community_members")}
@@ -134,6 +135,8 @@ def cmd_graph_add(args: argparse.Namespace) -> int:
             added = ingest_document(graph, name, text, extractor)
             console.print(f"{escape(name)}: {added['episodes']} episodes, {added['entities']} "
                           f"new entities, {added['relations']} relations", highlight=False)
+        calls = getattr(extractor, "calls", None)
+        rows = calls.drain(0) if calls is not None else []
     finally:
         _close(extractor)
     found = detect(graph, generation + 1, 0)
@@ -144,6 +147,15 @@ def cmd_graph_add(args: argparse.Namespace) -> int:
         new = stamp(t, 0)
         tables[n] = pa.concat_tables([old[n], new]) if n in old and len(old[n]) else new
     write_scenario_graph(folder, tables)
+    if rows:  # the extraction's LLM calls, after any earlier ones
+        from sim.runs.scenario_init import write_calls
+
+        earlier = folder / SCENARIO_DIR / "llm_calls.parquet"
+        if earlier.exists():
+            import duckdb
+
+            rows = duckdb.sql(f"SELECT * FROM '{earlier}'").df().to_dict("records") + rows
+        write_calls(folder, rows)
     console.print(f"graph → {folder / SCENARIO_DIR} ({graph.n_entities} entities, "
                   f"{graph.n_relations} relations, generation {generation + 1} of "
                   "communities)", markup=False, highlight=False)
@@ -192,13 +204,10 @@ def _search(reader, query: str, as_of: int | None, k: int):
     """BM25 over the graph rebuilt in memory (the same validity rule as every reader)."""
     import pandas as pd
 
-    from memory.graph.model import KnowledgeGraph
+    from memory.graph.model import TABLES, KnowledgeGraph
     from memory.graph.retrieval import FactIndex
-    from sim.core.state import State
 
-    graph = KnowledgeGraph()
-    graph.replay([State(tables={n: reader.arrow(n) for n in (
-        "graph_episodes", "graph_entities", "graph_relations", "graph_withdrawals")})])
+    graph = KnowledgeGraph.from_tables({n: reader.arrow(n) for n in TABLES})
     hits = FactIndex(graph).search(query, k, as_of)
     return pd.DataFrame([{"score": round(h.score, 3), "relation_id": h.relation_id,
                           "subject": h.subject, "predicate": h.predicate, "object": h.object,
@@ -219,4 +228,4 @@ def _print(frame, cols: list[str], limit: int, title: str) -> None:
         table.add_column(c, overflow="fold")
     for row in frame[cols].head(limit).itertuples(index=False):
         table.add_row(*(escape("" if _missing(v) else str(v))[:300] for v in row))
-    console.print(table)
+    print_whole(table)

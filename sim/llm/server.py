@@ -149,6 +149,8 @@ def reply(request: dict, rng: random.Random, malformed: bool, empty: bool) -> di
         first = next((ln for ln in user.splitlines() if ln.strip()), "Nothing happened.")
         return {"role": "assistant", "content": first[:400]}
     tools = request.get("tools")
+    if any((t.get("function") or {}).get("name") == "record_facts" for t in tools or []):
+        return _record_facts(request, rng)  # graph memory's LLM extractor
     if not tools and b"exactly one JSON object" not in orjson.dumps(
             request.get("messages", [])):  # an interview
         belief = re.search(r"On [^:]+: [^\n]+", system)
@@ -178,6 +180,37 @@ def reply(request: dict, rng: random.Random, malformed: bool, empty: bool) -> di
     elif style < 0.5:
         text = f"<think>Let me look at my feed first.</think>\n{text}"
     return {"role": "assistant", "content": text}
+
+
+_NAME = re.compile(r"\b[A-Z][\w'’-]*(?:\s+(?:of|the|for)?\s*[A-Z][\w'’-]*)*")
+_SIDES = (("oppos", "opposes"), ("reject", "opposes"), ("critici", "opposes"),
+          ("support", "supports"), ("back", "supports"), ("welcom", "supports"),
+          ("propos", "proposes"), ("announc", "proposes"))
+
+
+def _record_facts(request: dict, rng: random.Random) -> dict:
+    """A `record_facts` call for the text of an extraction request: capitalised names as
+    entities, and per sentence naming two of them a fact between the first two (its
+    predicate from the verb, else "related to"). Deterministic, like every reply."""
+    text = next((m.get("content") or "" for m in reversed(request.get("messages", []))
+                 if m.get("role") == "user"), "")
+    skip = {"The", "A", "An", "I", "It", "This", "We", "They"}
+    entities, facts = [], []
+    for sentence in re.split(r"(?<=[.!?])\s+", text):
+        names = [n for n in _NAME.findall(sentence) if n not in skip]
+        for n in names:
+            if n not in [e["name"] for e in entities]:
+                entities.append({"name": n, "type": "organisation" if len(n.split()) > 1
+                                 else "name"})
+        if len(names) >= 2:
+            low = sentence.lower()
+            predicate = next((p for cue, p in _SIDES if cue in low), "related to")
+            facts.append({"subject": names[0], "predicate": predicate, "object": names[1],
+                          "sentence": sentence.strip()})
+    args = json.dumps({"entities": entities, "facts": facts})
+    return {"role": "assistant", "content": None, "tool_calls": [{
+        "id": f"call_{rng.randrange(10**9)}", "type": "function",
+        "function": {"name": "record_facts", "arguments": args}}]}
 
 
 class LoopbackServer:

@@ -258,6 +258,10 @@ def init_scenario(brief: str | Path, out: str | Path | None, extractor: Extracto
 
     tables = {name: stamp(t, 0) for name, t in {**graph.tables(), **found.tables()}.items()}
     write_scenario_graph(folder, tables)
+    calls = getattr(extractor, "calls", None)  # an LLM extractor's calls, kept beside it
+    rows = calls.drain(0) if calls is not None else []
+    if rows:
+        write_calls(folder, rows)
     _write(folder / "personas.yaml", yaml.safe_dump(personas, sort_keys=False,
                                                     allow_unicode=True))
     config = _config(title, description, topics, groups, opts)
@@ -269,6 +273,20 @@ def init_scenario(brief: str | Path, out: str | Path | None, extractor: Extracto
     _write(folder / "SCENARIO.md", _report(brief, title, description, topics, groups, graph,
                                            member))
     return folder
+
+
+def write_calls(folder: Path, rows: list[dict]) -> Path:
+    """The extraction's `llm_calls` rows as `graph/llm_calls.parquet`."""
+    import duckdb
+
+    from sim.engine.round_log import llm_calls_table
+
+    path = folder / "graph" / "llm_calls.parquet"
+    con = duckdb.connect()
+    con.register("calls", llm_calls_table(rows))
+    con.execute(f"COPY calls TO '{path}' (FORMAT parquet)")
+    con.close()
+    return path
 
 
 def _names(kind: str) -> list[str]:
@@ -313,7 +331,7 @@ def _report(brief: Path, title: str, description: str, topics: TopicNames,
         lines.append(f"| `{g.name}` | {counts.get(i, 0)} | {g.share:.2f} | {pos} | "
                      f"{', '.join(map(str, g.facts[:12]))} |")
     lines += ["", "## Facts", "", "| id | fact | source |", "|---:|---|---|"]
-    lines += [f"| {r} | {rel['fact'][r]} | {rel['source_id'][r]} |"
+    lines += [f"| {r} | {' '.join(rel['fact'][r].split())} | {rel['source_id'][r]} |"
               for r in range(graph.n_relations)]
     return "\n".join(lines) + "\n"
 

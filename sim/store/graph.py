@@ -23,7 +23,7 @@ import pandas as pd
 import pyarrow as pa
 
 GRAPH_TABLES = ("graph_episodes", "graph_entities", "graph_relations", "graph_withdrawals",
-                "graph_communities", "graph_community_members")
+                "graph_aliases", "graph_communities", "graph_community_members")
 DDL = """
 CREATE TABLE graph_episodes (
     round INTEGER, episode_id BIGINT, kind VARCHAR, source VARCHAR, span_start BIGINT,
@@ -43,6 +43,7 @@ CREATE TABLE graph_withdrawals (
     round INTEGER, relation_id BIGINT, invalid_at INTEGER, invalid_at_time VARCHAR,
     invalidated_by BIGINT, reason VARCHAR
 );
+CREATE TABLE graph_aliases (round INTEGER, key VARCHAR, entity_id BIGINT);
 CREATE TABLE graph_communities (
     round INTEGER, generation INTEGER, community INTEGER, size INTEGER, summary VARCHAR,
     top_entities VARCHAR[]
@@ -56,23 +57,20 @@ SCENARIO_DIR = "graph"
 
 def relations_sql(as_of: int | None = None, include_withdrawn: bool = False) -> str:
     """The one validity rule, in SQL: the relations visible at the end of round `as_of`
-    (default: now), with their endpoints' names and their withdrawal if any."""
-    where = []
-    if as_of is not None:
-        where.append(f"r.valid_from <= {int(as_of)}")
-        if not include_withdrawn:
-            where.append(f"(w.invalid_at IS NULL OR w.invalid_at > {int(as_of)})")
-    elif not include_withdrawn:
-        where.append("w.invalid_at IS NULL")
+    (default: now), with their endpoints' names; a withdrawal shows only if it had
+    happened by then (as of an earlier round, a later withdrawal has not happened yet)."""
+    added = "" if as_of is None else f"r.valid_from <= {int(as_of)}"
+    by_then = "" if as_of is None else f" AND w.invalid_at <= {int(as_of)}"
+    where = [c for c in (added, "" if include_withdrawn else "w.invalid_at IS NULL") if c]
     return f"""
         SELECT r.relation_id, s.name AS subject, r.predicate, o.name AS object, r.fact,
                r.kind, r.source_type, r.source_id, r.episode_id, r.valid_from,
                r.valid_from_time, w.invalid_at, w.invalid_at_time, w.invalidated_by,
-               w.reason, r.subject AS subject_id, r.object AS object_id
+               w.reason, r.subject AS subject_id, r.object AS object_id, r.round
         FROM graph_relations r
         JOIN graph_entities s ON s.entity_id = r.subject
         JOIN graph_entities o ON o.entity_id = r.object
-        LEFT JOIN graph_withdrawals w USING (relation_id)
+        LEFT JOIN graph_withdrawals w ON w.relation_id = r.relation_id{by_then}
         {'WHERE ' + ' AND '.join(where) if where else ''}
         ORDER BY r.relation_id"""
 
@@ -100,8 +98,8 @@ class GraphReader:
         for name in GRAPH_TABLES:
             path = root / f"{name}.parquet"
             if path.exists():
-                tables[name] = con.execute("SELECT * FROM read_parquet(?)",
-                                           [str(path)]).to_arrow_table()
+                tables[name] = con.sql(f"SELECT * FROM read_parquet('{path}')"
+                                       ).to_arrow_table()
         con.close()
         return cls(tables)
 
@@ -174,7 +172,8 @@ def write_scenario_graph(folder: str | Path, tables: Mapping[str, pa.Table]) -> 
             con.unregister("_t")
         order = {"graph_communities": "generation, community",
                  "graph_community_members": "generation, community, entity_id",
-                 "graph_withdrawals": "relation_id"}.get(name, "1")
+                 "graph_withdrawals": "relation_id",
+                 "graph_aliases": "entity_id, key"}.get(name, "1")
         tmp = root / f".{name}.parquet"
         con.execute(f"COPY (SELECT * FROM {name} ORDER BY {order}) TO '{tmp}' "
                     "(FORMAT parquet)")

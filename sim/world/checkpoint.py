@@ -64,6 +64,8 @@ def state(world: World) -> dict[str, State]:
         "notifications": world.notifications.get_state(),
         "llm": State(meta={"json_only": sorted(world.json_only)}),
         **{f"engine.{name}": eng.get_state() for name, eng in world.engines.items()},
+        **({"knowledge": State(meta={"generation": world.knowledge.generation})}
+           if world.knowledge is not None else {}),
     }
 
 
@@ -141,6 +143,8 @@ def _rebuild(cfg: Config, round_: int, saved: dict[str, State],
     if world.knowledge is not None:
         if segments("knowledge"):
             world.knowledge.replay(segments("knowledge"))
+            world.knowledge.generation = saved.get("knowledge", State()).meta.get(
+                "generation", 0)
         else:  # graph memory is new in this (forked) config: its round-0 graph
             world.knowledge = build_graph_memory(cfg)
     world.engines = build_engines(world)

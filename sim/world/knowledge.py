@@ -9,6 +9,7 @@ from pathlib import Path
 from memory.graph.extract import Extractor
 from memory.graph.ingest import TopicNames, ingest_document
 from memory.graph.memory import GraphMemory
+from memory.graph.model import TABLES
 from sim.config import Config
 from sim.core.errors import InputError
 from sim.core.registry import EXTRACTORS
@@ -57,8 +58,7 @@ def scenario_tables(folder: str) -> dict:
         raise InputError(f"memory.graph.scenario: {folder}: no graph/ folder (make one with "
                          "`shoal init BRIEF` or `shoal graph add DOC --into FOLDER`)")
     reader = GraphReader.of_scenario(root)
-    names = ("graph_episodes", "graph_entities", "graph_relations", "graph_withdrawals")
-    return {name: reader.arrow(name) for name in names}
+    return {name: reader.arrow(name) for name in TABLES}
 
 
 def read_document(path: str | Path) -> str:

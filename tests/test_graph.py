@@ -1,0 +1,213 @@
+"""Graph memory: `shoal init` from a brief (offline and through the loopback LLM), a run
+that reads its activity into the graph (provenance, kill and resume, forks), withdrawal
+honoured by every reader, and the "What you know" context section."""
+
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+
+import duckdb
+import pytest
+import yaml
+
+from memory.graph.communities import detect
+from memory.graph.extract import OfflineExtractor
+from memory.graph.ingest import ingest_document
+from memory.graph.model import KnowledgeGraph
+from memory.graph.retrieval import FactIndex
+from sim import open_run
+from sim.cli.main import main
+from sim.engine.agent_context import context_for
+from sim.runs.simulation import Simulation
+from sim.store.lineage import graph_reader
+from tests.conftest import ROOT, write_config
+from tests.helpers import fork_and_run, query, read_table, tables_differ
+from tests.test_checkpoint import _run_cli
+
+BRIEF = ROOT / "examples" / "carbon_levy.md"
+TOLL = ROOT / "tests" / "data" / "graph" / "toll.md"
+WITHDRAWN = "The Harbour Workers' Union opposes the toll"  # contradicted later in TOLL
+ROUNDS = 8
+
+
+def _init(tmp: Path, brief: Path = BRIEF, *extra: str) -> Path:
+    out = tmp / "scenario"
+    assert main(["init", str(brief), "--out", str(out), "--agents", "80", "--rounds",
+                 str(ROUNDS), *extra]) == 0
+    return out
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+def test_init_is_deterministic_grounded_and_runs(tmp_path):
+    a = _init(tmp_path / "a")
+    b = _init(tmp_path / "b")
+    assert _files(a) == _files(b)  # same brief, seed and extractor: the same bytes
+    text = BRIEF.read_text()
+    graph = graph_reader(a)
+    relations = graph.relations()
+    assert len(relations) >= 6
+    for fact, source in relations[["fact", "source_id"]].itertuples(index=False):
+        name, start, end = re.fullmatch(r"(.+):(\d+)-(\d+)", source).groups()
+        assert name == BRIEF.name
+        assert " ".join(text[int(start):int(end)].split()) == fact  # the span states it
+    personas = yaml.safe_load((a / "personas.yaml").read_text())
+    ids = set(relations["relation_id"])
+    assert all(p["facts"] and set(p["facts"]) <= ids for p in personas)
+    assert all(f"[fact {i}]" in p["persona"] for p in personas for i in p["facts"])
+    config = yaml.safe_load((a / "config.yaml").read_text())
+    assert config["topics"][0]["name"] == "carbon_levy"
+    groups = {p["group"] for p in personas}
+    assert {"national_farmers_union", "public"} <= groups and len(groups) >= 4
+    assert main(["check", str(a / "config.yaml")]) == 0
+    assert main(["run", str(a / "config.yaml"), "--out", str(tmp_path / "runs"),
+                 "--quiet"]) == 0
+
+
+def test_init_through_the_loopback_llm(tmp_path):
+    folder = _init(tmp_path, BRIEF, "--llm", "loopback")
+    calls = duckdb.sql(f"SELECT status, outcome, platform FROM "
+                       f"'{folder / 'graph' / 'llm_calls.parquet'}'").fetchall()
+    paragraphs = len([p for p in re.split(r"\n\s*\n", BRIEF.read_text()) if p.strip()])
+    assert len(calls) == 2 * paragraphs  # two readings of every paragraph (topics, then all)
+    assert {c for c in calls} == {("ok", "record_facts", "graph")}
+    assert len(graph_reader(folder).relations()) > 0
+
+
+@pytest.fixture(scope="module")
+def graph_dict() -> dict:
+    return {
+        "name": "graphrun", "seed": 5, "rounds": ROUNDS, "population": {"size": 150},
+        "topics": [{"name": "toll", "label": "the toll", "keywords": ["toll", "bridge toll"]}],
+        "memory": {"context": {"build_for": "all"},
+                   "graph": {"enabled": True, "documents": [str(TOLL)],
+                             "communities_every": 4}},
+    }
+
+
+@pytest.fixture(scope="module")
+def graph_run(tmp_path_factory, graph_dict) -> Path:
+    out = tmp_path_factory.mktemp("graph")
+    path = write_config(out / "c.yaml", graph_dict)
+    assert main(["run", str(path), "--out", str(out / "runs"), "--quiet"]) == 0
+    (run,) = (out / "runs").iterdir()
+    return run
+
+
+def test_activity_relations_cite_posts_of_their_round(graph_run):
+    db = graph_run / "trajectory.duckdb"
+    rows = query(db, "SELECT relation_id, source_id, valid_from, kind FROM graph_relations "
+                     "WHERE source_type = 'post'")
+    assert len(rows) > 50 and {k for *_, k in rows} <= {"belief", "observation"}
+    posts = dict(query(db, "SELECT post_id, round FROM posts"))
+    for _, source, valid_from, _ in rows:
+        ids = [int(x) for x in source.removeprefix("posts ").split(",")]
+        assert all(i in posts and posts[i] <= valid_from for i in ids), source
+    # One episode per posting agent and round, with that agent's post ids.
+    episodes = query(db, "SELECT at_round, agent, post_ids FROM graph_episodes "
+                         "WHERE kind = 'activity'")
+    authors = dict(query(db, "SELECT post_id, author FROM posts"))
+    assert all({authors[p] for p in ids} == {agent} for _, agent, ids in episodes)
+    assert len({(r, a) for r, a, _ in episodes}) == len(episodes)
+    gens = query(db, "SELECT DISTINCT generation, round FROM graph_communities ORDER BY 1")
+    assert gens == [(1, 4), (2, 8)]
+
+
+def test_kill_and_resume_gives_identical_graph_tables(graph_run, graph_dict, tmp_path):
+    path = write_config(tmp_path / "c.yaml", graph_dict)
+    out = tmp_path / "runs"
+    killed = _run_cli(["run", str(path), "--out", str(out), "--quiet"],
+                      env={"SHOAL_FAULT": "mid_round:6"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    (run,) = out.iterdir()
+    assert _run_cli(["resume", str(run), "--quiet"]).returncode == 0
+    assert tables_differ(graph_run / "trajectory.duckdb", run / "trajectory.duckdb") == []
+
+
+def test_a_fork_keeps_the_graph_up_to_its_round(graph_run, tmp_path):
+    fork = fork_and_run(graph_run, 4, out=tmp_path, seed=99)
+    parent, child = open_run(graph_run).graph(), open_run(fork).graph()
+    own = ["relation_id", "subject", "predicate", "object", "fact", "kind", "source_id",
+           "valid_from"]  # (not the withdrawal: that may come later, in one branch only)
+    upto = [t.query("round <= 4")[own].reset_index(drop=True) for t in (
+        parent.relations(include_withdrawn=True), child.relations(include_withdrawn=True))]
+    assert len(upto[0]) > 0 and upto[0].equals(upto[1])
+    assert parent.relations(as_of=4).equals(child.relations(as_of=4))
+    after = [t.query("round > 4") for t in (parent.relations(), child.relations())]
+    assert not after[0][["fact"]].reset_index(drop=True).equals(
+        after[1][["fact"]].reset_index(drop=True))
+
+
+def test_withdrawal_is_honoured_by_every_reader(graph_run, tmp_path, capsys):
+    """The brief's union first opposes the toll, then supports it: the first relation is
+    withdrawn (round 0). Search, context retrieval, persona building, communities, the
+    report, `shoal graph` and the notebook leave it out; asked for, it is there, with its
+    withdrawal."""
+    graph = KnowledgeGraph()
+    ingest_document(graph, TOLL.name, TOLL.read_text(), OfflineExtractor())
+    (old,) = [r for r in range(graph.n_relations) if graph.withdrawn.get(r) == 0]
+    assert graph.hit(old).fact.startswith(WITHDRAWN)
+    # search
+    hits = FactIndex(graph).search("Harbour Workers' Union toll", 10)
+    assert hits and old not in [h.relation_id for h in hits]
+    # communities
+    summary = " ".join(detect(graph, 1, 0).summaries)
+    assert WITHDRAWN not in summary
+    # context retrieval, in a run that read the brief
+    cfg_run = open_run(graph_run)
+    with Simulation.resume(graph_run) as sim:
+        for agent in range(20):
+            shown = context_for(sim.world, agent, ROUNDS, "twitter").assembled.system
+            assert "What you know" in shown and WITHDRAWN not in shown
+    # persona building
+    scenario = _init(tmp_path, TOLL)
+    assert WITHDRAWN not in (scenario / "personas.yaml").read_text()
+    # the notebook and `shoal graph`
+    visible = cfg_run.graph_relations()
+    assert not visible["fact"].str.startswith(WITHDRAWN).any()
+    every = cfg_run.graph_relations(include_withdrawn=True)
+    row = every[every["fact"].str.startswith(WITHDRAWN)].iloc[0]
+    assert row["invalid_at"] == 0 and "contradicted by relation" in row["reason"]
+    capsys.readouterr()
+    assert main(["graph", "relations", str(scenario), "--limit", "500"]) == 0
+    out = capsys.readouterr().out
+    assert "Chamber of Commerce" in out and "opposes" not in out
+    assert main(["graph", "relations", str(scenario), "--withdrawn"]) == 0
+    assert "contradicted" in capsys.readouterr().out
+    # the report
+    assert main(["report", str(graph_run), "--out", str(tmp_path / "r.html")]) == 0
+    html = (tmp_path / "r.html").read_text()
+    assert 'id="graph"' in html and WITHDRAWN not in html
+
+
+def test_as_of_reads_history(graph_run):
+    """An agent's stance relation withdrawn at round R (its posts changed sides) is
+    visible as of R − 1 and not as of R."""
+    run = open_run(graph_run)
+    every = run.graph_relations(include_withdrawn=True)
+    later = every[every["invalid_at"] > 0].iloc[0]
+    r, rid = int(later["invalid_at"]), int(later["relation_id"])
+    assert rid in set(run.graph_relations(as_of=r - 1)["relation_id"])
+    assert rid not in set(run.graph_relations(as_of=r)["relation_id"])
+    assert rid not in set(run.graph_relations()["relation_id"])
+
+
+def test_what_you_know_in_inspect_within_budget(graph_run, capsys):
+    assert main(["inspect", str(graph_run), "--agent", "3", "--round", "5",
+                 "--platform", "twitter"]) == 0
+    shown = capsys.readouterr().out
+    assert "What you know" in shown
+    section = shown.split("## What you know", 1)[1].split("## ", 1)[0]
+    lines = [ln for ln in section.splitlines() if ln.strip().startswith("- ")]
+    assert lines and all(re.search(r"\((document|belief|observation), ", ln) for ln in lines)
+    db = graph_run / "trajectory.duckdb"
+    budget = query(db, "SELECT max(tokens), min(budget) FROM context WHERE section = "
+                       "'total'")[0]
+    assert budget[0] <= budget[1]
+    knowledge = read_table(db, "context").query("section == 'knowledge'")
+    assert len(knowledge) > 0 and (knowledge["tokens"] <= 250).all()
