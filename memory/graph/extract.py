@@ -188,7 +188,7 @@ def mentions(text: str, known: dict[str, str]) -> list[Mention]:
 
 
 _PHRASE = re.compile(r"\s*(?:(?:the|a|an|this|these|that|its|their|our)\s+)?"
-                     r"((?:[A-Za-z][\w'’-]*)(?:\s+[A-Za-z][\w'’-]*){0,3})")
+                     r"((?:[A-Za-z][\w'’-]*)(?:\s+[A-Za-z][\w'’-]*){0,4})")
 _PHRASE_END = frozenset([
     "because", "and", "but", "as", "if", "saying", "that", "which", "who", "for", "from",
     "before", "after", "outside", "inside", "until", "when", "while", "with", "without", "to",
@@ -203,11 +203,17 @@ def object_phrase(text: str, at: int) -> Mention | None:
     m = _PHRASE.match(text, at)
     if not m:
         return None
-    words = []
+    words: list[str] = []
     for w in m.group(1).split():
-        if w.lower() in _PHRASE_END or (w.lower() in _STARTERS and words):
+        low = w.lower()
+        if low == "of" and words and "of" not in [x.lower() for x in words]:
+            words.append(w)  # "the loss of parking": one "of" belongs to the phrase
+            continue
+        if low in _PHRASE_END or (low in _STARTERS and words):
             break
         words.append(w)
+    while words and words[-1].lower() == "of":
+        words.pop()
     if not words or words[0].lower() in _STARTERS:
         return None
     start = m.start(1)
