@@ -211,3 +211,65 @@ def test_what_you_know_in_inspect_within_budget(graph_run, capsys):
     assert budget[0] <= budget[1]
     knowledge = read_table(db, "context").query("section == 'knowledge'")
     assert len(knowledge) > 0 and (knowledge["tokens"] <= 250).all()
+
+
+def _pdf(path: Path, lines: list[str]) -> Path:
+    """A one-page PDF with real text (matplotlib writes it; pypdf reads it back)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 3))
+    for i, line in enumerate(lines):
+        fig.text(0.02, 0.9 - 0.15 * i, line, fontsize=9)
+    fig.savefig(path, format="pdf")
+    return path
+
+
+def test_graph_add_reads_markdown_and_pdf_into_a_scenario(tmp_path, capsys):
+    folder = tmp_path / "scenario"
+    assert main(["graph", "add", str(TOLL), "--into", str(folder)]) == 0
+    pdf = _pdf(tmp_path / "memo.pdf", ["The Ferry Company opposes the toll.",
+                                       "The City Council supports the ferry subsidy."])
+    assert main(["graph", "add", str(pdf), "--into", str(folder)]) == 0
+    graph = graph_reader(folder)
+    sources = set(graph.relations()["source_id"].str.split(":").str[0])
+    assert sources == {"toll.md", "memo.pdf"}
+    assert set(graph.communities()["generation"]) == {2}  # a new generation, the old kept
+    assert set(duckdb.sql(f"SELECT DISTINCT generation FROM "
+                          f"'{folder / 'graph' / 'graph_communities.parquet'}'").fetchall()) \
+        == {(1,), (2,)}
+    capsys.readouterr()
+    for action in (["entities"], ["episodes"], ["communities"], ["search", "ferry toll"],
+                   ["neighbourhood", "Ferry Company"], ["history", "0"]):
+        assert main(["graph", action[0], str(folder), *action[1:]]) == 0
+    out = capsys.readouterr().out
+    assert "Ferry Company" in out and "memo.pdf" in out
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "no such document"),
+    (b"", "the brief is empty"),
+    (b"\xff\xfe caf\xe9", "not UTF-8 text"),
+    (b"%PDF-1.4 broken", "not a readable PDF"),
+])
+def test_bad_briefs_name_the_file(tmp_path, capsys, content, message):
+    brief = tmp_path / ("brief.pdf" if content and content.startswith(b"%PDF") else "brief.md")
+    if content is not None:
+        brief.write_bytes(content)
+    assert main(["init", str(brief), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and str(brief) in err
+    assert not (tmp_path / "out" / "config.yaml").exists()
+
+
+def test_bad_graph_config_names_the_field(tmp_path, capsys, graph_dict):
+    data = {**graph_dict, "memory": {"graph": {"enabled": True,
+                                               "documents": ["missing.md"],
+                                               "scenario": "nowhere"}}}
+    path = write_config(tmp_path / "c.yaml", data)
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "memory.graph.documents.0: file not found: missing.md" in err
+    assert "memory.graph.scenario: nowhere: no graph/ folder" in err
+    data["memory"]["graph"] = {"enabled": True, "extractor": {"kind": "llm"}}
+    assert main(["check", str(write_config(tmp_path / "d.yaml", data))]) == 2
+    assert "memory.graph.extractor: 'llm' needs an llm section" in capsys.readouterr().err
