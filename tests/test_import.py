@@ -174,3 +174,39 @@ def test_non_empty_out_is_refused_unless_force(tmp_path, capsys):
     assert (out / "config.yaml").is_file() and (out / "notes.txt").read_text() == "mine"
     # Importing again over an import also needs --force.
     assert _import("mirofish", "mirofish_sim", out) == 2
+
+
+def test_a_miroshark_preset_template_imports_through_init(tmp_path, capsys):
+    """A preset (seed document + simulation requirement, MiroShark's preset_templates
+    schema): its requirement heads the scenario and ranks what it names first, its sizes
+    and platforms are used, and SCENARIO.md says what became of every field."""
+    import yaml
+
+    preset = DATA / "preset" / "harbour_toll.json"
+    data = json.loads(preset.read_text())
+    out = tmp_path / "scenario"
+    assert main(["init", str(preset), "--out", str(out)]) == 0
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert config["rounds"] == data["estimated_rounds"]
+    assert len(yaml.safe_load((out / "personas.yaml").read_text())) == data[
+        "estimated_agents"]
+    assert config["platforms"]["reddit"] == {"enabled": False}
+    assert config["platforms"]["market"]["markets"][0]["topic"] == config["topics"][0]["name"]
+    header = (out / "config.yaml").read_text().splitlines()[1]
+    assert data["simulation_requirement"][:60] in header
+    report = (out / "SCENARIO.md").read_text()
+    for field in data:
+        assert f"| `{field}` |" in report, field
+    # The requirement names the union, the Chamber of Commerce and commuters: they lead.
+    groups = re.findall(r"^\| `(\w+)` \| \d+ \|", report, re.MULTILINE)
+    assert groups[:3] == ["harbour_workers_union", "chamber_of_commerce", "commuters"]
+    assert main(["run", str(out / "config.yaml"), "--out", str(tmp_path / "runs"),
+                 "--quiet"]) == 0
+    # Asked about commuters alone, the same document puts the commuters first.
+    steered = tmp_path / "commuters.json"
+    steered.write_text(json.dumps({**data, "simulation_requirement":
+                                   "How do commuters take the toll?"}))
+    assert main(["init", str(steered), "--out", str(tmp_path / "steered")]) == 0
+    report = (tmp_path / "steered" / "SCENARIO.md").read_text()
+    groups = re.findall(r"^\| `(\w+)` \| \d+ \|", report, re.MULTILINE)
+    assert groups[0] == "commuters"

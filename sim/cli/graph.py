@@ -17,11 +17,14 @@ def add_parsers(sub) -> None:
     """The `init` and `graph` commands."""
     p = sub.add_parser("init", help="read a brief (a document) into a knowledge graph and "
                                     "write a runnable scenario folder")
-    p.add_argument("brief", help="the brief: text, Markdown or PDF")
-    p.add_argument("--agents", type=int, default=200, help="population size (default 200)")
+    p.add_argument("brief", help="the brief: text, Markdown or PDF, or a MiroShark preset "
+                                 "template (JSON with a seed_document)")
+    p.add_argument("--agents", type=int, help="population size (default: the preset's, or "
+                                              "200)")
     p.add_argument("--out", help="scenario folder (default: ./<brief name>)")
     p.add_argument("--seed", type=int, default=0, help="seed of personas, stances, follows")
-    p.add_argument("--rounds", type=int, default=24, help="rounds in config.yaml")
+    p.add_argument("--rounds", type=int, help="rounds in config.yaml (default: the "
+                                              "preset's, or 24)")
     p.add_argument("--force", action="store_true", help="write into a non-empty --out")
     _extractor_flags(p)
     p.set_defaults(func=cmd_init)
@@ -88,15 +91,19 @@ def _close(extractor) -> None:
 
 def cmd_init(args: argparse.Namespace) -> int:
     """`shoal init BRIEF [--agents N] [--out DIR] [--seed S] [--llm URL]`."""
-    from sim.runs.scenario_init import InitOptions, init_scenario
+    from sim.runs.scenario_init import InitOptions, init_scenario, read_brief
 
-    if args.agents < 2:
-        raise InputError(f"--agents: {args.agents}; a scenario needs at least 2 agents")
+    brief = read_brief(Path(args.brief))  # checked before any call is made
+    agents = args.agents or brief.agents or 200
+    rounds = args.rounds or brief.rounds or 24
+    if agents < 2 or rounds < 1:
+        raise InputError(f"--agents {agents} / --rounds {rounds}: a scenario needs at least "
+                         "2 agents and 1 round")
     extractor = _extractor(args)
     try:
         folder = init_scenario(args.brief, args.out, extractor,
-                               InitOptions(agents=args.agents, seed=args.seed,
-                                           rounds=args.rounds), force=args.force)
+                               InitOptions(agents=agents, seed=args.seed, rounds=rounds),
+                               force=args.force)
     finally:
         _close(extractor)
     if (folder / "graph" / "llm_calls.parquet").exists():

@@ -62,6 +62,88 @@ class InitOptions:
     public_share: float = 0.4
     follows: int = 6
     homophily: float = 0.7
+    requirement: str = ""  # what to simulate: steers which topics and groups come first
+
+
+@dataclass
+class Brief:
+    """What `shoal init` reads: the document, and for a MiroShark preset template, its
+    requirement, sizes, platforms and the fate of each of its fields."""
+
+    source: str  # the document's name in fact sources
+    text: str
+    title: str
+    requirement: str = ""
+    agents: int | None = None
+    rounds: int | None = None
+    twitter: bool = True
+    reddit: bool = True
+    market: bool = False
+    fields: list[tuple[str, str]] | None = None  # preset field -> what Shoal did with it
+    details: dict[str, str] | None = None  # the preset's descriptive fields, shown as given
+
+
+PRESET_FIELDS = {
+    "id": "the scenario's name",
+    "name": "the scenario's title (config.yaml, SCENARIO.md)",
+    "description": "SCENARIO.md",
+    "category": "SCENARIO.md",
+    "icon": "dropped: a UI icon",
+    "difficulty": "dropped: a UI label",
+    "estimated_agents": "the population size (unless --agents)",
+    "estimated_rounds": "rounds (unless --rounds)",
+    "platforms": "which platforms are on (with recommended_settings)",
+    "tags": "SCENARIO.md",
+    "simulation_type": "SCENARIO.md; a type without a Shoal platform runs on twitter",
+    "simulation_requirement": "the scenario's description; ranks topics and groups it names "
+                              "first",
+    "seed_document": "the brief: read into the graph (topics, groups, personas, facts)",
+    "recommended_settings": "enable_twitter / enable_reddit switch platforms; "
+                            "enable_polymarket adds a market on the first topic",
+    "counterfactual_branches": "not imported: fork the run (`shoal fork`) for each branch",
+    "oracle_tools": "dropped: MiroShark's oracle seeding has no Shoal counterpart",
+}
+
+
+def read_brief(path: Path) -> Brief:
+    """A document (text, Markdown, PDF), or a MiroShark preset template (JSON with a
+    `seed_document`)."""
+    if path.suffix.lower() != ".json":
+        text = read_document(path)
+        if not text.strip():
+            raise InputError(f"{path}: the brief is empty")
+        title, requirement = title_and_description(text, path.stem)
+        return Brief(path.name, text, title, requirement)
+    import json
+
+    try:
+        data = json.loads(read_document(path))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{exc.lineno}: not JSON: {exc.msg}") from None
+    if not isinstance(data, dict) or not str(data.get("seed_document", "")).strip():
+        raise InputError(f"{path}: a preset template needs a non-empty `seed_document` "
+                         "(MiroShark's preset_templates/*.json)")
+    settings = data.get("recommended_settings") or {}
+    platforms = [str(p) for p in data.get("platforms") or []]
+
+    def on(name: str) -> bool:
+        flag = settings.get(f"enable_{name}")
+        return bool(flag) if flag is not None else (not platforms or name in platforms)
+
+    def count(key: str) -> int | None:
+        value = data.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) and \
+            value > 1 else None
+
+    fields = [(k, PRESET_FIELDS.get(k, "dropped: not a field Shoal knows")) for k in data]
+    details = {k: ", ".join(map(str, v)) if isinstance(v, list) else str(v)
+               for k, v in data.items()
+               if k in ("description", "category", "tags", "simulation_type") and v}
+    return Brief(f"{data.get('id') or path.stem}.md", str(data["seed_document"]),
+                 str(data.get("name") or path.stem),
+                 " ".join(str(data.get("simulation_requirement") or "").split()),
+                 count("estimated_agents"), count("estimated_rounds"), on("twitter"),
+                 on("reddit"), on("polymarket"), fields, details)
 
 
 def slug(text: str, fallback: str = "scenario") -> str:
@@ -88,6 +170,13 @@ def title_and_description(text: str, fallback: str) -> tuple[str, str]:
     return title, description
 
 
+def _named(requirement: str, name: str) -> float:
+    """How much of a name the requirement names: the share of its words (longer than two
+    letters) that the requirement uses — the requirement steers what comes first."""
+    words = {w for w in key(name).split() if len(w) > 2}
+    return len(words & set(key(requirement).split())) / len(words) if words else 0.0
+
+
 def _polar_facts(graph: KnowledgeGraph) -> list[int]:
     rel = graph.rows["graph_relations"].columns
     visible = graph.visible()
@@ -100,7 +189,8 @@ def _topics(graph: KnowledgeGraph, text: str, opts: InitOptions) -> TopicNames:
     types = graph.column("graph_entities", "type")
     contested = Counter(rel["object"][r] for r in _polar_facts(graph)
                         if types[rel["object"][r]] not in ("group", "person"))
-    ranked = [e for e, _ in sorted(contested.items(), key=lambda x: (-x[1], x[0]))]
+    ranked = [e for e, _ in sorted(contested.items(), key=lambda x: (
+        -_named(opts.requirement, names[x[0]]), -x[1], x[0]))]
     folded: dict[int, list[str]] = {}  # topic entity -> names folded into it
     for e in ranked:  # "levy" is the "carbon levy": one topic, the other name a keyword
         words = set(key(names[e]).split())
@@ -155,7 +245,8 @@ def _groups(graph: KnowledgeGraph, topics: TopicNames, opts: InitOptions) -> lis
     for r in _polar_facts(graph):
         if rel["object"][r] in topic_ids and rel["subject"][r] not in topic_ids:
             sides.setdefault(rel["subject"][r], []).append(r)
-    ranked = sorted(sides.items(), key=lambda x: (-len(x[1]), x[0]))[: opts.max_groups]
+    ranked = sorted(sides.items(), key=lambda x: (
+        -_named(opts.requirement, names[x[0]]), -len(x[1]), x[0]))[: opts.max_groups]
     groups = []
     used: set[str] = {PUBLIC}
     for entity, facts in ranked:
@@ -205,19 +296,18 @@ def init_scenario(brief: str | Path, out: str | Path | None, extractor: Extracto
     """Write the scenario folder for `brief` (default: a folder named after it in the
     current directory); returns its path."""
     opts = opts or InitOptions()
-    brief = Path(brief)
-    text = read_document(brief)
-    if not text.strip():
-        raise InputError(f"{brief}: the brief is empty")
-    title, description = title_and_description(text, brief.stem)
-    folder = Path(out) if out is not None else Path.cwd() / slug(brief.stem)
+    path = Path(brief)
+    brief = read_brief(path)
+    text, title, description = brief.text, brief.title, brief.requirement
+    opts.requirement = opts.requirement or description
+    folder = Path(out) if out is not None else Path.cwd() / slug(path.stem)
     if folder.exists() and any(folder.iterdir()) and not force:
         raise InputError(f"{folder}: exists and is not empty (use --force to overwrite)")
     first = KnowledgeGraph()
-    ingest_document(first, brief.name, text, extractor)
+    ingest_document(first, brief.source, text, extractor)
     topics = _topics(first, text, opts)
     graph = KnowledgeGraph()
-    ingest_document(graph, brief.name, text, extractor, topics)
+    ingest_document(graph, brief.source, text, extractor, topics)
     groups = _groups(graph, topics, opts)
     rng = CounterRNG(opts.seed).generator(7, 1)
     member = _allocate(groups, opts.agents, rng)
@@ -264,14 +354,14 @@ def init_scenario(brief: str | Path, out: str | Path | None, extractor: Extracto
         write_calls(folder, rows)
     _write(folder / "personas.yaml", yaml.safe_dump(personas, sort_keys=False,
                                                     allow_unicode=True))
-    config = _config(title, description, topics, groups, opts)
+    config = _config(title, description, topics, groups, opts, brief)
     about = " ".join(description.split())
-    header = (f"# {title}: made by `shoal init` from {brief.name}; SCENARIO.md says what "
+    header = (f"# {title}: made by `shoal init` from {path.name}; SCENARIO.md says what "
               "came from which facts.\n" + (f"# {about}\n" if about else ""))
     _write(folder / "config.yaml", header + yaml.safe_dump(config, sort_keys=False,
                                                            allow_unicode=True))
-    _write(folder / "SCENARIO.md", _report(brief, title, description, topics, groups, graph,
-                                           member))
+    _write(folder / "SCENARIO.md", _report(path, title, description, topics, groups, graph,
+                                           member, brief.fields, brief.details))
     return folder
 
 
@@ -297,7 +387,18 @@ def _names(kind: str) -> list[str]:
 
 
 def _config(title: str, description: str, topics: TopicNames, groups: list[Group],
-            opts: InitOptions) -> dict:
+            opts: InitOptions, brief: Brief) -> dict:
+    platforms: dict = {}
+    if not brief.reddit:
+        platforms["reddit"] = {"enabled": False}
+    if not brief.twitter and brief.reddit:
+        platforms["twitter"] = {"enabled": False}
+    if brief.market:  # a yes/no market on the first topic, resolved by the run's opinion
+        platforms["market"] = {"markets": [{
+            "id": topics.names[0], "question": f"Will {topics.labels[0]} go ahead?",
+            "topic": topics.names[0], "resolution": {"rule": {
+                "topic": topics.names[0], "metric": "mean_position", "op": ">",
+                "value": 0}}}]}
     return {
         "name": slug(title),
         "seed": opts.seed,
@@ -307,13 +408,16 @@ def _config(title: str, description: str, topics: TopicNames, groups: list[Group
                    zip(topics.names, topics.labels, topics.keywords, strict=True)],
         "initial_stances": {"from_profiles": True},
         "graph": {"kind": "profiles"},
+        **({"platforms": platforms} if platforms else {}),
         "memory": {"graph": {"enabled": True, "scenario": "."}},
         "interventions": [],
     }
 
 
 def _report(brief: Path, title: str, description: str, topics: TopicNames,
-            groups: list[Group], graph: KnowledgeGraph, member: np.ndarray) -> str:
+            groups: list[Group], graph: KnowledgeGraph, member: np.ndarray,
+            fields: list[tuple[str, str]] | None = None,
+            details: dict[str, str] | None = None) -> str:
     rel = graph.rows["graph_relations"].columns
     counts = Counter(member.tolist())
     lines = [f"# {title}", "", f"Made by `shoal init` from `{brief.name}`.", ""]
@@ -330,6 +434,13 @@ def _report(brief: Path, title: str, description: str, topics: TopicNames,
                                                            strict=True))
         lines.append(f"| `{g.name}` | {counts.get(i, 0)} | {g.share:.2f} | {pos} | "
                      f"{', '.join(map(str, g.facts[:12]))} |")
+    if details:
+        lines += ["", "## The preset template", ""]
+        lines += [f"- **{k}**: {' '.join(v.split())}" for k, v in details.items()]
+    if fields:
+        lines += ["", "## The preset template's fields", "", "| field | what Shoal did |",
+                  "|---|---|"]
+        lines += [f"| `{k}` | {what} |" for k, what in fields]
     lines += ["", "## Facts", "", "| id | fact | source |", "|---:|---|---|"]
     lines += [f"| {r} | {' '.join(rel['fact'][r].split())} | {rel['source_id'][r]} |"
               for r in range(graph.n_relations)]
