@@ -273,3 +273,25 @@ def test_bad_graph_config_names_the_field(tmp_path, capsys, graph_dict):
     data["memory"]["graph"] = {"enabled": True, "extractor": {"kind": "llm"}}
     assert main(["check", str(write_config(tmp_path / "d.yaml", data))]) == 2
     assert "memory.graph.extractor: 'llm' needs an llm section" in capsys.readouterr().err
+
+
+def test_a_run_with_the_llm_extractor_logs_every_call(graph_dict, tmp_path):
+    """Activity read by the LLM extractor (loopback server, real HTTP): every extraction
+    call is a row of llm_calls (platform `graph`), one per posting agent and round."""
+    data = {**graph_dict, "rounds": 3, "population": {"size": 40},
+            "llm": {"providers": [{"name": "default", "base_urls": ["loopback"],
+                                   "model": "shoal-loopback"}],
+                    "agents": {"ids": [0]}},
+            "memory": {"graph": {"enabled": True, "documents": [str(TOLL)],
+                                 "extractor": {"kind": "llm"}}}}
+    path = write_config(tmp_path / "c.yaml", data)
+    assert main(["run", str(path), "--out", str(tmp_path / "runs"), "--quiet"]) == 0
+    (run,) = (tmp_path / "runs").iterdir()
+    db = run / "trajectory.duckdb"
+    calls = query(db, "SELECT round, count(*), count(*) FILTER (WHERE status = 'ok') "
+                      "FROM llm_calls WHERE platform = 'graph' GROUP BY ALL ORDER BY 1")
+    posting = query(db, "SELECT at_round, count(*) FROM graph_episodes WHERE kind = "
+                        "'activity' GROUP BY ALL ORDER BY 1")
+    paragraphs = len([p for p in re.split(r"\n\s*\n", TOLL.read_text()) if p.strip()])
+    assert calls[0] == (0, paragraphs, paragraphs)  # the document, at round 0
+    assert [(r, n, n) for r, n in posting] == calls[1:]

@@ -47,6 +47,7 @@ from sim.engine.round_log import (
     beliefs_table,
     initial_follows_table,
     interventions_table,
+    llm_calls_table,
     posts_tables,
     topics_table,
 )
@@ -555,7 +556,8 @@ def _yaml(data: dict) -> str:
 
 
 def _setup_tables(world: World, fired: Fired) -> dict[str, pa.Table]:
-    cfg = world.cfg
+    cfg, knowledge = world.cfg, world.knowledge
+    calls = knowledge.calls(0) if knowledge is not None else []  # reading the documents
     return {
         "topics": topics_table(cfg),
         "agents": agents_table(world, np.arange(world.n_agents)),
@@ -565,7 +567,8 @@ def _setup_tables(world: World, fired: Fired) -> dict[str, pa.Table]:
         "interventions": interventions_table(fired.rows),
         "profile_fixes": profile_fixes_table(world.population),
         **{k: v for engine in world.engines.values() for k, v in engine.tables(world, 0).items()},
-        **(world.knowledge.drain_tables(0) if world.knowledge is not None else {}),
+        **(knowledge.drain_tables(0) if knowledge is not None else {}),
+        **({"llm_calls": llm_calls_table(calls)} if calls else {}),
     }
 
 
