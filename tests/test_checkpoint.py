@@ -116,7 +116,13 @@ def test_sigkill_at_random_moments(tmp_path, small_dict, reference_db):
     proc = subprocess.Popen([sys.executable, "-m", "sim.cli", "run", str(path), "--out",
                              str(out), "--quiet"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    time.sleep(4.0)  # past the imports and setup, somewhere in the rounds
+    # Past the imports and setup (the run directory exists: on a loaded machine that can
+    # take longer than any fixed sleep), then somewhere in the rounds.
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None and not any(
+            (d / "run.json").exists() for d in out.glob("[!.]*")):
+        time.sleep(0.1)
+    time.sleep(1.0)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     (run_dir,) = out.iterdir()

@@ -17,6 +17,7 @@ Both return `Extraction`s: plain data, no ids; resolution into the graph is the 
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -169,7 +170,7 @@ def mentions(text: str, known: dict[str, str]) -> list[Mention]:
         name = name[name.index(words[0]):].rstrip("'’")
         end = start + len(name)
         name = " ".join(name.split())  # a name broken over two lines
-        type_ = _type(name, text[:start])
+        type_ = _type(name, text[max(0, start - 40):start])  # a title just before it
         if len(words) > 1 and words[0].lower().strip(".") in TITLES:  # "Minister Ana Costa"
             type_ = "person"
         if _CUE.fullmatch(name) or name.lower() in _STARTERS:
@@ -232,8 +233,10 @@ def facts(text: str, found: list[Mention], author: str | None = None) -> list[Fa
     """Sentence-level facts: the mention closest before a verb cue, the cue, the mention
     closest after it. With `author`, a first-person subject ("I", "we") is the author."""
     out = []
+    starts = [m.start for m in found]  # sorted: `mentions` returns them in text order
     for start, end in sentences(text):
-        inside = [m for m in found if start <= m.start and m.end <= end]
+        lo, hi = bisect_left(starts, start), bisect_left(starts, end)
+        inside = [m for m in found[lo:hi] if m.end <= end]
         sentence = text[start:end]
         for cue in _CUE.finditer(sentence):
             c0, c1 = start + cue.start(), start + cue.end()

@@ -32,6 +32,7 @@ import pyarrow as pa
 from sim.core.state import State
 
 KINDS = ("document", "observation", "belief")
+_NEVER = np.iinfo(np.int64).max  # the withdrawal round of a relation never withdrawn
 _ARTICLE = re.compile(r"^(the|a|an)\s+")
 _POSSESSIVE = re.compile(r"['’]s\b")
 _NON_WORD = re.compile(r"[^\w\s-]")
@@ -113,7 +114,9 @@ class KnowledgeGraph:
         self.withdrawn: dict[int, int] = {}  # relation -> round of its withdrawal
         self.by_key: dict[str, int] = {}  # resolution key -> entity id
         self.by_pair: dict[tuple[int, int], list[int]] = {}  # (subject, object) -> relations
-        self.version = 0  # bumped on every change (retrieval rebuilds its index on change)
+        self.version = 0  # bumped on every change (readers' caches follow it)
+        self._cache_version = -1
+        self._valid_from = self._ends = np.empty(0, np.int64)
 
     # ---------------------------------------------------------------- sizes
 
@@ -208,15 +211,24 @@ class KnowledgeGraph:
     def visible(self, as_of: int | None = None) -> np.ndarray:
         """The one rule of validity: a mask over relations, true for those valid at the end
         of round `as_of` (default: now) — added by then and not withdrawn by then."""
-        n = self.n_relations
-        mask = np.ones(n, dtype=bool)
-        if as_of is not None:
-            mask &= np.asarray(self.column("graph_relations", "valid_from"),
-                               np.int64) <= as_of
-        for rid, at in self.withdrawn.items():
-            if as_of is None or at <= as_of:
-                mask[rid] = False
-        return mask
+        valid_from, ends = self._validity()
+        if as_of is None:
+            return ends == _NEVER
+        return (valid_from <= as_of) & (ends > as_of)
+
+    def _validity(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per relation: the round it became valid and the round it was withdrawn (never:
+        a large number); cached until the graph changes."""
+        if self._cache_version != self.version:
+            n = self.n_relations
+            self._valid_from = np.asarray(self.column("graph_relations", "valid_from"),
+                                          np.int64)
+            self._ends = np.full(n, _NEVER, np.int64)
+            if self.withdrawn:
+                ids = np.fromiter(self.withdrawn.keys(), np.int64, len(self.withdrawn))
+                self._ends[ids] = np.fromiter(self.withdrawn.values(), np.int64, len(ids))
+            self._cache_version = self.version
+        return self._valid_from, self._ends
 
     def hit(self, rid: int, score: float = 0.0) -> Hit:
         """Relation `rid` with its endpoints' names, provenance and validity."""

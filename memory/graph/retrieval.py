@@ -24,6 +24,7 @@ import numpy as np
 from memory.graph.model import Hit, KnowledgeGraph
 
 K1, B = 1.2, 0.75
+HUB = 50  # an entity in more relations than this (a topic) does not expand the results
 _WORD = re.compile(r"[a-z0-9]+")
 STOPWORDS = frozenset([
     "a", "an", "the", "and", "or", "but", "if", "of", "to", "in", "on", "at", "by", "for",
@@ -57,6 +58,7 @@ class FactIndex:
         self.embedder, self.weight = embedder, weight
         self.postings: dict[str, list[tuple[int, int]]] = {}  # term -> (relation, tf)
         self.lengths: list[int] = []
+        self._lengths = np.empty(0)  # the same, as an array (rebuilt on refresh)
         self.vectors: np.ndarray | None = None
         self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.adjacent: dict[int, list[int]] = {}  # entity -> relations touching it
@@ -78,6 +80,7 @@ class FactIndex:
                 self._arrays.pop(term, None)
             self.adjacent.setdefault(s, []).append(rid)
             self.adjacent.setdefault(o, []).append(rid)
+        self._lengths = np.asarray(self.lengths, np.float64)
         if self.embedder is not None:
             new = self.embedder.embed([rel["fact"][rid] for rid in
                                        range(start, g.n_relations)])
@@ -97,9 +100,9 @@ class FactIndex:
         out = np.zeros(n)
         if not n:
             return out
-        lengths = np.asarray(self.lengths, np.float64)
+        lengths = self._lengths
         avg = max(lengths.mean(), 1e-9)
-        for term in set(tokens(query)):
+        for term in sorted(set(tokens(query))):  # a fixed order: float sums must not vary
             ids, tf = self._posting(term)
             if not len(ids):
                 continue
@@ -114,7 +117,8 @@ class FactIndex:
     def search(self, query: str, k: int = 5, as_of: int | None = None,
                expand: bool = True) -> list[Hit]:
         """The `k` best visible relations for `query` (ties: the older relation first),
-        with their 1-hop neighbourhood at half score when `expand`."""
+        with their 1-hop neighbourhood at half score when `expand` (through entities in at
+        most `HUB` relations: a hub such as a topic would bring in everything)."""
         score = self.scores(query)
         if not len(score):
             return []
@@ -125,10 +129,14 @@ class FactIndex:
             best = np.nonzero(score > 0)[0]
             best = best[np.lexsort((best, -score[best]))][:k]
             extra = np.zeros_like(score)
+            through: dict[int, float] = {}  # entity -> the best score that reaches it
             for rid in best.tolist():
                 for ent in (rel["subject"][rid], rel["object"][rid]):
-                    for other in self.adjacent.get(ent, []):
-                        extra[other] = max(extra[other], 0.5 * score[rid])
+                    if len(self.adjacent.get(ent, ())) <= HUB:
+                        through[ent] = max(through.get(ent, 0.0), 0.5 * float(score[rid]))
+            for ent, value in through.items():
+                others = np.asarray(self.adjacent[ent], np.int64)
+                extra[others] = np.maximum(extra[others], value)
             score = np.where(visible, np.maximum(score, extra), 0.0)
         hits = np.nonzero(score > 0)[0]
         hits = hits[np.lexsort((hits, -score[hits]))][:k]

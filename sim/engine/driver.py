@@ -458,8 +458,8 @@ def round_activity(world: World, r: int, new_posts: np.ndarray) -> RoundActivity
     order = np.lexsort((ids, authors))
     ids, authors = ids[order], authors[order]
     out = RoundActivity(r, str(round_start(world.cfg, r)))
-    for agent in np.unique(authors).tolist():
-        mine = ids[authors == agent]
+    agents, first = np.unique(authors, return_index=True)
+    for agent, mine in zip(agents.tolist(), np.split(ids, first[1:]), strict=True):
         stance = posts.stance[mine]
         counted = (~np.isnan(stance)).sum(axis=0)
         mean = np.where(counted > 0, np.nansum(stance, axis=0) / np.maximum(counted, 1),
