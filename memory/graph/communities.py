@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-import networkx as nx
 import numpy as np
 import pyarrow as pa
 
@@ -54,6 +53,7 @@ class Communities:
 def detect(graph: KnowledgeGraph, generation: int, round_: int, seed: int = 0,
            as_of: int | None = None, top: int = 5) -> Communities:
     """Cluster the entities linked by relations visible at `as_of`."""
+    import networkx as nx  # here: importing it costs a quarter second every process pays
     rel = graph.rows["graph_relations"].columns
     names = graph.column("graph_entities", "name")
     visible = np.nonzero(graph.visible(as_of))[0].tolist()

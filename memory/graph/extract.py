@@ -1,5 +1,5 @@
 """Extraction: from a text to entity mentions and facts, behind one interface with two
-backends (registered in `sim.core.registry.EXTRACTORS`):
+backends (registered in `sim.core.registry.EXTRACTORS` by `memory/graph/extractors.py`):
 
 - `offline` (default): no model, no download. Sentences are split with their character
   spans; mentions are capitalised name sequences and acronyms, stakeholder groups from a
@@ -19,10 +19,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
-
-from sim.config.base import Strict
-from sim.core.registry import EXTRACTORS
+from typing import Protocol
 
 ORG_WORDS = ("ministry", "department", "union", "council", "party", "association",
              "agency", "bank", "inc", "ltd", "corp", "company", "university", "commission",
@@ -116,12 +113,6 @@ class Extractor(Protocol):
     `known` maps names the caller knows (topic keywords, entities) to their types."""
 
     def extract(self, texts: list[str], known: dict[str, str]) -> list[Extraction]: ...
-
-
-class OfflineConfig(Strict):
-    """The offline extractor (no settings beyond its name)."""
-
-    kind: Literal["offline"] = "offline"
 
 
 def sentences(text: str) -> list[tuple[int, int]]:
@@ -258,12 +249,8 @@ def facts(text: str, found: list[Mention], author: str | None = None) -> list[Fa
     return out
 
 
-@EXTRACTORS.register("offline", config=OfflineConfig)
 class OfflineExtractor:
     """Mentions and pattern facts, no model (see the module docstring)."""
-
-    def __init__(self, config: OfflineConfig | None = None, llm=None):
-        self.config = config or OfflineConfig()
 
     def extract(self, texts: list[str], known: dict[str, str],
                 authors: list[str | None] | None = None) -> list[Extraction]:

@@ -9,13 +9,9 @@ located in the text to keep their character spans; a fact's span is its sentence
 from __future__ import annotations
 
 import json
-from typing import Literal
 
 from memory.graph.extract import Extraction, Fact, Mention, sentences
 from memory.tokens import count
-from sim.config.base import Strict
-from sim.core.errors import InputError
-from sim.core.registry import EXTRACTORS
 from sim.llm.chat import CallLog, ChatRequest, SyncChat, call_rows, chat_model
 from sim.llm.endpoints import LOOPBACK, Endpoints
 
@@ -42,13 +38,6 @@ TOOL = {"type": "function", "function": {
                                  "predicate": {"type": "string"},
                                  "object": {"type": "string"},
                                  "sentence": {"type": "string"}}}}}}}}
-
-
-class LLMExtractorConfig(Strict):
-    """Extraction by the chat model of `provider` (default: the first of `llm.providers`)."""
-
-    kind: Literal["llm"] = "llm"
-    provider: str | None = None
 
 
 class LLMExtractor:
@@ -115,15 +104,6 @@ class LLMExtractor:
         if self._endpoints is not None:
             self._endpoints.stop()
             self._endpoints = None
-
-
-@EXTRACTORS.register("llm", config=LLMExtractorConfig)
-def llm_extractor(cfg: LLMExtractorConfig, llm) -> LLMExtractor:
-    """The LLM extractor of a config: its `provider`, else the first of `llm.providers`."""
-    if llm is None or not llm.providers:
-        raise InputError("memory.graph.extractor: 'llm' needs an llm section with a provider")
-    provider = llm.provider(cfg.provider) if cfg.provider else llm.providers[0]
-    return LLMExtractor(provider)
 
 
 def _find(text: str, name: str, type_: str) -> Mention:

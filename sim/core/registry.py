@@ -44,8 +44,7 @@ BUILTINS = (
     "sim.llm.openai",
     "sim.market.makers",
     "sim.market.platform",
-    "memory.graph.extract",
-    "memory.graph.llm_extractor",
+    "memory.graph.extractors",
 )
 
 

@@ -33,7 +33,6 @@ from agents.observation import DecisionRequest, PlatformView, Prompt
 from agents.policy import reads_social_features
 from beliefs.rules import Exposures, make_rule
 from memory.context import Assembled
-from memory.graph.ingest import RoundActivity
 from memory.tokens import encoding
 from sim.core.counter_rng import CounterRNG
 from sim.core.errors import ProviderDown
@@ -449,9 +448,11 @@ class RoundDriver:
         return pa.table(row)
 
 
-def round_activity(world: World, r: int, new_posts: np.ndarray) -> RoundActivity:
+def round_activity(world: World, r: int, new_posts: np.ndarray):
     """Round r's posts by agents (news excluded), grouped by author in id order: their
-    text, ids and mean stance per topic, for the graph memory."""
+    text, ids and mean stance per topic, for the graph memory (a `RoundActivity`)."""
+    from memory.graph.ingest import RoundActivity
+
     posts = world.posts
     ids = new_posts[posts.author[new_posts] >= 0] if len(new_posts) else new_posts
     authors = posts.author[ids].astype(np.int64)

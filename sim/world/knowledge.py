@@ -5,41 +5,46 @@ entities (docs/graph.md)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from memory.graph.extract import Extractor
-from memory.graph.ingest import TopicNames, ingest_document
-from memory.graph.memory import GraphMemory
-from memory.graph.model import TABLES
 from sim.config import Config
 from sim.core.errors import InputError
 from sim.core.registry import EXTRACTORS
 from sim.core.state import State
-from sim.store.graph import GraphReader
+
+# The graph modules are imported by the functions that use them: a run without graph
+# memory (most runs) does not pay for compiling the extractor's patterns.
 
 
-def topic_names(cfg: Config) -> TopicNames:
-    """How the config's topics appear in text."""
+def topic_names(cfg: Config) -> Any:
+    """How the config's topics appear in text (a `TopicNames`)."""
+    from memory.graph.ingest import TopicNames
+
     return TopicNames([t.name for t in cfg.topics], [t.label or t.name for t in cfg.topics],
                       [list(t.keywords) for t in cfg.topics])
 
 
-def make_extractor(cfg: Config) -> Extractor:
+def make_extractor(cfg: Config) -> Any:
     """The extractor `memory.graph.extractor` names."""
     return EXTRACTORS.create(cfg.memory.graph.extractor, cfg.llm)
 
 
-def empty_graph_memory(cfg: Config) -> GraphMemory | None:
-    """The run's graph memory with no rows (None when the config has none)."""
+def empty_graph_memory(cfg: Config) -> Any:
+    """The run's `GraphMemory`, with no rows (None when the config has none)."""
     if not cfg.memory.graph.enabled:
         return None
+    from memory.graph.memory import GraphMemory
+
     return GraphMemory(topic_names(cfg), make_extractor(cfg), seed=cfg.seed)
 
 
-def build_graph_memory(cfg: Config) -> GraphMemory | None:
+def build_graph_memory(cfg: Config) -> Any:
     """Round 0: the scenario's graph, then the config's documents, then the topics."""
     memory = empty_graph_memory(cfg)
     if memory is None:
         return None
+    from memory.graph.ingest import ingest_document
+
     g = cfg.memory.graph
     if g.scenario is not None:
         memory.graph.replay([State(tables=scenario_tables(g.scenario))])
@@ -57,6 +62,9 @@ def scenario_tables(folder: str) -> dict:
     if not (root / "graph").is_dir():
         raise InputError(f"memory.graph.scenario: {folder}: no graph/ folder (make one with "
                          "`shoal init BRIEF` or `shoal graph add DOC --into FOLDER`)")
+    from memory.graph.model import TABLES
+    from sim.store.graph import GraphReader
+
     reader = GraphReader.of_scenario(root)
     return {name: reader.arrow(name) for name in TABLES}
 

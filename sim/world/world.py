@@ -12,6 +12,7 @@ import io
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +23,6 @@ from beliefs.state import BeliefState
 from beliefs.trust import TrustStore
 from memory.compaction import Summarizer
 from memory.digest import CrossPlatformDigest
-from memory.graph.memory import GraphMemory
 from memory.notifications import Notifications
 from memory.round_memory import MemorySettings, RoundMemory
 from sim.config import Config
@@ -65,7 +65,7 @@ class World:
     initial_position: np.ndarray | None = None  # [N, T] positions at round 0 (or on joining)
     json_only: set[str] = field(default_factory=set)  # providers that refused tool calls
     engines: dict = field(default_factory=dict)  # non-social platforms' engines, by name
-    knowledge: GraphMemory | None = None  # graph memory (memory.graph.enabled)
+    knowledge: Any = None  # GraphMemory (memory.graph.enabled), else None
 
     def __post_init__(self) -> None:
         if self.alive is None:
