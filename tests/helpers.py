@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -90,3 +94,22 @@ def tables_differ(db_a: Path, db_b: Path) -> list[str]:
         if not a.equals(b):
             out.append(table)
     return out
+
+
+def run_cli(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+    """`shoal ARGS` in a fresh process (its output captured)."""
+    return subprocess.run([sys.executable, "-m", "sim.cli", *args], capture_output=True,
+                          text=True, timeout=600, env={**os.environ, **(env or {})})
+
+
+def kill_then_resume(config: Path, out: Path, fault: str) -> Path:
+    """Run `config` into `out` with SIGKILL at the crash point `fault` (e.g. mid_round:6),
+    then `shoal resume` it to the end; returns the run directory."""
+    killed = run_cli(["run", str(config), "--out", str(out), "--quiet"],
+                     env={"SHOAL_FAULT": fault})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    (run_dir,) = out.iterdir()
+    resumed = run_cli(["resume", str(run_dir), "--quiet"])
+    assert resumed.returncode == 0, resumed.stderr
+    return run_dir
+

@@ -3,7 +3,6 @@ killed (SIGKILL) anywhere resumes to exactly the tables of an uninterrupted run.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from sim.cli.main import main
 from sim.runs.simulation import Simulation
 from sim.world.checkpoint import restore_world
 from tests.conftest import write_config
-from tests.helpers import make_config, run_config, tables_differ
+from tests.helpers import kill_then_resume, make_config, run_cli, run_config, tables_differ
 
 ROUNDS = 14
 
@@ -87,11 +86,6 @@ def test_restored_world_equals_live_world(tmp_path, small_dict):
     assert run.world.posts.n > 300 and len(run.world.trust) > 100
 
 
-def _run_cli(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sim.cli", *args], capture_output=True,
-                          text=True, timeout=600, env={**os.environ, **(env or {})})
-
-
 @pytest.mark.parametrize("fault", ["mid_round:4", "mid_commit:6", "after_commit:8",
                                    "mid_checkpoint:10", "after_checkpoint:12"])
 def test_sigkill_then_resume_gives_identical_tables(tmp_path, small_dict, reference_db, fault):
@@ -99,13 +93,7 @@ def test_sigkill_then_resume_gives_identical_tables(tmp_path, small_dict, refere
     the commit and the checkpoint, inside the checkpoint, after it), then `shoal resume`:
     every table equals the uninterrupted run's."""
     path = write_config(tmp_path / "c.yaml", small_dict)
-    out = tmp_path / "runs"
-    killed = _run_cli(["run", str(path), "--out", str(out), "--quiet"],
-                      env={"SHOAL_FAULT": fault})
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
-    (run_dir,) = out.iterdir()
-    resumed = _run_cli(["resume", str(run_dir), "--quiet"])
-    assert resumed.returncode == 0, resumed.stderr
+    run_dir = kill_then_resume(path, tmp_path / "runs", fault)
     assert tables_differ(reference_db, run_dir / "trajectory.duckdb") == []
 
 
@@ -132,7 +120,7 @@ def test_sigkill_at_random_moments(tmp_path, small_dict, reference_db):
     time.sleep(3.5)
     second.send_signal(signal.SIGKILL)
     second.wait()
-    final = _run_cli(["resume", str(run_dir), "--quiet"])
+    final = run_cli(["resume", str(run_dir), "--quiet"])
     assert final.returncode == 0, final.stderr
     assert tables_differ(reference_db, run_dir / "trajectory.duckdb") == []
 

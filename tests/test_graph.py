@@ -5,7 +5,6 @@ honoured by every reader, and the "What you know" context section."""
 from __future__ import annotations
 
 import re
-import signal
 from pathlib import Path
 
 import duckdb
@@ -23,8 +22,7 @@ from sim.engine.agent_context import context_for
 from sim.runs.simulation import Simulation
 from sim.store.lineage import graph_reader
 from tests.conftest import ROOT, write_config
-from tests.helpers import fork_and_run, query, read_table, tables_differ
-from tests.test_checkpoint import _run_cli
+from tests.helpers import fork_and_run, kill_then_resume, query, read_table, tables_differ
 
 BRIEF = ROOT / "examples" / "carbon_levy.md"
 TOLL = ROOT / "tests" / "data" / "graph" / "toll.md"
@@ -120,12 +118,7 @@ def test_activity_relations_cite_posts_of_their_round(graph_run):
 
 def test_kill_and_resume_gives_identical_graph_tables(graph_run, graph_dict, tmp_path):
     path = write_config(tmp_path / "c.yaml", graph_dict)
-    out = tmp_path / "runs"
-    killed = _run_cli(["run", str(path), "--out", str(out), "--quiet"],
-                      env={"SHOAL_FAULT": "mid_round:6"})
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
-    (run,) = out.iterdir()
-    assert _run_cli(["resume", str(run), "--quiet"]).returncode == 0
+    run = kill_then_resume(path, tmp_path / "runs", "mid_round:6")
     assert tables_differ(graph_run / "trajectory.duckdb", run / "trajectory.duckdb") == []
 
 

@@ -8,7 +8,6 @@ impossible trades are rejected with their reason; bad market configs name their 
 from __future__ import annotations
 
 import copy
-import signal
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +19,14 @@ from sim import open_run
 from sim.cli.main import main
 from sim.core.errors import ConfigError
 from tests.conftest import CONFIGS, write_config
-from tests.helpers import fork_and_run, make_config, query, read_table, tables_differ
-from tests.test_checkpoint import _run_cli
+from tests.helpers import (
+    fork_and_run,
+    kill_then_resume,
+    make_config,
+    query,
+    read_table,
+    tables_differ,
+)
 
 ROUNDS, NEWS, FORK = 16, 8, 7
 SOCIAL = ("posts", "post_stances", "exposures", "beliefs", "trust", "follows",
@@ -101,12 +106,7 @@ def test_bridge_is_logged_both_ways(market_run):
 
 def test_kill_and_resume_gives_identical_tables(market_run, market_dict, tmp_path):
     path = write_config(tmp_path / "c.yaml", market_dict)
-    out = tmp_path / "runs"
-    killed = _run_cli(["run", str(path), "--out", str(out), "--quiet"],
-                      env={"SHOAL_FAULT": "mid_round:9"})
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
-    (run_dir,) = out.iterdir()
-    assert _run_cli(["resume", str(run_dir), "--quiet"]).returncode == 0
+    run_dir = kill_then_resume(path, tmp_path / "runs", "mid_round:9")
     assert tables_differ(market_run / "trajectory.duckdb", run_dir / "trajectory.duckdb") == []
 
 

@@ -115,15 +115,20 @@ class Extractor(Protocol):
     def extract(self, texts: list[str], known: dict[str, str]) -> list[Extraction]: ...
 
 
+def trimmed(text: str, start: int, end: int) -> tuple[int, int]:
+    """The span without the whitespace at its ends (empty: start == end)."""
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
 def sentences(text: str) -> list[tuple[int, int]]:
     """Character spans of the sentences of `text` (trimmed)."""
     out = []
     for m in _SENTENCE.finditer(text):
-        start, end = m.start(), m.end()
-        while start < end and text[start].isspace():
-            start += 1
-        while end > start and text[end - 1].isspace():
-            end -= 1
+        start, end = trimmed(text, m.start(), m.end())
         if end > start:
             out.append((start, end))
     return out

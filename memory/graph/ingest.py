@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from memory.graph.extract import Extraction, Extractor
+from memory.graph.extract import Extraction, Extractor, trimmed
 from memory.graph.model import KnowledgeGraph
 from memory.graph.resolve import key, resolve
 
@@ -70,12 +70,7 @@ def paragraphs(text: str) -> list[tuple[int, int]]:
     """Character spans of the paragraphs (blocks separated by blank lines), trimmed."""
     out, start = [], 0
     for m in [*_PARAGRAPH.finditer(text), None]:
-        end = m.start() if m else len(text)
-        a, b = start, end
-        while a < b and text[a].isspace():
-            a += 1
-        while b > a and text[b - 1].isspace():
-            b -= 1
+        a, b = trimmed(text, start, m.start() if m else len(text))
         if b > a:
             out.append((a, b))
         start = m.end() if m else len(text)
