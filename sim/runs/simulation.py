@@ -323,6 +323,8 @@ class Simulation:
                 self.engine.stop()
                 self.engine = None
             self.world.memory.close()
+            if self.world.knowledge is not None:  # its thread, its extractor's connections
+                self.world.knowledge.close()
             closed, self._closed = self._closed, True
             if not closed:
                 try:
