@@ -237,3 +237,16 @@ def test_a_fork_cannot_change_the_markets(market_run, tmp_path, capsys):
     assert main(["fork", str(market_run), "--round", str(FORK), "--out", str(tmp_path),
                  "--set", "platforms.market.bridge.market_to_social.enabled=false",
                  "--quiet"]) == 0
+
+
+def test_bare_yes_and_no_are_outcome_names(quickstart_dict, tmp_path):
+    """YAML reads a bare yes/no as true/false; as outcomes and resolutions they are names."""
+    market = {**MARKET, "outcomes": [True, False], "resolution": {
+        "rule": {"topic": "carbon_tax", "if_true": False, "if_false": True}}}
+    other = {**MARKET, "id": "n", "resolution": {"outcome": True}}
+    cfg = make_config({**quickstart_dict, "platforms": {
+        **quickstart_dict["platforms"], "market": {"markets": [market, other]}}}, tmp_path)
+    first, second = cfg.platforms.market.markets
+    assert first.outcome_names() == ["yes", "no"]
+    assert (first.resolution.rule.if_true, first.resolution.rule.if_false) == ("no", "yes")
+    assert second.resolution.outcome == "yes"

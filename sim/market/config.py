@@ -31,6 +31,11 @@ class Outcome(Strict):
     stance: float | None = Field(default=None, ge=-1, le=1)
 
 
+def _yes_no_name(value):
+    """YAML 1.1 reads a bare yes/no as true/false: as an outcome's name it means "yes"/"no"."""
+    return {True: "yes", False: "no"}[value] if isinstance(value, bool) else value
+
+
 class ResolutionRule(Strict):
     """A resolution read from the run: `metric` of `topic` at the resolution round, compared
     with `value`; true resolves to `if_true` (default: the first outcome), false to
@@ -43,6 +48,9 @@ class ResolutionRule(Strict):
     if_true: str | None = None
     if_false: str | None = None
 
+    _names = field_validator("if_true", "if_false", mode="before")(
+        classmethod(lambda cls, v: _yes_no_name(v)))
+
 
 class Resolution(Strict):
     """When and how a market resolves: a fixed `outcome`, or a `rule` over the run's data,
@@ -51,6 +59,8 @@ class Resolution(Strict):
     round: int | None = Field(default=None, ge=1)
     outcome: str | None = None
     rule: ResolutionRule | None = None
+
+    _name = field_validator("outcome", mode="before")(classmethod(lambda cls, v: _yes_no_name(v)))
 
     @model_validator(mode="after")
     def _one(self):
@@ -76,9 +86,7 @@ class MarketConfig(Strict):
     @classmethod
     def _yes_no(cls, v):
         # YAML 1.1 reads a bare yes/no as true/false: they mean the outcomes "yes"/"no".
-        if isinstance(v, list):
-            return [{True: "yes", False: "no"}[o] if isinstance(o, bool) else o for o in v]
-        return v
+        return [_yes_no_name(o) for o in v] if isinstance(v, list) else v
 
     @field_validator("outcomes")
     @classmethod
