@@ -301,6 +301,8 @@ def init_scenario(brief: str | Path, out: str | Path | None, extractor: Extracto
     text, title, description = brief.text, brief.title, brief.requirement
     opts.requirement = opts.requirement or description
     folder = Path(out) if out is not None else Path.cwd() / slug(path.stem)
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"{folder}: is a file; give --out a folder")
     if folder.exists() and any(folder.iterdir()) and not force:
         raise InputError(f"{folder}: exists and is not empty (use --force to overwrite)")
     first = KnowledgeGraph()
