@@ -29,7 +29,8 @@ BELOW["sim.world"] = {"sim.store", "agents", *BELOW["agents"]}
 BELOW["sim.market"] = {"sim.world", *BELOW["sim.world"]}  # loaded by its platform spec
 BELOW["sim.engine"] = {"sim.world", *BELOW["sim.world"]}
 BELOW["sim.runs"] = {"sim.engine", "sim.analysis", *BELOW["sim.engine"]}
-BELOW["sim.cli"] = {"sim.runs", *BELOW["sim.runs"]}
+BELOW["sim.analyst"] = {"sim.runs", *BELOW["sim.runs"]}
+BELOW["sim.cli"] = {"sim.analyst", *BELOW["sim.analyst"]}
 FACADE = "sim"  # sim/__init__.py: lazy exports of the notebook API only
 
 

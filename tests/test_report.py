@@ -309,3 +309,44 @@ def test_report_command_writes_the_file_and_rejects_unknown_runs(small_run, tmp_
     assert "no such run directory" in capsys.readouterr().err
     assert main(["report", str(small_run), "--out", str(tmp_path / "r.pdf")]) == 2
     assert main(["report", str(small_run), "--out", str(tmp_path / "nope" / "r.html")]) == 2
+
+
+def test_report_with_an_analysis_renders_its_verdicts_in_chromium(browser, small_run,
+                                                                   tmp_path):
+    """An analysis with a wrong number and a missing post (a scripted loopback analyst):
+    the page has the Analysis section, both sentences flagged with their evidence linked,
+    and it still loads nothing, runs nothing and logs no error."""
+    from sim.llm.server import serve_in_thread
+    from tests.helpers import query
+
+    run = Path(shutil.copytree(small_run, tmp_path / small_run.name))
+    posts = query(run / "trajectory.duckdb", "SELECT count(*) FROM posts")[0][0]
+    text = (f"The run has {posts + 5} posts [step 1]. There were {posts} posts [step 1]. "
+            f"Post 99999 said {XSS} [post 99999].")
+    script = {"plan": [{"tool_calls": [{"name": "plan_sections", "arguments": {
+        "sections": [{"id": "overview", "title": "What happened", "brief": "numbers"}]}}]}],
+        "overview": [{"tool_calls": [{"name": "sql", "arguments": {
+            "query": "SELECT count(*) AS posts FROM posts"}}]},
+            {"tool_calls": [{"name": "write_section", "arguments": {"text": text}}]}]}
+    server = serve_in_thread(script=script)
+    try:
+        assert main(["analyse", str(run), "--base-url", server.url, "--model", "m"]) == 0
+    finally:
+        server.stop()
+    page = write_report(run, tmp_path / "report.html")
+    browser.open(page.as_uri())
+    assert browser.evaluate("[...document.querySelectorAll('h2')].map(h => h.textContent)"
+                            ) == [HEADINGS[0], "Analysis", *HEADINGS[1:]]
+    verdicts = browser.evaluate("[...document.querySelectorAll('#analysis .claim')]"
+                                ".map(s => s.dataset.verdict)")
+    assert verdicts == ["unsupported", "verified", "unresolved"]
+    head = browser.evaluate("document.querySelector('.analysis-head').innerText")
+    assert "3 claims, 2 unverified" in head
+    # each claim links to its footnote, which shows the cited rows
+    links = browser.evaluate("[...document.querySelectorAll('#analysis sup a')]"
+                             ".map(a => document.querySelector(a.getAttribute('href'))"
+                             ".innerText)")
+    assert len(links) == 3 and str(posts) in links[1] and "no post 99999" in links[2]
+    assert browser.evaluate("document.scripts.length") == 0
+    assert browser.problems() == {"console": [], "exceptions": [], "log": [], "dialogs": [],
+                                  "requests": []}

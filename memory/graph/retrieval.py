@@ -148,3 +148,19 @@ def provenance(hit: Hit) -> str:
     if hit.source_type == "document":
         return f"{hit.kind}, from {hit.source_id}"
     return f"{hit.kind}, {hit.source_id}, round {hit.valid_from}"
+
+
+SEARCH_COLUMNS = ["score", "relation_id", "subject", "predicate", "object", "fact", "kind",
+                  "source_id", "valid_from"]
+
+
+def search_tables(tables: dict, query: str, k: int, as_of: int | None = None):
+    """BM25 search over a graph given as its tables (Arrow, by name), rebuilt in memory
+    with the same validity rule as every reader: a DataFrame of SEARCH_COLUMNS."""
+    import pandas as pd
+
+    hits = FactIndex(KnowledgeGraph.from_tables(tables)).search(query, k, as_of)
+    return pd.DataFrame([{"score": round(h.score, 3), "relation_id": h.relation_id,
+                          "subject": h.subject, "predicate": h.predicate, "object": h.object,
+                          "fact": h.fact, "kind": h.kind, "source_id": h.source_id,
+                          "valid_from": h.valid_from} for h in hits], columns=SEARCH_COLUMNS)

@@ -73,6 +73,7 @@ def render_report(data: Run) -> str:
     run_id = data.run_id
     sections = [
         ("summary", "Summary", summary_section(data)),
+        *([("analysis", "Analysis", analysis_section(data))] if _analysed(data) else []),
         ("plots", "Plots", plots_section(data)),
         ("top-posts", "Top posts", top_posts_section(data)),
         ("interventions", "Interventions", interventions_section(data)),
@@ -138,8 +139,27 @@ pre { background: #f6f7f8; padding: 10px; overflow-x: auto; font-size: 12.5px; }
 code { font-size: 13px; }
 .muted { color: #72777c; }
 .bad { color: #b32d2e; font-weight: 600; }
+.claim.v-unresolved, .claim.v-unsupported, .claim.v-uncited { background: #fcf0f1; }
+.claim.v-verified sup a { color: #2e7d32; }
+.flag { color: #b32d2e; }
+.ok { color: #2e7d32; }
+ol.evidence { font-size: 13px; }
+table.ev { font-size: 12px; margin: 4px 0; }
 footer { margin-top: 40px; font-size: 12px; color: #72777c; }
 """
+
+
+def _analysed(data: Run) -> bool:
+    return data.path is not None and not data.analyses.empty
+
+
+def analysis_section(data: Run) -> str:
+    """The latest analysis by `shoal analyse`: each sentence with its verdict (hover) and
+    a footnote with the rows it cites; flagged sentences marked; the count of unverified
+    claims first."""
+    from sim.analysis.analyses import analysis_html
+
+    return analysis_html(data.analysis())
 
 
 def _e(value: object) -> str:
@@ -271,8 +291,13 @@ def llm_agents_line(cfg: dict) -> str:
     if not llm:
         return "rule-based (no LLM)"
     who = llm.get("agents") or {}
-    scope = f"{who.get('fraction', 1):.0%} of " + (
+    fraction = who.get("fraction")
+    scope = f"{1 if fraction is None else fraction:.0%} of " + (
         f"groups {', '.join(who['groups'])}" if who.get("groups") else "agents")
+    if who.get("ids") is not None:  # explicit ids (the selector's fields combine)
+        scope = f"{len(who['ids'])} listed agents" + (
+            f" ({fraction:.0%} of them)" if fraction is not None else "") + (
+            f" in groups {', '.join(who['groups'])}" if who.get("groups") else "")
     models = ", ".join(f"{p.get('name')}: {p.get('model')}" for p in llm.get("providers") or [])
     return f"LLM for {scope} ({models}); fallback {llm.get('fallback', '?')}"
 

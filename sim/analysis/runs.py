@@ -239,6 +239,38 @@ class Run(ForkInfo):
 
         return scores(self.table("forecasts"), self.table("payouts"))
 
+    # ------------------------------------------------- what was asked of the run
+
+    @property
+    def analyses(self) -> pd.DataFrame:
+        """The analyst's reports of this run (`shoal analyse`), oldest first: question,
+        model, status, claims and unverified claims, cost (read afresh each time)."""
+        from sim.analysis.analyses import analyses
+
+        return analyses(self._own_db())
+
+    def analysis(self, analysis_id: str | None = None) -> dict[str, pd.DataFrame]:
+        """One analysis (default: the latest) as DataFrames: `analysis_runs`,
+        `analysis_sections`, `analysis_steps` (every step, with its full tool `result`),
+        `analysis_claims` (sentence, citations, verdict, evidence)."""
+        from sim.analysis.analyses import analysis_frames
+
+        return analysis_frames(self._own_db(), analysis_id)
+
+    @property
+    def interviews(self) -> pd.DataFrame:
+        """Every interview answer kept for this run (`shoal interview`): batch, round,
+        agent, question, answer, status, context hash, tokens, cost (read afresh)."""
+        from sim.store.analysis import read_tables
+
+        return read_tables(self._own_db(), ["interviews"])["interviews"]
+
+    def _own_db(self) -> Path:
+        """The run's own trajectory file (analyses and interviews are not inherited)."""
+        if self.dir is None:
+            raise InputError("a simulation held in memory keeps no analyses or interviews")
+        return self.dir.db
+
     @property
     def rounds(self) -> pd.DataFrame:
         """One row per completed round: counts and timings (docs/store.md)."""

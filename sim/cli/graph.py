@@ -209,18 +209,10 @@ def cmd_graph_show(args: argparse.Namespace) -> int:
 
 def _search(reader, query: str, as_of: int | None, k: int):
     """BM25 over the graph rebuilt in memory (the same validity rule as every reader)."""
-    import pandas as pd
+    from memory.graph.model import TABLES
+    from memory.graph.retrieval import search_tables
 
-    from memory.graph.model import TABLES, KnowledgeGraph
-    from memory.graph.retrieval import FactIndex
-
-    graph = KnowledgeGraph.from_tables({n: reader.arrow(n) for n in TABLES})
-    hits = FactIndex(graph).search(query, k, as_of)
-    return pd.DataFrame([{"score": round(h.score, 3), "relation_id": h.relation_id,
-                          "subject": h.subject, "predicate": h.predicate, "object": h.object,
-                          "kind": h.kind, "source_id": h.source_id} for h in hits],
-                        columns=["score", "relation_id", "subject", "predicate", "object",
-                                 "kind", "source_id"])
+    return search_tables({n: reader.arrow(n) for n in TABLES}, query, k, as_of)
 
 
 def _missing(value) -> bool:

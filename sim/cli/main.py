@@ -201,7 +201,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_interview(args: argparse.Namespace) -> int:
-    """Ask an agent a question as it was at the end of a round."""
+    """Ask one agent (--agent) or many (--agents) a question as they were at a round."""
+    if (args.agent is None) == (args.agents is None):
+        raise InputError("give --agent ID (one agent) or --agents SELECTOR (many)")
+    if args.agents is not None:
+        from sim.cli.analyse import interview_many
+
+        return interview_many(args)
     from sim.runs.interview import interview
 
     result = interview(args.run, args.agent, args.question, args.round, args.base_url,
@@ -426,10 +432,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--group", help="plant it for one group only (event)")
     p.set_defaults(func=cmd_diagnose_memory)
 
-    p = sub.add_parser("interview", help="ask an agent a question, as it was at a round")
+    p = sub.add_parser("interview", help="ask agents a question, as they were at a round")
     p.add_argument("run", help="run directory (or run id under runs/)")
     p.add_argument("question", help="the question, in quotes")
-    p.add_argument("--agent", type=int, required=True)
+    p.add_argument("--agent", type=int, help="one agent's id")
+    p.add_argument("--agents", metavar="SELECTOR",
+                   help="many agents: all, ids (0-199,250), group:NAME[,NAME], or a YAML "
+                        "selector such as '{groups: [skeptics], fraction: 0.5}'")
+    p.add_argument("--concurrency", type=int, help="calls in flight (default: the provider's)")
+    p.add_argument("--deadline", type=float, metavar="SECONDS",
+                   help="stop waiting for answers after this long (the batch's deadline)")
     p.add_argument("--round", type=int,
                    help="the agent as of the end of this round (default: the last one)")
     p.add_argument("--base-url", help="an OpenAI-compatible endpoint (default: the run's "
@@ -476,6 +488,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--address", help="Ray cluster address ('auto' joins a running cluster)")
     p.add_argument("--quiet", action="store_true", help="no per-member lines")
     p.set_defaults(func=cmd_sweep)
+
+    from sim.cli.analyse import add_parser as add_analyse_parser  # (a light module)
+
+    add_analyse_parser(sub)
+
 
     p = sub.add_parser("import", help="turn a MiroShark or MiroFish simulation folder into "
                                       "a Shoal scenario folder")

@@ -28,3 +28,42 @@ class Selector(Strict):
     def everyone(self) -> bool:
         """Whether the selector restricts nothing."""
         return self.ids is None and self.groups is None and self.fraction is None
+
+
+def parse_selector(text: str, flag: str = "--agents") -> Selector:
+    """A selector from the command line: `all`, ids and ranges (`0-199,250`),
+    `group:NAME[,NAME]`, or a YAML mapping (`{groups: [a], fraction: 0.5}`); an
+    InputError naming `flag` otherwise."""
+    import yaml
+    from pydantic import ValidationError
+
+    from sim.core.errors import InputError
+
+    text = text.strip()
+    if text == "all":
+        return Selector()
+    if text.startswith("group:"):
+        names = [g.strip() for g in text.split(":", 1)[1].split(",") if g.strip()]
+        if not names:
+            raise InputError(f"{flag} {text}: name at least one group")
+        return Selector(groups=names)
+    if text and all(part.strip().replace("-", "", 1).isdigit() for part in text.split(",")):
+        ids: list[int] = []
+        for part in text.split(","):
+            lo, _, hi = part.strip().partition("-")
+            if hi and int(hi) < int(lo):
+                raise InputError(f"{flag} {text}: the range {part.strip()} is empty")
+            ids.extend(range(int(lo), int(hi or lo) + 1))
+        return Selector(ids=ids)
+    try:
+        data = yaml.safe_load(text)
+        if not isinstance(data, dict):
+            raise ValueError
+        return Selector(**data)
+    except (yaml.YAMLError, ValueError, TypeError, ValidationError) as exc:
+        detail = ""
+        if isinstance(exc, ValidationError):
+            detail = "; " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                                      for e in exc.errors())
+        raise InputError(f"{flag} {text!r}: not a selector (all, 0-199,250, group:NAME, or "
+                         f"a YAML mapping of ids, groups, fraction){detail}") from None

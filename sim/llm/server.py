@@ -34,6 +34,8 @@ from pathlib import Path
 
 import orjson
 
+from sim.llm.loopback_analyst import ANALYST_MARK, analyst_reply
+
 _POST = re.compile(r"\[post (\d+)\] @([\w\-.]+)")
 _MARKET = re.compile(r"\[([A-Za-z][\w\-]*)\]: ([^\n;]*)")  # a market line: [id]: yes 41%, ...
 _OUTCOME = re.compile(r"([\w\-]+) \d+%")
@@ -70,8 +72,9 @@ class LoopbackState:
     bear (to test that clients send one); it is never logged."""
 
     def __init__(self, faults: Faults, seed: int, record: Path | None, keep: int = 5000,
-                 key: str | None = None):
+                 key: str | None = None, script: dict | None = None):
         self.faults, self.seed, self.record, self.key = faults, seed, record, key
+        self.script = script
         self.requests: deque[dict] = deque(maxlen=keep)
         self.lock = threading.Lock()
         self.started = time.monotonic()
@@ -140,8 +143,9 @@ def decide(request: dict, rng: random.Random) -> tuple[str, dict]:
     return name, args
 
 
-def reply(request: dict, rng: random.Random, malformed: bool, empty: bool) -> dict:
-    """The assistant message for a request."""
+def reply(request: dict, rng: random.Random, malformed: bool, empty: bool,
+          script: dict | None = None) -> dict:
+    """The assistant message for a request (`script`: the analyst's scripted replies)."""
     system = next((m.get("content") or "" for m in request.get("messages", [])
                    if m.get("role") == "system"), "")
     if "Shoal memory compaction" in system:  # the LLM summariser
@@ -151,11 +155,11 @@ def reply(request: dict, rng: random.Random, malformed: bool, empty: bool) -> di
     tools = request.get("tools")
     if any((t.get("function") or {}).get("name") == "record_facts" for t in tools or []):
         return _record_facts(request, rng)  # graph memory's LLM extractor
+    if ANALYST_MARK in system:
+        return analyst_reply(request, rng, script)
     if not tools and b"exactly one JSON object" not in orjson.dumps(
             request.get("messages", [])):  # an interview
-        belief = re.search(r"On [^:]+: [^\n]+", system)
-        said = belief.group(0) if belief else "I have not made up my mind."
-        return {"role": "assistant", "content": f"Speaking for myself: {said}"}
+        return {"role": "assistant", "content": _interview_answer(system)}
     name, args = decide(request, rng)
     if malformed:
         if rng.random() < 0.5:
@@ -180,6 +184,24 @@ def reply(request: dict, rng: random.Random, malformed: bool, empty: bool) -> di
     elif style < 0.5:
         text = f"<think>Let me look at my feed first.</think>\n{text}"
     return {"role": "assistant", "content": text}
+
+
+def _interview_answer(system: str) -> str:
+    """An interview answer in the first person, from the agent's own beliefs as its system
+    text states them ("On the carbon tax: you support it; ...")."""
+    who = re.search(r"You are ([^(\n]+?) \(@", system)
+    views = re.findall(r"^On ([^:\n]+): ([^\n]+)", system, re.MULTILINE)
+    if not views:
+        return "Speaking for myself: I have not made up my mind."
+    said = "; ".join(f"on {topic}, {_first_person(view.rstrip('.'))}" for topic, view in views)
+    name = f"I am {who.group(1)}, and " if who else ""
+    return f"Speaking for myself: {name}{said}."
+
+
+def _first_person(text: str) -> str:
+    for a, b in (("you are", "I am"), ("you're", "I'm"), ("your", "my"), ("you", "I")):
+        text = re.sub(rf"\b{a}\b", b, text, flags=re.IGNORECASE)
+    return text
 
 
 _NAME = re.compile(r"\b[A-Z][\w'’-]*(?:\s+(?:of|the|for)?\s*[A-Z][\w'’-]*)*")
@@ -312,7 +334,7 @@ class LoopbackServer:
         empty = f.malformed_rate <= draw < f.malformed_rate + f.empty_rate
         if f.latency_ms:
             await asyncio.sleep(max(0.0, rng.gauss(f.latency_ms, f.latency_ms * 0.1)) / 1000)
-        message = reply(request, rng, malformed, empty)
+        message = reply(request, rng, malformed, empty, state.script)
         # Usage as a provider would report it, estimated cheaply (4 characters a token):
         # exact counting here would cost the test server more CPU than the engine spends.
         prompt = sum(len(m.get("content") or "") for m in request.get("messages", [])) // 4
@@ -381,10 +403,11 @@ class RunningServer:
 
 
 def serve_in_thread(host: str = "127.0.0.1", port: int = 0, faults: Faults | None = None,
-                    seed: int = 0, record: Path | None = None, key: str | None = None
-                    ) -> RunningServer:
+                    seed: int = 0, record: Path | None = None, key: str | None = None,
+                    script: dict | None = None) -> RunningServer:
     """Start a loopback server in this process; `.url` is its base URL (…/v1)."""
-    return RunningServer(host, port, LoopbackState(faults or Faults(), seed, record, key=key))
+    return RunningServer(host, port, LoopbackState(faults or Faults(), seed, record, key=key,
+                                                   script=script))
 
 
 class LoopbackProcess:
@@ -446,6 +469,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="answer 400 to requests with tools, as servers without tool support do")
     p.add_argument("--record", help="append every request and reply to this JSONL file")
     p.add_argument("--ready-file", help="write the base URL here once listening")
+    p.add_argument("--script", metavar="FILE",
+                   help="JSON of scripted analyst replies (see sim/llm/loopback_analyst.py)")
     p.add_argument("--require-key-env", metavar="NAME",
                    help="answer 401 unless requests bear the key in this environment variable")
 
@@ -464,8 +489,19 @@ def serve(args: argparse.Namespace) -> int:
             print(f"error: --require-key-env: {args.require_key_env} is not set",
                   file=sys.stderr)
             return 2
+    script = None
+    if args.script:
+        try:
+            script = json.loads(Path(args.script).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            print(f"error: --script {args.script}: {exc}", file=sys.stderr)
+            return 2
+        if not isinstance(script, dict):
+            print(f"error: --script {args.script}: a JSON object of lists is expected",
+                  file=sys.stderr)
+            return 2
     state = LoopbackState(faults_from(args), args.seed,
-                          Path(args.record) if args.record else None, key=key)
+                          Path(args.record) if args.record else None, key=key, script=script)
 
     async def main() -> None:
         try:

@@ -1,28 +1,47 @@
-"""`shoal interview`: ask an agent a question, as it was at the end of a round.
+"""`shoal interview`: ask agents a question, each as it was at the end of a round.
 
 Everything comes from the run directory: the world at the end of round R is restored from
-its checkpoint (persona, beliefs, trust, round memory, digest, the events running), the
-agent's system text is assembled with the run's own context settings, and the question
-is the user message. Only the answer needs an LLM: the run's provider for that agent (its
-`loopback` server is started again if the run used one), or any endpoint given on the
-command line. The process that ran the simulation need not exist any more.
+its checkpoint (persona, beliefs, trust, round memory, digest, graph memory, the events
+running), each agent's system text is assembled with the run's own context settings, and
+the question is the user message. Only the answers need an LLM: the run's provider for
+each agent (its `loopback` server is started again if the run used one), or any endpoint
+given on the command line. The process that ran the simulation need not exist any more.
+
+Many agents are asked at once (the provider's concurrency, an optional deadline for the
+whole batch); every answer is kept in the run's `interviews` table with the hash of the
+exact context it was asked in, its tokens and its cost.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import secrets
+import time
 from dataclasses import dataclass
+from datetime import datetime
 
+import numpy as np
+import pandas as pd
 from pydantic import ValidationError
 
 from memory.context import Assembled
+from memory.tokens import count
+from sim.config import Config
 from sim.config.llm import ProviderConfig
+from sim.config.selector import Selector
+from sim.core.counter_rng import CounterRNG
 from sim.core.errors import InputError
 from sim.engine.agent_context import context_for
-from sim.llm.chat import ChatRequest, chat_model
+from sim.llm.chat import Attempt, ChatReply, ChatRequest, chat_model, cost
 from sim.llm.endpoints import Endpoints
 from sim.runs.simulation import world_at
-from sim.store.run_dir import open_run_dir
+from sim.store.analysis import AnalysisStore
+from sim.store.lineage import being_written
+from sim.store.run_dir import RunDir, open_run_dir
+from sim.world.selection import select
+
+_SAMPLE = 0x1E7E  # the stream of a selector's fraction, for interviews
 
 
 @dataclass
@@ -36,36 +55,33 @@ class Interview:
     provider: str
     model: str
     answer: str
-    status: str  # the call's status: ok, timeout, http_error, ...
+    status: str  # the call's status: ok, timeout, http_error, ..., deadline
     error: str
 
 
-def interview_context(run: str, agent: int, round_: int | None) -> tuple[object, Assembled]:
-    """The restored world at the end of `round_` (default: the last checkpointed round)
-    and the agent's interview system text in it."""
-    run_dir = open_run_dir(run)
-    kept = run_dir.checkpoints.available()
-    if not kept:
-        raise InputError(f"{run}: the run has no checkpoint yet")
-    round_ = kept[-1] if round_ is None else round_
-    world = world_at(run_dir, round_, "--round")
-    if not 0 <= agent < world.n_agents:
-        raise InputError(f"--agent {agent}: no such agent (agents 0..{world.n_agents - 1})")
-    world.memory.boundary(round_ + 1)  # what the agent remembers after round R
-    context = context_for(world, agent, round_ + 1).assembled
-    world.memory.close()
-    return world, context
+@dataclass
+class InterviewBatch:
+    """The answers of one batch (`rows`: one per agent, as stored in `interviews`)."""
+
+    batch_id: str
+    round: int
+    question: str
+    interviews: list[Interview]
+    rows: pd.DataFrame
+    stored: bool  # False when the run was being written (nothing could be saved)
+    seconds: float
 
 
-def interview_provider(world, agent: int, base_url: str | None, model: str | None,
-                       api_key_env: str | None) -> ProviderConfig:
-    """The endpoint to ask: the command line's, else the run's provider for the agent."""
+def provider_for(cfg: Config, name: str | None, base_url: str | None, model: str | None,
+                 api_key_env: str | None, label: str = "interview") -> ProviderConfig:
+    """The endpoint to ask: the command line's (a provider called `label`), else the run's
+    provider `name` (default: the LLM agents' provider)."""
     if base_url:
-        if not model and world.cfg.llm is None:
+        if not model and cfg.llm is None:
             raise InputError("--model is needed with --base-url (the run has no LLM config)")
-        fallback = world.cfg.llm.providers[0] if world.cfg.llm else None
+        fallback = cfg.llm.providers[0] if cfg.llm else None
         try:
-            return ProviderConfig(name="interview", base_urls=[base_url],
+            return ProviderConfig(name=label, base_urls=[base_url],
                                   model=model or fallback.model,
                                   api_key_env=api_key_env or (fallback and fallback.api_key_env))
         except ValidationError as exc:
@@ -73,11 +89,10 @@ def interview_provider(world, agent: int, base_url: str | None, model: str | Non
                                  f"{e['msg'].removeprefix('Value error, ')}"
                                  for e in exc.errors())
             raise InputError(problems) from None
-    if world.cfg.llm is None:
+    if cfg.llm is None:
         raise InputError("the run has no LLM providers: pass --base-url and --model (for a "
                          "dry run, --base-url loopback)")
-    name = world.llm_providers().get(agent, world.cfg.llm.agents.provider)
-    provider = world.cfg.llm.provider(name)
+    provider = cfg.llm.provider(name or cfg.llm.agents.provider)
     if model:
         provider = provider.model_copy(update={"model": model})
     if api_key_env:
@@ -85,39 +100,136 @@ def interview_provider(world, agent: int, base_url: str | None, model: str | Non
     return provider
 
 
-def ask(provider: ProviderConfig, context: Assembled, question: str, seed: int
-        ) -> tuple[str, str, str]:
-    """One chat call (with the provider's retries): (answer, status, error)."""
-    endpoints = Endpoints(seed)
-    request = ChatRequest(messages=[{"role": "system", "content": context.system},
-                                    {"role": "user", "content": question}])
+def context_hash(context: Assembled) -> str:
+    """The hash of the exact text an agent was asked in."""
+    return hashlib.sha256(context.system.encode("utf-8")).hexdigest()[:16]
 
-    async def call():
-        model = chat_model(provider, endpoints.urls(provider), concurrency=1, seed=seed)
-        try:
-            return await model.chat(request)
-        finally:
-            await model.close()
 
-    try:
-        reply = asyncio.run(call())
-    finally:
-        endpoints.stop()
-    if reply.status != "ok":
-        return "", reply.status, reply.error
-    if not reply.text:
-        return "", "empty", "the model returned no answer text"
-    return reply.text, "ok", ""
+def interview_agents(run: str, agents: Selector | list[int], question: str,
+                     round_: int | None = None, base_url: str | None = None,
+                     model: str | None = None, api_key_env: str | None = None,
+                     concurrency: int | None = None, deadline_s: float | None = None,
+                     batch_id: str | None = None, store: AnalysisStore | None = None
+                     ) -> InterviewBatch:
+    """Ask the agents `agents` picks (a selector, or ids) of `run` a question, each as it
+    was at the end of `round_` (default: the last checkpointed round); keep the answers
+    (through `store` when the caller holds the run's file open)."""
+    started = time.perf_counter()
+    if not question.strip():
+        raise InputError("the question is empty")
+    run_dir = open_run_dir(run)
+    world = _world(run_dir, round_)
+    ids = _agent_ids(world, agents)
+    providers = world.llm_providers()
+    chosen = {a: provider_for(world.cfg, providers.get(a), base_url, model, api_key_env)
+              for a in ids}
+    world.memory.boundary(world.round + 1)  # what the agents remember after round R
+    contexts = {a: context_for(world, a, world.round + 1).assembled for a in ids}
+    world.memory.close()
+    replies = _ask_all(chosen, contexts, question, world.cfg.seed, concurrency, deadline_s)
+    batch_id = batch_id or f"iv-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+    interviews, rows = [], []
+    asked_at = datetime.now()
+    for a in ids:
+        p, reply, context = chosen[a], replies[a], contexts[a]
+        answer, status, error = _answer(reply)
+        prompt = (reply.prompt_tokens if reply.prompt_tokens is not None
+                  else context.tokens["system"] + count(question))
+        completion = reply.completion_tokens or 0
+        interviews.append(Interview(a, world.round, question, context, p.name, p.model,
+                                    answer, status, error))
+        rows.append({"batch_id": batch_id, "asked_at": asked_at, "round": world.round,
+                     "agent": a, "question": question, "answer": answer, "status": status,
+                     "error": error, "context_hash": context_hash(context),
+                     "context_tokens": context.tokens["system"], "provider": p.name,
+                     "model": p.model, "prompt_tokens": int(prompt),
+                     "completion_tokens": int(completion),
+                     "cost_usd": cost(p, int(prompt), int(completion)) if reply.attempts
+                     else 0.0, "latency_ms": reply.latency_ms})
+    stored = store is not None or not being_written(run_dir)
+    if stored:
+        (store or AnalysisStore(run_dir.db)).insert("interviews", rows)
+    return InterviewBatch(batch_id, world.round, question, interviews, pd.DataFrame(rows),
+                          stored, time.perf_counter() - started)
 
 
 def interview(run: str, agent: int, question: str, round_: int | None = None,
               base_url: str | None = None, model: str | None = None,
               api_key_env: str | None = None) -> Interview:
     """Ask `agent` of `run`, as it was at the end of `round_`, a question."""
-    if not question.strip():
-        raise InputError("the question is empty")
-    world, context = interview_context(run, agent, round_)
-    provider = interview_provider(world, agent, base_url, model, api_key_env)
-    answer, status, error = ask(provider, context, question, world.cfg.seed)
-    return Interview(agent, world.round, question, context, provider.name, provider.model,
-                     answer, status, error)
+    return interview_agents(run, [agent], question, round_, base_url, model,
+                            api_key_env).interviews[0]
+
+
+def _world(run_dir: RunDir, round_: int | None):
+    kept = run_dir.checkpoints.available()
+    if not kept:
+        raise InputError(f"{run_dir.run_id}: the run has no checkpoint yet")
+    return world_at(run_dir, kept[-1] if round_ is None else round_, "--round")
+
+
+def _agent_ids(world, agents: Selector | list[int]) -> list[int]:
+    """The ids asked, in order (a selector resolved against the population, alive
+    agents only)."""
+    n = world.n_agents
+    if isinstance(agents, Selector):
+        mask = select(agents, world.population,
+                      lambda: CounterRNG(world.cfg.seed).generator(_SAMPLE), "--agents")
+        ids = np.flatnonzero(mask & world.alive).tolist()
+        if not ids:
+            raise InputError("--agents: the selector picks no agent")
+        return ids
+    bad = [a for a in agents if not 0 <= a < n]
+    if bad:
+        raise InputError(f"--agent {bad[0]}: no such agent (agents 0..{n - 1})")
+    return list(dict.fromkeys(agents))
+
+
+def _ask_all(providers: dict[int, ProviderConfig], contexts: dict[int, Assembled],
+             question: str, seed: int, concurrency: int | None,
+             deadline_s: float | None) -> dict[int, ChatReply]:
+    """Every agent's reply; calls not answered by the deadline are `deadline` replies."""
+    endpoints = Endpoints(seed)
+
+    async def run_all() -> dict[int, ChatReply]:
+        models = {}
+        for p in {p.name: p for p in providers.values()}.values():
+            models[p.name] = chat_model(p, endpoints.urls(p), concurrency=concurrency,
+                                        seed=seed)
+        attempts: dict[int, list[Attempt]] = {a: [] for a in providers}
+        tasks = {a: asyncio.create_task(models[providers[a].name].chat(
+            ChatRequest(messages=[{"role": "system", "content": contexts[a].system},
+                                  {"role": "user", "content": question}]), a, attempts[a]))
+            for a in providers}
+        try:
+            await asyncio.wait(tasks.values(), timeout=deadline_s)
+            out = {}
+            for a, task in tasks.items():
+                if task.done() and not task.cancelled() and task.exception() is None:
+                    out[a] = task.result()
+                else:
+                    task.cancel()
+            await asyncio.gather(*tasks.values(), return_exceptions=True)
+            for a in tasks:  # cut by the deadline: its requests were sent
+                if a not in out:
+                    out[a] = ChatReply(None, "deadline", error="no answer before the "
+                                       f"batch's deadline ({deadline_s:g} s)",
+                                       attempts=attempts[a])
+            return out
+        finally:
+            for m in models.values():
+                await m.close()
+
+    try:
+        return asyncio.run(run_all())
+    finally:
+        endpoints.stop()
+
+
+def _answer(reply: ChatReply) -> tuple[str, str, str]:
+    """(answer, status, error) of a reply."""
+    if reply.status != "ok":
+        return "", reply.status, reply.error
+    if not reply.text:
+        return "", "empty", "the model returned no answer text"
+    return reply.text, "ok", ""

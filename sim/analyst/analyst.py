@@ -1,0 +1,575 @@
+"""`shoal analyse`: an LLM analyst writes a report on a run, every sentence checked.
+
+1. **Plan.** One call with the run's facts and the `plan_sections` tool gives the sections
+   (an unusable plan falls back to `default_plan`, and the trace says why).
+2. **Sections**, at most `parallel` at a time, each its own bounded loop: the model calls
+   tools (`sim.analyst.tools`) at most `tool_calls` times, then must call `write_section`;
+   the section has a deadline. A failed or timed-out section does not stop the others.
+3. **Verification.** Each sentence's citations are resolved and its numbers checked
+   (`sim.analyst.citations`); step citations are checked by re-running the tool call.
+4. **Traces.** Every step (model message, tool call with its full result, verdict) is
+   written to the run's `analysis_*` tables as it happens (`sim.store.analysis`). A
+   section that did not finish (failed, timed out, killed) is retried alone with
+   `retry_sections`, reusing the finished ones.
+
+Database work (tool calls and writes) runs on one worker thread, so a write never meets
+a reader of the same file; model calls run concurrently on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+import yaml
+
+from sim.analysis.analyses import analysis_frames, write_markdown
+from sim.analysis.runs import Run
+from sim.analyst.citations import (
+    Citation,
+    Claim,
+    citations_json,
+    numbers,
+    numeric_values,
+    parse_claim,
+    sentences,
+    supports,
+    verify,
+)
+from sim.analyst.prompt import (
+    PLAN_SYSTEM,
+    PLAN_TOOL,
+    SYSTEM,
+    Section,
+    default_plan,
+    facts,
+    parse_plan,
+)
+from sim.analyst.tools import TERMINAL, Toolbox, ToolError, table
+from sim.config import parse_config
+from sim.config.llm import ProviderConfig
+from sim.core.errors import InputError
+from sim.llm.chat import ChatModel, ChatReply, ChatRequest, chat_model, cost
+from sim.llm.endpoints import Endpoints
+from sim.runs.interview import interview_agents, provider_for
+from sim.store.analysis import UNVERIFIED, AnalysisStore, open_for_writing, read_tables
+from sim.store.history_sql import attach_history, select_rows
+from sim.store.lineage import LiveRun, being_written, lineage
+from sim.store.run_dir import open_run_dir
+
+EVIDENCE_ROWS = 10  # rows of a citation kept with the claim (those with the numbers first)
+LABELS = "BCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+@dataclass
+class Settings:
+    """Bounds of one analysis."""
+
+    tool_calls: int = 8  # per section
+    deadline_s: float = 300.0  # per section
+    parallel: int = 4  # sections written at once
+
+
+@dataclass
+class Outcome:
+    """What an analysis came to."""
+
+    analysis_id: str
+    status: str  # done | partial
+    sections: pd.DataFrame
+    claims: int
+    unverified: int
+    cost_usd: float
+    markdown: Path
+    seconds: float
+    reused: list[str] = field(default_factory=list)  # sections kept from before (retry)
+
+
+class SectionFailed(Exception):
+    """A section that cannot finish (the model failed, or never wrote)."""
+
+
+class Analyst:
+    """One analysis of one run: its model, tools and store."""
+
+    def __init__(self, run: str | Path, provider: ProviderConfig, analysis_id: str,
+                 compare: list[str] | None = None, question: str | None = None,
+                 settings: Settings | None = None, seed: int = 0):
+        self.run_dir = open_run_dir(run)
+        if being_written(self.run_dir):
+            raise InputError(f"{self.run_dir.run_id} is being written; analyse it when the "
+                             "run has stopped")
+        self.path = self.run_dir.root
+        self.provider, self.analysis_id, self.question = provider, analysis_id, question
+        self.settings = settings or Settings()
+        self.compare_paths = {LABELS[i]: str(open_run_dir(c).root)
+                              for i, c in enumerate(compare or [])}
+        # Compared runs are read now: a fork of this run reads this run's file, which is
+        # held below for the whole analysis.
+        compared = {k: Run(p) for k, p in self.compare_paths.items()}
+        for r in compared.values():
+            r.beliefs  # noqa: B018  (cached: what the divergence tool reads)
+        # One connection holds the run's file for the whole analysis: the tools read and
+        # the trace is written through it (opening the file per step costs ~50 ms).
+        self.con = open_for_writing(self.run_dir.db)
+        attach_history(self.con, self.path, own=self.con.execute(
+            "SELECT current_database()").fetchone()[0])
+        run_obj = Run(LiveRun(self.run_dir.run_id, self.con.cursor, self.run_dir.read_meta,
+                              lambda: yaml.safe_load(self.run_dir.config.read_text()),
+                              lineage(self.path)[:-1], self.path))
+        self.toolbox = Toolbox(run_obj, compared,
+                               lambda q, n: select_rows(self.con, q, n), self._interview)
+        self.store = AnalysisStore(self.run_dir.db, self.con)
+        self.db = ThreadPoolExecutor(1, thread_name_prefix="shoal-analyst-db")
+        self.seed = seed
+        self.has_llm_agents = bool(run_obj.config.get("llm"))
+        self.urls: list[str] = list(provider.base_urls)  # loopback resolved when started
+        self.usage = {"prompt": 0, "completion": 0, "cost": 0.0}
+        self.model: ChatModel | None = None
+
+    def facts(self) -> str:
+        """The run's facts, as every request states them."""
+        return facts(self.toolbox.run, self.toolbox.compare, self.question,
+                     self.toolbox.sql_fn)
+
+    # ------------------------------------------------------------ plumbing
+
+    async def _db(self, fn, *args) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.db, fn, *args)
+
+    def _interview(self, agents: list[int], round_: int, question: str) -> pd.DataFrame:
+        """Agents answer with their own provider (an LLM run's) or the analyst's model."""
+        own = self.has_llm_agents
+        batch = interview_agents(str(self.path), agents, question, round_,
+                                 None if own else self.urls[0],
+                                 None if own else self.provider.model,
+                                 None if own else self.provider.api_key_env,
+                                 batch_id=f"{self.analysis_id}-{secrets.token_hex(3)}",
+                                 store=self.store)
+        return batch.rows[["batch_id", "agent", "answer", "status", "context_hash"]]
+
+    async def _chat(self, request: ChatRequest) -> ChatReply:
+        reply = await self.model.chat(request)
+        prompt, completion = reply.prompt_tokens or 0, reply.completion_tokens or 0
+        self.usage["prompt"] += prompt
+        self.usage["completion"] += completion
+        self.usage["cost"] += cost(self.provider, prompt, completion)
+        return reply
+
+    async def _step(self, section: str, attempt: int, n: int, kind: str, *,
+                    call: int | None = None, name: str = "", arguments: Any = None,
+                    content: str = "", result: str | None = None, status: str = "ok",
+                    reply: ChatReply | None = None) -> None:
+        row = {"analysis_id": self.analysis_id, "section_id": section, "attempt": attempt,
+               "step": n, "kind": kind, "call": call, "name": name,
+               "arguments": None if arguments is None else json.dumps(arguments),
+               "content": content, "status": status,
+               "prompt_tokens": reply.prompt_tokens if reply else None,
+               "completion_tokens": reply.completion_tokens if reply else None,
+               "cost_usd": cost(self.provider, reply.prompt_tokens or 0,
+                                reply.completion_tokens or 0) if reply else None,
+               "latency_ms": reply.latency_ms if reply else None,
+               "created_at": datetime.now()}
+        await self._db(self.store.add_step, row, result)
+
+    # ------------------------------------------------------------ the plan
+
+    async def plan(self, run_facts: str) -> list[Section]:
+        """The sections to write (the model's plan, else the default plan)."""
+        request = ChatRequest(messages=[{"role": "system", "content": PLAN_SYSTEM},
+                                        {"role": "user", "content": run_facts}],
+                              tools=[PLAN_TOOL], tool_choice="required")
+        reply = await self._chat(request)
+        problem = ""
+        sections = None
+        if reply.status != "ok":
+            problem = f"the plan call failed: {reply.status}: {reply.error}"
+        else:
+            try:
+                calls = (reply.message or {}).get("tool_calls") or []
+                sections = parse_plan(json.loads(calls[0]["function"]["arguments"]))
+            except (IndexError, KeyError, TypeError, ValueError) as exc:
+                problem = f"unusable plan ({exc}); the default plan is used"
+        await self._step("plan", 1, 1, "plan", content=json.dumps(reply.message),
+                         status="ok" if sections else "fallback", reply=reply,
+                         name="plan_sections", arguments={"problem": problem} if problem
+                         else None)
+        return sections or default_plan(bool(self.compare_paths), self.question)
+
+    # ------------------------------------------------------------ a section
+
+    async def section(self, sec: Section, attempt: int, run_facts: str) -> None:
+        """Write, verify and store one section (its row says how it ended)."""
+        key = {"analysis_id": self.analysis_id, "section_id": sec.id, "attempt": attempt}
+        await self._db(self.store.insert, "analysis_sections", [{
+            **key, "position": sec.position, "title": sec.title, "brief": sec.brief,
+            "status": "running", "tool_calls": 0, "started_at": datetime.now()}])
+        counter = {"step": 0, "calls": 0}
+        try:
+            text = await asyncio.wait_for(self._write(sec, attempt, run_facts, counter),
+                                          self.settings.deadline_s)
+            claims = await self._verify(sec.id, attempt, text, counter)
+        except TimeoutError:
+            await self._db(self.store.update, "analysis_sections", key, {
+                "status": "timeout", "tool_calls": counter["calls"],
+                "finished_at": datetime.now(),
+                "error": f"not finished within {self.settings.deadline_s:g} s"})
+            return
+        except SectionFailed as exc:
+            await self._db(self.store.update, "analysis_sections", key, {
+                "status": "failed", "tool_calls": counter["calls"],
+                "finished_at": datetime.now(), "error": str(exc)})
+            return
+        rows = [{**key, "claim": i, "paragraph": c.paragraph, "sentence": c.sentence,
+                 "citations": citations_json(c), "verdict": c.verdict, "detail": c.detail,
+                 "evidence": json.dumps(c.evidence)} for i, c in enumerate(claims)]
+        await self._db(self.store.finish_section, key, {
+            "status": "done", "text": text, "tool_calls": counter["calls"],
+            "finished_at": datetime.now()}, rows)
+
+    async def _write(self, sec: Section, attempt: int, run_facts: str, counter: dict) -> str:
+        """The tool loop of a section; its text."""
+        budget = self.settings.tool_calls
+        user = (f"{run_facts}\n\nSection id: {sec.id}\nSection title: {sec.title}\n"
+                f"Brief: {sec.brief}\nYou may make {budget} tool calls, then call "
+                f"{TERMINAL}.")
+        messages: list[dict] = [{"role": "system", "content": SYSTEM},
+                                {"role": "user", "content": user}]
+        specs = self.toolbox.specs()
+        final = [s for s in specs if s["function"]["name"] == TERMINAL]
+        for _ in range(budget + 3):  # every turn makes a call or ends; a few to spare
+            forced = counter["calls"] >= budget
+            reply = await self._chat(ChatRequest(messages=messages,
+                                                 tools=final if forced else specs))
+            counter["step"] += 1
+            await self._step(sec.id, attempt, counter["step"], "model",
+                             content=json.dumps(reply.message), status=reply.status,
+                             reply=reply)
+            if reply.status != "ok":
+                raise SectionFailed(f"the model call failed: {reply.status}: {reply.error}")
+            message = reply.message or {}
+            calls = message.get("tool_calls") or []
+            if not calls:
+                if reply.text:
+                    return reply.text
+                raise SectionFailed("the model answered with neither text nor a tool call")
+            messages.append({"role": "assistant", "content": message.get("content"),
+                             "tool_calls": calls})
+            for tc in calls:
+                name, args = _parse_call(tc)
+                if name == TERMINAL and isinstance(args, dict) and args.get("text"):
+                    return str(args["text"])
+                result = await self._tool(sec.id, attempt, name, args, counter)
+                messages.append({"role": "tool", "tool_call_id": tc.get("id", ""),
+                                 "content": result})
+            if forced:
+                messages.append({"role": "user", "content": "The tool budget is spent: "
+                                 f"call {TERMINAL} with the section's text now."})
+        raise SectionFailed(f"no {TERMINAL} after {budget} tool calls")
+
+    async def _tool(self, section: str, attempt: int, name: str, args: Any,
+                    counter: dict) -> str:
+        """Run one tool call and record it; the text the model is given (its result)."""
+        counter["calls"] += 1
+        call = counter["calls"]
+        status = "ok"
+        if counter["calls"] > self.settings.tool_calls:
+            result, status = {"error": f"tool budget spent: call {TERMINAL}"}, "refused"
+        elif name == TERMINAL:
+            result, status = {"error": f"{TERMINAL} needs the section's text"}, "error"
+        else:
+            try:
+                result = await self._db(self.toolbox.call, name, args)
+            except ToolError as exc:
+                result, status = {"error": str(exc)}, "error"
+        content = json.dumps({"step": call, **result}, ensure_ascii=False)
+        counter["step"] += 1
+        await self._step(section, attempt, counter["step"], "tool", call=call, name=name,
+                         arguments=args if isinstance(args, dict) else {"raw": str(args)},
+                         result=content, status=status)
+        return content
+
+    # ------------------------------------------------------------ verification
+
+    async def _verify(self, section: str, attempt: int, text: str, counter: dict
+                      ) -> list[Claim]:
+        """Each sentence of `text` verified, each verdict recorded as a step."""
+        claims = []
+        paragraph = 0
+        for sentence in sentences(text):
+            if sentence == "\n":
+                paragraph += 1
+                continue
+            claim = parse_claim(sentence)
+            claim.paragraph = paragraph
+            await self._db(verify, claim, self._resolver(section, attempt))
+            claim.evidence = [_pick_rows(e, numbers(claim.text)) for e in claim.evidence]
+            counter["step"] += 1
+            await self._step(section, attempt, counter["step"], "verify",
+                             content=json.dumps({"sentence": sentence,
+                                                 "verdict": claim.verdict,
+                                                 "detail": claim.detail}),
+                             status=claim.verdict, name="verify")
+            claims.append(claim)
+        return claims
+
+    def _resolver(self, section: str, attempt: int):
+        """How citations of one section attempt resolve (runs on the db thread)."""
+        run = self.toolbox.run
+        steps = None
+
+        def resolve(c: Citation) -> tuple[dict | None, str]:
+            nonlocal steps
+            if c.kind == "post":
+                return _post(run, c.key[0])
+            if c.kind == "agent":
+                return _agent(run, *c.key)
+            if steps is None:
+                steps = _tool_steps(self.con, self.analysis_id, section, attempt)
+            stored = steps.get(c.key[0])
+            if stored is None:
+                return None, f"this section made no tool call {c.key[0]}"
+            name, args, result = stored
+            if "error" in result:
+                return None, f"tool call {c.key[0]} failed: {result['error']}"
+            return self._recheck(name, args, result, c.key[0])
+
+        return resolve
+
+    def _recheck(self, name: str, args: dict, result: dict, call: int
+                 ) -> tuple[dict | None, str]:
+        """A stored result if the data still give it (interviews: if the table has it)."""
+        if name == "interview":
+            rows = pd.DataFrame(result.get("rows") or [], columns=result.get("columns"))
+            batch = set(rows.get("batch_id", pd.Series(dtype=str)))
+            kept = read_tables(self.con, ["interviews"])["interviews"]
+            if not batch or not batch <= set(kept["batch_id"]):
+                return None, f"the answers of call {call} are not in the interviews table"
+            return result, ""
+        try:
+            again = {"step": call, **self.toolbox.call(name, args)}
+        except ToolError as exc:
+            return None, f"re-running call {call} failed: {exc}"
+        if _canonical(again) != _canonical(result):
+            return None, f"re-running call {call} gives a different result"
+        return result, ""
+
+    # ------------------------------------------------------------ the whole
+
+    async def _run_sections(self, plan: list[Section], attempts: dict[str, int],
+                            run_facts: str) -> None:
+        gate = asyncio.Semaphore(max(1, self.settings.parallel))
+
+        async def one(sec: Section) -> None:
+            async with gate:
+                await self.section(sec, attempts[sec.id], run_facts)
+
+        await asyncio.gather(*(one(s) for s in plan))
+
+    async def _with_model(self, body) -> Any:
+        endpoints = Endpoints(self.seed)
+        self.urls = endpoints.urls(self.provider)
+        self.model = chat_model(self.provider, self.urls, seed=self.seed)
+        try:
+            return await body()
+        finally:
+            await self.model.close()
+            endpoints.stop()
+
+    def close(self) -> None:
+        """Stop the database thread and release the run's file."""
+        self.db.shutdown(wait=True)
+        self.con.close()
+
+
+def analyse(run: str | Path, question: str | None = None, compare: list[str] | None = None,
+            base_url: str | None = None, model: str | None = None,
+            api_key_env: str | None = None, settings: Settings | None = None,
+            markdown: str | Path | None = None) -> Outcome:
+    """Write a new analysis of `run` (see the module docstring)."""
+    started = time.perf_counter()
+    run_obj = Run(run)
+    cfg = parse_config(run_obj.config)
+    provider = provider_for(cfg, None, base_url, model, api_key_env, "analyst")
+    analysis_id = f"an-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+    analyst = Analyst(run, provider, analysis_id, compare, question, settings, cfg.seed)
+    try:
+        run_facts = analyst.facts()
+        analyst.store.insert("analysis_runs", [{
+            "analysis_id": analysis_id, "created_at": datetime.now(), "question": question,
+            "compare": [analyst.compare_paths[k] for k in analyst.compare_paths],
+            "provider": provider.name, "model": provider.model, "status": "running",
+            "sections": 0, "claims": 0, "unverified": 0, "prompt_tokens": 0,
+            "completion_tokens": 0, "cost_usd": 0.0}])
+
+        async def body() -> list[Section]:
+            plan = await analyst.plan(run_facts)
+            await analyst._db(analyst.store.update, "analysis_runs",
+                              {"analysis_id": analysis_id},
+                              {"plan": json.dumps([s.__dict__ for s in plan]),
+                               "sections": len(plan)})
+            await analyst._run_sections(plan, {s.id: 1 for s in plan}, run_facts)
+            return plan
+
+        asyncio.run(analyst._with_model(body))
+        return _finish(analyst, started, markdown, reused=[])
+    finally:
+        analyst.close()
+
+
+def retry_sections(run: str | Path, analysis_id: str | None = None, which: str = "unfinished",
+                   base_url: str | None = None, model: str | None = None,
+                   api_key_env: str | None = None, settings: Settings | None = None,
+                   markdown: str | Path | None = None) -> Outcome:
+    """Write again the sections of an analysis that did not finish (`which`:
+    "unfinished", or one section id, finished or not), keeping the others."""
+    started = time.perf_counter()
+    run_dir = open_run_dir(run)
+    frames = analysis_frames(run_dir.db, analysis_id)
+    info = frames["analysis_runs"].iloc[0]
+    analysis_id = str(info["analysis_id"])
+    plan = [Section(**s) for s in json.loads(info["plan"] or "[]")]
+    if not plan:
+        raise InputError(f"analysis {analysis_id} has no plan (it stopped before planning); "
+                         "start a new one")
+    latest = _latest_sections(frames["analysis_sections"])
+    if which == "unfinished":
+        todo = [s for s in plan if latest.get(s.id, {}).get("status") != "done"]
+    else:
+        todo = [s for s in plan if s.id == which]
+        if not todo:
+            raise InputError(f"--retry-section {which}: analysis {analysis_id} has no such "
+                             f"section; sections: {', '.join(s.id for s in plan)}")
+    cfg = parse_config(Run(run).config)
+    provider = provider_for(cfg, None, base_url, model, api_key_env, "analyst")
+    compare = list(info["compare"]) if info["compare"] is not None else []
+    question = info["question"] if isinstance(info["question"], str) else None
+    analyst = Analyst(run, provider, analysis_id, compare, question, settings, cfg.seed)
+    try:
+        run_facts = analyst.facts()
+        attempts = {s.id: int(latest.get(s.id, {}).get("attempt", 0)) + 1 for s in todo}
+        if todo:
+            asyncio.run(analyst._with_model(
+                lambda: analyst._run_sections(todo, attempts, run_facts)))
+        reused = [s.id for s in plan if s not in todo]
+        return _finish(analyst, started, markdown, reused, previous=info)
+    finally:
+        analyst.close()
+
+
+def delete_analysis(run: str | Path, analysis_id: str) -> int:
+    """Delete an analysis and its trace; the number of step rows deleted."""
+    run_dir = open_run_dir(run)
+    if being_written(run_dir):
+        raise InputError(f"{run_dir.run_id} is being written; delete when the run has stopped")
+    deleted = AnalysisStore(run_dir.db).delete(analysis_id)
+    (run_dir.root / f"{analysis_id}.md").unlink(missing_ok=True)  # its default Markdown
+    return deleted
+
+
+def _finish(analyst: Analyst, started: float, markdown: str | Path | None,
+            reused: list[str], previous: pd.Series | None = None) -> Outcome:
+    """Count the claims of the latest attempts, close the analysis row, write Markdown."""
+    frames = analysis_frames(analyst.con, analyst.analysis_id)
+    latest = _latest_sections(frames["analysis_sections"])
+    claims = frames["analysis_claims"]
+    if not claims.empty:
+        keep = [(s, int(v["attempt"])) for s, v in latest.items()]
+        claims = claims[[(s, int(a)) in keep for s, a in
+                         zip(claims["section_id"], claims["attempt"], strict=True)]]
+    factual = claims[claims["verdict"] != "interpretation"]
+    unverified = int(factual["verdict"].isin(UNVERIFIED).sum())
+    done = all(v["status"] == "done" for v in latest.values())
+    usage = analyst.usage
+    if previous is not None:  # a retry adds to what the analysis had spent
+        usage = {"prompt": usage["prompt"] + int(previous["prompt_tokens"] or 0),
+                 "completion": usage["completion"] + int(previous["completion_tokens"] or 0),
+                 "cost": usage["cost"] + float(previous["cost_usd"] or 0.0)}
+    analyst.store.update("analysis_runs", {"analysis_id": analyst.analysis_id}, {
+        "status": "done" if done else "partial", "finished_at": datetime.now(),
+        "claims": len(factual), "unverified": unverified, "prompt_tokens": usage["prompt"],
+        "completion_tokens": usage["completion"], "cost_usd": usage["cost"]})
+    path = Path(markdown) if markdown else analyst.path / f"{analyst.analysis_id}.md"
+    write_markdown(analyst.con, analyst.analysis_id, path)
+    sections = pd.DataFrame([{"section_id": s, **v} for s, v in latest.items()])
+    return Outcome(analyst.analysis_id, "done" if done else "partial", sections,
+                   len(factual), unverified, usage["cost"], path,
+                   time.perf_counter() - started, reused)
+
+
+def _latest_sections(sections: pd.DataFrame) -> dict[str, dict]:
+    """Each section's latest attempt, as a dict of its row."""
+    if sections.empty:
+        return {}
+    last = sections.sort_values("attempt").groupby("section_id").tail(1)
+    return {str(r["section_id"]): r for r in last.to_dict("records")}
+
+
+def _parse_call(tc: dict) -> tuple[str, Any]:
+    fn = tc.get("function") or {}
+    raw = fn.get("arguments")
+    try:
+        args = json.loads(raw) if isinstance(raw, str) else (raw or {})
+    except ValueError:
+        args = {"raw": raw}
+    return str(fn.get("name") or ""), args
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _tool_steps(con: duckdb.DuckDBPyConnection, analysis_id: str, section: str,
+                attempt: int) -> dict[int, tuple[str, dict, dict]]:
+    """The tool calls of a section attempt: call number → (name, arguments, result)."""
+    steps = read_tables(con, ["analysis_steps", "analysis_results"])
+    s, res = steps["analysis_steps"], steps["analysis_results"]
+    s = s[(s["analysis_id"] == analysis_id) & (s["section_id"] == section)
+          & (s["attempt"] == attempt) & (s["kind"] == "tool")]
+    contents = dict(zip(res["result_hash"], res["content"], strict=True))
+    out = {}
+    for r in s.itertuples():
+        args = json.loads(r.arguments) if isinstance(r.arguments, str) else {}
+        out[int(r.call)] = (r.name, args, json.loads(contents[r.result_hash]))
+    return out
+
+
+def _post(run: Run, post_id: int) -> tuple[dict | None, str]:
+    posts = run.posts
+    row = posts[posts["post_id"] == post_id]
+    if row.empty:
+        return None, f"the run has no post {post_id}"
+    row = row.assign(score=row["up"] - row["down"],
+                     engagement=row[["up", "down", "shares", "replies"]].sum(axis=1))
+    cols = ["post_id", "round", "platform", "author", "kind", "text", "engagement", "score",
+            "up", "down", "shares", "replies"]
+    return table(row[cols]), ""
+
+
+def _agent(run: Run, agent: int, round_: int) -> tuple[dict | None, str]:
+    beliefs = run.beliefs
+    rows = beliefs[(beliefs["agent"] == agent) & (beliefs["round"] == round_)]
+    if rows.empty:
+        return None, f"the run has no agent {agent} at round {round_}"
+    return table(rows[["round", "agent", "topic", "position", "confidence"]]), ""
+
+
+def _pick_rows(evidence: dict, stated: list) -> dict:
+    """A citation's evidence cut to EVIDENCE_ROWS rows, those holding a stated number
+    first (what a reader needs to see next to the sentence)."""
+    rows = evidence.get("rows")
+    if not isinstance(rows, list) or len(rows) <= EVIDENCE_ROWS:
+        return evidence
+    hit = [r for r in rows if any(supports(v, d, p, list(numeric_values(r)))
+                                  for v, d, p, _ in stated)]
+    rest = [r for r in rows if r not in hit]
+    return {**evidence, "rows": (hit + rest)[:EVIDENCE_ROWS], "rows_total": len(rows)}

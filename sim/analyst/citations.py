@@ -1,0 +1,194 @@
+"""Citations in the analyst's text, and the verifier that checks each sentence against
+the rows it cites (docs/analyst.md).
+
+A sentence cites with bracketed tags:
+
+    [post 123]              the post's row (with its engagement counts)
+    [agent 12 round 5]      the agent's beliefs and actions at the end of round 5
+    [step 3]                the result of the section's 3rd tool call (re-run to check)
+
+(several ids may share a tag: `[post 1, 2]`, `[step 2, 3]`). The verifier resolves every
+tag to rows, then checks every number the sentence states against them: a number is
+supported if some value of the cited rows equals it as written (rounded to the decimals
+shown, sign aside), or as a percentage. Verdicts:
+
+    verified        every citation resolves and every number is supported
+    unresolved      a citation names a post, agent, round or step that does not exist,
+                    or a re-run step no longer gives the result the model saw
+    unsupported     the citations resolve but a number is not in their rows
+    uncited         the sentence states a number but cites nothing
+    interpretation  no number and no citation: prose around the facts, not checked
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+_TAG = re.compile(r"\[(post|posts|agent|step|steps)\s+([^\]]*)\]", re.IGNORECASE)
+_AGENT = re.compile(r"^\s*(\d+)\s*,?\s*(?:at\s+)?round\s+(\d+)\s*$", re.IGNORECASE)
+_NUMBER = re.compile(r"(?<![\w.\-])(-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?)(%?)"
+                     r"(?![\w])")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"“(\[*_])")
+VERDICTS = ("verified", "unresolved", "unsupported", "uncited", "interpretation")
+
+
+@dataclass
+class Citation:
+    """One cited thing: kind post | agent | step, and its key."""
+
+    kind: str
+    key: tuple[int, ...]
+
+    def label(self) -> str:
+        """The citation as written in canonical form."""
+        if self.kind == "agent":
+            return f"agent {self.key[0]} round {self.key[1]}"
+        return f"{self.kind} {self.key[0]}"
+
+
+@dataclass
+class Claim:
+    """A sentence of a section, its citations and the verifier's verdict."""
+
+    sentence: str
+    citations: list[Citation]
+    bad_tags: list[str] = field(default_factory=list)  # tags that do not parse
+    verdict: str = ""
+    detail: str = ""
+    evidence: list[dict] = field(default_factory=list)  # {citation, columns, rows}
+    paragraph: int = 0
+
+    @property
+    def text(self) -> str:
+        """The sentence without its citation tags."""
+        return re.sub(r"\s+([.,;:!?])", r"\1", _TAG.sub("", self.sentence)).strip()
+
+
+def sentences(text: str) -> Iterator[str]:
+    """The sentences of a Markdown text, paragraph by paragraph (a tag standing after
+    the full stop belongs to the sentence before it). Headings and blank lines are
+    skipped."""
+    for para in re.split(r"\n\s*\n", text.strip()):
+        lines = [ln.strip() for ln in para.splitlines()
+                 if ln.strip() and not ln.lstrip().startswith("#")]
+        if not lines:
+            continue
+        parts = [p.strip() for p in _SENTENCE_END.split(" ".join(lines)) if p.strip()]
+        merged: list[str] = []
+        for part in parts:
+            if merged and not _TAG.sub("", part).strip(" .;,"):
+                merged[-1] += " " + part  # only tags: they cite the sentence before
+            else:
+                merged.append(part)
+        yield from merged
+        yield "\n"  # paragraph break
+
+
+def parse_claim(sentence: str) -> Claim:
+    """A sentence with its citations parsed."""
+    citations, bad = [], []
+    for kind, body in _TAG.findall(sentence):
+        kind = kind.lower().rstrip("s")
+        if kind == "agent":
+            m = _AGENT.match(body)
+            if m:
+                citations.append(Citation("agent", (int(m.group(1)), int(m.group(2)))))
+            else:
+                bad.append(f"[{kind} {body}]")
+            continue
+        for part in re.split(r"\s*,\s*", body.strip()):
+            if part.isdigit():
+                citations.append(Citation(kind, (int(part),)))
+            elif part:
+                bad.append(f"[{kind} {part}]")
+    unique = list({(c.kind, c.key): c for c in citations}.values())
+    return Claim(sentence, unique, bad)
+
+
+def numbers(text: str) -> list[tuple[float, int, bool, str]]:
+    """The numbers a text states: (value, decimals shown, is a percentage, as written)."""
+    out = []
+    for m in _NUMBER.finditer(text):
+        raw = m.group(1).replace(",", "")
+        decimals = len(raw.split(".")[1]) if "." in raw else 0
+        out.append((float(raw), decimals, m.group(2) == "%", m.group(0)))
+    return out
+
+
+def supports(value: float, decimals: int, percent: bool, evidence: list[float]) -> bool:
+    """Whether a stated number matches some evidence value, as rounded when written."""
+    tolerance = 0.5 * 10.0 ** -decimals + 1e-9
+    targets = [abs(value)]
+    if percent:
+        targets.append(abs(value) / 100)
+    for v in evidence:
+        for t in targets:
+            tol = tolerance / 100 if (percent and t != abs(value)) else tolerance
+            if abs(abs(v) - t) <= tol:
+                return True
+    return False
+
+
+def numeric_values(obj: Any) -> Iterator[float]:
+    """Every number inside a JSON value (booleans excluded)."""
+    if isinstance(obj, bool) or obj is None:
+        return
+    if isinstance(obj, int | float):
+        if not (isinstance(obj, float) and math.isnan(obj)):
+            yield float(obj)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from numeric_values(v)
+    elif isinstance(obj, list | tuple):
+        for v in obj:
+            yield from numeric_values(v)
+    elif isinstance(obj, str):
+        try:
+            yield float(obj)
+        except ValueError:
+            return
+
+
+# A resolver: the evidence of a citation ({"columns", "rows", ...}), or None if it does
+# not resolve, plus the reason why not.
+Resolver = Callable[[Citation], tuple[dict | None, str]]
+
+
+def verify(claim: Claim, resolve: Resolver) -> Claim:
+    """Set the claim's verdict, detail and evidence."""
+    stated = numbers(claim.text)
+    if not claim.citations and not claim.bad_tags:
+        claim.verdict = "uncited" if stated else "interpretation"
+        claim.detail = ("states " + ", ".join(s[3] for s in stated) + " without a citation"
+                        if stated else "")
+        return claim
+    problems = [f"{t}: not a citation this report knows" for t in claim.bad_tags]
+    values: list[float] = []
+    for c in claim.citations:
+        evidence, why = resolve(c)
+        if evidence is None:
+            problems.append(f"[{c.label()}]: {why}")
+            continue
+        claim.evidence.append({"citation": c.label(), **evidence})
+        values.extend(numeric_values(evidence))
+        values.extend(c.key)  # "post 123" in the text is supported by citing post 123
+    if problems:
+        claim.verdict, claim.detail = "unresolved", "; ".join(problems)
+        return claim
+    missing = [s[3] for s in stated if not supports(s[0], s[1], s[2], values)]
+    if missing:
+        claim.verdict = "unsupported"
+        claim.detail = f"not in the cited rows: {', '.join(missing)}"
+    else:
+        claim.verdict = "verified"
+    return claim
+
+
+def citations_json(claim: Claim) -> str:
+    """The claim's citations as JSON text (for the store)."""
+    return json.dumps([c.label() for c in claim.citations] + claim.bad_tags)
