@@ -61,6 +61,7 @@ def test_analyse_the_herd_run_every_citation_resolves_and_traces_are_whole(herd,
     assert int(info["claims"]) == len(claims)
     # every tool result is stored whole: the same text a fresh call of the tool gives
     toolbox = Toolbox(open_run(parent), {"B": open_run(fork)})
+    assert "graph_search" not in toolbox.tools  # the run has no graph memory
     steps = frames["analysis_steps"]
     tools = steps[steps["kind"] == "tool"]
     assert len(tools) >= 6
@@ -232,3 +233,18 @@ def test_history_sql_is_read_only_and_sees_the_lineage(herd):
                 "SELECT * FROM read_csv('/etc/passwd')", "COPY posts TO '/tmp/x.csv'"):
         with pytest.raises(SQLError):
             query_history(parent, bad)
+
+
+def test_a_run_with_graph_memory_gives_the_analyst_graph_search(tmp_path, monkeypatch):
+    from sim.config import load_config
+
+    scenario = CONFIGS.parent / "examples" / "carbon_levy"
+    monkeypatch.chdir(scenario)  # the scenario's paths are relative to its folder
+    cfg = load_config("config.yaml", [f"output.dir={tmp_path}", "rounds=2"])
+    run = run_config(cfg).dir.root
+    toolbox = Toolbox(open_run(run))
+    assert "graph_search" in toolbox.tools
+    hits = toolbox.call("graph_search", {"query": "carbon levy rebate", "limit": 3})
+    assert hits["rows"] and "fact" in hits["columns"]
+    facts = [dict(zip(hits["columns"], r, strict=True))["fact"] for r in hits["rows"]]
+    assert any("levy" in f.lower() for f in facts)

@@ -125,10 +125,12 @@ class Toolbox:
                  {"properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 20},
                                  "round_from": {"type": "integer"},
                                  "round_to": {"type": "integer"}}}, self.top_posts),
-            Tool("agent", "An agent at the end of a round: profile, beliefs, actions that "
-                 "round, and the sections of the context it was given.",
+            Tool("agent", "An agent: without a round, its trajectory (position and confidence "
+                 "per round and topic, actions per round); with a round, its state at the "
+                 "end of that round: profile, beliefs, actions, the sections of the "
+                 "context it was given.",
                  {"properties": {"agent": {"type": "integer"}, "round": {"type": "integer"}},
-                  "required": ["agent", "round"]}, self.agent),
+                  "required": ["agent"]}, self.agent),
         ]
         if self.compare:
             tools.append(Tool(
@@ -206,12 +208,15 @@ class Toolbox:
         return {"limit": limit, **table(top[cols])}
 
     def agent(self, args: dict) -> dict:
-        """One agent at the end of a round."""
-        agent, round_ = int(args["agent"]), int(args["round"])
+        """One agent: its trajectory, or its state at the end of a round."""
+        agent = int(args["agent"])
         agents = self.run.agents
         row = agents[agents["agent_id"] == agent]
         if row.empty:
             raise ToolError(f"agent: no agent {agent} (agents 0..{len(agents) - 1})")
+        if args.get("round") is None:
+            return self._trajectory(agent)
+        round_ = int(args["round"])
         if not 0 <= round_ <= self.run.last_round:
             raise ToolError(f"agent: no round {round_} (rounds 0..{self.run.last_round})")
         beliefs = self.run.beliefs
@@ -227,6 +232,19 @@ class Toolbox:
                 "actions": table(actions[["platform", "action", "target_post",
                                           "target_agent", "new_post_id", "status"]]),
                 "context": table(context[["platform", "section", "tokens", "lines"]])}
+
+    def _trajectory(self, agent: int) -> dict:
+        """Position and confidence per round and topic, with the agent's applied actions
+        per round."""
+        beliefs = self.run.beliefs
+        mine = beliefs[beliefs["agent"] == agent][["round", "topic", "position",
+                                                   "confidence"]]
+        actions = self.run.actions
+        acted = actions[(actions["agent"] == agent) & (actions["status"] == "ok")
+                        & (actions["action"] != "do_nothing")]
+        per_round = acted.groupby("round").size().rename("actions").reset_index()
+        mine = mine.merge(per_round, on="round", how="left").fillna({"actions": 0})
+        return {"agent": agent, **table(mine.reset_index(drop=True), limit=400)}
 
     def divergence(self, args: dict) -> dict:
         """Mean positions per round: this run, the compared run, and the difference."""
