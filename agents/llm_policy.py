@@ -32,8 +32,10 @@ from agents.llm_tools import (
 from agents.observation import PlatformView, Prompt
 from beliefs.stance import estimate_stance
 from sim.config import Config
+from sim.core.errors import InputError
 from sim.core.vocabulary import SOURCE, STANCE_METHOD, ActionType
-from sim.llm.chat import Attempt, ChatReply, ChatRequest, call_rows, chat_model
+from sim.llm.cache import CachedChat, CacheMiss, ResponseCache
+from sim.llm.chat import Attempt, ChatModel, ChatReply, ChatRequest, call_rows, chat_model
 
 
 @dataclass
@@ -54,7 +56,7 @@ class LLMPolicy:
     """Decides for the LLM agents of one shard."""
 
     def __init__(self, cfg: Config, usernames: list[str], n_shards: int,
-                 base_urls: dict[str, list[str]]):
+                 base_urls: dict[str, list[str]], cache: ResponseCache | None = None):
         assert cfg.llm is not None
         self.cfg = cfg
         self.llm = cfg.llm
@@ -65,10 +67,13 @@ class LLMPolicy:
                         for m in getattr(p, "markets", ())}  # what trades may name
         self._tool_defs: dict[str, list[dict]] = {}
         self.json_only: set[str] = set()  # providers that refused tools: JSON in text
-        self.clients = {
-            p.name: chat_model(p, base_urls.get(p.name, p.base_urls),
-                               math.ceil(p.concurrency / n_shards), seed=cfg.seed)
-            for p in self.llm.providers}
+        self.cache = cache
+        self.clients: dict[str, ChatModel] = {}
+        for p in self.llm.providers:
+            model = chat_model(p, base_urls.get(p.name, p.base_urls),
+                               math.ceil(p.concurrency / n_shards), seed=cfg.seed,
+                               shards=n_shards)
+            self.clients[p.name] = CachedChat(model, cache) if cache is not None else model
 
     def _tools(self, platform: str) -> list[dict]:
         """The platform's tool definitions (built once; they never change in a run)."""
@@ -113,7 +118,10 @@ class LLMPolicy:
         repaired = False
         while True:  # the call, once more without tools if they are refused, one repair
             turn.n_calls += 1
-            result = await client.chat(request, agent, turn.attempts)
+            try:
+                result = await client.chat(request, agent, turn.attempts)
+            except CacheMiss as miss:
+                raise _named(miss, agent, round_, view.name, turn.n_calls) from None
             self._record(turn, view, round_)
             if result.status != "ok":
                 if request.tools and tools_refused(result):
@@ -155,11 +163,14 @@ class LLMPolicy:
             return rule, []
         turns = {i: Turn(i) for i in rows}
         tasks = [asyncio.ensure_future(self._turn(view, turns[i], round_)) for i in rows]
-        _, pending = await asyncio.wait(tasks, timeout=self.llm.round_deadline_s)
+        done, pending = await asyncio.wait(tasks, timeout=self.llm.round_deadline_s)
         for task in pending:  # stragglers: cancelled, they fall back
             task.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
+        for task in tasks:  # a replay's miss, a cache that cannot write: the run stops
+            if task in done and isinstance(task.exception(), InputError):
+                raise task.exception()
         for turn in turns.values():
             if turn.attempts:  # cut off with a request in flight: its rows all the same
                 self._record(turn, view, round_)
@@ -231,9 +242,21 @@ class LLMPolicy:
                   "stance_method": np.array([STANCE_METHOD[method]], np.int8), **trade})
 
     async def close(self) -> None:
-        """Close every client."""
+        """Close every client (and the response cache's writer)."""
         for client in self.clients.values():
             await client.close()
+        if self.cache is not None:
+            self.cache.close()
+
+
+def _named(miss: CacheMiss, agent: int, round_: int, platform: str, call: int) -> CacheMiss:
+    """A replay's miss, said with the request it is about."""
+    looked = ", ".join(str(p) for p in miss.searched) or "no folder (an in-memory run)"
+    return CacheMiss(f"llm.cache: replay, and the cache has no answer for agent {agent}'s "
+                     f"request in round {round_} ({platform}, call {call}; request key "
+                     f"{miss.key[:12]}); looked in {looked}. Record the answers first "
+                     "(llm.cache: record or auto), or point llm.cache_dir at the llm_cache "
+                     "folder of the run that recorded them", miss.key, miss.searched)
 
 
 def tools_refused(result: ChatReply) -> bool:

@@ -19,6 +19,7 @@ from agents.policy import build_policy
 from agents.population import Population
 from sim.config import Config
 from sim.core.counter_rng import CounterRNG
+from sim.llm.cache import CacheSpec, ResponseCache
 from sim.platforms.spec import spec as platform_spec
 
 
@@ -35,10 +36,13 @@ class AgentShard:
     """Decides for the agents `shard_id`, `shard_id + n_shards`, ... of the population."""
 
     def __init__(self, shard_id: int, n_shards: int, cfg: Config, population: Population,
-                 llm_urls: dict[str, list[str]] | None = None):
+                 llm_urls: dict[str, list[str]] | None = None,
+                 llm_cache: CacheSpec | None = None):
         self.shard_id = shard_id
         self.n_shards = n_shards
         self.llm_urls = llm_urls or {}
+        # (the shard's own, kept across config changes: its index is loaded once)
+        self.cache = ResponseCache(llm_cache, f"s{shard_id}") if llm_cache else None
         self.llm: LLMPolicy | None = None
         self.update(cfg, population)
 
@@ -49,8 +53,8 @@ class AgentShard:
         if same_llm:  # keep the connection pools; only the accounts may have changed
             self.llm.usernames = {u: i for i, u in enumerate(population.username)}
         else:
-            self.llm = (LLMPolicy(cfg, population.username, self.n_shards, self.llm_urls)
-                        if cfg.llm is not None else None)
+            self.llm = (LLMPolicy(cfg, population.username, self.n_shards, self.llm_urls,
+                                  self.cache) if cfg.llm is not None else None)
         self.n_topics = len(cfg.topics)
         self.rng = CounterRNG(cfg.seed)
         self.policy = build_policy(cfg, self.rng, population.interests, population.username)

@@ -14,8 +14,14 @@ would need. Reported per run:
 - prompt tokens per call (context total, tiktoken) at rounds 1, 10, 25, 50, 100: flat,
   within the budget.
 
+With `--cache-replay`, instead: the same workload run twice, recording its answers
+(`llm.cache: record`) and then replaying them (`llm.cache: replay`, the endpoint pointing
+nowhere, no loopback server started): whole-run and decide-step times of both, and the
+ratio.
+
     .venv/bin/python bench/llm.py                 # 1,000 agents x 100 rounds (~4 minutes)
     .venv/bin/python bench/llm.py --rounds 10     # a quick look
+    .venv/bin/python bench/llm.py --rounds 10 --cache-replay
 """
 
 from __future__ import annotations
@@ -55,6 +61,45 @@ def overrides(args: argparse.Namespace, out: str) -> list[str]:
             f"executor.shards={args.shards}"]
 
 
+def timed_run(cfg) -> tuple[float, float, int, Path]:
+    """Wall seconds of a whole run (executor and servers started before the clock), the
+    seconds of its decide steps, its LLM calls, and its run directory."""
+    run = Simulation.create(cfg)
+    try:
+        run.driver()
+        start = time.perf_counter()
+        run.run()
+        wall = time.perf_counter() - start
+    finally:
+        run.close()
+    con = duckdb.connect(str(run.dir.db), read_only=True)
+    decide, calls = con.execute("SELECT (SELECT sum(ms_decide) FROM rounds) / 1e3, "
+                                "(SELECT count(*) FROM llm_calls)").fetchone()
+    con.close()
+    return wall, decide, calls, run.dir.root
+
+
+def cache_replay(args: argparse.Namespace) -> dict:
+    """The workload recorded, then replayed from its answers: times and ratios."""
+    config = ROOT / "configs" / "llm_quickstart.yaml"
+    with tempfile.TemporaryDirectory() as out:
+        sets = overrides(args, out)
+        off_wall, off_decide, _, _ = timed_run(load_config(config, sets))
+        rec_wall, rec_decide, calls, root = timed_run(
+            load_config(config, [*sets, "llm.cache=record"]))
+        rep_wall, rep_decide, rep_calls, _ = timed_run(load_config(
+            config, [*sets, "llm.cache=replay", f"llm.cache_dir={root / 'llm_cache'}",
+                     "llm.providers.0.base_urls=[http://127.0.0.1:9/v1]"]))
+    return {"mode": "cache replay vs recorded run", "agents": args.agents,
+            "rounds": args.rounds, "calls": calls, "replayed_calls": rep_calls,
+            "latency_ms": args.latency_ms, "concurrency": args.concurrency,
+            "no_cache_run_s": round(off_wall, 2), "recorded_run_s": round(rec_wall, 2),
+            "replay_run_s": round(rep_wall, 2), "run_speedup": round(rec_wall / rep_wall, 1),
+            "no_cache_decide_s": round(off_decide, 2),
+            "recorded_decide_s": round(rec_decide, 2), "replay_decide_s": round(rep_decide, 2),
+            "decide_speedup": round(rec_decide / rep_decide, 1)}
+
+
 def baseline(url: str, body: dict, calls: int, concurrency: int, provider) -> float:
     """Seconds for `calls` replays of one request through the chat model at `concurrency`."""
     client = chat_model(provider, [url], concurrency)
@@ -82,7 +127,12 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=2500)
     ap.add_argument("--executor", choices=["local", "ray"], default="local")
     ap.add_argument("--shards", type=int, default=1)
+    ap.add_argument("--cache-replay", action="store_true",
+                    help="time a recorded run and its replay from the response cache")
     args = ap.parse_args()
+    if args.cache_replay:
+        print(json.dumps(cache_replay(args), indent=1))
+        return
     with tempfile.TemporaryDirectory() as out:
         cfg = load_config(ROOT / "configs" / "llm_quickstart.yaml", overrides(args, out))
         run = Simulation.create(cfg)

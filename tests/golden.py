@@ -35,7 +35,7 @@ VOLATILE = {
             "parent_run_id"],
     "rounds": ["ms_schedule", "ms_observe", "ms_context", "ms_decide", "ms_apply",
                "ms_update", "ms_log", "wall_time"],
-    "llm_calls": ["base_url", "latency_ms"],
+    "llm_calls": ["base_url", "latency_ms", "wait_ms"],
 }
 
 

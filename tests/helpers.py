@@ -17,8 +17,9 @@ from sim.runs.simulation import Simulation
 # Columns that legitimately differ between two runs of the same config.
 VOLATILE = {"rounds": ["ms_schedule", "ms_observe", "ms_context", "ms_decide", "ms_apply",
                        "ms_update", "ms_log", "wall_time"],
-            # The loopback server listens on a fresh port each run; latency is wall time.
-            "llm_calls": ["base_url", "latency_ms"]}
+            # The loopback server listens on a fresh port each run; latency and waits for
+            # endpoint limits are wall time.
+            "llm_calls": ["base_url", "latency_ms", "wait_ms"]}
 COMPARED = ("agents", "posts", "post_stances", "actions", "exposures", "beliefs", "trust",
             "follows", "rounds", "topics", "interventions", "memory", "context", "llm_calls",
             "markets", "prices", "trades", "positions", "market_bridge", "market_books",
@@ -73,9 +74,13 @@ def read_table(db: Path, table: str) -> pd.DataFrame:
     """A whole table, sorted by all its columns, volatile columns dropped."""
     con = duckdb.connect(str(db), read_only=True)
     try:
-        df = con.sql(f"SELECT * FROM {table}").df()
+        return _canonical(con, table)
     finally:
         con.close()
+
+
+def _canonical(con: duckdb.DuckDBPyConnection, table: str) -> pd.DataFrame:
+    df = con.sql(f"SELECT * FROM {table}").df()
     df = df.drop(columns=VOLATILE.get(table, []))
     for col in df.columns:  # enums come back as categoricals, lists as arrays
         if isinstance(df[col].dtype, pd.CategoricalDtype):
@@ -87,13 +92,14 @@ def read_table(db: Path, table: str) -> pd.DataFrame:
 
 
 def tables_differ(db_a: Path, db_b: Path) -> list[str]:
-    """Names of the compared tables whose contents differ."""
-    out = []
-    for table in COMPARED:
-        a, b = read_table(db_a, table), read_table(db_b, table)
-        if not a.equals(b):
-            out.append(table)
-    return out
+    """Names of the compared tables whose contents differ (each file opened once)."""
+    cons = [duckdb.connect(str(db), read_only=True) for db in (db_a, db_b)]
+    try:
+        return [t for t in COMPARED
+                if not _canonical(cons[0], t).equals(_canonical(cons[1], t))]
+    finally:
+        for con in cons:
+            con.close()
 
 
 def run_cli(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:

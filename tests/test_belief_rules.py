@@ -163,8 +163,8 @@ def test_social_influence_without_history_counts_everything_new(seed: int) -> No
     np.testing.assert_allclose(case.beliefs.confidence, expected_conf, rtol=0, atol=1e-12)
 
 
-def test_social_influence_defaults_by_hand() -> None:
-    """One reader, one post, default parameters (MiroShark's constants), worked by hand."""
+def test_social_influence_miroshark_constants_by_hand() -> None:
+    """One reader, one post, MiroShark's constants (rate 0.08, no anchor), worked by hand."""
     posts = PostStore(2, 2)
     posts.append(NewPosts(platform=np.zeros(1, np.int8), author=np.array([1], np.int32),
                           kind=np.zeros(1, np.int8), parent=np.array([-1]),
@@ -176,13 +176,33 @@ def test_social_influence_defaults_by_hand() -> None:
     engagement = np.array([[0.0, 0.0], [-2.0, 10.0]])
     ctx = UpdateContext(round=2, posts=posts, trust=TrustStore(0.5), history=ExposureHistory(),
                         engagement=engagement)
-    SocialInfluenceRule(SocialInfluence(rule="social_influence")).update(beliefs, exp, ctx)
+    SocialInfluenceRule(SocialInfluence(rule="social_influence", rate=0.08, anchor=0)
+                        ).update(beliefs, exp, ctx)
     # nudge = (0.8 - 0) * 0.6 * min(1, 0.3 + 0.07 * 4) * 1.5 * 0.08 / (0.3 + 0.7 * 0.5)
     nudge = 0.8 * 0.6 * 0.58 * 1.5 * 0.08 / 0.65
     np.testing.assert_allclose(beliefs.position, [[nudge, 0.3], [0.5, 0.5]], atol=1e-15)
     # Agent 1: -2 net votes on topic 0 -> 0.12 - 0.06 floored at 0.1; +10 on topic 1 ->
     # + min(0.15, 0.3).
     np.testing.assert_allclose(beliefs.confidence, [[0.5, 0.5], [0.1, 0.65]], atol=1e-15)
+
+
+def test_social_influence_calibrated_defaults_by_hand() -> None:
+    """The defaults (rate 0.001, anchor 0.15): the nudge, then every position pulled 15% of
+    the way back to where the agent started."""
+    posts = PostStore(2, 2)
+    posts.append(NewPosts(platform=np.zeros(1, np.int8), author=np.array([1], np.int32),
+                          kind=np.zeros(1, np.int8), parent=np.array([-1]),
+                          stance=np.array([[0.8, np.nan]]), text=[""]), 1)
+    beliefs = BeliefState(np.array([[0.0, 0.3], [0.5, 0.5]]), np.full((2, 2), 0.5))
+    start = np.array([[-0.2, 0.3], [0.1, 0.5]])
+    exp = Exposures(np.array([0]), np.array([[-1, 0]]), np.array([[0, 4]], np.int32),
+                    np.zeros((1, 2), np.int32), np.array([[0.0, 0.6]]))
+    ctx = UpdateContext(round=2, posts=posts, trust=TrustStore(0.5), history=ExposureHistory(),
+                        engagement=np.zeros((2, 2)), initial_position=start)
+    SocialInfluenceRule(SocialInfluence(rule="social_influence")).update(beliefs, exp, ctx)
+    nudge = 0.8 * 0.6 * 0.58 * 1.5 * 0.001 / 0.65
+    moved = np.array([[nudge, 0.3], [0.5, 0.5]])
+    np.testing.assert_allclose(beliefs.position, moved + 0.15 * (start - moved), atol=1e-15)
 
 
 def test_social_influence_empty_exposures_still_moves_confidence() -> None:

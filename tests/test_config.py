@@ -23,7 +23,8 @@ def test_quickstart_resolves_with_defaults():
     data = resolved_dict(cfg)
     assert data["population"]["size"] == 1000
     assert data["platforms"]["reddit"]["recommender"]["pool_size"] == 100
-    assert data["beliefs"]["update"]["rate"] == 0.08  # MiroShark's default step
+    assert data["beliefs"]["update"]["rate"] == 0.001  # calibrated (docs/models.md)
+    assert data["beliefs"]["update"]["anchor"] == 0.15
     assert data["beliefs"]["trust"]["initial"] == 0.5
     assert config_hash(cfg) == config_hash(load_config(CONFIGS / "quickstart.yaml"))
     assert len(config_hash(cfg)) == 64

@@ -332,7 +332,8 @@ def _all_text(db: Path) -> list[tuple]:
 
 def test_interview_from_the_run_directory(reference, module_server):
     """A separate process, the run directory and an endpoint: the answer comes from the
-    agent's state at the end of the asked round (the loopback echoes its first belief)."""
+    agent's state at the end of the asked round (the loopback restates its beliefs in the
+    first person)."""
     ref_dir, data = reference
     agent = query(ref_dir.db, "SELECT agent FROM llm_calls LIMIT 1")[0][0]
     proc = cli("interview", str(ref_dir.root), "--agent", str(agent), "--round", "3",
@@ -342,7 +343,10 @@ def test_interview_from_the_run_directory(reference, module_server):
                              f"AND agent = {agent} ORDER BY topic")[0]
     first = stance_lines([data["topics"][0]["label"]], np.array([x]), np.array([c]))[0]
     answer = proc.stdout.split("=== ANSWER ===")[1]
-    assert "Speaking for myself: " + first in " ".join(answer.split())
+    label, view = first.removeprefix("On ").split(": ", 1)
+    said = f"on {label}, " + view.rstrip(".").replace("you are", "I am").replace("you ", "I ")
+    assert answer.strip().startswith("Speaking for myself: ")
+    assert said in " ".join(answer.split()), (said, answer)
     assert EVENT in " ".join(proc.stdout.split())  # breaking news is pinned in its memory
     for bad, why in ((["--agent", "99999"], "no such agent"),
                      (["--agent", "0", "--round", "99"], "kept rounds")):

@@ -1,4 +1,5 @@
-"""MiroShark's social-influence nudge, with its defects fixed (docs/beliefs.md).
+"""MiroShark's social-influence nudge, with its defects fixed (docs/beliefs.md), and
+defaults calibrated to how publics behave (docs/models.md).
 
 Per exposure to a post with stance s on topic t (only topics the post addresses):
 
@@ -7,7 +8,9 @@ Per exposure to a post with stance s on topic t (only topics the post addresses)
     novelty    = novelty_new if the reader has not seen the post before, else novelty_seen
     resistance = resistance_base + resistance_confidence · confidence
 
-Nudges of one round are summed, then the position is clipped to [-1, 1]. Confidence moves
+Nudges of one round are summed, then the position is clipped to [-1, 1]; then every
+position moves `anchor` of the way back to the agent's position at round 0 (or when it
+joined): x ← x + anchor · (x₀ − x). Confidence moves
 with the net votes (likes/upvotes minus downvotes) the agent's posts on that topic got
 *this round* (MiroShark used all-time totals): ±min(cap, step·|net|), floored.
 """
@@ -29,7 +32,9 @@ class SocialInfluence(Strict):
     """MiroShark's social-influence nudge, with its defects fixed (docs/beliefs.md)."""
 
     rule: Literal["social_influence"]
-    rate: float = Field(default=0.08, gt=0)
+    # Calibrated (docs/models.md): MiroShark's 0.08 with no anchor collapses a polarised
+    # public to consensus within a day; `rate: 0.08, anchor: 0` is that behaviour.
+    rate: float = Field(default=0.001, gt=0)
     novelty_new: float = Field(default=1.5, ge=0)
     novelty_seen: float = Field(default=0.5, ge=0)
     social_base: float = Field(default=0.3, ge=0)
@@ -39,6 +44,9 @@ class SocialInfluence(Strict):
     confidence_step: float = Field(default=0.03, ge=0)
     confidence_cap: float = Field(default=0.15, ge=0)
     confidence_floor: float = Field(default=0.1, ge=0, le=1)
+    # Each round, a share of the distance back to the agent's own starting position
+    # (its predispositions): persuasion decays, dispersion persists (docs/models.md).
+    anchor: float = Field(default=0.15, ge=0, le=1)
 
 
 @BELIEF_RULES.register("social_influence", config=SocialInfluence)
@@ -70,6 +78,9 @@ class SocialInfluenceRule(UpdateRule):
             pull = np.where(addressed, stance - x[:, None, :], 0.0)
             delta = (pull * weight[:, :, None]).sum(axis=1) / resistance
             beliefs.position[a] = np.clip(x + delta, -1.0, 1.0)
+        if c.anchor > 0 and ctx.initial_position is not None:
+            x = beliefs.position
+            x += c.anchor * (ctx.initial_position[: len(x)] - x)
         self._engagement(beliefs, ctx.engagement)
 
     def _engagement(self, beliefs: BeliefState, net: np.ndarray) -> None:

@@ -200,3 +200,44 @@ def price_paths(prices: pd.DataFrame, interventions: Sequence[int] = (),
         ax.legend(loc="best", fontsize="small")
     axes[-1].set_xlabel("round")
     return save(fig, path)
+
+
+def effect_over_rounds(effects: pd.DataFrame, metrics_shown: Sequence[str] | None = None,
+                       interval: str = "boot", branch_round: int | None = None,
+                       title: str | None = None, path: str | Path | None = None) -> Figure:
+    """An experiment's paired effects over rounds (`Experiment.effects_by_round`): one
+    panel per metric, per treatment arm its mean difference from the control as a line
+    and its interval (`interval`: "boot" for the bootstrap columns, "t" for the t ones)
+    as a band; a zero line, and a dashed line at the branch round."""
+    if interval not in ("boot", "t"):
+        raise ValueError(f"interval must be 'boot' or 't', got {interval!r}")
+    shown = list(metrics_shown) if metrics_shown is not None else \
+        list(pd.unique(effects["metric"]))
+    arms = list(pd.unique(effects["arm"]))
+    cols = min(2, max(1, len(shown)))
+    rows = -(-len(shown) // cols)
+    fig = Figure(figsize=(5.2 * cols, 2.6 * rows + 0.4), layout="constrained")
+    axes = fig.subplots(rows, cols, sharex=True, squeeze=False).ravel()
+    for ax, metric in zip(axes, shown, strict=False):
+        for k, arm in enumerate(arms):
+            arm_rows = effects[(effects["arm"] == arm) & (effects["metric"] == metric)]
+            x = arm_rows["round"].to_numpy()
+            color = f"C{k % 10}"
+            ax.plot(x, arm_rows["mean_diff"], color=color, linestyle=DASHES[k % 4],
+                    label=arm)
+            ax.fill_between(x, arm_rows[f"{interval}_low"], arm_rows[f"{interval}_high"],
+                            color=color, alpha=0.18, linewidth=0)
+        ax.axhline(0, color="0.3", linewidth=0.7)
+        if branch_round is not None:
+            ax.axvline(branch_round, color="0.4", linestyle="--", linewidth=0.8)
+        ax.set_title(metric, fontsize="medium")
+        ax.set_ylabel("treatment − control")
+    for ax in axes[len(shown):]:
+        ax.set_visible(False)
+    for ax in axes[max(0, len(shown) - cols):len(shown)]:
+        ax.set_xlabel("round")
+    if arms:
+        axes[0].legend(loc="best", fontsize="small")
+    if title:
+        fig.suptitle(title, fontsize="medium")
+    return save(fig, path)

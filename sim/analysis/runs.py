@@ -239,6 +239,40 @@ class Run(ForkInfo):
 
         return scores(self.table("forecasts"), self.table("payouts"))
 
+    # ------------------------------------------------- surveys
+
+    @property
+    def survey_responses(self) -> pd.DataFrame:
+        """Every survey answer: round, survey, wave, agent, item, kind, value (Likert
+        category, number, or index of the choice), choice, text, abstained, source
+        (docs/surveys.md)."""
+        return self.table("survey_responses")
+
+    def survey_scales(self) -> pd.DataFrame:
+        """Per survey, scale and wave: respondents, mean and sd of the scale score,
+        Cronbach's alpha (`sim.analysis.surveys.scale_summary`)."""
+        from sim.analysis.surveys import scale_summary
+
+        return scale_summary(self.survey_responses, self.config.get("surveys") or [])
+
+    def survey_scores(self) -> pd.DataFrame:
+        """Each respondent's scale scores per wave (reverse-coded items, listwise)."""
+        from sim.analysis.surveys import scale_scores
+
+        return scale_scores(self.survey_responses, self.config.get("surveys") or [])
+
+    def survey_abstention(self) -> pd.DataFrame:
+        """Per survey, wave and item: asked, abstained and the rate."""
+        from sim.analysis.surveys import abstention
+
+        return abstention(self.survey_responses)
+
+    def survey_change(self) -> pd.DataFrame:
+        """Within-respondent change of each scale score between consecutive waves."""
+        from sim.analysis.surveys import wave_change
+
+        return wave_change(self.survey_responses, self.config.get("surveys") or [])
+
     # ------------------------------------------------- what was asked of the run
 
     @property

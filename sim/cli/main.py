@@ -490,9 +490,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_sweep)
 
     from sim.cli.analyse import add_parser as add_analyse_parser  # (a light module)
+    from sim.cli.calibrate import add_parser as add_calibrate_parser  # (a light module)
+    from sim.cli.experiment import add_parser as add_experiment_parser  # (a light module)
+    from sim.cli.survey import add_parser as add_survey_parser  # (a light module)
 
     add_analyse_parser(sub)
+    add_survey_parser(sub)
+    add_calibrate_parser(sub)
 
+    add_experiment_parser(sub)
 
     p = sub.add_parser("import", help="turn a MiroShark or MiroFish simulation folder into "
                                       "a Shoal scenario folder")

@@ -53,11 +53,15 @@ def summarize(root: Path, wall_seconds: float | None = None, rounds_run: int | N
             "FROM beliefs WHERE round IN (0, (SELECT max(round) FROM beliefs)) "
             "GROUP BY ALL ORDER BY topic, round").fetchall()
         n_posts = con.execute("SELECT count(*) FROM posts").fetchone()[0]
-        usage = Usage.of(con.execute(
-            "SELECT round, agent, platform, status, outcome, fallback_reason, "
-            "prompt_tokens, completion_tokens FROM llm_calls").df())
+        cols = [c for c in ("round", "agent", "platform", "status", "outcome",
+                            "fallback_reason", "prompt_tokens", "completion_tokens", "cache",
+                            "saved_usd", "wait_ms") if c in _columns(con, "llm_calls")]
+        usage = Usage.of(con.execute(f"SELECT {', '.join(cols)} FROM llm_calls").df())
         cost, latency = con.execute("SELECT coalesce(sum(cost_usd), 0), "
                                     "coalesce(median(latency_ms), 0) FROM llm_calls").fetchone()
+        waited = (con.execute("SELECT count(*) FILTER (WHERE wait_ms > 0), "
+                              "coalesce(sum(wait_ms), 0) FROM llm_calls").fetchone()
+                  if "wait_ms" in cols else (0, 0.0))
         markets = _markets(con)
     finally:
         con.close()
@@ -84,6 +88,12 @@ def summarize(root: Path, wall_seconds: float | None = None, rounds_run: int | N
         head.add_row("LLM tokens, cost", f"{usage.prompt_tokens:,} prompt + "
                                          f"{usage.completion_tokens:,} completion tokens, "
                                          f"about ${cost:.4f}")
+        if usage.cache_hits or usage.cache_misses:
+            head.add_row("LLM cache", f"{usage.cache_hits:,} hits, {usage.cache_misses:,} "
+                                      f"misses; saved about ${usage.saved_usd:.4f}")
+        if waited[0]:
+            head.add_row("LLM limits", f"{waited[0]:,} requests waited for an endpoint's "
+                                       f"limits, {waited[1] / 1e3:.1f} s in all")
 
     act_table = Table(title="actions", title_justify="left", box=None, padding=(0, 1))
     for col in ("platform", "action", "applied", "rejected"):
@@ -113,6 +123,12 @@ def summarize(root: Path, wall_seconds: float | None = None, rounds_run: int | N
                        "✓" if resolved == outcome else "")
         parts += [mk, Text("")]
     return Group(*parts)
+
+
+def _columns(con, table: str) -> set[str]:
+    """The columns a table of the file has (older runs lack newer ones)."""
+    return {c for (c,) in con.execute("SELECT column_name FROM information_schema.columns "
+                                      "WHERE table_name = ?", [table]).fetchall()}
 
 
 def _markets(con) -> list[tuple]:

@@ -11,6 +11,7 @@ from sim.config.loading import (
     parse_config,
     resolve_paths,
     resolved_dict,
+    upgrade_saved,
     validation_problems,
 )
 from sim.config.model import BeliefRule, Config, MemoryConfig, TopicSpec
@@ -19,4 +20,4 @@ from sim.core.errors import ConfigError
 
 __all__ = ["BeliefRule", "Config", "ConfigError", "MemoryConfig", "Selector", "TopicSpec",
            "apply_overrides", "config_hash", "load_config", "parse_config",
-           "resolve_paths", "resolved_dict", "validation_problems"]
+           "resolve_paths", "resolved_dict", "upgrade_saved", "validation_problems"]

@@ -35,15 +35,47 @@ class LoopbackConfig(Strict):
     reject_tools: bool = False  # 400 to requests with tools, like a model without them
 
 
+class EndpointConfig(Strict):
+    """One base URL of a provider's pool with its own limits: requests and tokens per
+    minute (prompt plus completion; unset: no limit), spread evenly over the shards. A
+    bare URL is an endpoint without limits."""
+
+    url: str
+    rpm: float | None = Field(default=None, gt=0)
+    tpm: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_url(cls, data: Any) -> Any:
+        return {"url": data} if isinstance(data, str) else data
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        return check_urls([v])[0]
+
+
+class BreakerConfig(Strict):
+    """The circuit breaker of a provider's pool: an endpoint failing `failures` times in a
+    row (5xx, timeouts, no connection) is taken out for `cooldown_s`, then probed with one
+    request and put back if it answers. `failures: 0` turns it off."""
+
+    failures: int = Field(default=5, ge=0)
+    cooldown_s: float = Field(default=30.0, gt=0)
+
+
 class ProviderConfig(Strict):
     """An OpenAI-compatible chat-completions endpoint (vLLM, Ollama, llama.cpp, OpenAI,
     DeepSeek, OpenRouter, ...). `api_key_env` is the *name* of the environment variable
     holding the key; the key itself never appears in a config, a log or a run directory.
-    `base_urls: [loopback]` starts Shoal's own loopback server for the run."""
+    `base_urls: [loopback]` starts Shoal's own loopback server for the run. `endpoints`
+    names the same URLs with per-endpoint limits (`base_urls` may then be left out)."""
 
     kind: Literal["openai"] = "openai"
     name: str = "default"
     base_urls: list[str] = Field(min_length=1)
+    endpoints: list[EndpointConfig] = Field(default_factory=list)
+    breaker: BreakerConfig = Field(default_factory=BreakerConfig)
     model: str
     api_key_env: str | None = None
     timeout_s: float = Field(default=60.0, gt=0)
@@ -57,22 +89,32 @@ class ProviderConfig(Strict):
     extra_body: dict[str, Any] = Field(default_factory=dict)
     loopback: LoopbackConfig = Field(default_factory=LoopbackConfig)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _urls_of_endpoints(cls, data: Any) -> Any:
+        # `endpoints` alone names the pool: its URLs are the base URLs.
+        if isinstance(data, dict) and data.get("endpoints") and not data.get("base_urls"):
+            eps = data["endpoints"]
+            if isinstance(eps, list) and all(isinstance(e, dict | str) for e in eps):
+                data = {**data, "base_urls": [e if isinstance(e, str) else e.get("url")
+                                              for e in eps]}
+        return data
+
     @field_validator("base_urls")
     @classmethod
     def _urls(cls, v: list[str]) -> list[str]:
-        for url in v:
-            if url == "loopback":
-                continue
-            parts = urlsplit(url)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                secret = "@" in url or _SECRET_QUERY.search(parts.query)
-                shown = f", got {url!r}" if not secret else ""
-                raise ValueError(f"must be http(s) URLs or 'loopback'{shown}")
-            if parts.username or parts.password or _SECRET_QUERY.search(parts.query):
-                raise ValueError("a base URL must not carry credentials (user:password@, "
-                                 "?key=...): give the key through api_key_env (the URL is "
-                                 "not shown)")
-        return [u.rstrip("/") for u in v]
+        return check_urls(v)
+
+    @model_validator(mode="after")
+    def _endpoints_match(self):
+        if self.endpoints and [e.url for e in self.endpoints] != self.base_urls:
+            raise ValueError("endpoints: must list the same URLs as base_urls, in the same "
+                             "order (or leave base_urls out)")
+        return self
+
+    def limits(self, index: int) -> EndpointConfig | None:
+        """The limits of the provider's `index`-th base URL (None: no limit)."""
+        return self.endpoints[index] if index < len(self.endpoints) else None
 
     @field_validator("api_key_env")
     @classmethod
@@ -89,6 +131,24 @@ class ProviderConfig(Strict):
             raise ValueError(f"{path}: looks like a credential; keys come only from "
                              "api_key_env (the value is not shown)")
         return v
+
+
+def check_urls(urls: list[str]) -> list[str]:
+    """Base URLs without their trailing slash; ValueError for one that is not http(s) or
+    'loopback', or carries credentials (which are never shown)."""
+    for url in urls:
+        if url == "loopback":
+            continue
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            secret = "@" in url or _SECRET_QUERY.search(parts.query)
+            shown = f", got {url!r}" if not secret else ""
+            raise ValueError(f"must be http(s) URLs or 'loopback'{shown}")
+        if parts.username or parts.password or _SECRET_QUERY.search(parts.query):
+            raise ValueError("a base URL must not carry credentials (user:password@, "
+                             "?key=...): give the key through api_key_env (the URL is "
+                             "not shown)")
+    return [u.rstrip("/") for u in urls]
 
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -151,6 +211,13 @@ class LLMConfig(Strict):
     fallback: Literal["rule", "nothing"] = "rule"
     round_deadline_s: float = Field(default=120.0, gt=0)
     summarizer_provider: str | None = None
+    cache: Literal["off", "record", "replay", "auto"] = "off"
+    cache_dir: str | None = None  # a folder shared by runs (default: the run's llm_cache/)
+
+    @field_validator("cache", mode="before")
+    @classmethod
+    def _cache_off(cls, v: Any) -> Any:
+        return "off" if v is False else v  # YAML reads a bare `off` as false
 
     @model_validator(mode="after")
     def _names(self):

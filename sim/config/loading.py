@@ -7,6 +7,7 @@ mapping, `resolved_dict` / `config_hash` give the form stored with a run.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import hashlib
 import json
@@ -523,8 +524,15 @@ def resolve_paths(cfg: Config, base: Path) -> Config:
 
 
 def resolved_dict(cfg: Config) -> dict[str, Any]:
-    """The config with every default filled in, as plain JSON-able data."""
-    return cfg.model_dump(mode="json")
+    """The config with every default filled in, as plain JSON-able data (without an
+    `experiment` section when it has none, so configs that never had one keep their
+    form and hash)."""
+    data = cfg.model_dump(mode="json")
+    if data.get("experiment") is None:
+        data.pop("experiment", None)
+    if not data.get("surveys"):  # the same for surveys
+        data.pop("surveys", None)
+    return data
 
 
 def config_hash(cfg: Config) -> str:
@@ -593,3 +601,16 @@ def _quoted(label: str) -> str:
     """`--set 'a=[x'`: the argument quoted as a shell would need it (flags stay bare)."""
     flag, _, arg = label.partition(" ")
     return f"{flag} {arg!r}" if flag == "--set" else label
+
+
+def upgrade_saved(data: dict[str, Any]) -> dict[str, Any]:
+    """A resolved config saved by an earlier release (in a checkpoint or run.json), with
+    the fields added since set to the values that reproduce its behaviour: a saved config
+    holds every field its release knew, so a missing one means "written before it existed",
+    not "use today's default". Resuming or forking an old run continues it as it was."""
+    update = (data.get("beliefs") or {}).get("update")
+    if isinstance(update, dict) and update.get("rule") == "social_influence" \
+            and "anchor" not in update:
+        data = copy.deepcopy(data)
+        data["beliefs"]["update"]["anchor"] = 0.0  # the pull back came with calibration
+    return data

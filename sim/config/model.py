@@ -15,10 +15,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, PrivateAttr, field_validator, model_validator
 
 from sim.config.base import Dist, Name, Strict, part
+from sim.config.experiment import ExperimentConfig
 from sim.config.interventions import known_platform
 from sim.config.llm import LLMConfig
 from sim.config.platforms import Platforms
 from sim.config.selector import Selector
+from sim.config.surveys import Survey
 from sim.core.distributions import Uniform
 from sim.core.registry import BELIEF_RULES, EXTRACTORS, INTERVENTIONS, POLICIES, SUMMARIZERS
 
@@ -379,6 +381,12 @@ class Config(Strict):
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     llm: LLMConfig | None = None
     interventions: list[Intervention] = Field(default_factory=list)
+    # Questionnaires taken at rounds, without changing the run (docs/surveys.md); left out
+    # of the resolved config when there are none.
+    surveys: list[Survey] = Field(default_factory=list)
+    # Arms compared in pairs by `shoal experiment` (docs/experiments.md); a plain run
+    # ignores it, and it is left out of the resolved config when absent.
+    experiment: ExperimentConfig | None = None
     # Where a config read from a file came from (sim.config.loading.Origin): the lines
     # of its fields, for problems found after validation. Not part of the config.
     _origin: Any = PrivateAttr(default=None)
@@ -405,6 +413,13 @@ class Config(Strict):
         problems = [p for i, iv in enumerate(self.interventions)
                     for p in iv.problems(f"interventions.{i}", self.rounds, names)]
         problems += self._duplicate_names()
+        for i, survey in enumerate(self.surveys):
+            problems += survey.problems(f"surveys.{i}", self.rounds, names)
+        survey_names = [s.name for s in self.surveys]
+        problems += [f"surveys: the name {n!r} is used twice" for n in
+                     sorted({n for n in survey_names if survey_names.count(n) > 1})]
+        if self.experiment is not None:
+            problems += self.experiment.problems("experiment", self.rounds, names)
         for name, section in self.platforms.items():  # a platform's own cross-checks
             check = getattr(section, "problems", None)
             if check is not None:

@@ -41,6 +41,7 @@ class Purpose(IntEnum):
     INTERVENTION = 12
     LLM = 13
     MARKET = 14
+    SURVEY = 15
 
 
 def philox4x32(

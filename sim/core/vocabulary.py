@@ -64,3 +64,13 @@ FOLLOW_OPS = ("init", "follow", "unfollow")
 # Where an action row's decision came from, and how a new post's stance was obtained.
 SOURCE = {"rule": 0, "llm": 1, "fallback_rule": 2, "fallback_nothing": 3}
 STANCE_METHOD = {"data": 0, "self_report": 1, "lexicon": 2, "none": 3}
+# Outcome metrics an experiment compares (docs/experiments.md): per topic (the state of
+# beliefs at a round) and for the whole run (rates per round). The config names them in
+# `experiment.metrics`; sim.analysis.experiments computes them.
+TOPIC_METRICS = ("belief_mean", "belief_sd", "polarization")
+RUN_METRICS = ("activity", "engagement")
+
+
+def outcome_metrics(topics: list[str]) -> list[str]:
+    """Every outcome metric of a run with these topics, in the order tables show them."""
+    return [f"{m}.{t}" for t in topics for m in TOPIC_METRICS] + list(RUN_METRICS)

@@ -62,6 +62,7 @@ from sim.engine.round_log import (
 )
 from sim.engine.round_record import round_header, round_items
 from sim.engine.schedule import Scheduler, round_start
+from sim.engine.surveys import survey_table
 from sim.engine.update import update_beliefs, update_trust
 from sim.platforms.spec import by_code
 from sim.store.checkpoints import CheckpointStore
@@ -423,6 +424,10 @@ class RoundDriver:
             tables.update(engine.tables(w, r))
         if w.knowledge is not None:
             tables.update(w.knowledge.drain_tables(r))
+        if cfg.surveys:
+            responses = survey_table(w, r, set(w.llm_providers()))
+            if responses is not None:
+                tables["survey_responses"] = responses
         return tables
 
     def memory_calls(self, r: int) -> list[dict]:

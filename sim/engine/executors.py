@@ -20,6 +20,7 @@ from agents.population import Population
 from agents.shard import AgentShard, ShardResult
 from sim.config import Config
 from sim.core.errors import InputError
+from sim.llm.cache import CacheSpec
 
 
 def split_request(request: DecisionRequest, n_shards: int) -> list[DecisionRequest]:
@@ -63,9 +64,10 @@ class LocalExecutor(Executor):
     kind = "local"
 
     def __init__(self, cfg: Config, population: Population, n_shards: int = 1,
-                 llm_urls: dict[str, list[str]] | None = None):
+                 llm_urls: dict[str, list[str]] | None = None,
+                 llm_cache: CacheSpec | None = None):
         self.n_shards = n_shards
-        self.shards = [AgentShard(s, n_shards, cfg, population, llm_urls)
+        self.shards = [AgentShard(s, n_shards, cfg, population, llm_urls, llm_cache)
                        for s in range(n_shards)]
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="shoal-shards",
@@ -153,8 +155,9 @@ def ensure_ray(address: str | None) -> bool:
         if address:
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
         else:
+            # a local instance serves this machine only: its node address is loopback
             ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False,
-                     log_to_driver=False)
+                     log_to_driver=False, _node_ip_address="127.0.0.1")
     except ConnectionError as exc:
         if not address:
             raise InputError(f"cannot start a local Ray instance: {exc}") from None
@@ -168,7 +171,8 @@ class RayExecutor(Executor):
     kind = "ray"
 
     def __init__(self, cfg: Config, population: Population, n_shards: int,
-                 address: str | None = None, llm_urls: dict[str, list[str]] | None = None):
+                 address: str | None = None, llm_urls: dict[str, list[str]] | None = None,
+                 llm_cache: CacheSpec | None = None):
         import ray  # imported here: the local executor must not pay Ray's import time
 
         self._ray = ray
@@ -176,13 +180,19 @@ class RayExecutor(Executor):
         self.n_shards = n_shards
         actor_cls = ray.remote(num_cpus=0)(_ShardActor)
         pop_ref = ray.put(population)
-        self.actors = [actor_cls.remote(s, n_shards, cfg, pop_ref, llm_urls)
+        self.actors = [actor_cls.remote(s, n_shards, cfg, pop_ref, llm_urls, llm_cache)
                        for s in range(n_shards)]
         ray.get([a.ping.remote() for a in self.actors])
 
     def decide(self, request: DecisionRequest) -> list[ShardResult]:
         parts = split_request(request, self.n_shards)
-        return self._ray.get([a.decide.remote(p) for a, p in zip(self.actors, parts, strict=True)])
+        try:
+            return self._ray.get([a.decide.remote(p)
+                                  for a, p in zip(self.actors, parts, strict=True)])
+        except self._ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, InputError):  # (a replay's miss): said as it was raised
+                raise exc.cause from None
+            raise
 
     def update(self, cfg: Config, population: Population) -> None:
         pop_ref = self._ray.put(population)
@@ -200,8 +210,9 @@ class _ShardActor:
     """The Ray actor body: an AgentShard behind async methods."""
 
     def __init__(self, shard_id: int, n_shards: int, cfg: Config, population: Population,
-                 llm_urls: dict[str, list[str]] | None = None):
-        self.shard = AgentShard(shard_id, n_shards, cfg, population, llm_urls)
+                 llm_urls: dict[str, list[str]] | None = None,
+                 llm_cache: CacheSpec | None = None):
+        self.shard = AgentShard(shard_id, n_shards, cfg, population, llm_urls, llm_cache)
 
     async def decide(self, request: DecisionRequest) -> ShardResult:
         return await self.shard.decide(request)
@@ -221,9 +232,11 @@ def resolve_shards(kind: str, shards: int | str) -> int:
 
 
 def make_executor(cfg: Config, population: Population,
-                  llm_urls: dict[str, list[str]] | None = None) -> Executor:
-    """The executor the config asks for (`llm_urls`: providers' resolved base URLs)."""
+                  llm_urls: dict[str, list[str]] | None = None,
+                  llm_cache: CacheSpec | None = None) -> Executor:
+    """The executor the config asks for (`llm_urls`: providers' resolved base URLs;
+    `llm_cache`: the run's LLM response cache, if it has one)."""
     n = resolve_shards(cfg.executor.kind, cfg.executor.shards)
     if cfg.executor.kind == "ray":
-        return RayExecutor(cfg, population, n, cfg.executor.address, llm_urls)
-    return LocalExecutor(cfg, population, n, llm_urls)
+        return RayExecutor(cfg, population, n, cfg.executor.address, llm_urls, llm_cache)
+    return LocalExecutor(cfg, population, n, llm_urls, llm_cache)

@@ -171,8 +171,9 @@ def _fire_event(self, world, round_, i, spec: EventIntervention, fired: Fired) -
 def _fire_beliefs(self, world, round_, i, spec: BeliefIntervention, fired: Fired) -> dict:
     mask = resolve_target(spec.target, world, i, f"interventions.{i}")
     t = world.topics.index(spec.topic)
-    if spec.set is not None:
+    if spec.set is not None:  # a new predisposition: rules anchored to x0 keep it
         world.beliefs.position[mask, t] = spec.set
+        world.initial_position[mask, t] = spec.set
     if spec.shift is not None:
         world.beliefs.position[mask, t] = np.clip(world.beliefs.position[mask, t]
                                                   + spec.shift, -1.0, 1.0)

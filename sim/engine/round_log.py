@@ -236,14 +236,19 @@ LLM_CALL_COLUMNS = {
     "prompt_tokens": pa.int32(), "completion_tokens": pa.int32(),
     "section_tokens": pa.string(), "latency_ms": pa.float64(), "retries": pa.int16(),
     "outcome": pa.string(), "fallback_reason": pa.string(), "error": pa.string(),
-    "cost_usd": pa.float64(),
+    "cost_usd": pa.float64(), "cache": pa.string(), "saved_usd": pa.float64(),
+    "wait_ms": pa.float64(),
 }
+_LLM_CALL_DEFAULTS = {"cache": "off", "saved_usd": 0.0, "wait_ms": 0.0}
 
 
 def llm_calls_table(calls: list[dict]) -> pa.Table:
     """One row per LLM call: who, where, tokens (per section too), latency, retries,
-    status, what came of it and why it fell back, estimated cost."""
-    return pa.table({name: pa.array([c[name] for c in calls], type=t)
+    status, what came of it and why it fell back, estimated cost, the response cache's
+    part (hit or miss, and the cost a hit saved), and the wait for the endpoint's limits."""
+    return pa.table({name: pa.array([c[name] if name not in _LLM_CALL_DEFAULTS
+                                     else c.get(name, _LLM_CALL_DEFAULTS[name]) for c in calls],
+                                    type=t)
                      for name, t in LLM_CALL_COLUMNS.items()})
 
 

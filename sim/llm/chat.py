@@ -50,6 +50,8 @@ class Attempt:
     completion_tokens: int | None = None
     latency_ms: float = 0.0
     message: dict | None = None  # the answer (status ok)
+    wait_ms: float = 0.0  # waiting for the endpoint's limits (rpm, tpm, Retry-After)
+    cache: str = "off"  # off | miss (asked the cache, then the endpoint) | hit (no request)
 
 
 @dataclass
@@ -82,10 +84,28 @@ class ChatModel(ABC):
     @abstractmethod
     async def chat(self, request: ChatRequest, key: int = 0,
                    attempts: list[Attempt] | None = None) -> ChatReply:
-        """Send a request (retrying as the provider allows); `key` spreads callers over
-        the provider's endpoints (an agent keeps to one). Each HTTP request is appended to
-        `attempts` (given, or the reply's own list) when it ends, also when the call is
-        cancelled while it waits for an answer (then as `cancelled`)."""
+        """Send a request (retrying as the provider allows); `key` is the caller's own
+        endpoint among the provider's, preferred while they are equally busy. Each HTTP
+        request is appended to `attempts` (given, or the reply's own list) when it ends,
+        also when the call is cancelled while it waits for an answer (then as
+        `cancelled`)."""
+
+    def body(self, request: ChatRequest) -> dict:
+        """What is sent for `request`: the provider's model and sampling settings unless
+        the request sets them (the response cache's key is made of it)."""
+        p = self.provider
+        body: dict = {"model": p.model,
+                      "temperature": p.temperature if request.temperature is None
+                      else request.temperature,
+                      "max_tokens": p.max_tokens if request.max_tokens is None
+                      else request.max_tokens}
+        if request.seed is not None:
+            body["seed"] = request.seed
+        if request.tools:
+            body["tools"] = request.tools
+            body["tool_choice"] = request.tool_choice or "auto"
+        body["messages"] = request.messages
+        return body
 
     async def close(self) -> None:  # noqa: B027 (most models hold nothing to close)
         """Release connections."""
@@ -96,12 +116,13 @@ class ChatModel(ABC):
 
 
 def chat_model(provider: ProviderConfig, base_urls: list[str] | None = None,
-               concurrency: int | None = None, seed: int = 0) -> ChatModel:
+               concurrency: int | None = None, seed: int = 0, shards: int = 1) -> ChatModel:
     """The registered chat model for `provider` (its `kind`), calling `base_urls` (default:
-    the provider's) with at most `concurrency` calls in flight (default: the provider's)."""
+    the provider's) with at most `concurrency` calls in flight (default: the provider's),
+    as one of `shards` callers sharing the endpoints' limits evenly."""
     cls = CHAT_MODELS.get(provider.kind).impl
     return cls(provider, list(base_urls or provider.base_urls),
-               concurrency or provider.concurrency, seed=seed)
+               concurrency or provider.concurrency, seed=seed, shards=shards)
 
 
 def cost(provider: ProviderConfig, prompt_tokens: int, completion_tokens: int) -> float:
@@ -117,12 +138,15 @@ def call_rows(reply: ChatReply | list[Attempt], provider: ProviderConfig, *, rou
     """The `llm_calls` rows of a call: one per HTTP request it made (`retries` is the
     request's number, 0 first), `outcome` on the last. Prompt tokens are the server's
     count, else our own count of what was sent: a request that got no answer was still
-    sent, and its cost is counted as if its prompt was billed."""
+    sent, and its cost is counted as if its prompt was billed. An answer from the response
+    cache is one row that cost nothing (`cost_usd` 0) and saved its price (`saved_usd`)."""
     attempts = reply.attempts if isinstance(reply, ChatReply) else reply
     rows = []
     for i, a in enumerate(attempts):
         prompt = a.prompt_tokens if a.prompt_tokens is not None else estimated_prompt_tokens
         completion = a.completion_tokens or 0
+        price = cost(provider, int(prompt), completion)
+        hit = a.cache == "hit"
         rows.append({
             "round": round_, "agent": agent, "platform": platform, "provider": provider.name,
             "model": provider.model, "base_url": a.base_url, "call": call,
@@ -131,7 +155,8 @@ def call_rows(reply: ChatReply | list[Attempt], provider: ProviderConfig, *, rou
             "section_tokens": json.dumps(section_tokens or {}), "latency_ms": a.latency_ms,
             "retries": i, "error": a.error,
             "outcome": outcome if i == len(attempts) - 1 else "retried",
-            "fallback_reason": "", "cost_usd": cost(provider, int(prompt), completion)})
+            "fallback_reason": "", "cost_usd": 0.0 if hit else price,
+            "cache": a.cache, "saved_usd": price if hit else 0.0, "wait_ms": a.wait_ms})
     return rows
 
 

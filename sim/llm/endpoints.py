@@ -30,6 +30,11 @@ class Endpoints:
             self._servers[provider.name] = server
         return [server.url if u == LOOPBACK else u for u in provider.base_urls]
 
+    @property
+    def started(self) -> list[str]:
+        """The providers whose loopback server was started here (and still runs)."""
+        return list(self._servers)
+
     def all(self, llm: LLMConfig | None) -> dict[str, list[str]]:
         """Every provider's URLs, by provider name."""
         return {p.name: self.urls(p) for p in (llm.providers if llm else [])}

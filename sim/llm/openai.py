@@ -3,9 +3,10 @@
 One `httpx.AsyncClient` per shard and provider (connection reuse), an asyncio semaphore
 holding this shard's share of the provider's concurrency, a timeout per call, and retries
 with exponential backoff and jitter on 429, 5xx, timeouts and connection errors, honouring
-`Retry-After`. Several base URLs spread the load (an agent keeps to one; a retry moves to
-the next). The API key is read from the environment variable the config names, sent only
-in the Authorization header, and redacted from every error text.
+`Retry-After`. Several base URLs form a pool (`sim.llm.pool`): least-loaded routing, limits
+per endpoint, a circuit breaker; a retry moves to another endpoint. The API key is read
+from the environment variable the config names, sent only in the Authorization header, and
+redacted from every error text.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import orjson
 from sim.config.llm import ProviderConfig
 from sim.core.registry import CHAT_MODELS
 from sim.llm.chat import Attempt, ChatModel, ChatReply, ChatRequest
+from sim.llm.pool import FAILED, NEUTRAL, OK, EndpointPool
 
 RETRYABLE = {408, 409, 425, 429, 500, 502, 503, 504}
 
@@ -70,9 +72,12 @@ class OpenAIChat(ChatModel):
     """An OpenAI-compatible chat-completions endpoint (or several), for one shard."""
 
     def __init__(self, provider: ProviderConfig, base_urls: list[str], concurrency: int,
-                 seed: int = 0):
+                 seed: int = 0, shards: int = 1):
         self.provider = provider
         self.base_urls = base_urls
+        same = len(base_urls) == len(provider.base_urls)  # (an interview may use another)
+        self.pool = EndpointPool(base_urls, [provider.limits(i) for i in range(len(base_urls))]
+                                 if same else None, provider.breaker, shards)
         self.concurrency = max(1, concurrency)
         self._key = os.environ.get(provider.api_key_env) if provider.api_key_env else None
         self._rng = random.Random(seed)
@@ -97,30 +102,14 @@ class OpenAIChat(ChatModel):
                 text = text.replace(self._key[-8:], "***")
         return text
 
-    def _backoff(self, attempt: int, retry_after: str | None) -> float:
-        if retry_after:
-            try:
-                return min(60.0, float(retry_after))
-            except ValueError:
-                pass
+    def _backoff(self, attempt: int) -> float:
         return min(10.0, 0.25 * 2**attempt) * self._rng.uniform(0.5, 1.5)
 
     def body(self, request: ChatRequest) -> dict:
         """The JSON body of a request: the provider's model and sampling settings unless
         the request sets them, then the provider's `extra_body`."""
-        p = self.provider
-        body: dict = {"model": p.model,
-                      "temperature": p.temperature if request.temperature is None
-                      else request.temperature,
-                      "max_tokens": p.max_tokens if request.max_tokens is None
-                      else request.max_tokens}
-        if request.seed is not None:
-            body["seed"] = request.seed
-        if request.tools:
-            body["tools"] = request.tools
-            body["tool_choice"] = request.tool_choice or "auto"
-        body["messages"] = request.messages
-        body.update(p.extra_body)
+        body = super().body(request)
+        body.update(self.provider.extra_body)
         return body
 
     async def chat(self, request: ChatRequest, key: int = 0,
@@ -133,14 +122,18 @@ class OpenAIChat(ChatModel):
                            attempts=attempts if attempts is not None else [])
         # orjson: about a tenth of the stdlib's CPU per body, and encoded once for retries.
         content = orjson.dumps(self.body(request))
+        tokens = len(content) / 4  # about a token per 4 bytes: what the tpm bucket is charged
         async with self._sem:
             start = time.perf_counter()  # latency excludes waiting for a concurrency slot
+            avoid = None
             for attempt in range(self.provider.max_retries + 1):
-                url = self.base_urls[(key + attempt) % len(self.base_urls)]
+                endpoint, waited = await self.pool.acquire(key, tokens, avoid)
+                url = endpoint.url
                 sent = time.perf_counter()
-                now = Attempt(url, "unreachable")
+                now = Attempt(url, "unreachable", wait_ms=1e3 * waited)
                 result.retries = attempt
                 retry_after = None
+                outcome = FAILED
                 try:
                     response = await http.post(
                         f"{url}/chat/completions", content=content,
@@ -153,24 +146,34 @@ class OpenAIChat(ChatModel):
                     now.error = self.redact(f"{type(exc).__name__}: {exc}")[:300]
                 except asyncio.CancelledError:  # the round's deadline: it was sent all the same
                     now.status, now.error = "cancelled", "round deadline passed"
+                    self.pool.release(endpoint, NEUTRAL, tokens_taken=tokens)
                     self._ended(result, now, sent)
                     raise
                 else:
                     now.http_status = response.status_code
                     if response.status_code == 200:
                         self._parse(now, response)
+                        used = (now.prompt_tokens or 0) + (now.completion_tokens or 0)
+                        self.pool.release(endpoint, OK if now.status == "ok" else FAILED,
+                                          tokens_used=used or None, tokens_taken=tokens)
                         self._ended(result, now, sent)
                         result.latency_ms = 1e3 * (time.perf_counter() - start)
                         return result
                     now.status = "http_error"
                     now.error = self.redact(f"HTTP {response.status_code}: "
                                             f"{response.text[:300]}")
-                    retry_after = response.headers.get("Retry-After")
+                    retry_after = _seconds(response.headers.get("Retry-After"))
+                    if response.status_code < 500:  # the request's problem or a rate limit
+                        outcome = NEUTRAL
+                self.pool.release(endpoint, outcome, retry_after, tokens_taken=tokens)
                 self._ended(result, now, sent)
                 if now.http_status is not None and now.http_status not in RETRYABLE:
                     break
-                if attempt < self.provider.max_retries:
-                    await asyncio.sleep(self._backoff(attempt, retry_after))
+                avoid = url
+                if attempt < self.provider.max_retries and retry_after is None:
+                    # (a Retry-After pauses the endpoint in the pool instead: the retry
+                    # waits for it, or goes to another endpoint at once)
+                    await asyncio.sleep(self._backoff(attempt))
         result.latency_ms = 1e3 * (time.perf_counter() - start)
         return result
 
@@ -204,7 +207,15 @@ class OpenAIChat(ChatModel):
         attempt.status, attempt.message = "ok", message
 
     async def close(self) -> None:
-        """Close the connection pool."""
+        """Close the connections."""
         if self._http is not None:
             await self._http.aclose()
             self._http = None
+
+
+def _seconds(retry_after: str | None) -> float | None:
+    """A Retry-After header in seconds (at most a minute; None without a usable one)."""
+    try:
+        return min(60.0, max(0.0, float(retry_after))) if retry_after else None
+    except ValueError:  # an HTTP date: not worth parsing for a rate limit
+        return None

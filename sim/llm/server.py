@@ -2,15 +2,16 @@
 runs and tests, deterministic, with configurable latency and fault injection.
 
 `shoal llm-serve --port 8765` (or `base_urls: [loopback]` in a config, which starts one
-for the run). Replies are a pure function of the request body (and of the client's
-`X-Shoal-Attempt` header, so a retry can meet a different fault): the same prompts give
-the same actions, on any executor and across a resume. Replies exercise every action the
-request's tools allow, using real post ids and usernames from the observation; without
-tools they are JSON in text (sometimes fenced, sometimes after a `<think>` block), or
-prose for an interview. Faults, drawn per request: HTTP 500, a stall longer than the
-client's timeout, a malformed tool call, 429 with Retry-After, an empty reply (reasoning
-models). Requests are recorded (GET /_shoal/requests) so tests can read exactly what an
-agent was sent.
+for the run; `--servers 3 --latency-ms 50,50,400` starts a pool). Replies are a pure
+function of the request body and the seed: the same prompts give the same actions, on any
+executor, across a resume, whichever endpoint of a pool answers. Faults are drawn per
+attempt (the client's `X-Shoal-Attempt` header), so a retry can meet a different one.
+Replies exercise every action the request's tools allow, using real post ids and
+usernames from the observation; without tools they are JSON in text (sometimes fenced,
+sometimes after a `<think>` block), or prose for an interview. Faults: HTTP 500, a stall
+longer than the client's timeout, a malformed tool call, 429 with Retry-After, an empty
+reply (reasoning models). Requests are recorded (GET /_shoal/requests) so tests can read
+exactly what an agent was sent.
 """
 
 from __future__ import annotations
@@ -157,6 +158,10 @@ def reply(request: dict, rng: random.Random, malformed: bool, empty: bool,
         return _record_facts(request, rng)  # graph memory's LLM extractor
     if ANALYST_MARK in system:
         return analyst_reply(request, rng, script)
+    user = next((m.get("content") or "" for m in reversed(request.get("messages", []))
+                 if m.get("role") == "user"), "")
+    if user.startswith(SURVEY_MARK):
+        return {"role": "assistant", "content": json.dumps(_survey_answers(system, user))}
     if not tools and b"exactly one JSON object" not in orjson.dumps(
             request.get("messages", [])):  # an interview
         return {"role": "assistant", "content": _interview_answer(system)}
@@ -196,6 +201,47 @@ def _interview_answer(system: str) -> str:
     said = "; ".join(f"on {topic}, {_first_person(view.rstrip('.'))}" for topic, view in views)
     name = f"I am {who.group(1)}, and " if who else ""
     return f"Speaking for myself: {name}{said}."
+
+
+SURVEY_MARK = "Shoal survey"
+_STANCES = (("strongly support", 0.8), ("strongly oppose", -0.8), ("support", 0.4),
+            ("oppose", -0.4), ("undecided", 0.0))
+_ITEM = re.compile(r"^- (\w[\w\-]*) \((likert 1-(\d+)|numeric ([-\d.]+) to ([-\d.]+)|single choice|"
+                   r"multiple choice|free text)(?:[^)]*?, about ([^,:)]+))?([^)]*)\): ",
+                   re.MULTILINE)
+
+
+def _survey_answers(system: str, user: str) -> dict:
+    """A questionnaire answered from the agent's beliefs as its system text states them
+    (strongly oppose −0.8 … strongly support 0.8): Likert and numeric items as rule-based
+    respondents answer without noise; a choice is the listed option at that position."""
+    views = {t.strip(): v for t, v in re.findall(r"^On ([^:\n]+): ([^\n]+)", system,
+                                                  re.MULTILINE)}
+
+    def position(topic: str | None) -> float:
+        view = views.get((topic or "").strip(), "")
+        return next((x for phrase, x in _STANCES if phrase in view), 0.0)
+
+    out: dict = {}
+    for m in _ITEM.finditer(user):
+        item, kind, points, lo, hi, topic, rest = m.groups()
+        x = position(topic)
+        if kind.startswith("likert"):
+            k = int(points)
+            z = -x if "reverse" in rest else x
+            out[item] = int(min(k, max(1, (z + 1) / 2 * k // 1 + 1)))
+        elif kind.startswith("numeric"):
+            out[item] = round(float(lo) + (float(hi) - float(lo)) * (x + 1) / 2, 2)
+        elif kind in ("single choice", "multiple choice"):
+            # the options as listed (assumed ordered from against to for): the one at
+            # the agent's position
+            options = [o.strip() for o in rest.split(":", 1)[-1].split(";") if o.strip()]
+            pick = options[round((x + 1) / 2 * (len(options) - 1))] if options else None
+            out[item] = pick if kind == "single choice" else [pick] if pick else []
+        else:
+            view = next(iter(views.values()), "I have not made up my mind.")
+            out[item] = _first_person(view)
+    return out
 
 
 def _first_person(text: str) -> str:
@@ -311,8 +357,13 @@ class LoopbackServer:
                        ) -> tuple[int, dict, dict]:
         """A chat completion, or an injected fault."""
         state, f = self.state, self.state.faults
-        rng = _rng(body, attempt, state.seed)
-        draw = rng.random()
+        # Faults and the delay are drawn per attempt (a retry can meet another fault); the
+        # answer is a function of the body alone, whichever attempt or endpoint (with
+        # whatever latency) gives it.
+        faults = _rng(body, attempt, state.seed)
+        draw = faults.random()
+        rng = _rng(body, "0", state.seed)
+        rng.random()  # (as the first attempt's draw: answers without latency are unchanged)
         entry = {"time": time.time(), "attempt": attempt, "request": request}
         elapsed = time.monotonic() - state.started
         in_burst = f.burst_every_s > 0 and (elapsed % f.burst_every_s) < f.burst_length_s
@@ -333,7 +384,7 @@ class LoopbackServer:
         malformed = 0 <= draw < f.malformed_rate
         empty = f.malformed_rate <= draw < f.malformed_rate + f.empty_rate
         if f.latency_ms:
-            await asyncio.sleep(max(0.0, rng.gauss(f.latency_ms, f.latency_ms * 0.1)) / 1000)
+            await asyncio.sleep(max(0.0, faults.gauss(f.latency_ms, f.latency_ms * 0.1)) / 1000)
         message = reply(request, rng, malformed, empty, state.script)
         # Usage as a provider would report it, estimated cheaply (4 characters a token):
         # exact counting here would cost the test server more CPU than the engine spends.
@@ -445,43 +496,95 @@ class LoopbackProcess:
                 self.process.kill()
 
 
+PER_SERVER = ("latency_ms", "error_rate", "timeout_rate", "timeout_sleep_s", "malformed_rate",
+              "rate_limit_rate", "retry_after_s", "empty_rate", "burst_every_s",
+              "burst_length_s")  # options that take one value per server
+
+
+def _numbers(text: str) -> list[float]:
+    """One number, or one per server separated by commas."""
+    try:
+        return [float(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or numbers separated by "
+                                         f"commas, got {text!r}") from None
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The `shoal llm-serve` options."""
+    """The `shoal llm-serve` options. The fault and latency options take one value for
+    every server, or a comma-separated value per server (`--servers 3 --latency-ms
+    50,50,400`)."""
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8765, help="0 picks a free port")
+    p.add_argument("--port", type=int, default=8765,
+                   help="0 picks a free port; with --servers N, ports PORT..PORT+N-1")
+    p.add_argument("--servers", type=int, default=1,
+                   help="how many servers to start (an endpoint pool), each on its own port")
     p.add_argument("--seed", type=int, default=0, help="seeds the replies")
-    p.add_argument("--latency-ms", type=float, default=0.0, help="mean answer delay")
-    p.add_argument("--error-rate", type=float, default=0.0, help="share answered HTTP 500")
-    p.add_argument("--timeout-rate", type=float, default=0.0,
+    each = " (one value, or one per server: 50,50,400)"
+    p.add_argument("--latency-ms", type=_numbers, default=[0.0],
+                   help="mean answer delay" + each)
+    p.add_argument("--error-rate", type=_numbers, default=[0.0],
+                   help="share answered HTTP 500" + each)
+    p.add_argument("--timeout-rate", type=_numbers, default=[0.0],
                    help="share that stall for --timeout-sleep-s (longer than the client waits)")
-    p.add_argument("--timeout-sleep-s", type=float, default=30.0)
-    p.add_argument("--malformed-rate", type=float, default=0.0,
+    p.add_argument("--timeout-sleep-s", type=_numbers, default=[30.0])
+    p.add_argument("--malformed-rate", type=_numbers, default=[0.0],
                    help="share of replies with broken or impossible tool calls")
-    p.add_argument("--rate-limit-rate", type=float, default=0.0,
-                   help="share answered 429 with Retry-After")
-    p.add_argument("--retry-after-s", type=float, default=1.0)
-    p.add_argument("--empty-rate", type=float, default=0.0,
+    p.add_argument("--rate-limit-rate", type=_numbers, default=[0.0],
+                   help="share answered 429 with Retry-After" + each)
+    p.add_argument("--retry-after-s", type=_numbers, default=[1.0])
+    p.add_argument("--empty-rate", type=_numbers, default=[0.0],
                    help="share of empty replies (reasoning models: content in reasoning_content)")
-    p.add_argument("--burst-every-s", type=float, default=0.0,
+    p.add_argument("--burst-every-s", type=_numbers, default=[0.0],
                    help="every N seconds, answer 429 to everything...")
-    p.add_argument("--burst-length-s", type=float, default=0.0, help="...for this long")
+    p.add_argument("--burst-length-s", type=_numbers, default=[0.0], help="...for this long")
     p.add_argument("--reject-tools", action="store_true",
                    help="answer 400 to requests with tools, as servers without tool support do")
-    p.add_argument("--record", help="append every request and reply to this JSONL file")
-    p.add_argument("--ready-file", help="write the base URL here once listening")
+    p.add_argument("--record", help="append every request and reply to this JSONL file "
+                                    "(with several servers: FILE.0.jsonl, FILE.1.jsonl, ...)")
+    p.add_argument("--ready-file", help="write the base URL(s) here once listening, one a line")
     p.add_argument("--script", metavar="FILE",
                    help="JSON of scripted analyst replies (see sim/llm/loopback_analyst.py)")
     p.add_argument("--require-key-env", metavar="NAME",
                    help="answer 401 unless requests bear the key in this environment variable")
 
 
-def faults_from(args: argparse.Namespace) -> Faults:
-    """Faults from parsed `llm-serve` options."""
-    return Faults(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Faults)})
+def faults_from(args: argparse.Namespace, servers: int = 1) -> list[Faults]:
+    """Each server's faults from parsed `llm-serve` options (ValueError naming the option
+    whose list does not have one value or one per server)."""
+    out = []
+    for i in range(servers):
+        values = {}
+        for f in dataclasses.fields(Faults):
+            value = getattr(args, f.name)
+            if f.name in PER_SERVER:
+                value = value if isinstance(value, list) else [value]
+                if len(value) not in (1, servers):
+                    raise ValueError(f"--{f.name.replace('_', '-')}: {len(value)} values for "
+                                     f"{servers} servers; give one, or one per server")
+                value = value[i if len(value) > 1 else 0]
+            values[f.name] = value
+        out.append(Faults(**values))
+    return out
+
+
+def _record_path(record: str | None, i: int, servers: int) -> Path | None:
+    if record is None:
+        return None
+    path = Path(record)
+    return path if servers == 1 else path.with_name(f"{path.stem}.{i}{path.suffix or '.jsonl'}")
+
+
+def _described(faults: Faults) -> str:
+    """The settings of a server that differ from the defaults, for its line."""
+    default = Faults()
+    changed = [f"{f.name}={getattr(faults, f.name):g}" for f in dataclasses.fields(Faults)
+               if f.name in PER_SERVER and getattr(faults, f.name) != getattr(default, f.name)]
+    return f" ({', '.join(changed)})" if changed else ""
 
 
 def serve(args: argparse.Namespace) -> int:
-    """Run the server in the foreground until interrupted."""
+    """Run the server(s) in the foreground until interrupted."""
     key = None
     if args.require_key_env:
         key = os.environ.get(args.require_key_env)
@@ -500,26 +603,41 @@ def serve(args: argparse.Namespace) -> int:
             print(f"error: --script {args.script}: a JSON object of lists is expected",
                   file=sys.stderr)
             return 2
-    state = LoopbackState(faults_from(args), args.seed,
-                          Path(args.record) if args.record else None, key=key, script=script)
+    n = args.servers
+    if n < 1:
+        print(f"error: --servers {n}: must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        faults = faults_from(args, n)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    states = [LoopbackState(faults[i], args.seed, _record_path(args.record, i, n), key=key,
+                            script=script) for i in range(n)]
 
     async def main() -> None:
-        try:
-            server = await asyncio.start_server(LoopbackServer(state).handle, args.host,
-                                                args.port, backlog=1024)
-        except OSError as exc:  # port taken, host not ours: the user's to fix
-            print(f"error: --host {args.host} --port {args.port}: {exc.strerror or exc}",
-                  file=sys.stderr)
-            raise SystemExit(2) from None
-        host, port = server.sockets[0].getsockname()[:2]
-        url = f"http://{host}:{port}/v1"
+        servers, urls = [], []
+        for i, state in enumerate(states):
+            port = args.port + i if args.port else 0
+            try:
+                server = await asyncio.start_server(LoopbackServer(state).handle, args.host,
+                                                    port, backlog=1024)
+            except OSError as exc:  # port taken, host not ours: the user's to fix
+                print(f"error: --host {args.host} --port {port}: {exc.strerror or exc}",
+                      file=sys.stderr)
+                raise SystemExit(2) from None
+            host, bound = server.sockets[0].getsockname()[:2]
+            servers.append(server)
+            urls.append(f"http://{host}:{bound}/v1")
         if args.ready_file:  # written whole, then renamed: the reader never sees half
             tmp = Path(args.ready_file).with_suffix(".tmp")
-            tmp.write_text(url)
+            tmp.write_text("\n".join(urls))
             tmp.replace(args.ready_file)
-        print(f"loopback LLM server on {url}", file=sys.stderr, flush=True)
-        async with server:
-            await server.serve_forever()
+        for i, url in enumerate(urls):
+            which = f" {i}" if n > 1 else ""
+            print(f"loopback LLM server{which} on {url}"
+                  + (_described(faults[i]) if n > 1 else ""), file=sys.stderr, flush=True)
+        await asyncio.gather(*(s.serve_forever() for s in servers))
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main())

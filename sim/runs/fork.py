@@ -16,13 +16,14 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.config import ConfigError, parse_config
+from sim.config import ConfigError, parse_config, upgrade_saved
 from sim.config.llm import check_api_keys
 from sim.config.loading import locate
 from sim.core.errors import InputError
 from sim.engine.agent_history import newly_tracked, rebuild_history
 from sim.engine.interventions import check_against_population
 from sim.engine.round_log import agents_table, topics_table
+from sim.llm.cache import cache_spec
 from sim.runs.fork_plan import ForkPlan, fork_config
 from sim.runs.simulation import (
     Engine,
@@ -31,8 +32,9 @@ from sim.runs.simulation import (
     run_row,
     world_at,
 )
+from sim.store.lineage import lineage as lineage_of
 from sim.store.live_mirror import LiveMirror
-from sim.store.run_dir import RunDir, open_run_dir
+from sim.store.run_dir import RunDir, new_run_id, open_run_dir
 from sim.store.trajectory import TrajectoryStore
 from sim.world.checkpoint import checkpoint
 
@@ -60,7 +62,7 @@ def fork_run(parent: str | Path, fork_round: int, plan: ForkPlan | None = None,
     if out is not None:
         labels[sets[-1]] = f"--out {out}"
     try:
-        cfg, changes, renumber = fork_config(meta["config"], fork_round,
+        cfg, changes, renumber = fork_config(upgrade_saved(meta["config"]), fork_round,
                                              ForkPlan(sets, plan.seed, plan.interventions,
                                                       plan.schedule, plan.source, labels))
     except ConfigError as exc:
@@ -75,15 +77,21 @@ def fork_run(parent: str | Path, fork_round: int, plan: ForkPlan | None = None,
     # Agents the fork starts tracking (more LLM agents, build_for: all) get the digest and
     # notifications they would have had, rebuilt from the parent's actions.
     rebuild_history(str(parent_dir.root), world,
-                    newly_tracked(world, parse_config(meta["config"])), fork_round + 1,
-                    world.digest, world.notifications)
+                    newly_tracked(world, parse_config(upgrade_saved(meta["config"]))),
+                    fork_round + 1, world.digest, world.notifications)
     parent_meta = parent_dir.read_meta()
     lineage = {"parent_run_id": parent_dir.run_id,
                "parent_path": str(parent_dir.root.resolve()), "fork_round": fork_round,
                "parent_posts": world.posts.n, "root_run_id":
                    parent_meta.get("lineage", {}).get("root_run_id", parent_dir.run_id),
                "changes": changes}
-    engine = Engine.start(world)
+    run_id = new_run_id(cfg.name)
+    try:  # the fork reads the LLM answers of the runs it comes from, and writes its own
+        cache = cache_spec(cfg.llm, run_id, Path(cfg.output.dir) / run_id,
+                           [s.dir.root for s in lineage_of(parent_dir.root)])
+    except InputError as exc:
+        raise locate(cfg, exc) from None
+    engine = Engine.start(world, cache=cache)
 
     def fill(db: TrajectoryStore, checkpoints, run_id: str) -> None:
         db.con.execute("BEGIN TRANSACTION")
@@ -99,7 +107,7 @@ def fork_run(parent: str | Path, fork_round: int, plan: ForkPlan | None = None,
 
     try:
         run_dir: RunDir = _make_run_dir(Path(cfg.output.dir), cfg, lineage, fill,
-                                        rounds_done=fork_round)
+                                        run_id=run_id, rounds_done=fork_round)
     except InputError as exc:
         engine.stop()
         raise locate(cfg, exc) from None

@@ -126,13 +126,13 @@ def interview_agents(run: str, agents: Selector | list[int], question: str,
     world.memory.boundary(world.round + 1)  # what the agents remember after round R
     contexts = {a: context_for(world, a, world.round + 1).assembled for a in ids}
     world.memory.close()
-    replies = _ask_all(chosen, contexts, question, world.cfg.seed, concurrency, deadline_s)
+    replies = ask_all(chosen, contexts, question, world.cfg.seed, concurrency, deadline_s)
     batch_id = batch_id or f"iv-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
     interviews, rows = [], []
     asked_at = datetime.now()
     for a in ids:
         p, reply, context = chosen[a], replies[a], contexts[a]
-        answer, status, error = _answer(reply)
+        answer, status, error = answer_of(reply)
         prompt = (reply.prompt_tokens if reply.prompt_tokens is not None
                   else context.tokens["system"] + count(question))
         completion = reply.completion_tokens or 0
@@ -185,7 +185,7 @@ def _agent_ids(world, agents: Selector | list[int]) -> list[int]:
     return list(dict.fromkeys(agents))
 
 
-def _ask_all(providers: dict[int, ProviderConfig], contexts: dict[int, Assembled],
+def ask_all(providers: dict[int, ProviderConfig], contexts: dict[int, Assembled],
              question: str, seed: int, concurrency: int | None,
              deadline_s: float | None) -> dict[int, ChatReply]:
     """Every agent's reply; calls not answered by the deadline are `deadline` replies."""
@@ -226,7 +226,7 @@ def _ask_all(providers: dict[int, ProviderConfig], contexts: dict[int, Assembled
         endpoints.stop()
 
 
-def _answer(reply: ChatReply) -> tuple[str, str, str]:
+def answer_of(reply: ChatReply) -> tuple[str, str, str]:
     """(answer, status, error) of a reply."""
     if reply.status != "ok":
         return "", reply.status, reply.error

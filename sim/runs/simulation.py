@@ -51,6 +51,8 @@ from sim.engine.round_log import (
     posts_tables,
     topics_table,
 )
+from sim.engine.surveys import survey_table
+from sim.llm.cache import CacheMiss, CacheSpec, cache_spec
 from sim.llm.endpoints import Endpoints
 from sim.runs.fork_plan import ForkPlan, fork_config
 from sim.store.checkpoints import CheckpointError, CheckpointStore, MemoryCheckpoints
@@ -111,6 +113,7 @@ class Simulation:
         self._driver: RoundDriver | None = None
         self._closed = False
         self.notes: list[str] = []  # what the user should know (a damaged checkpoint skipped)
+        self.cache_parents: list[Path] = []  # run directories whose LLM answers it may read
 
     # ------------------------------------------------------------------ making
 
@@ -142,10 +145,14 @@ class Simulation:
         check_against_population(cfg, world)
         fired = fire_due(world, 0)  # posts seeded at round 0
         lineage = lineage or {}
-        engine = Engine.start(world, dry_llm)  # a cluster that cannot be joined: no directory
+        run_id = new_run_id(cfg.name)
+        folder = None if out is None else Path(cfg.output.dir if out == CONFIGURED else out)
+        cache = None if dry_llm else cache_spec(cfg.llm, run_id,
+                                                folder / run_id if folder else None)
+        # (a cluster that cannot be joined: no directory)
+        engine = Engine.start(world, dry_llm, cache)
         try:
-            if out is None:
-                run_id = new_run_id(cfg.name)
+            if folder is None:
                 store = TrajectoryStore(":memory:", cfg.platforms.names())
                 _write_setup(store, world, run_id, lineage, fired)
                 checkpoints = MemoryCheckpoints()
@@ -154,10 +161,9 @@ class Simulation:
                           engine=engine)
                 sim.notes = _setup_notes(world)
                 return sim
-            folder = Path(cfg.output.dir if out == CONFIGURED else out)
             run_dir = _make_run_dir(folder, cfg, lineage, lambda store, checkpoints, run_id: (
                 _write_setup(store, world, run_id, lineage, fired),
-                checkpoints.write(checkpoint(world))))
+                checkpoints.write(checkpoint(world))), run_id=run_id)
         except BaseException:
             engine.stop()
             raise
@@ -228,7 +234,7 @@ class Simulation:
         """The round driver (the engine and the writer start on first use)."""
         if self._driver is None:
             if self.engine is None:
-                self.engine = Engine.start(self.world)
+                self.engine = Engine.start(self.world, cache=self._cache())
             if self.writer is None:
                 mirror = (LiveMirror(self.dir.root) if self.dir and self.cfg.output.live_parquet
                           else None)
@@ -242,6 +248,14 @@ class Simulation:
     def executor(self) -> Executor | None:
         """Where agents decide (None until the engine starts)."""
         return self.engine.executor if self.engine else None
+
+    def _cache(self) -> CacheSpec | None:
+        """The LLM response cache of this run as it is now (resumed, or forked in memory):
+        its own folder and those of the runs it descends from."""
+        own = self.dir.root if self.dir is not None else None
+        ancestors = ([s.dir.root for s in lineage(own)[:-1]] if own is not None
+                     else self.cache_parents)
+        return cache_spec(self.cfg.llm, self.run_id, own, ancestors)
 
     def _checkpointed(self, round_: int) -> None:
         self._write_meta(rounds_done=round_)
@@ -261,7 +275,7 @@ class Simulation:
                              shards=self.executor.n_shards)
         try:
             stats = driver.step()
-        except (ProviderDown, NumericError) as exc:  # the round is dropped, the run stops
+        except (ProviderDown, NumericError, CacheMiss) as exc:  # the round is dropped, stop
             self.flush()
             self._write_meta(status="stopped", stopped_reason=str(exc))
             raise
@@ -409,7 +423,10 @@ class Simulation:
         cp = checkpoint(world)
         checkpoints.write_state(at, cp.state, cp.meta)
         meta = {**_new_meta(cfg, run_id, {}, at), "origin": origin}
-        return Simulation(world, store, checkpoints, meta)
+        fork = Simulation(world, store, checkpoints, meta)
+        fork.cache_parents = ([s.dir.root for s in lineage(self.dir.root)] if self.dir
+                              else list(self.cache_parents))  # (its LLM answers are reused)
+        return fork
 
     def save(self, path: str | Path) -> Path:
         """Write this simulation as a normal run directory at `path` (which must not
@@ -449,17 +466,26 @@ class Engine:
         self.dry_llm = dry_llm
 
     @classmethod
-    def start(cls, world: World, dry_llm: bool = False) -> Engine:
+    def start(cls, world: World, dry_llm: bool = False, cache: CacheSpec | None = None
+              ) -> Engine:
         """Resolve the providers' endpoints (starting loopback servers), give the LLM
-        summariser its provider's, and make the executor the config asks for."""
+        summariser its provider's, and make the executor the config asks for, its LLM
+        agents behind `cache` if given. A replay asks no endpoint for agents' turns, so
+        only the summariser's provider is resolved (no loopback server for the agents)."""
         cfg = world.cfg
         endpoints = Endpoints(cfg.seed)
         try:
-            urls = {} if dry_llm else endpoints.all(cfg.llm)
+            if dry_llm or cfg.llm is None:
+                urls = {}
+            elif cache is not None and cache.mode == "replay":
+                urls = {p.name: endpoints.urls(p) for p in cfg.llm.providers
+                        if p.name == cfg.llm.summarizer_provider}
+            else:
+                urls = endpoints.all(cfg.llm)
             summarizer = world.memory.summarizer
             if urls and cfg.llm.summarizer_provider and hasattr(summarizer, "base_urls"):
                 summarizer.base_urls = urls[cfg.llm.summarizer_provider]
-            return cls(make_executor(cfg, world.population, urls), endpoints, dry_llm)
+            return cls(make_executor(cfg, world.population, urls, cache), endpoints, dry_llm)
         except BaseException:
             endpoints.stop()
             raise
@@ -571,6 +597,8 @@ def _setup_tables(world: World, fired: Fired) -> dict[str, pa.Table]:
         **{k: v for engine in world.engines.values() for k, v in engine.tables(world, 0).items()},
         **(knowledge.drain_tables(0) if knowledge is not None else {}),
         **({"llm_calls": llm_calls_table(calls)} if calls else {}),
+        **({"survey_responses": surveys} if (surveys := survey_table(
+            world, 0, set(world.llm_providers()))) is not None else {}),
     }
 
 

@@ -244,7 +244,7 @@ def run_sweep(plan: SweepPlan, parallel: int | None = None, address: str | None 
     try:
         plan.root.mkdir(parents=True, exist_ok=False)
         shutil.copyfile(plan.source, plan.root / "config.yaml")
-        _write_json(plan.root / SWEEP_FILE, spec)
+        write_json(plan.root / SWEEP_FILE, spec)
         # one CPU per member: a run is single-threaded numpy; no retry (a retry would
         # leave a second run directory for the same member)
         task = ray.remote(num_cpus=1, max_retries=0)(run_member)
@@ -267,14 +267,14 @@ def run_sweep(plan: SweepPlan, parallel: int | None = None, address: str | None 
                 records[member.index].update(outcome)
                 done += 1
                 spec["seconds"] = time.perf_counter() - start
-                _write_json(plan.root / SWEEP_FILE, spec)
+                write_json(plan.root / SWEEP_FILE, spec)
                 if on_member is not None:
                     on_member(records[member.index], done, len(records))
     except KeyboardInterrupt:
         for ref in pending:
             ray.cancel(ref, force=True)
         spec["status"] = "interrupted"
-        _write_json(plan.root / SWEEP_FILE, spec)
+        write_json(plan.root / SWEEP_FILE, spec)
         raise
     finally:
         if owns_ray:
@@ -282,7 +282,7 @@ def run_sweep(plan: SweepPlan, parallel: int | None = None, address: str | None 
     result = SweepResult(root=plan.root, members=records, seconds=time.perf_counter() - start)
     spec["status"] = "failed" if result.failed else "finished"
     spec["seconds"] = result.seconds
-    _write_json(plan.root / SWEEP_FILE, spec)
+    write_json(plan.root / SWEEP_FILE, spec)
     result.summary = summarize_members(members_frame(spec), list(plan.grid))
     result.summary.to_csv(plan.root / SUMMARY_FILE, index=False)
     return result
@@ -300,7 +300,7 @@ def _spec(plan: SweepPlan, records: list[dict]) -> dict:
             "interval": f"{LEVEL:.0%} Student t-interval over seeds", "members": records}
 
 
-def _write_json(path: Path, data: dict) -> None:
+def write_json(path: Path, data: dict) -> None:
     """Atomic replace, so a reader never sees half a file."""
     with _WRITE_LOCK:
         tmp = path.with_name(path.name + ".tmp")

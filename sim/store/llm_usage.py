@@ -27,6 +27,9 @@ class Usage:
     fallbacks: int = 0  # turns decided by the fallback
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cache_hits: int = 0  # answered by the response cache (no request sent)
+    cache_misses: int = 0  # asked of the cache, then of the endpoint
+    saved_usd: float = 0.0  # what the hits would have cost
 
     @classmethod
     def of(cls, rows: pd.DataFrame | list[dict]) -> Usage:
@@ -48,6 +51,9 @@ class Usage:
             fallbacks=len(fell.drop_duplicates(key)) if key else len(fell),
             prompt_tokens=int(_numbers(df, "prompt_tokens").sum()),
             completion_tokens=int(_numbers(df, "completion_tokens").sum()),
+            cache_hits=int((last & (_text(df, "cache") == "hit")).sum()),
+            cache_misses=int((last & (_text(df, "cache") == "miss")).sum()),
+            saved_usd=float(_numbers(df, "saved_usd").sum()),
         )
 
 

@@ -100,10 +100,15 @@ CREATE TABLE llm_calls (
     base_url VARCHAR, call TINYINT, status VARCHAR, http_status SMALLINT,
     prompt_tokens INTEGER, completion_tokens INTEGER, section_tokens JSON, latency_ms DOUBLE,
     retries SMALLINT, outcome VARCHAR, fallback_reason VARCHAR, error VARCHAR,
-    cost_usd DOUBLE
+    cost_usd DOUBLE, cache VARCHAR, saved_usd DOUBLE, wait_ms DOUBLE
 );
 CREATE TABLE exposures (
     round INTEGER, platform platform_t, agent INTEGER, post_id BIGINT, rank SMALLINT
+);
+CREATE TABLE survey_responses (
+    round INTEGER, survey VARCHAR, wave INTEGER, agent INTEGER, item VARCHAR,
+    kind VARCHAR, value DOUBLE, choice VARCHAR, text VARCHAR, abstained BOOLEAN,
+    source VARCHAR
 );
 CREATE TABLE beliefs (
     round INTEGER, agent INTEGER, topic VARCHAR, position DOUBLE, confidence DOUBLE
@@ -164,10 +169,16 @@ CREATE VIEW post_stats AS
                WHERE kind IN ('repost', 'quote') GROUP BY ALL) s USING (post_id);
 """
 
+# Columns added since the first release, with what older rows hold: a run written before
+# them gets them when it is opened for writing (a resume), so its new rows fit.
+ADDED_COLUMNS = {"llm_calls": (("cache", "VARCHAR", "'off'"), ("saved_usd", "DOUBLE", "0"),
+                               ("wait_ms", "DOUBLE", "0"))}
+
 TABLES = ("run", "topics", "agents", "rounds", "posts", "post_stances", "actions",
           "exposures", "beliefs", "trust", "follows", "interventions", "memory", "context",
           "llm_calls", "profile_fixes", "markets", "prices", "trades", "positions",
-          "market_bridge", "market_books", "forecasts", "payouts", *GRAPH_TABLES)
+          "market_bridge", "market_books", "forecasts", "payouts", "survey_responses",
+          *GRAPH_TABLES)
 
 
 def enum_array(codes: np.ndarray, names: tuple[str, ...]) -> pa.DictionaryArray:

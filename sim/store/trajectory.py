@@ -15,7 +15,7 @@ import duckdb
 import pyarrow as pa
 
 from sim.core.errors import InputError, StorageFull, out_of_space
-from sim.store.schema import schema
+from sim.store.schema import ADDED_COLUMNS, schema
 
 
 def connect(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
@@ -51,6 +51,17 @@ class TrajectoryStore:
         self.con = connect(path)
         if platforms is not None:
             self.con.execute(schema(platforms))
+        else:
+            self._add_columns()
+
+    def _add_columns(self) -> None:
+        """Columns a file written by an older release lacks, added with their defaults."""
+        tables = {t for (t,) in self.con.execute(
+            "SELECT table_name FROM information_schema.tables").fetchall()}
+        for table, columns in ADDED_COLUMNS.items():
+            for name, kind, default in columns if table in tables else ():
+                self.con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {kind} "
+                                 f"DEFAULT {default}")
 
     def insert(self, table: str, data: pa.Table) -> None:
         """Bulk insert an Arrow table (columns in schema order)."""

@@ -15,7 +15,7 @@ from beliefs.exposure import ExposureHistory
 from beliefs.rules import make_rule
 from beliefs.state import BeliefState
 from beliefs.trust import TrustStore
-from sim.config import Config, parse_config, resolved_dict
+from sim.config import Config, parse_config, resolved_dict, upgrade_saved
 from sim.core.follow_graph import FollowGraph
 from sim.core.posts import PostStore
 from sim.core.state import State
@@ -88,7 +88,7 @@ def restore_world(store: CheckpointStore, round_: int, cfg: Config | None = None
         logs = store.read_logs(round_)
     except (OSError, KeyError, ValueError) as exc:
         raise CheckpointError(f"cannot read the checkpoint of round {round_}: {exc}") from exc
-    cfg = cfg if cfg is not None else parse_config(meta["config"])
+    cfg = cfg if cfg is not None else parse_config(upgrade_saved(meta["config"]))
     try:
         world = _rebuild(cfg, round_, saved, logs)
     except (KeyError, ValueError) as exc:

@@ -1,0 +1,168 @@
+"""`shoal survey RUN`: the LLM agents of a run's survey samples answer the questionnaire,
+each as it was at the end of the wave's round, through the interview path (its exact
+context as system text, the questionnaire as the user message). Rule-based respondents
+were answered during the run (sim/engine/surveys.py). Answers go to `survey_responses`
+with source `llm`; a wave already answered is not asked again.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+import pandas as pd
+
+from sim.config.surveys import Item, Survey
+from sim.core.errors import InputError
+from sim.engine.agent_context import context_for
+from sim.llm.chat import strip_reasoning
+from sim.runs.interview import answer_of, ask_all, provider_for
+from sim.runs.simulation import world_at
+from sim.store.analysis import AnalysisStore
+from sim.store.lineage import being_written, read_table
+from sim.store.run_dir import open_run_dir
+
+MARK = "Shoal survey"  # the loopback server answers questionnaires that carry it
+
+
+@dataclass
+class SurveyRun:
+    """What `shoal survey` asked: per (survey, wave), agents asked and rows written."""
+
+    asked: pd.DataFrame  # survey, wave, round, agents, answered, skipped (already done)
+
+
+def questionnaire(survey: Survey, labels: dict[str, str]) -> str:
+    """The user message: every item with how to answer it, and the reply format."""
+    lines = [f"{MARK}: {survey.name}. Answer as yourself, from what you think now. Reply "
+             "with a JSON object mapping each item id to your answer; use null to decline "
+             "an item.", ""]
+    for it in survey.items:
+        about = f", about {labels[it.topic]}" if it.topic else ""
+        if it.kind == "likert":
+            how = (f"likert 1-{it.points}{about}{', reverse' if it.reverse else ''}: "
+                   f"1 = strongly disagree, {it.points} = strongly agree")
+        elif it.kind == "numeric":
+            how = f"numeric {it.range[0]:g} to {it.range[1]:g}{about}"
+        elif it.kind == "single":
+            how = f"single choice{about}, one of: " + "; ".join(o.label for o in it.options)
+        elif it.kind == "multiple":
+            how = (f"multiple choice{about}, a list of any of: "
+                   + "; ".join(o.label for o in it.options))
+        else:
+            how = "free text, one or two sentences"
+        lines.append(f"- {it.id} ({how}): {it.text}")
+    return "\n".join(lines)
+
+
+def parse_answers(text: str, survey: Survey) -> dict[str, object] | None:
+    """The reply's JSON object (first {...} in the text), or None."""
+    text = strip_reasoning(text)
+    m = re.search(r"\{.*\}", text, re.DOTALL)
+    if not m:
+        return None
+    try:
+        data = json.loads(m.group(0))
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def item_row(it: Item, answer: object) -> dict:
+    """value, choice, text, abstained of one answer (an invalid answer is an abstention,
+    its raw text kept in `text`)."""
+    empty = {"value": None, "choice": None, "text": None, "abstained": True}
+    if answer is None:
+        return empty
+    try:
+        if it.kind == "likert":
+            v = int(answer)
+            if 1 <= v <= it.points and float(answer) == v:
+                return {**empty, "value": float(v), "abstained": False}
+        elif it.kind == "numeric":
+            v = float(answer)
+            lo, hi = sorted(it.range)
+            if lo <= v <= hi:
+                return {**empty, "value": v, "abstained": False}
+        elif it.kind == "single":
+            labels = [o.label for o in it.options]
+            if answer in labels:
+                return {**empty, "value": float(labels.index(answer)), "choice": answer,
+                        "abstained": False}
+        elif it.kind == "multiple":
+            labels = [o.label for o in it.options]
+            picked = [a for a in answer if a in labels] if isinstance(answer, list) else []
+            if isinstance(answer, list) and len(picked) == len(answer):
+                return {**empty, "value": float(len(picked)), "abstained": False,
+                        "choice": "|".join(o for o in labels if o in picked)}
+        elif str(answer).strip():
+            return {**empty, "text": str(answer), "abstained": False}
+    except (TypeError, ValueError):
+        pass
+    return {**empty, "text": f"invalid: {json.dumps(answer)[:200]}"}
+
+
+def survey_llm_agents(run: str, base_url: str | None = None, model: str | None = None,
+                      api_key_env: str | None = None, concurrency: int | None = None
+                      ) -> SurveyRun:
+    """Ask every survey's LLM respondents, wave by wave (see the module docstring)."""
+    run_dir = open_run_dir(run)
+    if being_written(run_dir):
+        raise InputError(f"{run_dir.run_id} is being written; survey it when it has stopped")
+    kept = run_dir.checkpoints.available()
+    if not kept:
+        raise InputError(f"{run_dir.run_id}: the run has no checkpoint yet")
+    done = read_table(run, "survey_responses", "source = 'llm'")
+    answered = set(zip(done["survey"], done["wave"], strict=True))
+    world0 = world_at(run_dir, kept[-1])
+    if not world0.cfg.surveys:
+        raise InputError(f"{run_dir.run_id}: the run's config has no surveys")
+    llm = set(world0.llm_providers())
+    if not llm and base_url is None:
+        raise InputError(f"{run_dir.run_id}: the run has no LLM agents (their surveys were "
+                         "answered during the run)")
+    from sim.engine.surveys import panel
+
+    store, asked = AnalysisStore(run_dir.db), []
+    for survey in world0.cfg.surveys:
+        for wave, round_ in enumerate(survey.waves):
+            if round_ > kept[-1]:
+                continue  # the run has not reached the wave
+            if (survey.name, wave) in answered:
+                asked.append((survey.name, wave, round_, 0, 0, True))
+                continue
+            world = world_at(run_dir, round_, f"surveys.{survey.name}.waves.{wave}")
+            ids = [int(a) for a in panel(survey, world, world.cfg.seed)
+                   if int(a) in llm and world.alive[a]]
+            if not ids:
+                continue
+            rows = _ask(world, survey, wave, round_, ids, base_url, model, api_key_env,
+                        concurrency)
+            store.insert("survey_responses", rows)
+            asked.append((survey.name, wave, round_, len(ids),
+                          len({r["agent"] for r in rows if not r["abstained"]}), False))
+    return SurveyRun(pd.DataFrame(asked, columns=["survey", "wave", "round", "agents",
+                                                  "answered", "skipped"]))
+
+
+def _ask(world, survey: Survey, wave: int, round_: int, ids: list[int], base_url, model,
+         api_key_env, concurrency) -> list[dict]:
+    labels = {t.name: t.label or t.name for t in world.cfg.topics}
+    providers = world.llm_providers()
+    chosen = {a: provider_for(world.cfg, providers.get(a), base_url, model, api_key_env)
+              for a in ids}
+    world.memory.boundary(round_ + 1)
+    contexts = {a: context_for(world, a, round_ + 1).assembled for a in ids}
+    world.memory.close()
+    replies = ask_all(chosen, contexts, questionnaire(survey, labels), world.cfg.seed,
+                      concurrency, None)
+    rows = []
+    for a in ids:
+        text, status, _ = answer_of(replies[a])
+        answers = parse_answers(text, survey) if status == "ok" else None
+        for it in survey.items:
+            row = item_row(it, (answers or {}).get(it.id))
+            rows.append({"round": round_, "survey": survey.name, "wave": wave, "agent": a,
+                         "item": it.id, "kind": it.kind, **row, "source": "llm"})
+    return rows

@@ -1,0 +1,163 @@
+"""Surveys: a questionnaire never changes the run, the response model answers as documented,
+scale statistics match a hand computation, and LLM agents answer through the interview
+path over real HTTP (the loopback server)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from sim import open_run
+from sim.cli.main import main
+from sim.config import parse_config
+from sim.config.surveys import Survey
+from sim.core.errors import ConfigError
+from sim.engine.surveys import rule_responses
+from tests.conftest import CONFIGS
+from tests.golden import TABLES, table_digest
+from tests.helpers import make_config, run_config
+
+SURVEY = {
+    "name": "panel", "waves": [0, 3, 6], "sample": {"size": 150},
+    "items": [
+        {"id": "good", "kind": "likert", "topic": "carbon_tax", "scale": "ct",
+         "text": "The carbon tax is a good idea."},
+        {"id": "hurts", "kind": "likert", "topic": "carbon_tax", "scale": "ct",
+         "reverse": True, "text": "The carbon tax will hurt people like me."},
+        {"id": "fair", "kind": "likert", "topic": "carbon_tax", "scale": "ct",
+         "text": "The carbon tax is fair."},
+        {"id": "pay", "kind": "numeric", "topic": "carbon_tax", "range": [0, 50],
+         "text": "How much a month would you pay?"},
+        {"id": "vote", "kind": "single", "topic": "carbon_tax", "text": "Your vote?",
+         "options": [{"label": "against", "position": -0.6},
+                     {"label": "abstain", "position": 0},
+                     {"label": "for", "position": 0.6}]},
+        {"id": "why", "kind": "text", "text": "Why?"},
+    ]}
+
+
+def _quickstart(tmp_path, surveys: list | None):
+    data = yaml.safe_load((CONFIGS / "quickstart.yaml").read_text())
+    if surveys is not None:
+        data["surveys"] = surveys
+    cfg = make_config(data, tmp_path, rounds=6,
+                      population={**data["population"], "size": 300})
+    return run_config(cfg).dir.root
+
+
+@pytest.fixture(scope="module")
+def surveyed(tmp_path_factory):
+    base = tmp_path_factory.mktemp("surveys")
+    return _quickstart(base / "with", [SURVEY]), _quickstart(base / "without", None)
+
+
+def test_a_survey_never_changes_the_run(surveyed):
+    with_, without = surveyed
+    for table in TABLES:
+        if table == "run":
+            continue  # its config column differs by the survey itself (volatile anyway)
+        assert table_digest(with_ / "trajectory.duckdb", table) == table_digest(
+            without / "trajectory.duckdb", table), table
+    responses = open_run(with_).survey_responses
+    # 150 respondents × 5 items answered by rule agents (text is for LLM agents) × 3 waves
+    assert len(responses) == 150 * 5 * 3
+    assert sorted(responses["round"].unique()) == [0, 3, 6]
+    panel = responses.groupby("wave")["agent"].apply(lambda a: tuple(sorted(set(a))))
+    assert panel.nunique() == 1  # the same respondents every wave
+    assert open_run(without).survey_responses.empty
+
+
+def test_alpha_and_scores_match_a_hand_computation(surveyed):
+    run = open_run(surveyed[0])
+    r = run.survey_responses
+    wave0 = r[(r["wave"] == 0) & r["item"].isin(["good", "hurts", "fair"])]
+    wide = wave0.pivot_table(index="agent", columns="item", values="value")
+    wide["hurts"] = 6 - wide["hurts"]  # reverse-coded on 5 points
+    wide = wide.dropna()
+    k = 3
+    items_var = sum(np.var(wide[c].to_numpy(), ddof=1) for c in ("good", "hurts", "fair"))
+    total_var = np.var(wide.sum(axis=1).to_numpy(), ddof=1)
+    alpha = k / (k - 1) * (1 - items_var / total_var)
+    scales = run.survey_scales().set_index("wave")
+    assert scales.loc[0, "alpha"] == pytest.approx(alpha, rel=1e-12)
+    assert scales.loc[0, "n"] == len(wide)
+    assert scales.loc[0, "mean"] == pytest.approx(wide.mean(axis=1).mean(), rel=1e-12)
+    # the items measure one position: the scale is reliable
+    assert alpha > 0.6
+    change = run.survey_change()
+    assert list(zip(change["from_wave"], change["to_wave"], strict=True)) == [(0, 1), (1, 2)]
+    ab = run.survey_abstention()
+    assert ((ab["rate"] > 0) & (ab["rate"] < 0.2)).all()
+
+
+def test_the_response_model_gives_the_ordered_logit_probabilities():
+    survey = Survey(**SURVEY)
+    n = 40_000
+    agents = np.arange(n)
+    position = np.full((n, 1), 0.3)
+    confidence = np.full((n, 1), 0.5)
+    rows = pd.DataFrame(rule_responses(survey, 0, 4, agents, position, confidence,
+                                       {"carbon_tax": 0}, seed=11))
+    m = survey.response
+    s = m.floor + (m.noise - m.floor) * 0.5
+    assert rows[rows["item"] == "good"]["abstained"].mean() == pytest.approx(
+        m.abstain * 0.25, abs=0.01)
+    cuts = -1 + 2 * np.arange(1, 5) / 5
+
+    def expected(x: float) -> np.ndarray:
+        cdf = np.r_[0, 1 / (1 + np.exp(-(cuts - x) / s)), 1]
+        return np.diff(cdf)
+
+    for item, x in (("good", 0.3), ("hurts", -0.3)):
+        answered = rows[(rows["item"] == item) & ~rows["abstained"]]["value"]
+        seen = answered.value_counts(normalize=True).reindex([1, 2, 3, 4, 5], fill_value=0)
+        assert np.abs(seen.to_numpy() - expected(x)).max() < 0.01, item
+    # the same keys give the same answers; another seed gives others
+    again = pd.DataFrame(rule_responses(survey, 0, 4, agents[:50], position[:50],
+                                        confidence[:50], {"carbon_tax": 0}, seed=11))
+    assert again.equals(rows[rows["agent"] < 50].reset_index(drop=True))
+    other = pd.DataFrame(rule_responses(survey, 0, 4, agents[:50], position[:50],
+                                        confidence[:50], {"carbon_tax": 0}, seed=12))
+    assert not other["value"].equals(again["value"])
+
+
+def test_llm_agents_answer_through_the_interview_path(tmp_path):
+    data = yaml.safe_load((CONFIGS / "llm_quickstart.yaml").read_text())
+    data["surveys"] = [{**SURVEY, "waves": [1, 2], "sample": {}}]
+    data["interventions"] = []
+    cfg = make_config(data, tmp_path, rounds=2,
+                      population={**data["population"], "size": 60})
+    run = run_config(cfg).dir.root
+    r = open_run(run).survey_responses
+    assert set(r["source"]) == {"rule"}
+    assert main(["survey", str(run)]) == 0
+    r = open_run(run).survey_responses
+    llm = r[r["source"] == "llm"]
+    agents = set(llm["agent"])
+    assert agents and not agents & set(r[r["source"] == "rule"]["agent"])
+    assert len(llm) == len(agents) * 2 * len(SURVEY["items"])
+    likert = llm[llm["kind"] == "likert"]
+    assert likert["value"].between(1, 5).all() and not likert["abstained"].any()
+    assert llm[llm["kind"] == "text"]["text"].str.startswith("I ").all()
+    assert main(["survey", str(run)]) == 0  # the waves are answered: nothing asked again
+    assert len(open_run(run).survey_responses) == len(r)
+
+
+@pytest.mark.parametrize("change, problem", [
+    ({"waves": [0, 99]}, "surveys.0.waves.1: round 99 is outside the run"),
+    ({"items": [{"id": "a", "kind": "likert", "topic": "nope", "text": "x"}]},
+     "surveys.0.items.0.topic: unknown topic 'nope'"),
+    ({"items": [{"id": "a", "kind": "single", "topic": "carbon_tax", "text": "x",
+                 "options": [{"label": "one", "position": 0}]}]}, "at least 2 options"),
+    ({"items": [{"id": "a", "kind": "text", "text": "x"},
+                {"id": "a", "kind": "text", "text": "y"}]}, "'a' is used twice"),
+])
+def test_bad_surveys_name_the_field(change, problem, tmp_path):
+    data = yaml.safe_load((CONFIGS / "quickstart.yaml").read_text())
+    data["surveys"] = [{**SURVEY, **change}]
+    data["output"] = {"dir": str(tmp_path)}
+    with pytest.raises(ConfigError) as err:
+        parse_config(data)
+    assert problem in str(err.value)
