@@ -18,7 +18,6 @@ journal file, so a killed calibration resumes where it stopped.
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import time
@@ -187,8 +186,7 @@ def calibrate(config: str, target: str, params: list[Param], out: str | Path,
     try:
         task = ray.remote(num_cpus=1, max_retries=0)(simulate)
         limit = parallel or max(1, int(ray.cluster_resources().get("CPU", 1)))
-        done = len([t for t in study.trials if t.state.is_finished()
-                    and t.state == optuna.trial.TrialState.COMPLETE])
+        done = len(study.get_trials(states=(optuna.trial.TrialState.COMPLETE,)))
         while done < trials:
             batch = [study.ask() for _ in range(min(limit, trials - done))]
             runs = {}
@@ -245,9 +243,8 @@ def summarise(study: Any, params: list[Param], accept: float, out: Path) -> Cali
 def write_config(config: str, sets: list[str], values: dict[str, float], path: Path) -> None:
     """The config with the fitted values filled in (resolved, every default written)."""
     cfg = load_config(config, [*sets, *(f"{k}={v!r}" for k, v in values.items())])
-    data = copy.deepcopy(resolved_dict(cfg))
     path.write_text("# calibrated by `shoal calibrate` (docs/calibration.md)\n"
-                    + yaml.safe_dump(data, sort_keys=False))
+                    + yaml.safe_dump(resolved_dict(cfg), sort_keys=False))
 
 
 def plot_fit(config: str, sets: list[str], values: dict[str, float], target: pd.DataFrame,
