@@ -30,12 +30,14 @@ def _overrides(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     sets = list(args.set or [])
     labels: dict[str, str] = {}
     for flag, key in (("executor", "executor.kind"), ("shards", "executor.shards"),
-                      ("address", "executor.address"), ("seed", "seed"),
+                      ("address", "executor.address"), ("placement", "executor.placement"),
+                      ("seed", "seed"),
                       ("rounds", "rounds"), ("out", "output.dir")):
         value = getattr(args, flag, None)
         if value is not None:
             # Text flags are quoted: `--out 2024` is a folder name, not a number.
-            shown = json.dumps(value) if flag in ("executor", "address", "out") else value
+            shown = (json.dumps(value) if flag in ("executor", "address", "placement", "out")
+                     else value)
             sets.append(f"{key}={shown}")
             labels[sets[-1]] = f"--{flag} {value}"
     if getattr(args, "address", None) and not getattr(args, "executor", None):
@@ -80,9 +82,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     shards = args.shards
-    if shards is not None and shards != "auto" and not (shards.isdigit() and int(shards) >= 1):
+    if shards is not None and shards not in ("auto", "per_node") and not (
+            shards.isdigit() and int(shards) >= 1):
         # checked before the run is reopened (resuming truncates it to its checkpoint)
-        raise InputError(f"--shards {shards}: must be a whole number >= 1 or 'auto'")
+        raise InputError(f"--shards {shards}: must be a whole number >= 1, 'auto' or "
+                         "'per_node'")
     sim = Simulation.resume(args.run)
     for note in sim.notes:
         console.print(f"[yellow]warning[/]: {escape(note)}", highlight=False)
@@ -91,7 +95,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
         console.print(f"{sim.run_id} is finished (all {sim.cfg.rounds} rounds ran); nothing "
                       "to resume")
         return 0
-    for flag, field in (("executor", "kind"), ("shards", "shards"), ("address", "address")):
+    for flag, field in (("executor", "kind"), ("shards", "shards"), ("address", "address"),
+                        ("placement", "placement")):
         value = getattr(args, flag)
         if value is not None:  # where agents run never changes the results
             setattr(sim.cfg.executor, field, int(value) if value.isdigit() else value)
@@ -358,8 +363,10 @@ def _add_config_flags(p: argparse.ArgumentParser, runs: bool = True) -> None:
     if not runs:
         return
     p.add_argument("--executor", choices=["local", "ray"], help="where agents decide")
-    p.add_argument("--shards", help="number of agent shards (or 'auto')")
+    p.add_argument("--shards", help="number of agent shards ('auto': one per CPU; 'per_node')")
     p.add_argument("--address", help="Ray cluster address ('auto' joins a running cluster)")
+    p.add_argument("--placement", choices=["spread", "pack"],
+                   help="how Ray shards are placed on a cluster's nodes (docs/cluster.md)")
     p.add_argument("--out", help="output folder for run directories (default: runs)")
 
 
@@ -378,8 +385,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("resume", help="continue a run from its last checkpoint")
     p.add_argument("run", help="run directory (or run id under runs/)")
     p.add_argument("--executor", choices=["local", "ray"], help="where agents decide")
-    p.add_argument("--shards", help="number of agent shards (or 'auto')")
+    p.add_argument("--shards", help="number of agent shards ('auto': one per CPU; 'per_node')")
     p.add_argument("--address", help="Ray cluster address ('auto' joins a running cluster)")
+    p.add_argument("--placement", choices=["spread", "pack"],
+                   help="how Ray shards are placed on a cluster's nodes (docs/cluster.md)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_resume)
 

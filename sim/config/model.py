@@ -265,17 +265,27 @@ class BeliefsConfig(Strict):
 
 
 class ExecutorConfig(Strict):
-    """Where agents decide: in-process, or on Ray actors (`shards` of them)."""
+    """Where agents decide: in-process, or on Ray actors (`shards` of them, placed on the
+    cluster's nodes by `placement`: docs/cluster.md)."""
 
     kind: Literal["local", "ray"] = "local"
-    shards: int | Literal["auto"] = "auto"
+    # a count, 'auto' (one per CPU of the cluster; 1 in-process) or 'per_node' (one per
+    # node of the cluster; 1 in-process)
+    shards: int | Literal["auto", "per_node"] = "auto"
     address: str | None = None
+    # spread: round-robin over the cluster's nodes (by their CPUs); pack: Ray's default
+    # scheduler places them (it packs them onto the driver's node until that one is busy)
+    placement: Literal["spread", "pack"] = "spread"
 
-    @field_validator("shards")
+    @field_validator("shards", mode="before")
     @classmethod
     def _shards(cls, v):
-        if isinstance(v, int) and v < 1:
-            raise ValueError(f"must be >= 1 or 'auto', got {v}")
+        if v in ("auto", "per_node"):
+            return v
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"must be a whole number >= 1, 'auto' or 'per_node', got {v!r}")
+        if v < 1:
+            raise ValueError(f"must be >= 1, 'auto' or 'per_node', got {v}")
         return v
 
 

@@ -2,16 +2,26 @@
 
 Either way the driver makes one call per shard per round with that shard's
 `DecisionRequest`; agents are assigned to shards by `agent_id % n_shards`. Because every
-random draw is keyed by agent, the result does not depend on the executor or shard count.
+random draw is keyed by agent, the result does not depend on the executor, the shard count
+or where the shards run.
+
+On Ray the shards are placed on the cluster's nodes by `executor.placement` (`spread`:
+round-robin over the nodes, pinned with a NodeAffinitySchedulingStrategy; `pack`: wherever
+Ray's default scheduler puts them). The read-only world (the population, the config) is
+put in the object store once and every actor gets the reference. docs/cluster.md.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 import os
 import socket
 import threading
 from abc import ABC, abstractmethod
+from collections import Counter
+from pathlib import Path
 
 import numpy as np
 
@@ -21,6 +31,9 @@ from agents.shard import AgentShard, ShardResult
 from sim.config import Config
 from sim.core.errors import InputError
 from sim.llm.cache import CacheSpec
+
+log = logging.getLogger(__name__)
+PLACEMENTS = ("spread", "pack")
 
 
 def split_request(request: DecisionRequest, n_shards: int) -> list[DecisionRequest]:
@@ -155,8 +168,10 @@ def ensure_ray(address: str | None) -> bool:
         if address:
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
         else:
-            # a local instance serves this machine only: its node address is loopback
-            ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False,
+            # a local instance serves this machine only: its node address is loopback.
+            # 'local': a new instance even if this machine runs a cluster (`ray start`
+            # leaves its address where a bare ray.init would join it, num_cpus refused)
+            ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False,
                      log_to_driver=False, _node_ip_address="127.0.0.1")
     except ConnectionError as exc:
         if not address:
@@ -166,23 +181,56 @@ def ensure_ray(address: str | None) -> bool:
 
 
 class RayExecutor(Executor):
-    """Shards as Ray async actors; one remote call per shard per round."""
+    """Shards as Ray async actors, placed on the cluster's nodes by `placement`; one remote
+    call per shard per round. `nodes`: the id of the node each shard runs on (as the actor
+    itself reports it)."""
 
     kind = "ray"
 
-    def __init__(self, cfg: Config, population: Population, n_shards: int,
+    def __init__(self, cfg: Config, population: Population, shards: int | str,
                  address: str | None = None, llm_urls: dict[str, list[str]] | None = None,
-                 llm_cache: CacheSpec | None = None):
+                 llm_cache: CacheSpec | None = None, placement: str = "spread"):
         import ray  # imported here: the local executor must not pay Ray's import time
 
+        if placement not in PLACEMENTS:
+            raise InputError(f"executor.placement: must be one of {', '.join(PLACEMENTS)}, "
+                             f"got {placement!r}")
         self._ray = ray
         self._owns_ray = ensure_ray(address)
-        self.n_shards = n_shards
+        self.actors = []
+        try:
+            self._start(cfg, population, shards, llm_urls, llm_cache, placement)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, cfg, population, shards, llm_urls, llm_cache, placement) -> None:
+        ray = self._ray
+        nodes = worker_nodes(ray.nodes())
+        self.n_shards = resolve_shards("ray", shards, nodes)
+        self.placement = placement
         actor_cls = ray.remote(num_cpus=0)(_ShardActor)
-        pop_ref = ray.put(population)
-        self.actors = [actor_cls.remote(s, n_shards, cfg, pop_ref, llm_urls, llm_cache)
-                       for s in range(n_shards)]
-        ray.get([a.ping.remote() for a in self.actors])
+        # the read-only world goes to the object store once; every actor gets the reference
+        cfg_ref, pop_ref = ray.put(cfg), ray.put(population)
+        # the cache's folders as absolute paths: a worker's working directory is not ours
+        cache = absolute_cache(llm_cache)
+        targets = (spread_over(nodes, self.n_shards, _driver_node(ray))
+                   if placement == "spread" else [None] * self.n_shards)
+        for s, node in enumerate(targets):
+            options = {}
+            if node is not None:
+                # hard: with soft=True Ray moves shards off a node it finds busy
+                from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
+            self.actors.append(actor_cls.options(**options).remote(
+                s, self.n_shards, cfg_ref, pop_ref, llm_urls, cache))
+        self.nodes: list[str] = ray.get([a.ping.remote() for a in self.actors])
+        log.info("%d shards (%s) on %d node(s): %s", self.n_shards, placement,
+                 len(set(self.nodes)), self.describe_placement())
+
+    def describe_placement(self) -> str:
+        """How many shards run on each node, e.g. `3f2a…: 2, 91bc…: 1` (node ids cut)."""
+        return ", ".join(f"{node[:8]}: {n}" for node, n in Counter(self.nodes).items())
 
     def decide(self, request: DecisionRequest) -> list[ShardResult]:
         parts = split_request(request, self.n_shards)
@@ -195,19 +243,22 @@ class RayExecutor(Executor):
             raise
 
     def update(self, cfg: Config, population: Population) -> None:
-        pop_ref = self._ray.put(population)
-        self._ray.get([a.update.remote(cfg, pop_ref) for a in self.actors])
+        # put once, shared by every actor (not shipped once per actor)
+        cfg_ref, pop_ref = self._ray.put(cfg), self._ray.put(population)
+        self._ray.get([a.update.remote(cfg_ref, pop_ref) for a in self.actors])
 
     def close(self) -> None:
         for actor in self.actors:
             self._ray.kill(actor)
         self.actors = []
         if self._owns_ray:
+            self._owns_ray = False
             self._ray.shutdown()
 
 
 class _ShardActor:
-    """The Ray actor body: an AgentShard behind async methods."""
+    """The Ray actor body: an AgentShard behind async methods. (Object references passed
+    as arguments arrive resolved: `population` is the object itself.)"""
 
     def __init__(self, shard_id: int, n_shards: int, cfg: Config, population: Population,
                  llm_urls: dict[str, list[str]] | None = None,
@@ -220,15 +271,66 @@ class _ShardActor:
     async def update(self, cfg: Config, population: Population) -> None:
         self.shard.update(cfg, population)
 
-    async def ping(self) -> int:
-        return await self.shard.ping()
+    async def ping(self) -> str:
+        """The id of the node this shard runs on (the shard answering: it is up)."""
+        import ray
+
+        await self.shard.ping()
+        return ray.get_runtime_context().get_node_id()
 
 
-def resolve_shards(kind: str, shards: int | str) -> int:
-    """The shard count: as configured, or 'auto' (1 in-process, the CPU count on Ray)."""
-    if shards != "auto":
+def worker_nodes(nodes: list[dict]) -> list[dict]:
+    """The nodes shards go to: the alive ones with CPUs (a node started with
+    `--num-cpus 0`, often the head, is kept free of work), or every alive one if none
+    has CPUs. `nodes`: `ray.nodes()`."""
+    alive = [n for n in nodes if n.get("Alive")]
+    return [n for n in alive if n.get("Resources", {}).get("CPU", 0) > 0] or alive
+
+
+def spread_over(nodes: list[dict], n_shards: int, first: str | None = None) -> list[str]:
+    """The node id of each shard: round-robin over `nodes` in passes, pass k visiting the
+    nodes with more than k CPUs, then over again. So as many shards as CPUs give each node
+    as many as it has CPUs, and shards up to the node count are on distinct nodes. Order:
+    the driver's node `first`, then the others by address and id (the same cluster gives
+    the same placement)."""
+    order = sorted(nodes, key=lambda n: (n["NodeID"] != first, n.get("NodeManagerAddress", ""),
+                                         n["NodeID"]))
+    cpus = [max(1, int(n.get("Resources", {}).get("CPU", 0))) for n in order]
+    slots = [n["NodeID"] for k in range(max(cpus)) for n, c in zip(order, cpus, strict=True)
+             if c > k]
+    return [slots[s % len(slots)] for s in range(n_shards)]
+
+
+def _driver_node(ray) -> str | None:
+    """The id of the node this process runs on (None if there is none: Ray Client)."""
+    try:
+        return ray.get_runtime_context().get_node_id()
+    except Exception:  # (only an ordering preference)
+        return None
+
+
+def absolute_cache(spec: CacheSpec | None) -> CacheSpec | None:
+    """The cache spec with absolute folders: shards resolve paths in their own working
+    directory, which on Ray is not the driver's."""
+    if spec is None:
+        return None
+    return dataclasses.replace(
+        spec, write_dir=spec.write_dir and Path(spec.write_dir).absolute(),
+        read_dirs=tuple(Path(d).absolute() for d in spec.read_dirs))
+
+
+def resolve_shards(kind: str, shards: int | str, nodes: list[dict] | None = None) -> int:
+    """The shard count: as configured; 'auto': 1 in-process, on Ray one per CPU of the
+    cluster's `worker_nodes`; 'per_node': 1 in-process, on Ray one per worker node."""
+    if shards not in ("auto", "per_node"):
         return int(shards)
-    return 1 if kind == "local" else max(1, os.cpu_count() or 1)
+    if kind == "local":
+        return 1
+    if not nodes:  # (not connected: this machine's CPUs)
+        return max(1, os.cpu_count() or 1)
+    if shards == "per_node":
+        return len(nodes)
+    return max(1, int(sum(n.get("Resources", {}).get("CPU", 0) for n in nodes)))
 
 
 def make_executor(cfg: Config, population: Population,
@@ -236,7 +338,9 @@ def make_executor(cfg: Config, population: Population,
                   llm_cache: CacheSpec | None = None) -> Executor:
     """The executor the config asks for (`llm_urls`: providers' resolved base URLs;
     `llm_cache`: the run's LLM response cache, if it has one)."""
-    n = resolve_shards(cfg.executor.kind, cfg.executor.shards)
-    if cfg.executor.kind == "ray":
-        return RayExecutor(cfg, population, n, cfg.executor.address, llm_urls, llm_cache)
-    return LocalExecutor(cfg, population, n, llm_urls, llm_cache)
+    ex = cfg.executor
+    if ex.kind == "ray":
+        return RayExecutor(cfg, population, ex.shards, ex.address, llm_urls, llm_cache,
+                           ex.placement)
+    return LocalExecutor(cfg, population, resolve_shards("local", ex.shards), llm_urls,
+                         llm_cache)

@@ -272,7 +272,9 @@ class Simulation:
         driver = self.driver()
         if self.meta.get("status") != "running":
             self._write_meta(status="running", executor=self.executor.kind,
-                             shards=self.executor.n_shards)
+                             shards=self.executor.n_shards,
+                             **({"placement": self.cfg.executor.placement}
+                                if self.executor.kind == "ray" else {}))
         try:
             stats = driver.step()
         except (ProviderDown, NumericError, CacheMiss) as exc:  # the round is dropped, stop
