@@ -110,9 +110,11 @@ class Population:
         cols = {name: getattr(self, name) for name in self._FLAT}
         for name in self._MATRICES:
             m = getattr(self, name)
-            if m is not None:
-                cols[name] = pa.array(list(np.asarray(m, dtype=np.float64)),
-                                      type=pa.list_(pa.float64()))
+            if m is not None:  # one list per row, built from the flat values at once
+                m = np.ascontiguousarray(m, dtype=np.float64)
+                offsets = np.arange(0, m.size + 1, max(m.shape[1], 1), dtype=np.int32) \
+                    if m.shape[1] else np.zeros(len(m) + 1, np.int32)
+                cols[name] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(m.ravel()))
         if self.following is not None:
             cols["following"] = pa.array(self.following, type=pa.list_(pa.int64()))
         for key, values in self.extra.items():
@@ -240,13 +242,19 @@ def generate_population(cfg: Config, rng: np.random.Generator, first_id: int = 0
     group_names = [g.name for g in cfg.population.groups]
 
     bios, personas = [], []
+    labels = [t.label for t in topics]
+    crowd = [f" Part of the {name} crowd." for name in group_names] + [""]  # [-1]: none
+    # Plain Python values (one argmax for all rows, not one call per agent): at a million
+    # agents the per-row numpy calls took most of this function's time.
+    tops, groups = interests.argmax(axis=1).tolist(), group.tolist()
+    ages_, tempers = ages.tolist(), temper.tolist()
     for i in range(n):
-        top = topics[int(np.argmax(interests[i]))].label
-        g = f" Part of the {group_names[group[i]]} crowd." if group[i] >= 0 else ""
+        top = labels[tops[i]]
+        g = crowd[groups[i]]
         bios.append(f"{profession[i].capitalize()} in {country[i]}. Talks about {top}.{g}")
         personas.append(
-            f"{names[i]} is a {ages[i]}-year-old {profession[i]} from {country[i]} "
-            f"({mbti[i]}) who {_TEMPERAMENTS[temper[i]]}. Cares most about {top}."
+            f"{names[i]} is a {ages_[i]}-year-old {profession[i]} from {country[i]} "
+            f"({mbti[i]}) who {_TEMPERAMENTS[tempers[i]]}. Cares most about {top}."
         )
     return Population(
         name=names, username=usernames, bio=bios, persona=personas, group=group,

@@ -159,7 +159,7 @@ class Job:
         return {"id": self.id, "kind": self.kind, "rounds": list(self.rounds),
                 "header": self.header,
                 "items": [[i.text, i.salience, i.pinned] for i in self.items],
-                "previous": self.previous, "lines": self.lines, "attempts": self.attempts,
+                "previous": self.previous, "lines": list(self.lines), "attempts": self.attempts,
                 "error": self.error, "failed_round": self.failed_round}
 
     @classmethod

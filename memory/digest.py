@@ -7,15 +7,20 @@ never logged. Every line carries its provenance: round, platform, action and pos
 The digest is kept live only for agents whose context is built during the run; for any
 other agent it is rebuilt from the `actions` table with the same functions (`shoal
 inspect`), since it is a function of the agent's logged actions.
+
+Checkpoints journal it (`take_changes`): a round's segment holds, for each (agent,
+platform) log that changed, what was appended and how many old entries fell off
+(sim.core.state.KeyedJournal), not every kept entry again.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memory.context import Line, quote
-from sim.core.state import State
+from sim.core.state import KeyedJournal, State
 from sim.platforms.spec import label
 
 LABELS = {
@@ -55,6 +60,9 @@ class CrossPlatformDigest:
     def __init__(self, keep: int = 15, show: int = 5, preview_chars: int = 200):
         self.keep, self.show, self.preview_chars = keep, show, preview_chars
         self.logs: dict[int, dict[str, deque[Entry]]] = {}
+        self.journal = KeyedJournal()
+        self.journaling = True  # False once restored from a full state (see set_state)
+        self._dirty: set[tuple[int, str]] = set()
 
     def record(self, agent: int, entry: Entry) -> None:
         """Log one applied action (noise is ignored)."""
@@ -62,6 +70,7 @@ class CrossPlatformDigest:
             return
         per = self.logs.setdefault(agent, {})
         per.setdefault(entry.platform, deque(maxlen=self.keep)).append(entry)
+        self._dirty.add((agent, entry.platform))
 
     def lines(self, agent: int, platform: str) -> list[Line]:
         """Digest lines for `agent` acting on `platform`: its latest actions elsewhere."""
@@ -83,6 +92,37 @@ class CrossPlatformDigest:
                            for a, per in self.logs.items()})
 
     def set_state(self, state: State) -> None:
-        """Inverse of `get_state`."""
+        """Inverse of `get_state`. Restored this way (from a checkpoint that kept the whole
+        state), the digest is saved whole from then on: its log has no base to build on."""
         self.logs = {int(a): {p: deque((Entry(*e) for e in q), maxlen=self.keep)
                               for p, q in per.items()} for a, per in state.meta.items()}
+        self.journaling = False
+        self._dirty.clear()
+
+    def take_changes(self) -> State:
+        """The (agent, platform) logs changed since the previous call, as journal splices."""
+        keys = {f"{a}/{p}" for a, p in self._dirty}
+        values = {f"{a}/{p}": [list(e.astuple()) for e in self.logs[a][p]]
+                  for a, p in self._dirty}
+        self._dirty.clear()
+        return State(meta=self.journal.diff(values, keys))
+
+    def replay(self, changes: Sequence[State]) -> None:
+        """Become what the segments of `take_changes`, applied in order, make."""
+        values: dict = {}
+        for change in changes:
+            KeyedJournal.apply(values, change.meta)
+        self.set_state(State(meta=_nest(values)))
+        self.journal.reset({f"{a}/{p}": [list(e.astuple()) for e in q]
+                            for a, per in self.logs.items() for p, q in per.items()})
+        self.journaling = True
+
+
+def _nest(values: dict) -> dict:
+    """Journal keys `agent/platform` back into get_state's {agent: {platform: entries}},
+    agents in the order they first acted (ascending, as a round records them)."""
+    out: dict = {}
+    for key, entries in values.items():
+        agent, _, platform = key.partition("/")
+        out.setdefault(agent, {})[platform] = entries
+    return out

@@ -4,16 +4,19 @@ Replies, comments and quotes of its posts, likes, upvotes, downvotes and reposts
 and new followers, grouped per post so that a popular post costs one line, not fifty.
 Like the digest, they are kept live only for agents whose context is built; an entry
 is dropped once the agent has had a turn on that platform after it happened (it was
-shown then). Entries are plain tuples, so they checkpoint as JSON.
+shown then). Entries are plain tuples, so they checkpoint as JSON; checkpoints journal
+them (`take_changes`): a round's segment holds, for each queue that changed, what was
+queued and how many notices were dropped (sim.core.state.KeyedJournal).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memory.context import Line, quote
-from sim.core.state import State
+from sim.core.state import KeyedJournal, State
 
 REPLIES = frozenset({"reply", "comment", "quote"})
 REACTIONS = {"like": "liked", "upvote": "upvoted", "downvote": "downvoted",
@@ -46,15 +49,21 @@ class Notifications:
         self.keep, self.preview_chars = keep, preview_chars
         self.minutes_per_round = minutes_per_round
         self.queues: dict[int, dict[str, deque[Notice]]] = {}
+        self.journal = KeyedJournal()
+        self.journaling = True  # False once restored from a full state (see set_state)
+        self._dirty: set[tuple[int, str]] = set()
 
     def record(self, agent: int, notice: Notice) -> None:
         """Queue a notice for `agent`."""
         per = self.queues.setdefault(agent, {})
         per.setdefault(notice.platform, deque(maxlen=self.keep)).append(notice)
+        self._dirty.add((agent, notice.platform))
 
     def seen(self, agent: int, platform: str, round_: int) -> None:
         """The agent had a turn on `platform` in `round_`: what happened before it was shown."""
         q = self.queues.get(agent, {}).get(platform)
+        if q and q[0].round < round_:
+            self._dirty.add((agent, platform))
         while q and q[0].round < round_:
             q.popleft()
 
@@ -94,9 +103,35 @@ class Notifications:
                            for a, per in self.queues.items()})
 
     def set_state(self, state: State) -> None:
-        """Inverse of `get_state`."""
+        """Inverse of `get_state`. Restored this way (from a checkpoint that kept the whole
+        state), the notifications are saved whole from then on: their log has no base."""
         self.queues = {int(a): {p: deque((Notice(*n) for n in q), maxlen=self.keep)
                                 for p, q in per.items()} for a, per in state.meta.items()}
+        self.journaling = False
+        self._dirty.clear()
+
+    def take_changes(self) -> State:
+        """The (agent, platform) queues changed since the previous call, as journal
+        splices."""
+        keys = {f"{a}/{p}" for a, p in self._dirty}
+        values = {f"{a}/{p}": [list(n.astuple()) for n in self.queues[a][p]]
+                  for a, p in self._dirty}
+        self._dirty.clear()
+        return State(meta=self.journal.diff(values, keys))
+
+    def replay(self, changes: Sequence[State]) -> None:
+        """Become what the segments of `take_changes`, applied in order, make."""
+        values: dict = {}
+        for change in changes:
+            KeyedJournal.apply(values, change.meta)
+        nested: dict = {}
+        for key, notices in values.items():
+            agent, _, platform = key.partition("/")
+            nested.setdefault(agent, {})[platform] = notices
+        self.set_state(State(meta=nested))
+        self.journal.reset({f"{a}/{p}": [list(n.astuple()) for n in q]
+                            for a, per in self.queues.items() for p, q in per.items()})
+        self.journaling = True
 
 
 def _who(notices: list[Notice], show: int = 3) -> str:

@@ -13,7 +13,7 @@ import yaml
 
 from sim.cli.main import main
 from sim.runs.fork import fork_run
-from tests.helpers import fork_plan, make_config, run_config
+from tests.helpers import VOLATILE, fork_plan, make_config, run_config
 
 K = 5
 ROUNDS = 10
@@ -47,7 +47,8 @@ def _frame(db: Path, sql: str) -> pd.DataFrame:
     for col in df.columns:
         if isinstance(df[col].dtype, pd.CategoricalDtype):
             df[col] = df[col].astype(str)
-    return df.drop(columns=[c for c in df.columns if c.startswith("ms_") or c == "wall_time"])
+    return df.drop(columns=[c for c in df.columns if c in VOLATILE.get("rounds", ())
+                            or c.startswith("ms_")])
 
 
 def _after(db: Path, table: str, k: int, posts_before: int | None = None) -> pd.DataFrame:

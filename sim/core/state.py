@@ -11,12 +11,23 @@ the previous call (the first call: everything since the component was made), and
 `replay(changes)` rebuilds the component, empty, from such changes in order. Their
 checkpoint is a log with one segment per round, so a round's checkpoint costs what that
 round added, not what the run has accumulated.
+
+Components whose state is a bounded window that changes every round (round memory, the
+cross-platform digest, notifications) keep it as a flat mapping of keys to JSON values and
+journal it with a `KeyedJournal`: a round's segment holds only the keys whose values
+changed (a list that lost items at its head and gained some at its tail is stored as that
+splice), and replaying the segments rebuilds the mapping exactly. A component restored
+from a full state (a checkpoint written before these were journaled) cannot journal
+(its log has no base to build on): its `journaling` is False and a checkpoint keeps its
+whole state, as before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -32,9 +43,10 @@ class State:
     tables: dict[str, pa.Table] = field(default_factory=dict)
 
     def nbytes(self) -> int:
-        """Payload size in memory."""
+        """Payload size: arrays and tables in memory, metadata as the JSON it is saved as."""
         return int(sum(a.nbytes for a in self.arrays.values())
-                   + sum(t.nbytes for t in self.tables.values()))
+                   + sum(t.nbytes for t in self.tables.values())
+                   + (len(json.dumps(self.meta, default=str)) if self.meta else 0))
 
 
 @runtime_checkable
@@ -92,3 +104,108 @@ def decode_texts(blob: np.ndarray, ends: np.ndarray) -> list[str]:
     starts = np.concatenate(([0], ends[:-1]))
     return [raw[a:b].decode("utf-8") for a, b in zip(starts.tolist(), ends.tolist(),
                                                      strict=True)]
+
+
+class KeyedJournal:
+    """The changes of a state kept as a flat mapping of string keys to JSON values (lists,
+    not tuples, so that a value read back from a file compares equal to the live one).
+
+    `diff(values, keys)` compares `values` with what the previous segments made (only the
+    `keys` given, or all of them) and returns a segment (a JSON-able dict):
+    `{"set": {key: value}, "del": [key], "splice": {key: [dropped, tail]}, "merge": {key:
+    [added, removed]}}`, where a splice means "drop `dropped` items from the head of the
+    list, then append `tail`" (a queue that was appended to and popped from), and a merge
+    applies to a strictly increasing list of integers (a sorted set of post ids that
+    grew). `apply` replays a segment onto a mapping; replaying all segments in order gives
+    the mapping of the last `diff`, value for value."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+
+    def diff(self, values: dict[str, Any], keys: Iterable[str] | None = None) -> dict:
+        """The segment that turns the previous mapping into `values` (restricted to
+        `keys`, the keys that may have changed, when given)."""
+        if keys is None:
+            keys = set(values) | set(self.values)
+        seg: dict[str, Any] = {"set": {}, "del": [], "splice": {}, "merge": {}}
+        for key in sorted(keys):
+            old = self.values.get(key, _MISSING)
+            new = values.get(key, _MISSING)
+            if new is _MISSING:
+                if old is not _MISSING:
+                    seg["del"].append(key)
+                    del self.values[key]
+                continue
+            if old is not _MISSING and old == new:
+                continue
+            cut = _splice(old, new) if old is not _MISSING else None
+            both = _merge(old, new) if cut is None and old is not _MISSING else None
+            if cut is not None:
+                seg["splice"][key] = cut
+            elif both is not None:
+                seg["merge"][key] = both
+            else:
+                seg["set"][key] = new
+            self.values[key] = new
+        return {k: v for k, v in seg.items() if v}
+
+    @staticmethod
+    def apply(values: dict[str, Any], segment: dict) -> None:
+        """Apply one segment to `values` in place (values are copied, never shared with
+        the segment, which a checkpoint kept in memory may hold)."""
+        for key in segment.get("del", ()):
+            values.pop(key, None)
+        for key, value in segment.get("set", {}).items():
+            values[key] = _copy(value)
+        for key, (dropped, tail) in segment.get("splice", {}).items():
+            values[key] = values[key][dropped:] + _copy(tail)
+        for key, (added, removed) in segment.get("merge", {}).items():
+            values[key] = sorted((set(values[key]) - set(removed)) | set(added))
+
+    def reset(self, values: dict[str, Any]) -> None:
+        """Take `values` as what the segments so far have made (after a replay)."""
+        self.values = dict(values)
+
+
+_MISSING = object()
+
+
+def json_default(value: Any) -> Any:
+    """`json.dumps(default=...)` for numpy scalars that reach JSON state (their Python
+    value, which compares equal to them); anything else is an error."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON serialisable in a checkpoint: {type(value).__name__}")
+
+
+def _copy(value: Any) -> Any:
+    """A deep copy of a JSON value, tuples made lists (how it reads back from a file)."""
+    return json.loads(json.dumps(value, default=json_default))
+
+
+def _splice(old: Any, new: Any) -> list | None:
+    """[dropped, tail] if `new` is `old` without its first `dropped` items plus `tail`,
+    and that is shorter than `new` itself; else None."""
+    if not (isinstance(old, list) and isinstance(new, list)) or not old or not new:
+        return None
+    for dropped in range(len(old)):  # all dropped: a plain set is as small
+        kept = len(old) - dropped
+        if kept <= len(new) and old[dropped] == new[0] and old[dropped:] == new[:kept]:
+            return [dropped, new[kept:]]
+    return None
+
+
+def _merge(old: Any, new: Any) -> list | None:
+    """[added, removed] if `old` and `new` are strictly increasing lists of integers
+    (sorted sets) and that is shorter than `new`; else None."""
+    if not (_sorted_set(old) and _sorted_set(new)):
+        return None
+    before, after = set(old), set(new)
+    added, removed = sorted(after - before), sorted(before - after)
+    return [added, removed] if len(added) + len(removed) < len(new) else None
+
+
+def _sorted_set(value: Any) -> bool:
+    return (isinstance(value, list) and bool(value)
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+            and all(a < b for a, b in pairwise(value)))

@@ -5,19 +5,21 @@ module only writes and reads them. A checkpoint of round K has two parts, under
 `runs/<id>/checkpoints/`:
 
 - `log/round-K.npz` (+ `round-K.<component>.<table>.parquet` for tables, e.g. the agents
-  who joined): what round K *added* to the journaled components (posts and their texts,
-  counter increments, votes, reposts, follows, trust values set, exposures), and
-  `log/round-K.json`, the checksums of those files. Logs are never rewritten, so each round
-  costs what it added, not the size of the world.
+  who joined, + `round-K.meta.json` for JSON changes: round memory, digests,
+  notifications): what round K *changed* in the journaled components (posts and their
+  texts, counter increments, votes, reposts, follows, trust values set, exposures, memory
+  items and summaries), and `log/round-K.json`, the checksums of those files. Logs are
+  never rewritten, so each round costs what it changed, not what the run has accumulated.
 - `state/round-K/`: the state of the other components at the end of round K (beliefs,
-  membership, the living agents, events, memory, the effective config), with its
-  checksum, written to a temporary folder and renamed, so it appears whole or not at all.
-  It is the commit point: round K is checkpointed iff this folder exists.
+  membership, the living agents, pinned events, market books, the effective config), with
+  its checksum, written to a temporary folder and renamed, so it appears whole or not at
+  all. It is the commit point: round K is checkpointed iff this folder exists.
 
 Restoring round K reads the state of K and the logs of rounds 0..K. Retention
 (`checkpoints.every`, `keep_last`) prunes old state folders; logs stay, so any retained
 state can be restored. Files of format 4 (Shoal 0.1: flat array names) are read and
-upgraded on the fly, so runs made by the previous release resume and fork.
+upgraded on the fly, and format 5 (memory, digests and notifications kept whole in every
+state) is read as it is, so runs made by earlier releases resume and fork.
 """
 
 from __future__ import annotations
@@ -35,10 +37,10 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from sim.core.faults import crash_point
-from sim.core.state import State
+from sim.core.state import State, json_default
 
-FORMAT = 5  # bump when what a checkpoint holds changes; 4 is still read (upgraded)
-READS = (4, 5)
+FORMAT = 6  # bump when what a checkpoint holds changes; 4 and 5 are still read
+READS = (4, 5, 6)
 _NAME = re.compile(r"^round-(\d{6})$")
 
 
@@ -135,6 +137,12 @@ class CheckpointStore:
                 path = self.log_dir / f"{name}.{comp}.{table_name}.parquet"
                 self._atomic(path, lambda tmp, t=table: pq.write_table(t, tmp))
                 sums[path.name] = _sha256(path)
+        metas = {comp: s.meta for comp, s in log.items() if s.meta}
+        if metas:
+            path = self.log_dir / f"{name}.meta.json"
+            self._atomic(path, lambda tmp: tmp.write_text(json.dumps(
+                metas, default=json_default)))
+            sums[path.name] = _sha256(path)
         manifest = self.log_dir / f"{name}.json"
         self._atomic(manifest, lambda tmp: tmp.write_text(json.dumps(
             {"format": FORMAT, "round": round_, "sha256": sums})))
@@ -264,6 +272,10 @@ class CheckpointStore:
             for table in self.log_dir.glob(f"{name}.*.parquet"):
                 _, comp, table_name, _ = table.name.split(".")
                 log.setdefault(comp, State()).tables[table_name] = pq.read_table(table)
+            metas = self.log_dir / f"{name}.meta.json"
+            if metas.is_file():
+                for comp, m in json.loads(metas.read_text()).items():
+                    log.setdefault(comp, State()).meta = m
         except (OSError, ValueError, EOFError) as exc:
             raise CheckpointError(f"{path}: cannot be read: {exc}") from None
         return log
