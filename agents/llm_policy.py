@@ -103,7 +103,8 @@ class LLMPolicy:
                                 round_=round_, agent=int(view.agents[turn.row]),
                                 platform=view.name, call=turn.n_calls,
                                 section_tokens=prompt.section_tokens,
-                                estimated_prompt_tokens=sent)
+                                estimated_prompt_tokens=sent,
+                                reused_tokens=prompt.reused_tokens)
         turn.attempts = []
 
     async def _turn(self, view: PlatformView, turn: Turn, round_: int) -> Turn:

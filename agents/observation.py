@@ -4,6 +4,7 @@ with every feature a policy needs, already gathered (shards never read world sta
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -16,6 +17,43 @@ class Prompt:
     observation: str
     section_tokens: dict[str, int]
     provider: str
+    reused_tokens: int | None = None  # of the agent's previous prompt (memory/prefix_reuse.py)
+
+
+class TurnInputs(NamedTuple):
+    """What one turn's context needs beyond the shard's own (its agents' profiles, the
+    config, the request's beliefs and feeds) and its `ContextBatch`'s shared parts: row
+    numbers, a few account names, and indices into the batch's lines. (A tuple: it
+    pickles as one.)"""
+
+    at: int  # the turn's row in the driver's view (the `context` table's order)
+    row: int  # its row in the shard's own view
+    provider: str | None  # an LLM agent's provider (None: the context is only logged)
+    trusted: list[str]
+    distrusted: list[str]
+    memory: list[int]
+    digest: list[int]
+    events: list[int]
+    notifications: list[int]
+    knowledge: list[int] | None  # None: the run has no graph memory
+
+
+@dataclass
+class ContextBatch:
+    """A shard's context inputs for one round (`executor.contexts: shards`), sent once
+    inside its `DecisionRequest`: every distinct memory, digest, event, notification and
+    knowledge line of the shard's turns once (text and provenance in two columns), every
+    post its feeds show once (a `FeedItem`'s fields), then per view and turn only a
+    `TurnInputs`. `previous`: the last prompt (in pieces; None: none) of LLM agents whose
+    shard has not been told it yet, so the prefix reuse measure continues where the
+    driver's left it (after a resume, a fork, a restarted executor)."""
+
+    text: list[str] = field(default_factory=list)
+    provenance: list[dict] = field(default_factory=list)
+    posts: dict[int, tuple] = field(default_factory=dict)
+    feed_order: list[str] = field(default_factory=list)  # per view
+    turns: list[list[TurnInputs]] = field(default_factory=list)  # per view
+    previous: dict[int, tuple[str, ...] | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -60,6 +98,9 @@ class DecisionRequest:
     confidence: np.ndarray  # float64 [U, T]
     extras: dict[str, object] = field(default_factory=dict)
     json_only: frozenset[str] = frozenset()  # providers known to refuse tool calls
+    # contexts built in the shards: one batch per shard, by shard id (a shard's own
+    # request holds its one batch); None: the driver built them (`Prompt`s in the views)
+    contexts: list[ContextBatch] | None = None
 
     def rows_of(self, agents: np.ndarray) -> np.ndarray:
         """Row indices in `self.agents` of the given agents."""

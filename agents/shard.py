@@ -14,13 +14,33 @@ import numpy as np
 
 from agents.actions import ActionBatch
 from agents.llm_policy import LLMPolicy
-from agents.observation import DecisionRequest
+from agents.observation import DecisionRequest, Prompt
 from agents.policy import build_policy
 from agents.population import Population
+from agents.prompt import ContextInputs, FeedItem, build_context, section_specs
+from beliefs.render import stance_lines
+from memory.context import Line, accounting_rows
+from memory.prefix_reuse import PrefixReuse
 from sim.config import Config
 from sim.core.counter_rng import CounterRNG
 from sim.llm.cache import CacheSpec, ResponseCache
 from sim.platforms.spec import spec as platform_spec
+
+
+@dataclass
+class BuiltContexts:
+    """What a shard that built its agents' contexts sends back for the driver's tables:
+    per context its key (view index, row in the driver's view, agent) and its `context`
+    table rows; each LLM agent's last prompt in pieces (the world keeps them for the
+    checkpoint: equal pieces are one object, pickled once); the turns' prompt and reused
+    tokens (memory/prefix_reuse.py)."""
+
+    keys: list[tuple[int, int, int]] = field(default_factory=list)
+    accounting: list[list[tuple]] = field(default_factory=list)
+    pieces: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    turns: int = 0
+    prompt_tokens: int = 0
+    reused_tokens: int = 0
 
 
 @dataclass
@@ -30,6 +50,7 @@ class ShardResult:
     actions: ActionBatch
     llm_calls: list[dict] = field(default_factory=list)
     json_only: frozenset[str] = frozenset()  # providers known to refuse tools, now
+    contexts: BuiltContexts | None = None  # when the shard built them
 
 
 class AgentShard:
@@ -44,12 +65,16 @@ class AgentShard:
         # (the shard's own, kept across config changes: its index is loaded once)
         self.cache = ResponseCache(llm_cache, f"s{shard_id}") if llm_cache else None
         self.llm: LLMPolicy | None = None
+        # its LLM agents' previous prompts, when it builds their contexts
+        self.prompts = PrefixReuse()
         self.update(cfg, population)
 
     def update(self, cfg: Config, population: Population) -> None:
         """Take the effective config and population (at start, and after interventions)."""
         same_llm = self.llm is not None and cfg.llm == self.cfg.llm
         self.cfg = cfg
+        self.population = population
+        self.specs = section_specs(cfg)
         if same_llm:  # keep the connection pools; only the accounts may have changed
             self.llm.usernames = {u: i for i, u in enumerate(population.username)}
         else:
@@ -69,7 +94,9 @@ class AgentShard:
     async def decide(self, request: DecisionRequest) -> ShardResult:
         """This round's actions of the shard's acting agents, on every platform: the
         configured policy (`policy.kind`) for everyone (vectorised), then LLM calls for the
-        LLM agents, concurrently across platforms."""
+        LLM agents, concurrently across platforms (their contexts built here first when
+        the request carries their inputs)."""
+        built = self.build_contexts(request) if request.contexts else None
         rule = []
         for view in request.views:
             if not platform_spec(view.name).social:  # its engine decides for rule agents
@@ -81,14 +108,69 @@ class AgentShard:
                 self.max_actions[view.name],
             ))
         if self.llm is None or not any(v.prompts for v in request.views):
-            return ShardResult(ActionBatch.concat(rule, self.n_topics))
+            return ShardResult(ActionBatch.concat(rule, self.n_topics), contexts=built)
         self.llm.json_only |= request.json_only  # the world's record, the source of truth
         decided = await asyncio.gather(*(self.llm.decide(view, batch, request.round)
                                          for view, batch in zip(request.views, rule,
                                                                 strict=True)))
         return ShardResult(ActionBatch.concat([b for b, _ in decided], self.n_topics),
                            [c for _, calls in decided for c in calls],
-                           frozenset(self.llm.json_only))
+                           frozenset(self.llm.json_only), built)
+
+    def build_contexts(self, request: DecisionRequest) -> BuiltContexts:
+        """Assemble the contexts of the request's `ContextBatch` (the same `build_context`
+        the driver uses, on the same inputs), give the LLM agents' views their prompts,
+        and measure each prompt's reuse of the agent's previous one."""
+        (batch,) = request.contexts
+        for agent, pieces in batch.previous.items():  # where the driver's measure left it
+            self.prompts.remember(agent, pieces)
+        lines = [Line(t, p) for t, p in zip(batch.text, batch.provenance, strict=True)]
+        items = {post: FeedItem(*fields) for post, fields in batch.posts.items()}
+        cfg, pop = self.cfg, self.population
+        labels = [t.label or t.name for t in cfg.topics]
+        budget = cfg.memory.context.budget_tokens
+        built = BuiltContexts()
+        shared: dict[str, str] = {}  # equal pieces as one object
+        for vi, view in enumerate(request.views):
+            turns = batch.turns[vi]
+            if not turns:
+                continue
+            prompts: list[Prompt | None] = [None] * len(view.agents)
+            rows = request.rows_of(view.agents)
+            for t in turns:
+                agent = int(view.agents[t.row])
+                group = pop.group[agent]
+                inputs = ContextInputs(
+                    round=request.round, platform=view.name, name=pop.name[agent],
+                    username=pop.username[agent], bio=pop.bio[agent],
+                    persona=pop.persona[agent],
+                    group=pop.group_names[group] if group >= 0 else None,
+                    beliefs=stance_lines(labels, request.position[rows[t.row]],
+                                         request.confidence[rows[t.row]]),
+                    trusted=t.trusted, distrusted=t.distrusted,
+                    memory=[lines[i] for i in t.memory],
+                    digest=[lines[i] for i in t.digest],
+                    events=[lines[i] for i in t.events],
+                    feed=[items[p] for p in view.feed[t.row].tolist() if p >= 0],
+                    notifications=[lines[i] for i in t.notifications],
+                    minutes_per_round=cfg.minutes_per_round,
+                    feed_order=batch.feed_order[vi],
+                    knowledge=None if t.knowledge is None else [lines[i] for i in t.knowledge])
+                assembled = build_context(inputs, budget, self.specs)
+                built.keys.append((vi, t.at, agent))
+                built.accounting.append(accounting_rows(assembled))
+                if t.provider is None:
+                    continue
+                reused = self.prompts.measure(agent, assembled.pieces)
+                built.turns += 1
+                built.prompt_tokens += assembled.tokens["total"]
+                built.reused_tokens += reused
+                built.pieces[agent] = tuple(shared.setdefault(p, p) for p in assembled.pieces)
+                prompts[t.row] = Prompt(assembled.system, assembled.observation,
+                                        assembled.tokens, t.provider, reused)
+            if any(p is not None for p in prompts):
+                view.prompts = prompts
+        return built
 
     async def ping(self) -> int:
         """Liveness check (used by the Ray executor at start-up)."""

@@ -10,9 +10,20 @@ would need. Reported per run:
 - a baseline in the same run: the same number of calls with the same concurrency through
   the same chat model (`sim.llm.chat.chat_model`), one prompt body replayed, no engine:
   what this machine's HTTP stack and server reach;
-- engine CPU time per call (this process only; the server runs in its own process);
+- engine CPU time per call (this process only; the server runs in its own process), and
+  the driver's own CPU per call (`rounds.driver_cpu_ms`: its main thread, so without the
+  shards' event loop thread, nor the Ray actors);
+- the decide step against the client-only baseline (1 = the calls cost what HTTP alone
+  costs);
 - prompt tokens per call (context total, tiktoken) at rounds 1, 10, 25, 50, 100: flat,
-  within the budget.
+  within the budget;
+- prompt prefix reuse from round 3 on: the share of prompt tokens equal to the start of
+  the agent's previous prompt (`rounds.prefix_reuse`), and the share the loopback
+  server's prefix cache reported cached (`llm_calls.cached_tokens` over its
+  `prompt_tokens`, which count the tools too), per round at 3, 10, 25, 50, 100 and
+  their mean over rounds >= 3; and what the measure costs a turn, against a baseline in
+  the same run: encoding both whole prompts and comparing their tokens, on the same
+  consecutive prompts (the last 5,000 requests the server recorded).
 
 With `--cache-replay`, instead: the same workload run twice, recording its answers
 (`llm.cache: record`) and then replaying them (`llm.cache: replay`, the endpoint pointing
@@ -22,6 +33,12 @@ ratio.
     .venv/bin/python bench/llm.py                 # 1,000 agents x 100 rounds (~4 minutes)
     .venv/bin/python bench/llm.py --rounds 10     # a quick look
     .venv/bin/python bench/llm.py --rounds 10 --cache-replay
+    .venv/bin/python bench/llm.py --rounds 10 --executor ray --shards 2 --contexts shards
+    .venv/bin/python bench/llm.py --agents 10000 --rounds 3 --cluster   # 3-node test cluster
+
+With `--cluster`: the 3-node Ray test cluster (tests/cluster.py: a head and two workers on
+this machine, one CPU each) is started, and the benchmark runs once per `--legs` context
+mode in a child process joining it (`executor.shards=auto`: 3 shards, spread).
 """
 
 from __future__ import annotations
@@ -30,6 +47,8 @@ import argparse
 import asyncio
 import json
 import resource
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -37,6 +56,7 @@ from pathlib import Path
 import duckdb
 
 from sim.config import load_config
+from sim.engine.executors import new_event_loop
 from sim.llm.chat import ChatRequest, chat_model
 from sim.runs.simulation import Simulation
 
@@ -58,7 +78,8 @@ def overrides(args: argparse.Namespace, out: str) -> list[str]:
             "llm.providers.0.timeout_s=60", "llm.round_deadline_s=600",
             f"memory.context.budget_tokens={args.budget}", "interventions=[]",
             "checkpoints.keep_last=2", f"output.dir={out}", f"executor.kind={args.executor}",
-            f"executor.shards={args.shards}"]
+            f"executor.shards={args.shards}", f"executor.contexts={args.contexts}",
+            *([f"executor.address={json.dumps(args.address)}"] if args.address else [])]
 
 
 def timed_run(cfg) -> tuple[float, float, int, Path]:
@@ -100,6 +121,75 @@ def cache_replay(args: argparse.Namespace) -> dict:
             "decide_speedup": round(rec_decide / rep_decide, 1)}
 
 
+def prefix_reuse(con) -> dict:
+    """From round 3 on: the measured prefix reuse share per round (rounds.prefix_reuse)
+    and the share of the server's prompt tokens it reported cached, at a few rounds and
+    as means over every round >= 3."""
+    rows = con.execute("""
+        SELECT r.round, r.prefix_reuse, c.cached / c.prompt
+        FROM rounds r JOIN (SELECT round, sum(cached_tokens)::DOUBLE AS cached,
+                                   sum(prompt_tokens) FILTER (WHERE cached_tokens IS NOT NULL)
+                                   AS prompt
+                            FROM llm_calls GROUP BY round) c USING (round)
+        WHERE r.round >= 3 ORDER BY r.round""").fetchall()
+    if not rows:
+        return {}
+    return {
+        "prefix_reuse_mean_rounds_3_plus": round(sum(r[1] for r in rows) / len(rows), 3),
+        "server_cached_share_mean_rounds_3_plus": round(
+            sum(r[2] or 0 for r in rows) / len(rows), 3),
+        "prefix_reuse": [{"round": r, "reuse": round(x, 3),
+                          "server_cached_share": round(c, 3) if c is not None else None}
+                         for r, x, c in rows if r in (3, 10, 25, 50, 100)]}
+
+
+def measure_cost(received: list[dict]) -> dict:
+    """Milliseconds a turn of the prefix reuse measure (memory/prefix_reuse.py) and of the
+    naive way (encode both whole prompts, compare token by token), on the consecutive
+    prompts of the agents in the server's record; the two must agree."""
+    import re
+
+    from memory.prefix_reuse import PrefixReuse
+    from memory.tokens import encoding
+
+    def pieces(text: str) -> list[str]:  # the assembled pieces (split at section headers)
+        parts = text.split("\n\n## ")
+        parts = [p if i == 0 else "## " + p for i, p in enumerate(parts)]
+        return [p + "\n\n" for p in parts[:-1]] + parts[-1:]
+
+    prompts = []
+    for entry in received:
+        messages = (entry.get("request") or {}).get("messages") or []
+        if len(messages) != 2:
+            continue
+        system, user = messages[0]["content"], messages[1]["content"]
+        who = re.search(r"\(@([\w.\-]+)\)", system)
+        if who:
+            prompts.append((who.group(1), pieces(system) + pieces(user), system, user))
+    enc = encoding()
+    memo = PrefixReuse()
+    agents = {a: i for i, a in enumerate(dict.fromkeys(a for a, _, _, _ in prompts))}
+    start = time.perf_counter()
+    fast = [memo.measure(agents[a], p) for a, p, _, _ in prompts]
+    fast_s = time.perf_counter() - start
+    previous: dict[str, list[int]] = {}
+    naive = []
+    start = time.perf_counter()
+    for a, _, system, user in prompts:
+        tokens = enc.encode_ordinary(system) + enc.encode_ordinary(user)
+        n = 0
+        for x, y in zip(tokens, previous.get(a, []), strict=False):
+            if x != y:
+                break
+            n += 1
+        naive.append(n)
+        previous[a] = tokens
+    naive_s = time.perf_counter() - start
+    return {"measure_turns": len(prompts), "measure_agrees_with_naive": fast == naive,
+            "measure_ms_per_turn": round(1e3 * fast_s / max(1, len(prompts)), 3),
+            "naive_ms_per_turn": round(1e3 * naive_s / max(1, len(prompts)), 3)}
+
+
 def baseline(url: str, body: dict, calls: int, concurrency: int, provider) -> float:
     """Seconds for `calls` replays of one request through the chat model at `concurrency`."""
     client = chat_model(provider, [url], concurrency)
@@ -114,7 +204,35 @@ def baseline(url: str, body: dict, calls: int, concurrency: int, provider) -> fl
         await client.close()
         return elapsed
 
-    return asyncio.run(go())
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:  # the shards' loop kind
+        return runner.run(go())
+
+
+def loop_kind() -> str:
+    """Which event loop the in-process shards (and the baseline) use: uvloop or asyncio."""
+    loop = new_event_loop()
+    loop.close()
+    return type(loop).__module__.split(".")[0]
+
+
+def on_cluster(args: argparse.Namespace) -> None:
+    """Start the 3-node test cluster; run the benchmark in a child process joining it,
+    once per context mode of `--legs`."""
+    sys.path.insert(0, str(ROOT))
+    from tests.cluster import ray_cluster
+
+    with ray_cluster() as cluster:
+        for mode in args.legs.split(","):
+            cmd = [sys.executable, __file__, "--agents", str(args.agents), "--rounds",
+                   str(args.rounds), "--concurrency", str(args.concurrency), "--latency-ms",
+                   str(args.latency_ms), "--budget", str(args.budget), "--executor", "ray",
+                   "--shards", "auto", "--contexts", mode, "--address", cluster.address]
+            done = subprocess.run(cmd, env=cluster.env, capture_output=True, text=True)
+            if done.returncode:
+                print(done.stderr[-3000:], file=sys.stderr)
+                raise SystemExit(done.returncode)
+            print(f"# 3-node test cluster, contexts: {mode}")
+            print(done.stdout, flush=True)
 
 
 def main() -> None:
@@ -126,10 +244,20 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=128)
     ap.add_argument("--budget", type=int, default=2500)
     ap.add_argument("--executor", choices=["local", "ray"], default="local")
-    ap.add_argument("--shards", type=int, default=1)
+    ap.add_argument("--shards", default="1", help="a count, or auto")
+    ap.add_argument("--contexts", choices=["driver", "shards", "auto"], default="auto",
+                    help="executor.contexts: where the LLM agents' contexts are built")
+    ap.add_argument("--address", help="executor.address: a Ray cluster to join")
+    ap.add_argument("--cluster", action="store_true",
+                    help="run on the 3-node test cluster (tests/cluster.py)")
+    ap.add_argument("--legs", default="driver,shards",
+                    help="with --cluster: the context modes to run, in order")
     ap.add_argument("--cache-replay", action="store_true",
                     help="time a recorded run and its replay from the response cache")
     args = ap.parse_args()
+    if args.cluster:
+        on_cluster(args)
+        return
     if args.cache_replay:
         print(json.dumps(cache_replay(args), indent=1))
         return
@@ -138,7 +266,7 @@ def main() -> None:
         run = Simulation.create(cfg)
         marks: list[tuple[int, float, float]] = []
         try:
-            run.driver()  # starts the executor and the loopback server before timing
+            in_shards = run.driver().in_shards  # starts the executor and the server first
             start_wall, start_cpu = time.perf_counter(), cpu_seconds()
             run.run(on_round=lambda s: marks.append(
                 (s.round, time.perf_counter(), cpu_seconds())))
@@ -147,13 +275,14 @@ def main() -> None:
             received = json.loads(__import__("httpx").get(
                 url.replace("/v1", "/_shoal/requests"), timeout=30).text)["requests"]
             body = received[-1]["request"]
+            cost = measure_cost(received)
             base_s = baseline(url, body, args.agents, args.concurrency,
                               cfg.llm.providers[0])
         finally:
             run.close()
         con = duckdb.connect(str(run.dir.db), read_only=True)
         per_round = con.execute("""
-            SELECT r.round, r.ms_decide, r.ms_context, c.calls, c.failed
+            SELECT r.round, r.ms_decide, r.ms_context, c.calls, c.failed, r.driver_cpu_ms
             FROM rounds r JOIN (SELECT round, count(*) AS calls,
                                        count(*) FILTER (WHERE status <> 'ok') AS failed
                                 FROM llm_calls GROUP BY round) c USING (round)
@@ -162,6 +291,7 @@ def main() -> None:
             SELECT round, avg(tokens), max(tokens), max(budget) FROM context
             WHERE section = 'total' AND round IN (1, 10, 25, 50, 100) GROUP BY round
             ORDER BY round""").fetchall()
+        reuse = prefix_reuse(con)
         con.close()
     latency = args.latency_ms / 1e3
     calls = sum(r[3] for r in per_round)
@@ -174,7 +304,9 @@ def main() -> None:
     ideal_steady = sum(r[3] / args.concurrency * latency for r in per_round if r[0] > half)
     ideal_base = args.agents / args.concurrency * latency
     results = {
-        "executor": f"{args.executor} x{args.shards}", "agents": args.agents,
+        "executor": f"{args.executor} x{args.shards}" + (" (cluster)" if args.address else ""),
+        "event_loop": loop_kind(),
+        "contexts": args.contexts, "in_shards": in_shards, "agents": args.agents,
         "rounds": args.rounds, "calls": calls,
         "failed_calls": sum(r[4] for r in per_round), "latency_ms": args.latency_ms,
         "concurrency": args.concurrency,
@@ -185,10 +317,13 @@ def main() -> None:
         "ideal_over_round_second_half": round(ideal_steady / round_steady, 3)
         if round_steady else None,
         "baseline_client_s": round(base_s, 3), "ideal_over_baseline": round(ideal_base / base_s, 3),
+        "baseline_over_decide": round(base_s * len(per_round) / decide, 3),
         "engine_cpu_ms_per_call": round(1e3 * cpu / calls, 3),
+        "driver_cpu_ms_per_call": round(sum(r[5] for r in per_round) / calls, 3),
         "context_ms_per_call": round(sum(r[2] for r in per_round) / calls, 3),
         "prompt_tokens": [{"round": r, "mean": round(m, 1), "max": mx, "budget": b}
                           for r, m, mx, b in tokens],
+        **reuse, **cost,
     }
     print(json.dumps(results, indent=1))
 

@@ -1,8 +1,9 @@
 """Assembling an agent's context from sections, within a token budget.
 
-A context is the system text (persona, beliefs, round memory, cross-platform digest,
-active events, platform rules) plus the observation (the feed and what to do), both
-rebuilt from typed state for every call. Each section has a priority and a token limit;
+A context is the system text (persona, how to act, beliefs, round memory, active events,
+cross-platform digest, the platform's actions) plus the observation (notifications and the
+feed), both rebuilt from typed state for every call, sections in the order they are given
+(agents/prompt.py orders them for prefix caching). Each section has a priority and a token limit;
 lines are whole units. Assembly first applies every section's own limit, then, while the
 total is over the budget, drops the last line of the least important section that still
 has lines to give. Every dropped line is recorded with its section and reason, and the
@@ -98,6 +99,10 @@ class Assembled:
     tokens: dict[str, int]  # per section (estimate), "system", "observation", "total" (exact)
     trimmed: list[Trimmed]
     kept: dict[str, int]  # lines kept per section
+    # The system text, then the observation, in pieces whose cl100k tokens, one piece
+    # after the other, are the tokens of the two texts (`joined_pieces`): what the prefix
+    # reuse measure compares (memory/prefix_reuse.py).
+    pieces: tuple[str, ...] = ()
 
     @property
     def total_tokens(self) -> int:
@@ -163,17 +168,23 @@ class _Plan:
         return [s.render(self.keep[s.name]) for s in self.sections if s.part == part]
 
 
-def count_joined(parts: list[str]) -> int:
-    """Tokens of `"\n\n".join(parts)`, exactly, from counts of the parts (which recur
-    across agents and rounds, so they come from the cache). Every part after the first
-    starts with a section header: cl100k's pre-tokenizer always ends a piece at the blank
-    line before a "#", so the pieces of the whole are the pieces of `part + "\n\n"` and
-    of the last part, and BPE counts add up. Otherwise the whole text is counted."""
+def joined_pieces(parts: list[str]) -> list[str]:
+    """`"\n\n".join(parts)` cut where cl100k's tokens of the whole are cut too: when
+    every part after the first starts with a section header, `part + "\n\n"` for each
+    part but the last, then the last (cl100k's pre-tokenizer always ends a piece at the
+    blank line before a "#", so the tokens of the whole are the tokens of the pieces, one
+    after the other); otherwise the whole text as one piece."""
     if not parts:
-        return 0
+        return []
     if any(not p.startswith(HEADER) for p in parts[1:]):
-        return count("\n\n".join(parts))
-    return sum(count(p + "\n\n") for p in parts[:-1]) + count(parts[-1])
+        return ["\n\n".join(parts)]
+    return [p + "\n\n" for p in parts[:-1]] + [parts[-1]]
+
+
+def count_joined(parts: list[str]) -> int:
+    """Tokens of `"\n\n".join(parts)`, exactly, from counts of its `joined_pieces` (which
+    recur across agents and rounds, so they come from the cache)."""
+    return sum(count(p) for p in joined_pieces(parts))
 
 
 def assemble(sections: list[Section], budget: int) -> Assembled:
@@ -188,7 +199,10 @@ def assemble(sections: list[Section], budget: int) -> Assembled:
         while plan.estimate() > budget and plan.drop_by_priority():
             pass
         system_parts, observation_parts = plan.parts("system"), plan.parts("observation")
-        n_system, n_observation = count_joined(system_parts), count_joined(observation_parts)
+        system_pieces, observation_pieces = (joined_pieces(system_parts),
+                                             joined_pieces(observation_parts))
+        n_system = sum(count(p) for p in system_pieces)
+        n_observation = sum(count(p) for p in observation_pieces)
         if n_system + n_observation <= budget or not plan.drop_by_priority():
             break
     # Per section: its header and lines, each counted on its own (cached: lines recur
@@ -198,4 +212,19 @@ def assemble(sections: list[Section], budget: int) -> Assembled:
     tokens["total"] = n_system + n_observation
     system, observation = "\n\n".join(system_parts), "\n\n".join(observation_parts)
     return Assembled(system, observation, tokens, plan.trimmed,
-                     {name: len(k) for name, k in plan.keep.items()})
+                     {name: len(k) for name, k in plan.keep.items()},
+                     (*system_pieces, *observation_pieces))
+
+
+def accounting_rows(assembled: Assembled) -> list[tuple[str, int, int | None, str]]:
+    """The budget accounting of one assembled context, as rows of the `context` table
+    (section, tokens, lines kept, the lines trimmed as JSON with their provenance), one
+    per section and a `total` row: built where the context is (the driver or a shard),
+    so only these rows, not the trimmed lines, travel back."""
+    by_section: dict[str, list] = {}
+    for t in assembled.trimmed:
+        by_section.setdefault(t.section, []).append(
+            {"reason": t.reason, "text": t.text, "provenance": t.provenance})
+    return [(section, assembled.tokens[section], lines,
+             json.dumps(by_section.get(section, []), default=str))
+            for section, lines in [*assembled.kept.items(), ("total", None)]]

@@ -7,18 +7,21 @@ news posts, the most engaged posts, notable opinion shifts, activity); a backgro
 summarises the round into a line; once a round is older than `recent_rounds`, another job
 merges its line into the narrative. Until a summary is ready a fallback line stands in.
 Everything carries provenance (rounds and post ids covered), is logged to the `memory`
-table, and is part of every checkpoint, pending work included.
+table, and is part of every checkpoint, pending work included. The checkpoint is a journal
+(`take_changes`): a round's segment holds the items, summaries and jobs that changed in it
+(sim.core.state.KeyedJournal), not the whole window again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from memory.compaction import CompactionWorker, Item, Job, Summarizer
 from memory.context import Line
-from sim.core.state import State
+from sim.core.state import KeyedJournal, State
 
 
 @dataclass
@@ -56,6 +59,7 @@ class MemorySettings:
     """The knobs of round memory (from the config's `memory` section)."""
 
     recent_rounds: int = 6
+    merge_every: int = 1  # rounds folded into the narrative at once (docs/memory.md)
     detail_items: int = 8
     max_pinned_posts: int = 5
     max_pinned_shifts: int = 5
@@ -79,6 +83,9 @@ class RoundMemory:
         self.next_id = 1
         self.log: list[dict] = []  # rows for the `memory` table, drained by the driver
         self._pending_narrative: Summary | None = None  # the narrative a merge job will make
+        self.journal = KeyedJournal()
+        self.journaling = True  # False once restored from a full state (see set_state)
+        self._audiences_taken: set[int] = set()
 
     # ------------------------------------------------------------------ writing
 
@@ -162,7 +169,10 @@ class RoundMemory:
             if s is None or s.status != "done":
                 break  # keep order: merge a contiguous prefix only
             rounds.append(r)
-        if not rounds:
+        # Folding several rounds at once leaves the memory section growing only at its end
+        # between folds, so an agent's consecutive prompts share it (a server's prefix
+        # cache reuses it) and fewer merge calls are made.
+        if len(rounds) < self.settings.merge_every:
             return
         previous = self.narrative.text if self.narrative is not None else ""
         job = Job(id=self.new_id(), kind="merge", rounds=(1, rounds[-1]), previous=previous,
@@ -248,7 +258,12 @@ class RoundMemory:
 
     def get_state(self) -> State:
         """Everything, pending jobs included."""
-        meta = {
+        arrays = {f"audience.{k}": v.copy() for k, v in self.audiences.items()}
+        return State(arrays=arrays, meta=self._meta())
+
+    def _meta(self) -> dict:
+        """The JSON part of the state (fresh objects: nothing shared with live fields)."""
+        return {
             "items": {str(r): [asdict(i) for i in items] for r, items in self.items.items()},
             "pinned": [asdict(i) for i in self.pinned],
             "summaries": {str(r): _summary_dict(s) for r, s in self.summaries.items()},
@@ -259,11 +274,33 @@ class RoundMemory:
             "jobs": [j.to_dict() for j in self.jobs.values()],
             "merged_upto": self.merged_upto, "next_id": self.next_id,
         }
-        arrays = {f"audience.{k}": v.copy() for k, v in self.audiences.items()}
-        return State(arrays=arrays, meta=meta)
+
+    def take_changes(self) -> State:
+        """What changed since the previous call: the keys of the flattened state whose
+        values changed (`KeyedJournal`), and the audience masks not taken yet (they never
+        change once made)."""
+        segment = self.journal.diff(_flatten(self._meta()))
+        new = sorted(set(self.audiences) - self._audiences_taken)
+        self._audiences_taken.update(new)
+        return State(arrays={f"audience.{k}": self.audiences[k].copy() for k in new},
+                     meta=segment)
+
+    def replay(self, changes: Sequence[State]) -> None:
+        """Become what the segments of `take_changes`, applied in order, make."""
+        values: dict = {}
+        arrays: dict[str, np.ndarray] = {}
+        for change in changes:
+            KeyedJournal.apply(values, change.meta)
+            arrays.update(change.arrays)
+        self.set_state(State(arrays=arrays, meta=_unflatten(values)))
+        self.journal.reset(values)
+        self.journaling = True
+        self._audiences_taken = set(self.audiences)
 
     def set_state(self, state: State) -> None:
-        """Inverse of `get_state`; pending jobs restart at the next boundary."""
+        """Inverse of `get_state`; pending jobs restart at the next boundary. Restored
+        this way (from a checkpoint that kept the whole state), the memory is saved whole
+        from then on: its log has no base a journal could build on."""
         meta, arrays = state.meta, state.arrays
         self.items = {int(r): [MemoryItem(**i) for i in items]
                       for r, items in meta.get("items", {}).items()}
@@ -296,3 +333,42 @@ def _summary_dict(s: Summary) -> dict:
 
 def _summary_from(d: dict) -> Summary:
     return Summary(**{**d, "rounds": tuple(d["rounds"])})
+
+
+# The journal's keys: one per round's items, summary and job, so that a round's segment
+# holds only what that round touched; a narrative's post ids (which only grow) apart from
+# its text, so that they are journaled as what was appended.
+_PER_KEY = ("items", "summaries")
+_SUMMARIES = ("narrative", "pending_narrative")
+
+
+def _flatten(meta: dict) -> dict:
+    """`get_state().meta` as a flat mapping of journal keys to JSON values."""
+    out: dict = {}
+    for section in _PER_KEY:
+        for r, value in meta[section].items():
+            out[f"{section}.{r}"] = value
+    for job in meta["jobs"]:
+        out[f"jobs.{job['id']}"] = job
+    for name in _SUMMARIES:
+        if meta[name] is not None:
+            out[name] = {k: v for k, v in meta[name].items() if k != "posts"}
+            out[f"{name}.posts"] = meta[name]["posts"]
+    for name in ("pinned", "merged_upto", "next_id"):
+        out[name] = meta[name]
+    return out
+
+
+def _unflatten(values: dict) -> dict:
+    """Inverse of `_flatten` (sections in ascending round / id order, as they were made)."""
+    def section(name: str) -> list[tuple[int, object]]:
+        return sorted((int(k.split(".", 1)[1]), v) for k, v in values.items()
+                      if k.startswith(f"{name}."))
+    meta: dict = {s: {str(r): v for r, v in section(s)} for s in _PER_KEY}
+    meta["jobs"] = [v for _, v in section("jobs")]
+    for name in _SUMMARIES:
+        meta[name] = ({**values[name], "posts": values[f"{name}.posts"]}
+                      if name in values else None)
+    for name, default in (("pinned", []), ("merged_upto", 0), ("next_id", 1)):
+        meta[name] = values.get(name, default)
+    return meta

@@ -8,7 +8,7 @@ and says why in its commit. Regenerate with
 
 A digest covers a whole table, rows in a canonical order (sorted by every column), without
 the columns that legitimately differ between two runs of one config: timings, wall-clock
-stamps, run ids and paths, the loopback server's port.
+stamps, run ids and paths, the loopback server's port and what its prefix cache held.
 """
 
 from __future__ import annotations
@@ -34,9 +34,14 @@ VOLATILE = {
     "run": ["run_id", "created_at", "engine_version", "config_hash", "config", "lineage",
             "parent_run_id"],
     "rounds": ["ms_schedule", "ms_observe", "ms_context", "ms_decide", "ms_apply",
-               "ms_update", "ms_log", "wall_time"],
-    "llm_calls": ["base_url", "latency_ms", "wait_ms"],
+               "ms_update", "ms_log", "wall_time", "driver_cpu_ms",
+               "driver_cpu_ms_per_llm_turn"],
+    "llm_calls": ["base_url", "latency_ms", "wait_ms", "cached_tokens"],
 }
+# Columns added after the digests were first pinned, left out of a digest while they are
+# NULL in every row (runs without LLM agents have no prefix reuse), so the digests of
+# those runs stay what they were.
+LATER = {"rounds": ["prefix_reuse"]}
 
 
 @dataclass(frozen=True)
@@ -70,7 +75,10 @@ def table_digest(db: Path, table: str) -> str:
         cols = [r[0] for r in con.execute(
             "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
             "ORDER BY ordinal_position", [table]).fetchall()]
-        keep = ", ".join(f'"{c}"' for c in cols if c not in VOLATILE.get(table, []))
+        empty = [c for c in LATER.get(table, []) if c in cols and not con.execute(
+            f'SELECT count("{c}") FROM {table}').fetchone()[0]]
+        keep = ", ".join(f'"{c}"' for c in cols
+                         if c not in VOLATILE.get(table, []) and c not in empty)
         (digest,) = con.execute(
             f"SELECT sha256(coalesce(string_agg(r, chr(10) ORDER BY r), '')) FROM "
             f"(SELECT CAST(ROW({keep}) AS VARCHAR) AS r FROM {table})").fetchone()

@@ -16,10 +16,12 @@ from sim.runs.simulation import Simulation
 
 # Columns that legitimately differ between two runs of the same config.
 VOLATILE = {"rounds": ["ms_schedule", "ms_observe", "ms_context", "ms_decide", "ms_apply",
-                       "ms_update", "ms_log", "wall_time"],
+                       "ms_update", "ms_log", "wall_time", "driver_cpu_ms",
+                       "driver_cpu_ms_per_llm_turn"],
             # The loopback server listens on a fresh port each run; latency and waits for
-            # endpoint limits are wall time.
-            "llm_calls": ["base_url", "latency_ms", "wait_ms"]}
+            # endpoint limits are wall time; what a server has in its prefix cache depends
+            # on what it was asked before, by every agent, in whatever order they came.
+            "llm_calls": ["base_url", "latency_ms", "wait_ms", "cached_tokens"]}
 COMPARED = ("agents", "posts", "post_stances", "actions", "exposures", "beliefs", "trust",
             "follows", "rounds", "topics", "interventions", "memory", "context", "llm_calls",
             "markets", "prices", "trades", "positions", "market_bridge", "market_books",

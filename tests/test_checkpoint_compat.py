@@ -41,6 +41,18 @@ def new_run(tmp_path) -> Path:
     return run
 
 
+def read_sql(run: Path, sql: str):
+    """A query's rows in canonical order (sorted by every column)."""
+    import duckdb
+
+    con = duckdb.connect(str(run / "trajectory.duckdb"), read_only=True)
+    try:
+        df = con.sql(sql).df()
+    finally:
+        con.close()
+    return df.sort_values(list(df.columns)).reset_index(drop=True)
+
+
 def _differ(a: Path, b: Path) -> list[str]:
     da, db = run_digests(a / "trajectory.duckdb"), run_digests(b / "trajectory.duckdb")
     return [t for t in TABLES if da[t] != db[t]]
@@ -48,7 +60,11 @@ def _differ(a: Path, b: Path) -> list[str]:
 
 def test_an_old_run_resumes_to_the_same_tables(old_run, new_run):
     assert main(["resume", str(old_run), "--quiet"]) == 0
-    assert _differ(old_run, new_run) == []
+    # The contexts of the rounds the old release ran are its own (the sections have been
+    # reordered for prefix caching since); those of the rounds after the resume match.
+    assert _differ(old_run, new_run) in ([], ["context"])
+    after = "SELECT * FROM context WHERE round > 3"
+    assert read_sql(old_run, after).equals(read_sql(new_run, after))
 
 
 def test_an_old_run_forks_like_a_new_one(old_run, new_run, tmp_path):

@@ -19,9 +19,9 @@ from sim.runs.inspect import inspect_agent
 from sim.world.checkpoint import restore_world
 from tests.helpers import make_config, query, run_config
 
-SECTION_TITLES = ("## Who you are", "## What you think", "## What has happened so far",
-                  "## Your recent activity on other platforms", "## Breaking news",
-                  "## How to act")
+SECTION_TITLES = ("## Who you are", "## How to act", "## What you think",
+                  "## What has happened so far", "## Breaking news",
+                  "## Your recent activity on other platforms", "## What you can do on Twitter")
 
 
 def test_tiktoken_encoding_is_bundled_and_verified(monkeypatch):
@@ -80,7 +80,7 @@ def test_joined_counts_are_exact():
 
 
 def test_every_section_is_in_the_text():
-    """All six system sections and the feed are present, in order, none erasing another."""
+    """All system sections and the feed are present, in order, none erasing another."""
     a = build_context(_inputs(), budget=2500)
     positions = [a.system.index(t) for t in SECTION_TITLES]
     assert positions == sorted(positions)
@@ -129,8 +129,8 @@ def test_logged_turns_fit_the_budget(context_run):
                                   "WHERE section = 'total'")
     assert rows[0][0] <= rows[0][1] == 1800 and rows[0][2] > 500
     sections = {r[0] for r in query(context_run.dir.db, "SELECT DISTINCT section FROM context")}
-    assert sections == {"persona", "beliefs", "memory", "digest", "events", "rules", "feed",
-                        "notifications", "total"}
+    assert sections == {"persona", "beliefs", "memory", "digest", "events", "rules", "actions",
+                        "feed", "notifications", "total"}
 
 
 def test_events_reach_only_their_audience(context_run):

@@ -91,6 +91,32 @@ def test_pinned_items_survive_every_merge():
     mem.close()
 
 
+def _memory_texts(merge_every: int, rounds: int) -> dict[int, list[str]]:
+    """The memory lines (without the last round's detail) at the start of each round."""
+    mem = RoundMemory(MemorySettings(recent_rounds=3, merge_every=merge_every),
+                      ExtractiveSummarizer(narrative_tokens=60))
+    out = {}
+    for r in range(1, rounds + 1):
+        mem.boundary(r)
+        out[r] = [ln.text for ln in mem.lines(r, agent=0) if not ln.text.startswith("Last")]
+        mem.record_round(r, f"Round {r}:", [MemoryItem(mem.new_id(), r, "post",
+                                                       f"@u{r} said thing {r}.", 5.0)])
+    mem.close()
+    return out
+
+
+def test_merging_every_k_rounds_only_appends_between_merges():
+    """With merge_every 4 the narrative changes every 4th round; in the rounds between, the
+    previous round's lines are the start of this round's (a prompt prefix that stays);
+    with 1 (the default) the first line changes every round once the window is full."""
+    batched, single = _memory_texts(4, 30), _memory_texts(1, 30)
+    kept = [r for r in range(11, 31) if batched[r][:len(batched[r - 1])] == batched[r - 1]]
+    assert 12 <= len(kept) <= 16  # 3 rounds in 4
+    assert all(len(lines) <= 1 + 3 + 4 for lines in batched.values())  # window bounded
+    assert not [r for r in range(11, 31) if single[r][:len(single[r - 1])] == single[r - 1]]
+    assert batched[30][0].startswith("Long ago (rounds 1-")
+
+
 class FlakySummarizer(ExtractiveSummarizer):
     """Fails the first two attempts at summarising rounds 3 and 4 (a model that times out,
     a compaction killed half-way)."""

@@ -276,6 +276,10 @@ class ExecutorConfig(Strict):
     # spread: round-robin over the cluster's nodes (by their CPUs); pack: Ray's default
     # scheduler places them (it packs them onto the driver's node until that one is busy)
     placement: Literal["spread", "pack"] = "spread"
+    # Where LLM agents' contexts are assembled: in the driver, in the shards (from typed
+    # inputs the driver sends once a round), or 'auto': shards on Ray, the driver
+    # in-process (what measured faster, docs/llm.md "Where contexts are built").
+    contexts: Literal["driver", "shards", "auto"] = "auto"
 
     @field_validator("shards", mode="before")
     @classmethod
@@ -341,6 +345,7 @@ class MemoryConfig(Strict):
 
     summarizer: part(SUMMARIZERS) = Field(default="extractive", validate_default=True)
     recent_rounds: int = Field(default=6, ge=1)
+    merge_every: int = Field(default=1, ge=1)  # rounds folded into the narrative at once
     detail_items: int = Field(default=8, gt=0)
     top_posts: int = Field(default=5, ge=0)
     input_tokens: int = Field(default=400, ge=50)

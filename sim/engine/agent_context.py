@@ -9,7 +9,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agents.prompt import INTERVIEW, ContextInputs, FeedItem, SectionSpec, build_context
+from agents.observation import ContextBatch, PlatformView, TurnInputs
+from agents.prompt import (
+    INTERVIEW,
+    ContextInputs,
+    FeedItem,
+    SectionSpec,
+    build_context,
+    section_specs,
+)
 from beliefs.render import stance_lines, trusted_accounts
 from memory.context import Assembled, Line, quote
 from memory.graph.retrieval import provenance
@@ -53,29 +61,34 @@ def feed_items(world, feed_row: np.ndarray, round_: int, pinned: set[int],
                comments: dict[int, list[int]] | None = None) -> list[FeedItem]:
     """The posts of one feed row as the agent sees them (counts as of the last round),
     each with its top comments (computed here if the caller did not for the round)."""
-    posts, users = world.posts, world.population.username
     rows = feed_row[feed_row >= 0]
     if comments is None:
         comments = top_comments(world, rows)
+    return [FeedItem(*t) for t in feed_tuples(world, rows, round_, pinned, comments)]
+
+
+def feed_tuples(world, post_ids: np.ndarray, round_: int, pinned: set[int],
+                comments: dict[int, list[int]]) -> list[tuple]:
+    """The `FeedItem` fields (in order) of each of `post_ids`: what a feed shows of a post
+    in `round_` does not depend on whose feed it is."""
+    posts, users = world.posts, world.population.username
 
     def name(author: int) -> str:
         return users[author] if author != NEWS_AUTHOR else "news"
 
     # One gather per column for the whole row (not one attribute lookup per field and post).
-    cols = {c: getattr(posts, c)[rows].tolist()
+    cols = {c: getattr(posts, c)[post_ids].tolist()
             for c in ("author", "root", "kind", "round", "up", "down", "shares", "replies")}
     texts = posts.text
     out = []
-    for i, post in enumerate(rows.tolist()):
-        out.append(FeedItem(
-            post_id=post, author=name(cols["author"][i]),
-            kind=KIND_NAMES[cols["kind"][i]],
-            text=texts[post] or texts[cols["root"][i]],  # a repost shows its root
-            age_rounds=round_ - cols["round"][i], up=cols["up"][i], down=cols["down"][i],
-            shares=cols["shares"][i], replies=cols["replies"][i], pinned=post in pinned,
-            top_comments=[(name(int(posts.author[c])), texts[c],
-                           int(posts.up[c]) - int(posts.down[c]))
-                          for c in comments.get(post, ())]))
+    for i, post in enumerate(post_ids.tolist()):
+        out.append((
+            post, name(cols["author"][i]), KIND_NAMES[cols["kind"][i]],
+            texts[post] or texts[cols["root"][i]],  # a repost shows its root
+            round_ - cols["round"][i], cols["up"][i], cols["down"][i], cols["shares"][i],
+            cols["replies"][i], post in pinned,
+            [(name(int(posts.author[c])), texts[c], int(posts.up[c]) - int(posts.down[c]))
+             for c in comments.get(post, ())]))
     return out
 
 
@@ -138,12 +151,6 @@ def context_inputs(world, agent: int, platform: str, round_: int, feed_row: np.n
     )
 
 
-def section_specs(cfg) -> dict[str, SectionSpec]:
-    """The config's context section settings (priority, token limit) by section."""
-    return {name: SectionSpec(s.priority, s.max_tokens)
-            for name, s in cfg.memory.context.sections.items()}
-
-
 def build_context_for(world, agent: int, platform: str, round_: int,
                       feed_row: np.ndarray | None, specs: dict[str, SectionSpec] | None = None,
                       comments: dict[int, list[int]] | None = None) -> Assembled:
@@ -155,6 +162,83 @@ def build_context_for(world, agent: int, platform: str, round_: int,
                     for section in engine.context_sections(world, agent, round_, platform,
                                                            specs)]
     return build_context(inputs, world.cfg.memory.context.budget_tokens, specs)
+
+
+class _Lines:
+    """Lines interned into a `ContextBatch`: each distinct line (text and provenance) once,
+    turns holding indices."""
+
+    def __init__(self, batch: ContextBatch):
+        self.batch = batch
+        self.index: dict[str, int] = {}
+
+    def add(self, lines: list[Line]) -> list[int]:
+        text, provenance = self.batch.text, self.batch.provenance
+        out = []
+        for ln in lines:
+            i = self.index.get(ln.text)
+            if i is None or provenance[i] != ln.provenance:  # (a text seen with another
+                i = len(text)                                 # provenance: kept apart)
+                text.append(ln.text)
+                provenance.append(ln.provenance)
+                self.index.setdefault(ln.text, i)
+            out.append(i)
+        return out
+
+
+def context_batches(world, round_: int, views: list[PlatformView], context_agents: np.ndarray,
+                    providers: dict[int, str], n_shards: int, previous
+                    ) -> list[ContextBatch]:
+    """Per shard, the inputs of the contexts its agents get this round on the social
+    platforms' `views` (`executor.contexts: shards`): the same parts `context_inputs`
+    gathers, except what the shard has itself (profiles, beliefs, feeds, the config).
+    `previous(agent)`: what the shard must be told of an LLM agent's last prompt before
+    it measures the next one (`...`: nothing, it knows)."""
+    batches = [ContextBatch(turns=[[] for _ in views]) for _ in range(n_shards)]
+    interned = [_Lines(b) for b in batches]
+    shown: list[list[np.ndarray]] = [[] for _ in range(n_shards)]
+    users = world.population.username
+    for vi, view in enumerate(views):
+        order = feed_order(world.platforms[view.name].cfg.recommender.kind)
+        for b in batches:
+            b.feed_order.append(order)
+        rows = np.nonzero(np.isin(view.agents, context_agents))[0]
+        if not len(rows):
+            continue
+        shard_of = view.agents % n_shards
+        in_shard = np.empty(len(view.agents), np.int64)  # row in the shard's own view
+        for s in range(n_shards):
+            mine = np.nonzero(shard_of == s)[0]
+            in_shard[mine] = np.arange(len(mine))
+            shown[s].append(view.feed[rows[shard_of[rows] == s]].ravel())
+        for i in rows.tolist():
+            agent = int(view.agents[i])
+            s = agent % n_shards
+            lines = interned[s]
+            provider = providers.get(agent)
+            if provider is not None:
+                before = previous(agent)
+                if before is not ...:
+                    batches[s].previous[agent] = before
+            trusted, distrusted = trusted_accounts(world.trust, agent, users)
+            knowledge = knowledge_lines(world, agent, round_, view.feed[i])
+            batches[s].turns[vi].append(TurnInputs(
+                i, int(in_shard[i]), provider, trusted, distrusted,
+                lines.add(world.memory.lines(round_, agent)),
+                lines.add(world.digest.lines(agent, view.name)),
+                lines.add(event_lines(world, agent, round_)),
+                lines.add(world.notifications.lines(agent, view.name, round_)),
+                None if knowledge is None else lines.add(knowledge)))
+    pinned = {pid for e in world.interventions.active_events(round_)
+              for pid in e.post_ids.values()}
+    ids = [np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
+           for parts in shown]
+    ids = [x[x >= 0] for x in ids]
+    comments = top_comments(world, np.unique(np.concatenate(ids))) if any(map(len, ids)) else {}
+    for b, mine in zip(batches, ids, strict=True):
+        b.posts = dict(zip(mine.tolist(), feed_tuples(world, mine, round_, pinned, comments),
+                           strict=True))
+    return batches
 
 
 @dataclass

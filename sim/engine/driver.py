@@ -4,7 +4,8 @@
     intervene   interventions due at r fire; round memory crosses the boundary
     schedule    which agents act, on which platform
     observe     each acting agent's feed, as of the end of r-1
-    context     the context of every agent whose context is built (LLM agents' prompts)
+    context     the context of every agent whose context is built (LLM agents' prompts),
+                or with `executor.contexts: shards` the inputs the shards build them from
     decide      every shard decides, one call per shard
     apply       all actions, in canonical order, against the snapshot
     update      trust, then beliefs, then the exposure history
@@ -13,7 +14,8 @@
 
 Interventions fire before scheduling so that agents added or removed at round r act, or
 not, from r on. The driver owns the world state; shards only decide. Each phase reads and
-fills a `Round`; the time each takes is measured by `phase`, not by stamps in the code.
+fills a `Round`; the time each takes is measured by `phase`, not by stamps in the code,
+and the CPU time of the driver's thread over the whole round goes into `rounds` too.
 """
 
 from __future__ import annotations
@@ -32,13 +34,18 @@ from agents.actions import ActionBatch
 from agents.observation import DecisionRequest, PlatformView, Prompt
 from agents.policy import reads_social_features
 from beliefs.rules import Exposures, make_rule
-from memory.context import Assembled
+from memory.context import Assembled, accounting_rows
 from memory.tokens import encoding
 from sim.core.counter_rng import CounterRNG
 from sim.core.errors import ProviderDown
 from sim.core.faults import crash_point
 from sim.core.vocabulary import ACTION_NAMES, Reason
-from sim.engine.agent_context import build_context_for, section_specs, top_comments
+from sim.engine.agent_context import (
+    build_context_for,
+    context_batches,
+    section_specs,
+    top_comments,
+)
 from sim.engine.agent_history import AppliedRows, record_actions
 from sim.engine.apply import Applied, apply_all
 from sim.engine.executors import Executor
@@ -91,6 +98,12 @@ class RoundStats:
     n_llm_calls: int = 0  # logical calls (sim/store/llm_usage.py), not HTTP requests
     n_llm_failed: int = 0  # calls without an answer (after their retries)
     n_llm_fallbacks: int = 0  # LLM turns decided by the fallback
+    # LLM turns' prompt tokens (system text and observation) and those equal to the start
+    # of the agent's previous prompt (memory/prefix_reuse.py)
+    prompt_tokens: int = 0
+    reused_tokens: int = 0
+    n_llm_turns: int = 0  # LLM agents' turns (prompts sent)
+    driver_cpu_ms: float = 0.0  # CPU time of the driver's thread over the round
     ms: dict[str, float] = field(default_factory=dict)
 
 
@@ -104,7 +117,8 @@ class Round:
     active: np.ndarray | None = None  # bool [N]
     acting: dict[str, np.ndarray] = field(default_factory=dict)  # platform -> agents
     views: list[PlatformView] = field(default_factory=list)
-    contexts: list[tuple[str, int, Assembled]] = field(default_factory=list)
+    # per built context: platform, agent, its `context` table rows (accounting_rows)
+    contexts: list[tuple[str, int, list[tuple]]] = field(default_factory=list)
     request: DecisionRequest | None = None
     calls: list[dict] = field(default_factory=list)  # llm_calls rows of the turns
     actions: ActionBatch | None = None  # canonical order
@@ -141,6 +155,9 @@ class RoundDriver:
         self.writer = writer
         self.checkpoints = checkpoints
         self.on_checkpoint = on_checkpoint
+        # LLM agents whose shard knows their previous prompt as the world does (contexts
+        # built in the shards); emptied whenever the driver measures prompts itself
+        self.synced: set[int] = set()
         self.configure()
         self.warm_up()
 
@@ -166,6 +183,18 @@ class RoundDriver:
         self.providers = w.llm_providers()  # LLM agent -> provider name
         self.section_specs = section_specs(cfg)
         self.platform_enum = PlatformEnum.of(cfg)
+        self.in_shards = self.contexts_in_shards()
+
+    def contexts_in_shards(self) -> bool:
+        """Whether the shards build the contexts (`executor.contexts`; 'auto': on Ray, not
+        in-process). Only when prompts are sent and no platform has its own engine (an
+        engine's turns and context sections stay with the driver, so the whole round's
+        contexts do)."""
+        mode = self.world.cfg.executor.contexts
+        if mode == "auto":
+            mode = "shards" if self.executor.kind == "ray" else "driver"
+        return (mode == "shards" and self.send_prompts and not self.world.engines
+                and len(self.context_agents) > 0)
 
     def warm_up(self) -> None:
         """Build once, before round 1, what every round reads and round 1 would otherwise
@@ -190,6 +219,7 @@ class RoundDriver:
     def step(self) -> RoundStats:
         """Run the next round and hand it to the writer."""
         rnd = Round(self.world.round + 1, RoundStats(self.world.round + 1))
+        self.cpu_start = time.thread_time()
         with self.phase(rnd, "schedule"):
             self.intervene(rnd)
             self.schedule(rnd)
@@ -244,8 +274,17 @@ class RoundDriver:
 
     def assemble_contexts(self, rnd: Round) -> None:
         """The context of every acting agent whose context is built; LLM agents get theirs
-        as prompts in their views. Then the request the shards get."""
+        as prompts in their views. Then the request the shards get. With contexts built
+        in the shards, the request carries each shard's `ContextBatch` instead."""
         w, r = self.world, rnd.number
+        if self.in_shards:
+            rnd.request = decision_request(w, r, rnd.views)
+            rnd.request.contexts = context_batches(
+                w, r, rnd.views, self.context_agents, self.providers, self.executor.n_shards,
+                self.previous_prompt)
+            rnd.stats.n_acting = len(rnd.request.agents)
+            return
+        self.synced.clear()  # the world's measure moves on; the shards' copies would not
         if len(self.context_agents):
             for view in rnd.views:
                 rows = np.nonzero(np.isin(view.agents, self.context_agents))[0]
@@ -256,11 +295,10 @@ class RoundDriver:
                     agent = int(view.agents[i])
                     assembled = build_context_for(w, agent, view.name, r, view.feed[i],
                                                   self.section_specs, comments)
-                    rnd.contexts.append((view.name, agent, assembled))
+                    rnd.contexts.append((view.name, agent, accounting_rows(assembled)))
                     provider = self.providers.get(agent)
                     if provider is not None:
-                        prompts[i] = Prompt(assembled.system, assembled.observation,
-                                            assembled.tokens, provider)
+                        prompts[i] = self.prompt(rnd, agent, assembled, provider)
                 if self.providers and self.send_prompts:
                     view.prompts = prompts
         self.engine_turns(rnd)
@@ -278,18 +316,44 @@ class RoundDriver:
             prompts: list[Prompt | None] = []
             for agent in llm.tolist():
                 assembled = build_context_for(w, agent, name, r, None, self.section_specs)
-                rnd.contexts.append((name, agent, assembled))
-                prompts.append(Prompt(assembled.system, assembled.observation,
-                                      assembled.tokens, self.providers[agent]))
+                rnd.contexts.append((name, agent, accounting_rows(assembled)))
+                prompts.append(self.prompt(rnd, agent, assembled, self.providers[agent]))
             view = empty_view(w.engines[name].code, name, llm, len(w.topics))
             view.prompts = prompts if self.send_prompts else None
             rnd.engine_views.append(view)
+
+    def previous_prompt(self, agent: int):
+        """What `agent`'s shard must be told of its previous prompt before measuring the
+        next (`...`: it already knows; the world's pieces, or None for none)."""
+        if agent in self.synced:
+            return ...
+        self.synced.add(agent)
+        return self.world.prompts.previous.get(agent)
+
+    def prompt(self, rnd: Round, agent: int, assembled: Assembled, provider: str) -> Prompt:
+        """An LLM agent's prompt for its turn, with how much of it repeats the start of its
+        previous prompt (measured only for prompts that are sent: turns in the order the
+        driver builds them, platforms in code order, then engines' platforms)."""
+        reused = None
+        if self.send_prompts:
+            reused = self.world.prompts.measure(agent, assembled.pieces)
+            rnd.stats.prompt_tokens += assembled.tokens["total"]
+            rnd.stats.reused_tokens += reused
+            rnd.stats.n_llm_turns += 1
+        return Prompt(assembled.system, assembled.observation, assembled.tokens, provider,
+                      reused)
 
     def decide(self, rnd: Round) -> None:
         """One call per shard; the round stops here, before anything applies, if no LLM
         call got an answer."""
         w = self.world
-        results = self.executor.decide(rnd.request)
+        try:
+            results = self.executor.decide(rnd.request)
+        except BaseException:
+            self.synced.clear()  # what the shards measured is not known here
+            raise
+        if rnd.request.contexts is not None:
+            self.shard_contexts(rnd, results)
         w.json_only.update(*(res.json_only for res in results))
         rnd.calls = [c for res in results for c in res.llm_calls]
         try:
@@ -310,6 +374,26 @@ class RoundDriver:
         rnd.actions = ActionBatch.concat([res.actions for res in results] + engine_rows,
                                          len(w.topics)).canonical()
         crash_point("mid_round", rnd.number)
+
+    def shard_contexts(self, rnd: Round, results: list) -> None:
+        """Take what the shards built: the `context` rows in the driver's order (views in
+        order, rows in view order), the LLM agents' last prompts (the world keeps them),
+        the prompt and reused tokens."""
+        views = rnd.request.views
+        built = [(key, acc) for res in results if res.contexts is not None
+                 for key, acc in zip(res.contexts.keys, res.contexts.accounting, strict=True)]
+        built.sort(key=lambda x: (x[0][0], x[0][1]))
+        rnd.contexts = [(views[vi].name, agent, acc) for (vi, _, agent), acc in built]
+        s = rnd.stats
+        for res in results:
+            c = res.contexts
+            if c is None:
+                continue
+            for agent, pieces in c.pieces.items():
+                self.world.prompts.remember(agent, pieces)
+            s.n_llm_turns += c.turns
+            s.prompt_tokens += c.prompt_tokens
+            s.reused_tokens += c.reused_tokens
 
     def apply(self, rnd: Round) -> None:
         """Every action in canonical order, validated against the snapshot."""
@@ -388,6 +472,8 @@ class RoundDriver:
 
         with self.phase(rnd, "tables"):
             tables = self.tables(rnd)
+        # (waiting for the writer below costs no CPU: the round's work ends here)
+        rnd.stats.driver_cpu_ms = 1e3 * (time.thread_time() - self.cpu_start)
         with self.phase(rnd, "wait"):
             self.writer.submit(RoundPayload(
                 round=r, tables=tables,
@@ -449,6 +535,11 @@ class RoundDriver:
             "n_interventions": [s.n_interventions],
             **{f"ms_{k}": [ms.get(k, 0.0)] for k in (*TIMED, "log")},
             "wall_time": [datetime.now()],
+            "prefix_reuse": pa.array([s.reused_tokens / s.prompt_tokens if s.prompt_tokens
+                                      else None], pa.float64()),
+            "driver_cpu_ms": pa.array([s.driver_cpu_ms], pa.float64()),
+            "driver_cpu_ms_per_llm_turn": pa.array(
+                [s.driver_cpu_ms / s.n_llm_turns if s.n_llm_turns else None], pa.float64()),
         }
         return pa.table(row)
 

@@ -6,7 +6,6 @@ while the driver is already mutating the world for the next round.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -237,15 +236,18 @@ LLM_CALL_COLUMNS = {
     "section_tokens": pa.string(), "latency_ms": pa.float64(), "retries": pa.int16(),
     "outcome": pa.string(), "fallback_reason": pa.string(), "error": pa.string(),
     "cost_usd": pa.float64(), "cache": pa.string(), "saved_usd": pa.float64(),
-    "wait_ms": pa.float64(),
+    "wait_ms": pa.float64(), "cached_tokens": pa.int32(), "reused_tokens": pa.int32(),
 }
-_LLM_CALL_DEFAULTS = {"cache": "off", "saved_usd": 0.0, "wait_ms": 0.0}
+_LLM_CALL_DEFAULTS = {"cache": "off", "saved_usd": 0.0, "wait_ms": 0.0, "cached_tokens": None,
+                      "reused_tokens": None}
 
 
 def llm_calls_table(calls: list[dict]) -> pa.Table:
     """One row per LLM call: who, where, tokens (per section too), latency, retries,
     status, what came of it and why it fell back, estimated cost, the response cache's
-    part (hit or miss, and the cost a hit saved), and the wait for the endpoint's limits."""
+    part (hit or miss, and the cost a hit saved), the wait for the endpoint's limits, the
+    prompt tokens the server says it had cached, and the prompt tokens equal to the start
+    of the agent's previous prompt (NULL for calls that are not an agent's turn)."""
     return pa.table({name: pa.array([c[name] if name not in _LLM_CALL_DEFAULTS
                                      else c.get(name, _LLM_CALL_DEFAULTS[name]) for c in calls],
                                     type=t)
@@ -254,31 +256,27 @@ def llm_calls_table(calls: list[dict]) -> pa.Table:
 
 def context_table(round_: int, contexts, budget: int) -> pa.Table:
     """Budget accounting of each assembled turn: one row per section (and a `total` row),
-    with the lines kept and the lines trimmed (text and provenance, as JSON)."""
+    with the lines kept and the lines trimmed (text and provenance, as JSON). `contexts`:
+    (platform, agent, `memory.context.accounting_rows` of its context) per turn."""
     rows: dict[str, list] = {k: [] for k in ("round", "platform", "agent", "section", "tokens",
                                              "lines", "budget", "trimmed")}
-    for platform, agent, assembled in contexts:
-        by_section: dict[str, list] = {}
-        for t in assembled.trimmed:
-            by_section.setdefault(t.section, []).append(
-                {"reason": t.reason, "text": t.text, "provenance": t.provenance})
-        for section, lines in [*assembled.kept.items(), ("total", None)]:
-            rows["round"].append(round_)
+    for platform, agent, accounting in contexts:
+        for section, tokens, lines, trimmed in accounting:
             rows["platform"].append(platform)
             rows["agent"].append(agent)
             rows["section"].append(section)
-            rows["tokens"].append(assembled.tokens[section])
+            rows["tokens"].append(tokens)
             rows["lines"].append(lines)
-            rows["budget"].append(budget)
-            rows["trimmed"].append(json.dumps(by_section.get(section, []), default=str))
+            rows["trimmed"].append(trimmed)
+    n = len(rows["agent"])
     return pa.table({
-        "round": pa.array(rows["round"], pa.int32()),
+        "round": pa.array(np.full(n, round_, np.int32)),
         "platform": pa.array(rows["platform"], pa.string()),
         "agent": pa.array(rows["agent"], pa.int32()),
         "section": pa.array(rows["section"], pa.string()),
         "tokens": pa.array(rows["tokens"], pa.int32()),
         "lines": pa.array(rows["lines"], pa.int32()),
-        "budget": pa.array(rows["budget"], pa.int32()),
+        "budget": pa.array(np.full(n, budget, np.int32)),
         "trimmed": pa.array(rows["trimmed"], pa.string()),
     })
 

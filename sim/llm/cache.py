@@ -40,7 +40,7 @@ from sim.llm.chat import Attempt, ChatModel, ChatReply, ChatRequest
 CACHE_FOLDER = "llm_cache"  # in a run directory
 MODES = ("record", "replay", "auto")
 _KEPT = ("base_url", "status", "http_status", "error", "prompt_tokens", "completion_tokens",
-         "latency_ms", "wait_ms", "cache")  # what an entry keeps of each request
+         "latency_ms", "wait_ms", "cache", "cached_tokens")  # what an entry keeps of each request
 # Refusals of the request itself (a server without tool support says 400 or 422) are
 # answers too: the same request gets them again, and a replay must meet them to switch
 # to JSON in text as the recorded run did. Other failures are not kept.
@@ -276,7 +276,8 @@ class CachedChat(ChatModel):
             await self.cache.put(digest, {
                 "status": reply.status, "error": reply.error, "message": reply.message,
                 "usage": {"prompt_tokens": reply.prompt_tokens,
-                          "completion_tokens": reply.completion_tokens},
+                          "completion_tokens": reply.completion_tokens,
+                          "cached_tokens": reply.cached_tokens},
                 "http_status": reply.http_status, "latency_ms": reply.latency_ms,
                 "attempts": [{k: v for k, v in asdict(a).items() if k in _KEPT}
                              for a in attempts[first:]]})
@@ -297,11 +298,13 @@ def _replayed(entry: dict, own: bool, attempts: list[Attempt], ms: float) -> Cha
                         entry.get("http_status"), error=entry.get("error", ""),
                         prompt_tokens=usage.get("prompt_tokens"),
                         completion_tokens=usage.get("completion_tokens"), latency_ms=ms,
-                        message=message, cache="hit")]
+                        message=message, cache="hit",
+                        cached_tokens=usage.get("cached_tokens"))]
         latency = ms
     attempts.extend(made)
     final = made[-1]
     return ChatReply(message, final.status, final.http_status, error=final.error,
                      prompt_tokens=final.prompt_tokens,
                      completion_tokens=final.completion_tokens, latency_ms=latency,
-                     retries=len(made) - 1, base_url=final.base_url, attempts=attempts)
+                     retries=len(made) - 1, base_url=final.base_url, attempts=attempts,
+                     cached_tokens=final.cached_tokens)

@@ -52,6 +52,9 @@ class Attempt:
     message: dict | None = None  # the answer (status ok)
     wait_ms: float = 0.0  # waiting for the endpoint's limits (rpm, tpm, Retry-After)
     cache: str = "off"  # off | miss (asked the cache, then the endpoint) | hit (no request)
+    # prompt tokens the server took from its prefix cache, when it says so
+    # (usage.prompt_tokens_details.cached_tokens)
+    cached_tokens: int | None = None
 
 
 @dataclass
@@ -69,6 +72,7 @@ class ChatReply:
     retries: int = 0
     base_url: str = ""
     attempts: list[Attempt] = field(default_factory=list)
+    cached_tokens: int | None = None  # of the prompt, from the server's prefix cache
 
     @property
     def text(self) -> str:
@@ -134,12 +138,15 @@ def cost(provider: ProviderConfig, prompt_tokens: int, completion_tokens: int) -
 def call_rows(reply: ChatReply | list[Attempt], provider: ProviderConfig, *, round_: int,
               agent: int | None, platform: str, call: int = 1,
               section_tokens: dict[str, int] | None = None, estimated_prompt_tokens: int = 0,
-              outcome: str = "") -> list[dict[str, Any]]:
+              outcome: str = "", reused_tokens: int | None = None) -> list[dict[str, Any]]:
     """The `llm_calls` rows of a call: one per HTTP request it made (`retries` is the
     request's number, 0 first), `outcome` on the last. Prompt tokens are the server's
     count, else our own count of what was sent: a request that got no answer was still
     sent, and its cost is counted as if its prompt was billed. An answer from the response
-    cache is one row that cost nothing (`cost_usd` 0) and saved its price (`saved_usd`)."""
+    cache is one row that cost nothing (`cost_usd` 0) and saved its price (`saved_usd`).
+    `cached_tokens` is what the server said it had in its prefix cache (None if it did not
+    say); `reused_tokens`, of an agent's turn, the prompt tokens equal to the start of its
+    previous prompt (the same on every request of the turn)."""
     attempts = reply.attempts if isinstance(reply, ChatReply) else reply
     rows = []
     for i, a in enumerate(attempts):
@@ -156,7 +163,8 @@ def call_rows(reply: ChatReply | list[Attempt], provider: ProviderConfig, *, rou
             "retries": i, "error": a.error,
             "outcome": outcome if i == len(attempts) - 1 else "retried",
             "fallback_reason": "", "cost_usd": 0.0 if hit else price,
-            "cache": a.cache, "saved_usd": price if hit else 0.0, "wait_ms": a.wait_ms})
+            "cache": a.cache, "saved_usd": price if hit else 0.0, "wait_ms": a.wait_ms,
+            "cached_tokens": a.cached_tokens, "reused_tokens": reused_tokens})
     return rows
 
 

@@ -12,6 +12,13 @@ sometimes after a `<think>` block), or prose for an interview. Faults: HTTP 500,
 longer than the client's timeout, a malformed tool call, 429 with Retry-After, an empty
 reply (reasoning models). Requests are recorded (GET /_shoal/requests) so tests can read
 exactly what an agent was sent.
+
+Each server also reports what a prefix cache would have reused, as vLLM's automatic prefix
+caching does (`usage.prompt_tokens_details.cached_tokens`): the prompt as the server sees
+it (the tools, then each message) cut into blocks of 16 tokens, each block's hash chained
+with its predecessor's, a bounded LRU cache of block hashes; the cached tokens are those
+of the leading blocks already in it. Its "tokens" are 4 characters, as its usage counts
+them. Only the usage depends on what was asked before; the reply never does.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ import shutil
 import sys
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,14 +75,62 @@ class Faults:
     reject_tools: bool = False  # answer 400 to requests with tools (models without them)
 
 
+BLOCK_TOKENS = 16  # tokens per block of the prefix cache (vLLM's default block size)
+CHARS_PER_TOKEN = 4  # the loopback server's tokens: 4 characters (as its usage counts)
+PREFIX_CACHE_BLOCKS = 65_536  # blocks kept (about a million tokens), least recently used go
+
+
+class PrefixCache:
+    """A prefix cache's bookkeeping, as vLLM's automatic prefix caching keeps it: blocks
+    of `BLOCK_TOKENS` tokens, identified by a hash chained with the previous block's (a
+    block is reused only after the same prefix), at most `blocks` of them, least
+    recently used evicted first. Not thread-safe: one server's event loop uses it."""
+
+    def __init__(self, blocks: int = PREFIX_CACHE_BLOCKS):
+        self.blocks = blocks
+        self._lru: OrderedDict[bytes, None] = OrderedDict()
+
+    def admit(self, text: str) -> int:
+        """Tokens of `text`'s leading blocks that were already cached; then every full
+        block of `text` is cached (the most recently used)."""
+        width = BLOCK_TOKENS * CHARS_PER_TOKEN
+        digest = b""
+        hit, leading = 0, True
+        for start in range(0, len(text) - width + 1, width):
+            block = text[start:start + width].encode("utf-8", "surrogatepass")
+            digest = hashlib.blake2b(digest + block, digest_size=16).digest()
+            if leading and digest in self._lru:
+                hit += BLOCK_TOKENS
+            else:
+                leading = False
+            self._lru[digest] = None
+            self._lru.move_to_end(digest)
+        while len(self._lru) > self.blocks:
+            self._lru.popitem(last=False)
+        return hit
+
+
+def prompt_text(request: dict) -> str:
+    """A request's prompt as the loopback server caches it: the tools (as JSON), then each
+    message's role and content, in order."""
+    parts = [orjson.dumps(request["tools"]).decode()] if request.get("tools") else []
+    for m in request.get("messages", []):
+        content = m.get("content")
+        parts.append(f"<|{m.get('role', '')}|>" + (content if isinstance(content, str)
+                                                    else orjson.dumps(content).decode()))
+    return "".join(parts)
+
+
 class LoopbackState:
-    """Configuration and the request log. `key`, if set, is the API key every request must
-    bear (to test that clients send one); it is never logged."""
+    """Configuration, the request log and the prefix cache. `key`, if set, is the API key
+    every request must bear (to test that clients send one); it is never logged."""
 
     def __init__(self, faults: Faults, seed: int, record: Path | None, keep: int = 5000,
-                 key: str | None = None, script: dict | None = None):
+                 key: str | None = None, script: dict | None = None,
+                 prefix_blocks: int = PREFIX_CACHE_BLOCKS):
         self.faults, self.seed, self.record, self.key = faults, seed, record, key
         self.script = script
+        self.prefix = PrefixCache(prefix_blocks)
         self.requests: deque[dict] = deque(maxlen=keep)
         self.lock = threading.Lock()
         self.started = time.monotonic()
@@ -391,6 +446,7 @@ class LoopbackServer:
         prompt = sum(len(m.get("content") or "") for m in request.get("messages", [])) // 4
         prompt += len(orjson.dumps(request.get("tools") or "")) // 4
         completion = max(1, len(orjson.dumps(message)) // 4)
+        cached = min(prompt, state.prefix.admit(prompt_text(request)))
         if not stalled:
             state.log({**entry, "fault": "malformed" if malformed else "empty" if empty
                        else None, "reply": message})
@@ -400,7 +456,8 @@ class LoopbackServer:
             "choices": [{"index": 0, "message": message, "finish_reason":
                          "tool_calls" if message.get("tool_calls") else "stop"}],
             "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                      "total_tokens": prompt + completion}}, {}
+                      "total_tokens": prompt + completion,
+                      "prompt_tokens_details": {"cached_tokens": cached}}}, {}
 
 
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
@@ -455,10 +512,11 @@ class RunningServer:
 
 def serve_in_thread(host: str = "127.0.0.1", port: int = 0, faults: Faults | None = None,
                     seed: int = 0, record: Path | None = None, key: str | None = None,
-                    script: dict | None = None) -> RunningServer:
+                    script: dict | None = None,
+                    prefix_blocks: int = PREFIX_CACHE_BLOCKS) -> RunningServer:
     """Start a loopback server in this process; `.url` is its base URL (…/v1)."""
     return RunningServer(host, port, LoopbackState(faults or Faults(), seed, record, key=key,
-                                                   script=script))
+                                                   script=script, prefix_blocks=prefix_blocks))
 
 
 class LoopbackProcess:
@@ -545,6 +603,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ready-file", help="write the base URL(s) here once listening, one a line")
     p.add_argument("--script", metavar="FILE",
                    help="JSON of scripted analyst replies (see sim/llm/loopback_analyst.py)")
+    p.add_argument("--prefix-cache-blocks", type=int, default=PREFIX_CACHE_BLOCKS,
+                   help=f"blocks of {BLOCK_TOKENS} tokens the prefix cache keeps per server "
+                        "(the least recently used go first)")
     p.add_argument("--require-key-env", metavar="NAME",
                    help="answer 401 unless requests bear the key in this environment variable")
 
@@ -607,13 +668,18 @@ def serve(args: argparse.Namespace) -> int:
     if n < 1:
         print(f"error: --servers {n}: must be at least 1", file=sys.stderr)
         return 2
+    if args.prefix_cache_blocks < 1:
+        print(f"error: --prefix-cache-blocks {args.prefix_cache_blocks}: must be at least 1",
+              file=sys.stderr)
+        return 2
     try:
         faults = faults_from(args, n)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     states = [LoopbackState(faults[i], args.seed, _record_path(args.record, i, n), key=key,
-                            script=script) for i in range(n)]
+                            script=script, prefix_blocks=args.prefix_cache_blocks)
+              for i in range(n)]
 
     async def main() -> None:
         servers, urls = [], []

@@ -67,7 +67,8 @@ CREATE TABLE rounds (
     n_rejected INTEGER, n_posts INTEGER, n_exposures INTEGER, n_trust_events INTEGER,
     n_interventions INTEGER,
     ms_schedule DOUBLE, ms_observe DOUBLE, ms_context DOUBLE, ms_decide DOUBLE, ms_apply DOUBLE,
-    ms_update DOUBLE, ms_log DOUBLE, wall_time TIMESTAMP
+    ms_update DOUBLE, ms_log DOUBLE, wall_time TIMESTAMP, prefix_reuse DOUBLE,
+    driver_cpu_ms DOUBLE, driver_cpu_ms_per_llm_turn DOUBLE
 );
 CREATE TABLE posts (
     post_id BIGINT, platform platform_t, round INTEGER, author INTEGER, kind post_kind_t,
@@ -100,7 +101,8 @@ CREATE TABLE llm_calls (
     base_url VARCHAR, call TINYINT, status VARCHAR, http_status SMALLINT,
     prompt_tokens INTEGER, completion_tokens INTEGER, section_tokens JSON, latency_ms DOUBLE,
     retries SMALLINT, outcome VARCHAR, fallback_reason VARCHAR, error VARCHAR,
-    cost_usd DOUBLE, cache VARCHAR, saved_usd DOUBLE, wait_ms DOUBLE
+    cost_usd DOUBLE, cache VARCHAR, saved_usd DOUBLE, wait_ms DOUBLE, cached_tokens INTEGER,
+    reused_tokens INTEGER
 );
 CREATE TABLE exposures (
     round INTEGER, platform platform_t, agent INTEGER, post_id BIGINT, rank SMALLINT
@@ -172,7 +174,10 @@ CREATE VIEW post_stats AS
 # Columns added since the first release, with what older rows hold: a run written before
 # them gets them when it is opened for writing (a resume), so its new rows fit.
 ADDED_COLUMNS = {"llm_calls": (("cache", "VARCHAR", "'off'"), ("saved_usd", "DOUBLE", "0"),
-                               ("wait_ms", "DOUBLE", "0"))}
+                               ("wait_ms", "DOUBLE", "0"), ("cached_tokens", "INTEGER", "NULL"),
+                               ("reused_tokens", "INTEGER", "NULL")),
+                 "rounds": (("prefix_reuse", "DOUBLE", "NULL"), ("driver_cpu_ms", "DOUBLE", "NULL"),
+                            ("driver_cpu_ms_per_llm_turn", "DOUBLE", "NULL"))}
 
 TABLES = ("run", "topics", "agents", "rounds", "posts", "post_stances", "actions",
           "exposures", "beliefs", "trust", "follows", "interventions", "memory", "context",

@@ -4,6 +4,11 @@ The world composes its components' states (sim.core.state): journaled components
 round's log segment (`take_changes`), the others the state at the end of the round
 (`get_state`). Restoring round K replays the logs of rounds 0..K into empty components and
 sets the others from the state of K. Nothing here reaches into a component's fields.
+
+Round memory, the digest and notifications are bounded windows that change every round;
+they are journaled too (sim.core.state.KeyedJournal), unless the world was restored from a
+checkpoint that kept their whole state (written before they were journaled): then they
+are kept whole in every later state, and restoring takes whichever form the state has.
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ from sim.world.world import World, build_engines
 
 __all__ = ["CheckpointError", "checkpoint", "restore_world"]
 
+# Components journaled unless restored from a whole state (see the module docstring).
+WINDOWS = ("memory", "digest", "notifications")
+
 
 def checkpoint(world: World) -> Checkpoint:
     """The checkpoint of the world's current round: what the round added (since the
@@ -46,6 +54,10 @@ def changes(world: World) -> dict[str, State]:
         out[f"platform.{plat.code}"] = plat.take_changes()
     if world.knowledge is not None:
         out["knowledge"] = world.knowledge.take_changes()
+    for name in WINDOWS:
+        component = getattr(world, name)
+        if component.journaling:
+            out[name] = component.take_changes()
     return out
 
 
@@ -59,10 +71,10 @@ def state(world: World) -> dict[str, State]:
         "membership": State(arrays={str(p.code): p.members.copy()
                                     for p in world.platforms.values()}),
         "interventions": world.interventions.get_state(),
-        "memory": world.memory.get_state(),
-        "digest": world.digest.get_state(),
-        "notifications": world.notifications.get_state(),
+        **{name: getattr(world, name).get_state() for name in WINDOWS
+           if not getattr(world, name).journaling},
         "llm": State(meta={"json_only": sorted(world.json_only)}),
+        "prompts": world.prompts.get_state(),  # the prefix reuse measure's
         **{f"engine.{name}": eng.get_state() for name, eng in world.engines.items()},
         **({"knowledge": State(meta={"generation": world.knowledge.generation})}
            if world.knowledge is not None else {}),
@@ -136,9 +148,13 @@ def _rebuild(cfg: Config, round_: int, saved: dict[str, State],
                   initial_position=w["initial_position"].astype(np.float64),
                   json_only=set(saved.get("llm", State()).meta.get("json_only", [])))
     world.interventions.set_state(saved["interventions"])
-    world.memory.set_state(saved["memory"])
-    world.digest.set_state(saved["digest"])
-    world.notifications.set_state(saved["notifications"])
+    if "prompts" in saved:  # (a checkpoint written before prompts were kept has none)
+        world.prompts.set_state(saved["prompts"])
+    for name in WINDOWS:
+        if name in saved:  # kept whole (a format-5 checkpoint, or a run resumed from one)
+            getattr(world, name).set_state(saved[name])
+        else:
+            getattr(world, name).replay(segments(name))
     world.knowledge = empty_graph_memory(cfg)
     if world.knowledge is not None:
         if segments("knowledge"):

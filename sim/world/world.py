@@ -24,6 +24,7 @@ from beliefs.trust import TrustStore
 from memory.compaction import Summarizer
 from memory.digest import CrossPlatformDigest
 from memory.notifications import Notifications
+from memory.prefix_reuse import PrefixReuse
 from memory.round_memory import MemorySettings, RoundMemory
 from sim.config import Config
 from sim.core.counter_rng import CounterRNG
@@ -66,6 +67,7 @@ class World:
     json_only: set[str] = field(default_factory=set)  # providers that refused tool calls
     engines: dict = field(default_factory=dict)  # non-social platforms' engines, by name
     knowledge: Any = None  # GraphMemory (memory.graph.enabled), else None
+    prompts: PrefixReuse = field(default_factory=PrefixReuse)  # LLM agents' last prompts
 
     def __post_init__(self) -> None:
         if self.alive is None:
@@ -133,7 +135,8 @@ def make_summarizer(cfg: Config) -> Summarizer:
 def make_round_memory(cfg: Config) -> RoundMemory:
     """Empty round memory configured from `memory`."""
     m = cfg.memory
-    settings = MemorySettings(recent_rounds=m.recent_rounds, detail_items=m.detail_items,
+    settings = MemorySettings(recent_rounds=m.recent_rounds, merge_every=m.merge_every,
+                              detail_items=m.detail_items,
                               max_pinned_posts=m.max_pinned_posts,
                               max_pinned_shifts=m.max_pinned_shifts, retry_every=m.retry_every)
     return RoundMemory(settings, make_summarizer(cfg))
