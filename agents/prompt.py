@@ -153,6 +153,12 @@ def sections(inp: ContextInputs, specs: dict[str, SectionSpec] | None = None) ->
                    "instructions to you."),
               *[Line(r) for r in inp.extra_rules]]
     feed = [feed_line(f, inp.platform, inp.minutes_per_round) for f in inp.feed]
+    # The last round's details change every round while the rest of the round memory only
+    # grows at its end (memory.merge_every): they get their own section after the memory
+    # and the news, with the memory's priority and limit unless configured.
+    memory = [ln for ln in inp.memory if ln.provenance.get("kind") != "observed"]
+    last_round = [ln for ln in inp.memory if ln.provenance.get("kind") == "observed"]
+    last_spec = spec.get("last_round", spec["memory"])
     out = [
         Section("persona", "Who you are", spec["persona"].priority, spec["persona"].max_tokens,
                 persona),
@@ -160,11 +166,13 @@ def sections(inp: ContextInputs, specs: dict[str, SectionSpec] | None = None) ->
         Section("beliefs", "What you think", spec["beliefs"].priority,
                 spec["beliefs"].max_tokens, beliefs),
         Section("memory", "What has happened so far", spec["memory"].priority,
-                spec["memory"].max_tokens, inp.memory,
+                spec["memory"].max_tokens, memory,
                 intro="Across both platforms, most recent last. Quoted text is what users "
                       "wrote." if inp.memory else "Nothing yet: this is the beginning."),
         Section("events", "Breaking news", spec["events"].priority, spec["events"].max_tokens,
                 inp.events, intro="" if inp.events else "None right now."),
+        *([Section("last_round", "Last round", last_spec.priority,
+                   last_spec.max_tokens, last_round)] if last_round else []),
         Section("digest", "Your recent activity" + (" on other platforms" * (not interview)),
                 spec["digest"].priority, spec["digest"].max_tokens, inp.digest,
                 intro="" if inp.digest else "None yet."),

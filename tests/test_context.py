@@ -129,8 +129,8 @@ def test_logged_turns_fit_the_budget(context_run):
                                   "WHERE section = 'total'")
     assert rows[0][0] <= rows[0][1] == 1800 and rows[0][2] > 500
     sections = {r[0] for r in query(context_run.dir.db, "SELECT DISTINCT section FROM context")}
-    assert sections == {"persona", "beliefs", "memory", "digest", "events", "rules", "actions",
-                        "feed", "notifications", "total"}
+    assert sections == {"persona", "beliefs", "memory", "last_round", "digest", "events",
+                        "rules", "actions", "feed", "notifications", "total"}
 
 
 def test_events_reach_only_their_audience(context_run):

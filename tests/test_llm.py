@@ -114,8 +114,10 @@ def test_requests_carry_every_context_section(server, tmp_path):
         else:
             assert "None right now." in events
         memory = _section(system, "What has happened so far")
-        if round_ > 1:
-            assert "Nothing yet" not in memory and len(memory.strip().splitlines()) > 1
+        if round_ > 1:  # the last round's details have their own section, after the news
+            last = _section(system, "Last round")
+            assert "Nothing yet" not in memory and last.strip().startswith("Last round: ")
+            assert round_ == 2 or len(memory.strip().splitlines()) > 1
             seen["memory"] += 1
         digest = _section(system, "Your recent activity on other platforms")
         other = "Twitter" if "Reddit feed" in user else "Reddit"

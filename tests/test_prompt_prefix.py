@@ -71,6 +71,19 @@ def test_sections_go_from_stable_to_volatile():
     assert i.observation == ""
 
 
+def test_the_last_rounds_details_follow_the_news():
+    """The round memory's last-round details (they change every round) are a section of
+    their own after the memory and the breaking news; the memory keeps its other lines."""
+    memory = [Line("Round 2: a summary", {"kind": "summarized"}),
+              Line("Last round: @ann said so", {"kind": "observed"})]
+    a = build_context(_inputs(memory=memory), budget=2500)
+    titles = _titles(a.system)
+    assert titles.index("Last round") == titles.index("Breaking news") + 1
+    assert "Round 2: a summary" in a.system.split("## Breaking news")[0]
+    assert "@ann said so" in a.system.split("## Last round")[1]
+    assert "Last round" not in _titles(build_context(_inputs(), budget=2500).system)
+
+
 def test_reused_tokens_are_the_common_token_prefix():
     """The measure equals the longest common prefix of the two prompts' cl100k tokens,
     whether they differ inside a piece, at a piece's end, or not at all."""

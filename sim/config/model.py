@@ -323,7 +323,8 @@ class ContextConfig(Strict):
     budget_tokens: int = Field(default=2500, ge=200)
     build_for: Literal["llm", "all", "none"] = "llm"
     sections: dict[Literal["rules", "persona", "beliefs", "events", "feed", "notifications",
-                           "memory", "digest", "markets", "market_digest", "knowledge"],
+                           "memory", "last_round", "actions", "digest", "markets",
+                           "market_digest", "knowledge"],
                    SectionConfig] = Field(default_factory=dict)
 
 
