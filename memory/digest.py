@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memory.context import Line, quote
-from sim.core.state import KeyedJournal, State
+from sim.core.state import KeyedJournal, State, queue_changes, queue_values, replay_queues
 from sim.platforms.spec import label
 
 LABELS = {
@@ -101,28 +101,11 @@ class CrossPlatformDigest:
 
     def take_changes(self) -> State:
         """The (agent, platform) logs changed since the previous call, as journal splices."""
-        keys = {f"{a}/{p}" for a, p in self._dirty}
-        values = {f"{a}/{p}": [list(e.astuple()) for e in self.logs[a][p]]
-                  for a, p in self._dirty}
-        self._dirty.clear()
-        return State(meta=self.journal.diff(values, keys))
+        return queue_changes(self.journal, self.logs, self._dirty)
 
     def replay(self, changes: Sequence[State]) -> None:
         """Become what the segments of `take_changes`, applied in order, make."""
-        values: dict = {}
-        for change in changes:
-            KeyedJournal.apply(values, change.meta)
-        self.set_state(State(meta=_nest(values)))
-        self.journal.reset({f"{a}/{p}": [list(e.astuple()) for e in q]
-                            for a, per in self.logs.items() for p, q in per.items()})
+        self.set_state(State(meta=replay_queues(changes)))
+        self.journal.reset(queue_values(self.logs))
         self.journaling = True
 
-
-def _nest(values: dict) -> dict:
-    """Journal keys `agent/platform` back into get_state's {agent: {platform: entries}},
-    agents in the order they first acted (ascending, as a round records them)."""
-    out: dict = {}
-    for key, entries in values.items():
-        agent, _, platform = key.partition("/")
-        out.setdefault(agent, {})[platform] = entries
-    return out

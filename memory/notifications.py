@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memory.context import Line, quote
-from sim.core.state import KeyedJournal, State
+from sim.core.state import KeyedJournal, State, queue_changes, queue_values, replay_queues
 
 REPLIES = frozenset({"reply", "comment", "quote"})
 REACTIONS = {"like": "liked", "upvote": "upvoted", "downvote": "downvoted",
@@ -113,24 +113,12 @@ class Notifications:
     def take_changes(self) -> State:
         """The (agent, platform) queues changed since the previous call, as journal
         splices."""
-        keys = {f"{a}/{p}" for a, p in self._dirty}
-        values = {f"{a}/{p}": [list(n.astuple()) for n in self.queues[a][p]]
-                  for a, p in self._dirty}
-        self._dirty.clear()
-        return State(meta=self.journal.diff(values, keys))
+        return queue_changes(self.journal, self.queues, self._dirty)
 
     def replay(self, changes: Sequence[State]) -> None:
         """Become what the segments of `take_changes`, applied in order, make."""
-        values: dict = {}
-        for change in changes:
-            KeyedJournal.apply(values, change.meta)
-        nested: dict = {}
-        for key, notices in values.items():
-            agent, _, platform = key.partition("/")
-            nested.setdefault(agent, {})[platform] = notices
-        self.set_state(State(meta=nested))
-        self.journal.reset({f"{a}/{p}": [list(n.astuple()) for n in q]
-                            for a, per in self.queues.items() for p, q in per.items()})
+        self.set_state(State(meta=replay_queues(changes)))
+        self.journal.reset(queue_values(self.queues))
         self.journaling = True
 
 

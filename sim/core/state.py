@@ -209,3 +209,34 @@ def _sorted_set(value: Any) -> bool:
     return (isinstance(value, list) and bool(value)
             and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
             and all(a < b for a, b in pairwise(value)))
+
+
+# Per-(agent, platform) queues ({agent: {platform: items with `astuple()`}}, as the digest
+# and the notifications keep them) journaled under the keys "agent/platform".
+
+
+def queue_changes(journal: KeyedJournal, queues: dict, dirty: set[tuple[int, str]]) -> State:
+    """The journal segment of the queues named in `dirty` (which is emptied)."""
+    keys = {f"{a}/{p}" for a, p in dirty}
+    values = {f"{a}/{p}": [list(x.astuple()) for x in queues[a][p]] for a, p in dirty}
+    dirty.clear()
+    return State(meta=journal.diff(values, keys))
+
+
+def replay_queues(changes: Iterable[State]) -> dict[str, dict[str, list]]:
+    """The {agent: {platform: items}} state (as `get_state` gives it) that replaying the
+    segments of `queue_changes` in order makes."""
+    values: dict = {}
+    for change in changes:
+        KeyedJournal.apply(values, change.meta)
+    out: dict = {}
+    for key, items in values.items():
+        agent, _, platform = key.partition("/")
+        out.setdefault(agent, {})[platform] = items
+    return out
+
+
+def queue_values(queues: dict) -> dict[str, list]:
+    """All queues under their journal keys (what a journal restarts from)."""
+    return {f"{a}/{p}": [list(x.astuple()) for x in q]
+            for a, per in queues.items() for p, q in per.items()}
