@@ -60,7 +60,7 @@ from sim.config.platforms import mutable_fields
 from sim.core.errors import InputError
 from sim.engine.executors import ensure_ray
 from sim.runs.fork_plan import ForkPlan, Schedule, fork_config
-from sim.runs.sweep import write_json
+from sim.runs.sweep import task_outcome, write_json
 
 # Fields no arm may change, and why: they are the experiment's to set.
 _RESERVED = {
@@ -373,12 +373,7 @@ def run_experiment(root: Path, spec: dict, parallel: int | None = None,
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:
                 unit = pending.pop(ref)
-                try:
-                    outcome = ray.get(ref)
-                except ray.exceptions.RayError as exc:  # the worker died
-                    outcome = {"status": "failed", "error": f"{type(exc).__name__}: "
-                                                            f"{str(exc).splitlines()[0]}"}
-                unit.update(outcome)
+                unit.update(task_outcome(ref))
                 done += 1
                 for arm in _orphans(spec, unit):
                     arm.update(status="failed", error=f"its base run ({unit['unit']}) failed")

@@ -259,12 +259,7 @@ def run_sweep(plan: SweepPlan, parallel: int | None = None, address: str | None 
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:
                 member = pending.pop(ref)
-                try:
-                    outcome = ray.get(ref)
-                except ray.exceptions.RayError as exc:  # the worker died
-                    outcome = {"status": "failed", "error": f"{type(exc).__name__}: "
-                                                            f"{str(exc).splitlines()[0]}"}
-                records[member.index].update(outcome)
+                records[member.index].update(task_outcome(ref))
                 done += 1
                 spec["seconds"] = time.perf_counter() - start
                 write_json(plan.root / SWEEP_FILE, spec)
@@ -298,6 +293,17 @@ def _spec(plan: SweepPlan, records: list[dict]) -> dict:
             "status": "running", "config": str(plan.source), "sets": plan.sets,
             "grid": plan.grid, "seeds": plan.seeds, "points": plan.points,
             "interval": f"{LEVEL:.0%} Student t-interval over seeds", "members": records}
+
+
+def task_outcome(ref) -> dict:
+    """A run task's outcome dict, or a failed one naming why when its worker died."""
+    import ray
+
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayError as exc:
+        return {"status": "failed",
+                "error": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
 
 
 def write_json(path: Path, data: dict) -> None:
