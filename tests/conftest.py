@@ -34,3 +34,13 @@ def write_config(path: Path, data: dict) -> Path:
     """Write a config mapping as YAML and return its path."""
     path.write_text(yaml.safe_dump(copy.deepcopy(data), sort_keys=False))
     return path
+
+
+@pytest.fixture(scope="module")
+def module_server():
+    """A loopback LLM server (seed 0, no faults) shared by a test module."""
+    from sim.llm.server import serve_in_thread
+
+    s = serve_in_thread(seed=0)
+    yield s
+    s.stop()

@@ -61,13 +61,6 @@ def server():
 
 
 @pytest.fixture(scope="module")
-def module_server():
-    s = serve_in_thread(seed=0)
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
 def reference(module_server, tmp_path_factory):
     """A small LLM run on the local executor, and its config mapping."""
     data = llm_dict(module_server.url)

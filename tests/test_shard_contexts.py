@@ -9,7 +9,6 @@ import yaml
 
 from sim.config import parse_config
 from sim.core.errors import ConfigError
-from sim.llm.server import serve_in_thread
 from sim.runs.simulation import Simulation
 from tests.conftest import CONFIGS
 from tests.helpers import make_config, query, tables_differ
@@ -31,26 +30,19 @@ def _data(url: str, contexts: str, rounds: int = 3) -> dict:
 
 
 @pytest.fixture(scope="module")
-def server():
-    srv = serve_in_thread(seed=0)
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture(scope="module")
-def driver_run(server, tmp_path_factory, ray_session):
+def driver_run(module_server, tmp_path_factory, ray_session):
     """The reference: contexts built in the driver, on Ray."""
     tmp = tmp_path_factory.mktemp("driver")
-    with Simulation.create(make_config(_data(server.url, "driver"), tmp)) as sim:
+    with Simulation.create(make_config(_data(module_server.url, "driver"), tmp)) as sim:
         sim.run()
     return sim.dir
 
 
-def test_shard_contexts_give_the_driver_tables_on_ray(driver_run, server, tmp_path,
+def test_shard_contexts_give_the_driver_tables_on_ray(driver_run, module_server, tmp_path,
                                                       ray_session):
     """Every trajectory table (context and llm_calls included, prefix reuse too) is the
     same whether the driver or the shards assemble the contexts."""
-    with Simulation.create(make_config(_data(server.url, "shards"), tmp_path)) as sim:
+    with Simulation.create(make_config(_data(module_server.url, "shards"), tmp_path)) as sim:
         assert sim.driver().in_shards and sim.driver().executor.kind == "ray"
         sim.run()
     assert tables_differ(driver_run.db, sim.dir.db) == []
@@ -63,11 +55,11 @@ def test_shard_contexts_give_the_driver_tables_on_ray(driver_run, server, tmp_pa
     assert trimmed > 0 and events > 0 and reuse >= 2
 
 
-def test_shard_contexts_resume_with_the_same_prefix_reuse(driver_run, server, tmp_path,
+def test_shard_contexts_resume_with_the_same_prefix_reuse(driver_run, module_server, tmp_path,
                                                           ray_session):
     """Stopped after round 1 and resumed (new shards, told each agent's previous prompt by
     the driver), the run still has the reference's tables."""
-    cfg = make_config(_data(server.url, "shards"), tmp_path)
+    cfg = make_config(_data(module_server.url, "shards"), tmp_path)
     with Simulation.create(cfg) as sim:
         sim.run(1)
     with Simulation.resume(sim.dir.root) as again:
