@@ -23,21 +23,11 @@ from pathlib import Path
 import duckdb
 import yaml
 
+from sim.store.tables import TableSpec, file_tables
+
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "data" / "golden_digests.json"
 
-TABLES = ("run", "topics", "agents", "rounds", "posts", "post_stances", "actions",
-          "exposures", "beliefs", "trust", "follows", "interventions", "memory", "context",
-          "llm_calls")
-# Columns that differ between two runs of the same config and seed.
-VOLATILE = {
-    "run": ["run_id", "created_at", "engine_version", "config_hash", "config", "lineage",
-            "parent_run_id"],
-    "rounds": ["ms_schedule", "ms_observe", "ms_context", "ms_decide", "ms_apply",
-               "ms_update", "ms_log", "wall_time", "driver_cpu_ms",
-               "driver_cpu_ms_per_llm_turn"],
-    "llm_calls": ["base_url", "latency_ms", "wait_ms", "cached_tokens"],
-}
 # Columns added after the digests were first pinned, left out of a digest while they are
 # NULL in every row (runs without LLM agents have no prefix reuse), so the digests of
 # those runs stay what they were.
@@ -68,28 +58,36 @@ CASES = (
 
 
 def table_digest(db: Path, table: str) -> str:
-    """sha256 of a table's rows in canonical order, volatile columns dropped. Rows are
-    rendered by DuckDB (floats in their shortest exact form) and sorted as text."""
+    """sha256 of a table's rows in canonical order, without the columns its declaration
+    calls volatile. Rows are rendered by DuckDB (floats in their shortest exact form) and
+    sorted as text."""
     con = duckdb.connect(str(db), read_only=True)
     try:
-        cols = [r[0] for r in con.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
-            "ORDER BY ordinal_position", [table]).fetchall()]
-        empty = [c for c in LATER.get(table, []) if c in cols and not con.execute(
-            f'SELECT count("{c}") FROM {table}').fetchone()[0]]
-        keep = ", ".join(f'"{c}"' for c in cols
-                         if c not in VOLATILE.get(table, []) and c not in empty)
-        (digest,) = con.execute(
-            f"SELECT sha256(coalesce(string_agg(r, chr(10) ORDER BY r), '')) FROM "
-            f"(SELECT CAST(ROW({keep}) AS VARCHAR) AS r FROM {table})").fetchone()
+        return _digest(con, file_tables(con)[table])
     finally:
         con.close()
+
+
+def _digest(con: duckdb.DuckDBPyConnection, spec: TableSpec) -> str:
+    cols = [r[0] for r in con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
+        "ORDER BY ordinal_position", [spec.name]).fetchall()]
+    empty = [c for c in LATER.get(spec.name, []) if c in cols and not con.execute(
+        f'SELECT count("{c}") FROM {spec.name}').fetchone()[0]]
+    keep = ", ".join(f'"{c}"' for c in cols if c not in spec.volatile and c not in empty)
+    (digest,) = con.execute(
+        f"SELECT sha256(coalesce(string_agg(r, chr(10) ORDER BY r), '')) FROM "
+        f"(SELECT CAST(ROW({keep}) AS VARCHAR) AS r FROM {spec.name})").fetchone()
     return digest
 
 
 def run_digests(db: Path) -> dict[str, str]:
-    """Every table's digest of one trajectory file."""
-    return {table: table_digest(db, table) for table in TABLES}
+    """The digest of every table of one trajectory file (the tables read from the file)."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return {name: _digest(con, spec) for name, spec in file_tables(con).items()}
+    finally:
+        con.close()
 
 
 def run_case(case: Case, out: Path, executor: str = "local") -> dict[str, str]:

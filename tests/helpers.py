@@ -13,20 +13,7 @@ import pandas as pd
 
 from sim.config import Config, parse_config
 from sim.runs.simulation import Simulation
-
-# Columns that legitimately differ between two runs of the same config.
-VOLATILE = {"rounds": ["ms_schedule", "ms_observe", "ms_context", "ms_decide", "ms_apply",
-                       "ms_update", "ms_log", "wall_time", "driver_cpu_ms",
-                       "driver_cpu_ms_per_llm_turn"],
-            # The loopback server listens on a fresh port each run; latency and waits for
-            # endpoint limits are wall time; what a server has in its prefix cache depends
-            # on what it was asked before, by every agent, in whatever order they came.
-            "llm_calls": ["base_url", "latency_ms", "wait_ms", "cached_tokens"]}
-COMPARED = ("agents", "posts", "post_stances", "actions", "exposures", "beliefs", "trust",
-            "follows", "rounds", "topics", "interventions", "memory", "context", "llm_calls",
-            "markets", "prices", "trades", "positions", "market_bridge", "market_books",
-            "forecasts", "payouts", "graph_episodes", "graph_entities", "graph_relations",
-            "graph_withdrawals", "graph_communities", "graph_community_members")
+from sim.store.tables import TableSpec, file_tables
 
 
 def make_config(data: dict, out: Path, **overrides) -> Config:
@@ -76,14 +63,16 @@ def read_table(db: Path, table: str) -> pd.DataFrame:
     """A whole table, sorted by all its columns, volatile columns dropped."""
     con = duckdb.connect(str(db), read_only=True)
     try:
-        return _canonical(con, table)
+        return _canonical(con, file_tables(con)[table])
     finally:
         con.close()
 
 
-def _canonical(con: duckdb.DuckDBPyConnection, table: str) -> pd.DataFrame:
-    df = con.sql(f"SELECT * FROM {table}").df()
-    df = df.drop(columns=VOLATILE.get(table, []))
+def _canonical(con: duckdb.DuckDBPyConnection, spec: TableSpec) -> pd.DataFrame:
+    """A table's rows in a canonical order, without the columns its declaration says
+    differ between two runs of one config (timings, ports, ids)."""
+    df = con.sql(f"SELECT * FROM {spec.name}").df()
+    df = df.drop(columns=[c for c in spec.volatile if c in df.columns])
     for col in df.columns:  # enums come back as categoricals, lists as arrays
         if isinstance(df[col].dtype, pd.CategoricalDtype):
             df[col] = df[col].astype(str)
@@ -93,12 +82,25 @@ def _canonical(con: duckdb.DuckDBPyConnection, table: str) -> pd.DataFrame:
     return df.sort_values(list(df.columns)).reset_index(drop=True)
 
 
+def declared(db: Path) -> dict[str, TableSpec]:
+    """The tables of a trajectory file with their declarations, read from the file."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return file_tables(con)
+    finally:
+        con.close()
+
+
 def tables_differ(db_a: Path, db_b: Path) -> list[str]:
-    """Names of the compared tables whose contents differ (each file opened once)."""
+    """Names of the tables whose contents differ between two trajectory files: every
+    table either file has (read from the files themselves), a table only one of them has
+    counted as differing."""
     cons = [duckdb.connect(str(db), read_only=True) for db in (db_a, db_b)]
     try:
-        return [t for t in COMPARED
-                if not _canonical(cons[0], t).equals(_canonical(cons[1], t))]
+        a, b = (file_tables(con) for con in cons)
+        return sorted(t for t in a.keys() | b.keys()
+                      if t not in a or t not in b
+                      or not _canonical(cons[0], a[t]).equals(_canonical(cons[1], b[t])))
     finally:
         for con in cons:
             con.close()

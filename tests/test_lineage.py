@@ -22,14 +22,12 @@ import yaml
 from sim.cli.main import main
 from sim.core.errors import InputError
 from sim.store.lineage import fork_rounds, lineage, read_table, run_tree
+from sim.store.tables import TableSpec
 from tests.conftest import CONFIGS
-from tests.helpers import VOLATILE, fork_and_run, make_config, run_config
+from tests.helpers import declared, fork_and_run, make_config, run_config
 
 K = 4
 ROUNDS = 8
-ROUND_TABLES = ("rounds", "actions", "exposures", "beliefs", "trust", "follows",
-                "interventions")
-HISTORY = (*ROUND_TABLES, "posts", "post_stances")
 
 
 def small_dict(**overrides) -> dict:
@@ -53,10 +51,16 @@ def family(tmp_path_factory) -> SimpleNamespace:
     return SimpleNamespace(out=out, root=root, same=same, chain=chain, changed=changed)
 
 
+def inherited(run: Path) -> list[TableSpec]:
+    """The tables a fork of `run` reads through its lineage (from the run's file)."""
+    return [s for s in declared(run / "trajectory.duckdb").values() if s.lineage == "inherit"]
+
+
 def history(run: Path, table: str, where: str | None = None) -> pd.DataFrame:
     """read_table without the columns that differ between identical runs (timings)."""
     df = read_table(run, table, where)
-    return df.drop(columns=[c for c in VOLATILE.get(table, []) if c in df.columns])
+    volatile = declared(run / "trajectory.duckdb")[table].volatile
+    return df.drop(columns=[c for c in volatile if c in df.columns])
 
 
 def raw(db: Path, sql: str) -> pd.DataFrame:
@@ -86,10 +90,10 @@ def test_lineage_of_a_chain(family):
 def test_no_change_fork_reads_as_its_parent(family):
     """Every history table of the fork (parent prefix + own rows) equals the parent's,
     rows, order and dtypes; the fork's own file holds only rounds after K."""
-    for table in HISTORY:
-        mine, theirs = history(family.same, table), history(family.root, table)
-        pd.testing.assert_frame_equal(mine, theirs, obj=table)
-        assert table == "interventions" or len(mine) > 0, table
+    for spec in inherited(family.root):
+        mine, theirs = history(family.same, spec.name), history(family.root, spec.name)
+        pd.testing.assert_frame_equal(mine, theirs, obj=spec.name)
+    assert len(history(family.same, "beliefs")) > 0
     assert raw(family.same / "trajectory.duckdb",
                "SELECT min(round) AS r FROM beliefs")["r"][0] == K + 1
     rounds = history(family.same, "beliefs")["round"]
@@ -115,22 +119,19 @@ def test_fork_of_a_fork_reads_root_then_middle_then_own(family):
         pd.testing.assert_frame_equal(read_table(family.chain, table), expected, obj=table)
     rounds = read_table(family.chain, "rounds")["round"].tolist()
     assert rounds == list(range(1, ROUNDS + 1))
-    for table in HISTORY:
-        pd.testing.assert_frame_equal(history(family.chain, table),
-                                      history(family.root, table), obj=table)
+    for spec in inherited(family.root):
+        pd.testing.assert_frame_equal(history(family.chain, spec.name),
+                                      history(family.root, spec.name), obj=spec.name)
 
 
 def test_changed_fork_differs_only_after_k(family):
     """post_rate 0.5 from K+1: every row of rounds <= K (and every post before the fork)
     equals the parent's; the actions of every round after K differ."""
-    for table in ROUND_TABLES:
-        pd.testing.assert_frame_equal(history(family.changed, table, f"round <= {K}"),
-                                      history(family.root, table, f"round <= {K}"),
-                                      obj=table)
     n_posts = meta(family.changed)["parent_posts"]
-    for table in ("posts", "post_stances"):
-        pd.testing.assert_frame_equal(history(family.changed, table, f"post_id < {n_posts}"),
-                                      history(family.root, table, f"post_id < {n_posts}"))
+    for spec in inherited(family.root):
+        upto = spec.upto(K, n_posts)
+        pd.testing.assert_frame_equal(history(family.changed, spec.name, upto),
+                                      history(family.root, spec.name, upto), obj=spec.name)
     for r in range(K + 1, ROUNDS + 1):
         mine = history(family.changed, "actions", f"round = {r}")
         theirs = history(family.root, "actions", f"round = {r}")
@@ -224,7 +225,8 @@ def test_a_run_being_written_is_read_from_its_live_mirror(tmp_path):
     data = small_dict(rounds=5, output={"live_parquet": True})
     data["population"]["size"] = 200
     run = run_config(make_config(data, tmp_path)).dir.root
-    tables = (*HISTORY, "agents", "topics")
+    tables = [s.name for s in declared(run / "trajectory.duckdb").values()
+              if s.lineage != "none"]  # every table of the run's history, the mirror's too
     before = {t: read_table(run, t) for t in tables}
     with held(run / "trajectory.duckdb"):
         with pytest.raises(duckdb.IOException, match="lock"):

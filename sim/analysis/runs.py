@@ -43,10 +43,11 @@ from sim.store.lineage import (
     run_status,
 )
 from sim.store.run_dir import RunDir, open_run_dir
-from sim.store.schema import TABLES, schema
+from sim.store.schema import schema
+from sim.store.tables import TABLES, TableSpec, file_tables
 
-FRAMES = ("rounds", "agents", "posts", "actions", "exposures", "beliefs", "trust",
-          "follows", "memory", "context", "interventions", "llm_calls")
+# The tables shown as frames (`run.beliefs`, ...), as their declarations say.
+FRAMES = tuple(s.name for s in TABLES if s.frame)
 METRICS = ("belief_stats", "polarization", "group_distance", "echo_chambers",
            "like_minded_share", "cascades", "cascade_growth", "herd_effect", "engagement",
            "engagement_gini")
@@ -56,14 +57,12 @@ JSON_COLUMNS = {"interventions": ("spec", "effect"), "context": ("trimmed",),
 
 @cache
 def _schema_frames(platforms: tuple[str, ...]) -> dict[str, pd.DataFrame]:
-    """An empty, typed frame of every table of the store's schema."""
+    """An empty, typed frame of every table declared so far (no plug-in is loaded)."""
     con = duckdb.connect()
     try:
-        con.execute(schema(platforms))
-        names = [r[0] for r in con.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_type = "
-            "'BASE TABLE'").fetchall()]
-        return {name: con.sql(f"SELECT * FROM {name} LIMIT 0").df() for name in names}
+        con.execute(schema(platforms, known=True))
+        return {name: con.sql(f"SELECT * FROM {name} LIMIT 0").df()
+                for name in file_tables(con)}
     finally:
         con.close()
 
@@ -73,7 +72,7 @@ def _empty(table: str, platforms: tuple[str, ...]) -> pd.DataFrame:
     in runs made before the engine logged LLM calls): the current schema's columns."""
     frames = _schema_frames(platforms)
     if table not in frames:
-        raise InputError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
+        raise InputError(f"unknown table {table!r}; tables: {', '.join(frames)}")
     return frames[table].copy()
 
 
@@ -91,7 +90,19 @@ def _plain(df: pd.DataFrame, table: str) -> pd.DataFrame:
 class Run(ForkInfo):
     """One run's trajectory as DataFrames (see the module docstring): a run directory, a
     run id under runs/, or a `Simulation` (one held in memory is read from its in-memory
-    database)."""
+    database). Every table declared as a frame is a property of its name (generated
+    below from the declarations: `run.beliefs` is `run.table("beliefs")`)."""
+
+    agents: pd.DataFrame
+    actions: pd.DataFrame
+    exposures: pd.DataFrame
+    beliefs: pd.DataFrame
+    trust: pd.DataFrame
+    follows: pd.DataFrame
+    memory: pd.DataFrame
+    context: pd.DataFrame
+    interventions: pd.DataFrame
+    llm_calls: pd.DataFrame
 
     def __init__(self, path: str | Path | RunDir | LiveRun | Any):
         reader = getattr(path, "reader", None)
@@ -312,63 +323,12 @@ class Run(ForkInfo):
         return self._cache["rounds"]
 
     @property
-    def agents(self) -> pd.DataFrame:
-        """One row per agent that joined by `last_round`: persona and platform membership."""
-        return self.table("agents")
-
-    @property
     def posts(self) -> pd.DataFrame:
         """One row per post (posts, replies, reposts, quotes, comments, events) with the
         counts of the `post_stats` view, computed on this snapshot: up and down (seeded
         votes included), shares (reposts and quotes of it), replies; and one column
         `stance_<topic>` per topic (NaN where the post does not address it)."""
         return self._cached("posts", self._posts)
-
-    @property
-    def actions(self) -> pd.DataFrame:
-        """One row per decision, applied (`status == 'ok'`) or rejected (the reason)."""
-        return self.table("actions")
-
-    @property
-    def exposures(self) -> pd.DataFrame:
-        """One row per feed item shown: round, platform, agent, post_id, rank."""
-        return self.table("exposures")
-
-    @property
-    def beliefs(self) -> pd.DataFrame:
-        """One row per (round, agent, topic), rounds 0..last_round: position, confidence."""
-        return self.table("beliefs")
-
-    @property
-    def trust(self) -> pd.DataFrame:
-        """One row per trust-changing interaction: truster, trustee, cause, delta, value."""
-        return self.table("trust")
-
-    @property
-    def follows(self) -> pd.DataFrame:
-        """The follow-graph log: init (round 0), follow and unfollow rows."""
-        return self.table("follows")
-
-    @property
-    def memory(self) -> pd.DataFrame:
-        """Round-memory records and their compaction (docs/memory.md)."""
-        return self.table("memory")
-
-    @property
-    def context(self) -> pd.DataFrame:
-        """Per agent context section: tokens, lines, budget, what was trimmed."""
-        return self.table("context")
-
-    @property
-    def interventions(self) -> pd.DataFrame:
-        """One row per fired intervention; spec and effect parsed from JSON."""
-        return self.table("interventions")
-
-    @property
-    def llm_calls(self) -> pd.DataFrame:
-        """One row per LLM call: model, tokens, latency, outcome, cost (empty for
-        rule-based runs and for runs made before LLM calls were logged)."""
-        return self.table("llm_calls")
 
     @property
     def _platforms(self) -> tuple[str, ...]:
@@ -394,9 +354,9 @@ class Run(ForkInfo):
         if table == "rounds":
             return self.rounds
         last = self.last_round
-        where = {"agents": f"joined_round <= {last}"}.get(table)
-        if where is None and "round" in _empty(table, self._platforms).columns:
-            where = f"round <= {last}"
+        spec = TABLES.get(table)  # (a post's round is its `round`; its key is its id)
+        key = spec.round_key if spec is not None and spec.round_key else "round"
+        where = f"{key} <= {last}" if key in _empty(table, self._platforms).columns else None
         df = self._read(table, where)
         if table == "posts":
             df = df[~df["post_id"].isin(self._injected_after(last))].reset_index(drop=True)
@@ -663,6 +623,16 @@ def _metric_method(name: str) -> Callable[..., Any]:
     return method
 
 
+def _table_property(spec: TableSpec) -> property:
+    def get(self: Run) -> pd.DataFrame:
+        return self.table(spec.name)
+    get.__doc__ = spec.doc
+    return property(get)
+
+
+for _spec in TABLES:
+    if _spec.frame and _spec.name not in vars(Run):  # (`rounds`, `posts`: computed)
+        setattr(Run, _spec.name, _table_property(_spec))
 for _name in FRAMES:
     setattr(Runs, _name, _frame_property(_name))
 for _name in METRICS:

@@ -31,8 +31,12 @@ from typing import Any
 from sim.core.errors import InputError
 
 ENTRY_POINT_GROUP = "shoal.plugins"
-# Modules holding Shoal's own parts (imported first, in this order).
+# Modules holding Shoal's own parts (imported first, in this order). The store's modules
+# declare the trajectory's tables (sim/store/tables.py); the market declares its own.
 BUILTINS = (
+    "sim.store.schema",
+    "sim.store.graph",
+    "sim.store.analysis",
     "sim.platforms.twitter",
     "sim.platforms.reddit",
     "beliefs.rules",

@@ -4,6 +4,7 @@ about markets)."""
 
 from __future__ import annotations
 
+import sim.market.tables  # noqa: F401  (the market declares its tables with its platform)
 from sim.core.vocabulary import ActionType as A
 from sim.market.config import MarketPlatformConfig
 from sim.platforms.spec import PlatformSpec, register

@@ -114,8 +114,7 @@ def fork_run(parent: str | Path, fork_round: int, plan: ForkPlan | None = None,
     except BaseException:
         engine.stop()
         raise
+    store = TrajectoryStore(run_dir.db)
     if cfg.output.live_parquet:  # a running fork's own static tables, for live readers
-        LiveMirror(run_dir.root).write(0, {"topics": topics_table(cfg), "agents":
-                                           agents_table(world, np.arange(world.n_agents))})
-    return Simulation(world, TrajectoryStore(run_dir.db), run_dir.checkpoints,
-                      run_dir.read_meta(), run_dir, engine)
+        LiveMirror(run_dir.root).start(store, cfg.platforms.names())
+    return Simulation(world, store, run_dir.checkpoints, run_dir.read_meta(), run_dir, engine)

@@ -59,7 +59,7 @@ from sim.store.checkpoints import CheckpointError, CheckpointStore, MemoryCheckp
 from sim.store.lineage import LiveRun, MissingTableError, lineage
 from sim.store.live_mirror import LiveMirror
 from sim.store.run_dir import RunDir, engine_version, new_run_id, open_run_dir
-from sim.store.schema import TABLES
+from sim.store.tables import file_tables
 from sim.store.trajectory import TrajectoryStore
 from sim.store.writer import RoundWriter
 from sim.world.checkpoint import checkpoint, restore_world
@@ -167,10 +167,10 @@ class Simulation:
         except BaseException:
             engine.stop()
             raise
+        store = TrajectoryStore(run_dir.db)
         if cfg.output.live_parquet:
-            LiveMirror(run_dir.root).write(0, _setup_tables(world, fired))
-        sim = cls(world, TrajectoryStore(run_dir.db), run_dir.checkpoints,
-                  run_dir.read_meta(), run_dir, engine)
+            LiveMirror(run_dir.root).start(store, cfg.platforms.names())
+        sim = cls(world, store, run_dir.checkpoints, run_dir.read_meta(), run_dir, engine)
         sim.notes = _setup_notes(world)
         return sim
 
@@ -444,7 +444,7 @@ class Simulation:
         reader = self.reader()
 
         def fill(store: TrajectoryStore, checkpoints: CheckpointStore, run_id: str) -> None:
-            for table in TABLES:
+            for table in file_tables(store.con):
                 rows = _rows_or_none(reader, table)
                 if rows is not None and len(rows):
                     store.insert(table, pa.Table.from_pandas(rows, preserve_index=False))
@@ -626,16 +626,11 @@ def _rows_or_none(reader: LiveRun, table: str, where: str | None = None):
 
 def _copy_prefix(reader: LiveRun, store: TrajectoryStore, at: int,
                  n_posts: int) -> None:
-    """Rows of rounds 0..at (posts with ids below `n_posts`) from a run into `store`."""
-    for table in TABLES:
-        if table in ("posts", "post_stances"):
-            where = f"post_id < {n_posts}"
-        elif table == "agents":
-            where = f"joined_round <= {at}"
-        elif table in ("run", "topics"):
-            where = None
-        else:
-            where = f"round <= {at}"
-        rows = _rows_or_none(reader, table, where)
+    """Rows of rounds 0..at (posts with ids below `n_posts`) from a run into `store`, of
+    every table a fork reads of its parent (as each table's declaration says)."""
+    for spec in file_tables(store.con).values():
+        if spec.lineage == "none":
+            continue
+        rows = _rows_or_none(reader, spec.name, spec.upto(at, n_posts))
         if rows is not None and len(rows):
-            store.insert(table, pa.Table.from_pandas(rows, preserve_index=False))
+            store.insert(spec.name, pa.Table.from_pandas(rows, preserve_index=False))

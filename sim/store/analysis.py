@@ -37,41 +37,55 @@ import duckdb
 import pandas as pd
 
 from sim.core.errors import InputError
+from sim.store.tables import TABLES, TableSpec
 from sim.store.trajectory import connect
 
-ANALYSIS_TABLES = ("analysis_runs", "analysis_sections", "analysis_steps",
-                   "analysis_results", "analysis_claims")
-DDL = """
-CREATE TABLE IF NOT EXISTS analysis_runs (
-    analysis_id VARCHAR, created_at TIMESTAMP, finished_at TIMESTAMP, question VARCHAR,
-    compare VARCHAR[], provider VARCHAR, model VARCHAR, status VARCHAR, plan JSON,
-    sections INTEGER, claims INTEGER, unverified INTEGER, prompt_tokens BIGINT,
-    completion_tokens BIGINT, cost_usd DOUBLE, error VARCHAR
-);
-CREATE TABLE IF NOT EXISTS analysis_sections (
-    analysis_id VARCHAR, section_id VARCHAR, position INTEGER, title VARCHAR,
-    brief VARCHAR, attempt INTEGER, status VARCHAR, text VARCHAR, tool_calls INTEGER,
-    started_at TIMESTAMP, finished_at TIMESTAMP, error VARCHAR
-);
-CREATE TABLE IF NOT EXISTS analysis_steps (
-    analysis_id VARCHAR, section_id VARCHAR, attempt INTEGER, step INTEGER,
-    kind VARCHAR, call INTEGER, name VARCHAR, arguments JSON, content VARCHAR, result_hash VARCHAR,
-    result_chars BIGINT, status VARCHAR, prompt_tokens BIGINT, completion_tokens BIGINT,
-    cost_usd DOUBLE, latency_ms DOUBLE, created_at TIMESTAMP
-);
-CREATE TABLE IF NOT EXISTS analysis_results (result_hash VARCHAR, content VARCHAR);
-CREATE TABLE IF NOT EXISTS analysis_claims (
-    analysis_id VARCHAR, section_id VARCHAR, attempt INTEGER, claim INTEGER,
-    paragraph INTEGER, sentence VARCHAR, citations JSON, verdict VARCHAR, detail VARCHAR,
-    evidence JSON
-);
-CREATE TABLE IF NOT EXISTS interviews (
-    batch_id VARCHAR, asked_at TIMESTAMP, round INTEGER, agent INTEGER, question VARCHAR,
-    answer VARCHAR, status VARCHAR, error VARCHAR, context_hash VARCHAR,
-    context_tokens INTEGER, provider VARCHAR, model VARCHAR, prompt_tokens BIGINT,
-    completion_tokens BIGINT, cost_usd DOUBLE, latency_ms DOUBLE
-);
-"""
+
+def _declare(name: str, columns: str, owner: str, doc: str, volatile: tuple[str, ...] = ()
+             ) -> TableSpec:
+    """What is asked of a run belongs to that run alone: not cut on resume (it was asked
+    of rounds the run keeps), not inherited by forks, created the first time."""
+    return TABLES.declare(TableSpec(name, " ".join(columns.split()), owner, doc,
+                                    round_key=None, lineage="none", created="on_demand",
+                                    volatile=volatile))
+
+
+ANALYSIS = (
+    _declare("analysis_runs", """
+        analysis_id VARCHAR, created_at TIMESTAMP, finished_at TIMESTAMP, question VARCHAR,
+        compare VARCHAR[], provider VARCHAR, model VARCHAR, status VARCHAR, plan JSON,
+        sections INTEGER, claims INTEGER, unverified INTEGER, prompt_tokens BIGINT,
+        completion_tokens BIGINT, cost_usd DOUBLE, error VARCHAR""", "analyst",
+        "One row per `shoal analyse`.", ("analysis_id", "created_at", "finished_at")),
+    _declare("analysis_sections", """
+        analysis_id VARCHAR, section_id VARCHAR, position INTEGER, title VARCHAR,
+        brief VARCHAR, attempt INTEGER, status VARCHAR, text VARCHAR, tool_calls INTEGER,
+        started_at TIMESTAMP, finished_at TIMESTAMP, error VARCHAR""", "analyst",
+        "One row per section and attempt.", ("analysis_id", "started_at", "finished_at")),
+    _declare("analysis_steps", """
+        analysis_id VARCHAR, section_id VARCHAR, attempt INTEGER, step INTEGER,
+        kind VARCHAR, call INTEGER, name VARCHAR, arguments JSON, content VARCHAR,
+        result_hash VARCHAR, result_chars BIGINT, status VARCHAR, prompt_tokens BIGINT,
+        completion_tokens BIGINT, cost_usd DOUBLE, latency_ms DOUBLE,
+        created_at TIMESTAMP""", "analyst", "Every step of every attempt, in order.",
+        ("analysis_id", "latency_ms", "created_at")),
+    _declare("analysis_results", "result_hash VARCHAR, content VARCHAR", "analyst",
+             "Full tool results, once per distinct content."),
+    _declare("analysis_claims", """
+        analysis_id VARCHAR, section_id VARCHAR, attempt INTEGER, claim INTEGER,
+        paragraph INTEGER, sentence VARCHAR, citations JSON, verdict VARCHAR,
+        detail VARCHAR, evidence JSON""", "analyst",
+        "One row per sentence of a finished section, with its verdict.", ("analysis_id",)),
+    _declare("interviews", """
+        batch_id VARCHAR, asked_at TIMESTAMP, round INTEGER, agent INTEGER,
+        question VARCHAR, answer VARCHAR, status VARCHAR, error VARCHAR,
+        context_hash VARCHAR, context_tokens INTEGER, provider VARCHAR, model VARCHAR,
+        prompt_tokens BIGINT, completion_tokens BIGINT, cost_usd DOUBLE,
+        latency_ms DOUBLE""", "interviews", "One row per agent asked.",
+        ("batch_id", "asked_at", "latency_ms")),
+)
+ANALYSIS_TABLES = tuple(s.name for s in ANALYSIS if s.owner == "analyst")
+DDL = "".join(s.ddl(if_not_exists=True) for s in ANALYSIS)
 # Verdicts that count as unverified claims (docs/analyst.md).
 UNVERIFIED = ("unresolved", "unsupported", "uncited")
 
@@ -152,9 +166,10 @@ class AnalysisStore:
                 raise InputError(f"no analysis {analysis_id!r} in {self.db}")
             steps = con.execute("SELECT count(*) FROM analysis_steps WHERE analysis_id = ?",
                                 [analysis_id]).fetchone()[0]
-            for table in ("analysis_claims", "analysis_steps", "analysis_sections",
-                          "analysis_runs"):
-                con.execute(f"DELETE FROM {table} WHERE analysis_id = ?", [analysis_id])
+            for spec in ANALYSIS:  # (results are shared between analyses: below)
+                if spec.columns.startswith("analysis_id "):
+                    con.execute(f"DELETE FROM {spec.name} WHERE analysis_id = ?",
+                                [analysis_id])
             con.execute("DELETE FROM analysis_results WHERE result_hash NOT IN (SELECT "
                         "result_hash FROM analysis_steps WHERE result_hash IS NOT NULL)")
         return int(steps)

@@ -22,36 +22,41 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
-GRAPH_TABLES = ("graph_episodes", "graph_entities", "graph_relations", "graph_withdrawals",
-                "graph_aliases", "graph_communities", "graph_community_members")
-DDL = """
-CREATE TABLE graph_episodes (
-    round INTEGER, episode_id BIGINT, kind VARCHAR, source VARCHAR, span_start BIGINT,
-    span_end BIGINT, at_round INTEGER, sim_time VARCHAR, agent INTEGER, post_ids BIGINT[],
-    text VARCHAR
-);
-CREATE TABLE graph_entities (
-    round INTEGER, entity_id BIGINT, name VARCHAR, type VARCHAR, summary VARCHAR,
-    aliases VARCHAR[]
-);
-CREATE TABLE graph_relations (
-    round INTEGER, relation_id BIGINT, subject BIGINT, predicate VARCHAR, object BIGINT,
-    fact VARCHAR, kind VARCHAR, source_type VARCHAR, source_id VARCHAR, episode_id BIGINT,
-    valid_from INTEGER, valid_from_time VARCHAR
-);
-CREATE TABLE graph_withdrawals (
-    round INTEGER, relation_id BIGINT, invalid_at INTEGER, invalid_at_time VARCHAR,
-    invalidated_by BIGINT, reason VARCHAR
-);
-CREATE TABLE graph_aliases (round INTEGER, key VARCHAR, entity_id BIGINT);
-CREATE TABLE graph_communities (
-    round INTEGER, generation INTEGER, community INTEGER, size INTEGER, summary VARCHAR,
-    top_entities VARCHAR[]
-);
-CREATE TABLE graph_community_members (
-    round INTEGER, generation INTEGER, community INTEGER, entity_id BIGINT
-);
-"""
+from sim.store.tables import TABLES, TableSpec
+
+
+def _declare(name: str, columns: str, doc: str, **how) -> TableSpec:
+    return TABLES.declare(TableSpec(name, columns, "knowledge", doc, **how))
+
+
+# Every row is stamped in `round` with the round whose transaction wrote it: that is what
+# a resume cuts and a fork inherits by. Validity (what as-of reads filter on) is its own
+# column where it differs: when a relation became valid, when it was withdrawn.
+GRAPH = {s.name: s for s in (
+    _declare("graph_episodes", "round INTEGER, episode_id BIGINT, kind VARCHAR, "
+             "source VARCHAR, span_start BIGINT, span_end BIGINT, at_round INTEGER, "
+             "sim_time VARCHAR, agent INTEGER, post_ids BIGINT[], text VARCHAR",
+             "The texts the graph was read from, verbatim, with their sources."),
+    _declare("graph_entities", "round INTEGER, entity_id BIGINT, name VARCHAR, type VARCHAR, "
+             "summary VARCHAR, aliases VARCHAR[]", "The graph's entities."),
+    _declare("graph_relations", "round INTEGER, relation_id BIGINT, subject BIGINT, "
+             "predicate VARCHAR, object BIGINT, fact VARCHAR, kind VARCHAR, "
+             "source_type VARCHAR, source_id VARCHAR, episode_id BIGINT, valid_from INTEGER, "
+             "valid_from_time VARCHAR", "The graph's relations, with provenance.",
+             as_of="valid_from"),
+    _declare("graph_withdrawals", "round INTEGER, relation_id BIGINT, invalid_at INTEGER, "
+             "invalid_at_time VARCHAR, invalidated_by BIGINT, reason VARCHAR",
+             "When and why a relation stopped being valid.", as_of="invalid_at"),
+    _declare("graph_aliases", "round INTEGER, key VARCHAR, entity_id BIGINT",
+             "The resolution key of every name an entity was met under."),
+    _declare("graph_communities", "round INTEGER, generation INTEGER, community INTEGER, "
+             "size INTEGER, summary VARCHAR, top_entities VARCHAR[]",
+             "Communities of entities, by generation."),
+    _declare("graph_community_members", "round INTEGER, generation INTEGER, "
+             "community INTEGER, entity_id BIGINT", "Which entities each community holds."),
+)}
+GRAPH_TABLES = tuple(GRAPH)
+DDL = "".join(s.ddl() for s in GRAPH.values())
 SCENARIO_DIR = "graph"
 
 
@@ -59,8 +64,9 @@ def relations_sql(as_of: int | None = None, include_withdrawn: bool = False) -> 
     """The one validity rule, in SQL: the relations visible at the end of round `as_of`
     (default: now), with their endpoints' names; a withdrawal shows only if it had
     happened by then (as of an earlier round, a later withdrawal has not happened yet)."""
-    added = "" if as_of is None else f"r.valid_from <= {int(as_of)}"
-    by_then = "" if as_of is None else f" AND w.invalid_at <= {int(as_of)}"
+    valid, withdrawn = GRAPH["graph_relations"].as_of, GRAPH["graph_withdrawals"].as_of
+    added = "" if as_of is None else f"r.{valid} <= {int(as_of)}"
+    by_then = "" if as_of is None else f" AND w.{withdrawn} <= {int(as_of)}"
     where = [c for c in (added, "" if include_withdrawn else "w.invalid_at IS NULL") if c]
     return f"""
         SELECT r.relation_id, s.name AS subject, r.predicate, o.name AS object, r.fact,

@@ -21,8 +21,8 @@ from typing import Any
 import duckdb
 
 from sim.core.errors import InputError
-from sim.store.lineage import OWN_TABLES, lineage
-from sim.store.schema import TABLES
+from sim.store.lineage import lineage
+from sim.store.tables import file_tables
 
 CATALOG = "hist"
 
@@ -85,19 +85,18 @@ def attach_history(con: duckdb.DuckDBPyConnection, run: str | Path,
         con.execute(f"ATTACH '{path}' AS s{i} (READ_ONLY)")
         catalogs.append(f"s{i}")
     con.execute(f"ATTACH ':memory:' AS {CATALOG}")
-    present = [{r[0] for r in con.execute(
-        "SELECT table_name FROM information_schema.tables WHERE table_catalog = ?",
-        [c]).fetchall()} for c in catalogs]
-    for table in TABLES:
+    declared = [file_tables(con, c) for c in catalogs]
+    for table, spec in declared[-1].items():  # the run's own tables, as it declares them
+        if spec.lineage == "none":  # what was asked of the run: not its history
+            continue
         parts = []
         for i, (seg, catalog) in enumerate(zip(segments, catalogs, strict=True)):
-            if (table in OWN_TABLES and i != len(segments) - 1) or table not in present[i]:
+            if (spec.lineage == "own" and i != len(segments) - 1) or table not in declared[i]:
                 continue
-            cond = seg.condition(table)
+            cond = seg.condition(spec)
             parts.append(f"SELECT * FROM {catalog}.{table}" + (f" WHERE {cond}" if cond
                                                                else ""))
-        if parts:
-            con.execute(f"CREATE VIEW {CATALOG}.{table} AS " + " UNION ALL ".join(parts))
+        con.execute(f"CREATE VIEW {CATALOG}.{table} AS " + " UNION ALL ".join(parts))
     con.execute("SET enable_external_access = false")
 
 

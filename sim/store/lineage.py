@@ -28,27 +28,9 @@ from sim.core.errors import InputError
 from sim.store.graph import GRAPH_TABLES, SCENARIO_DIR, GraphReader
 from sim.store.live_mirror import LiveMirror
 from sim.store.run_dir import RunDir, open_run_dir
-from sim.store.schema import TABLES, schema
+from sim.store.schema import schema
+from sim.store.tables import TABLES, TableSpec, file_tables
 from sim.store.trajectory import trajectory_problem
-
-# The order rows come back in: by round, then the table's natural key (tables not listed
-# here have `round` as their first column and are sorted by all their columns).
-ORDER = {
-    "run": "run_id",
-    "topics": "topic_id",
-    "agents": "agent_id",
-    "rounds": "round",
-    "posts": "round, post_id",
-    "post_stances": "post_id, topic",
-    "actions": "round, platform, agent, slot",
-    "exposures": "round, platform, agent, rank",
-    "beliefs": "round, agent, topic",
-    "trust": "round, truster, trustee, cause, delta, value",
-    "follows": "round, platform, follower, followee, op",
-    "interventions": "round, idx",
-}
-OWN_TABLES = ("run", "topics", "agents")  # a fork has its own complete copy
-POST_TABLES = ("posts", "post_stances")  # split by post id; all other tables by round
 
 
 @dataclass(frozen=True)
@@ -60,13 +42,12 @@ class Segment:
     last_round: int | None = None
     n_posts: int | None = None
 
-    def condition(self, table: str) -> str | None:
-        """The SQL filter selecting this segment's rows of `table` (None: all rows)."""
-        if table in POST_TABLES:
-            return None if self.n_posts is None else f"post_id < {int(self.n_posts)}"
-        if table in OWN_TABLES or self.last_round is None:
+    def condition(self, spec: TableSpec) -> str | None:
+        """The SQL filter selecting this segment's rows of a table (None: all rows); a
+        table that is not inherited is read from the run's own file only."""
+        if spec.lineage != "inherit":
             return None
-        return f"round <= {int(self.last_round)}"
+        return spec.upto(self.last_round, self.n_posts)
 
 
 def parent_dir(child: RunDir, info: dict) -> RunDir:
@@ -127,39 +108,53 @@ def read_table(run: str | Path, table: str, where: str | None = None) -> pd.Data
 def _history(name: str, segments: list[Segment], table: str, where: str | None,
              own: Callable[[], duckdb.DuckDBPyConnection] | None = None) -> pd.DataFrame:
     """A table's rows through `segments`, root first; `own`, if given, connects to the
-    last segment (a run this process is writing)."""
-    if table not in TABLES:
-        raise InputError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
-    if table in OWN_TABLES:
-        segments = segments[-1:]
-    read = [_read_segment(s, table, where, own if i == len(segments) - 1 else None)
-            for i, s in enumerate(segments)]
-    frames = [f for f in read if f is not None]
-    if not frames:  # no segment has the table (a run older than it)
-        raise MissingTableError(f"{name}: the trajectory has no table {table!r} (written "
-                                "by an older version of Shoal)")
-    frames = [f for f in frames if len(f)] or frames[-1:]
+    last segment (a run this process is writing). The run's own file is read first: its
+    declaration of the table says whether the ancestors' rows belong to the history."""
+    frames: list[pd.DataFrame] = []
+    tables: set[str] = set()
+    for i in range(len(segments) - 1, -1, -1):
+        read = _read_segment(segments[i], table, where,
+                             own if i == len(segments) - 1 else None)
+        tables |= read.tables
+        if read.spec is not None:
+            frames.append(read.rows)
+        spec = read.spec or TABLES.get(table)
+        if spec is not None and spec.lineage != "inherit":
+            break
+    if not frames:  # no segment has the table: a run older than it, or a typo
+        if table in TABLES:
+            raise MissingTableError(f"{name}: the trajectory has no table {table!r} "
+                                    "(written by an older version of Shoal)")
+        raise MissingTableError(f"{name}: unknown table {table!r}; the trajectory's "
+                                f"tables: {', '.join(sorted(tables))}")
+    frames = [f for f in frames[::-1] if len(f)] or frames[:1]
     return pd.concat(frames, ignore_index=True)
 
 
+@dataclass
+class _Read:
+    """One segment's rows of a table, its declaration there (None: the file has no such
+    table) and the names of the file's tables."""
+
+    rows: pd.DataFrame | None
+    spec: TableSpec | None
+    tables: set[str]
+
+
 def _read_segment(segment: Segment, table: str, where: str | None,
-                  own: Callable[[], duckdb.DuckDBPyConnection] | None = None
-                  ) -> pd.DataFrame | None:
-    """One segment's rows of a table, in ORDER (None: an older file without the table,
-    e.g. a parent run from before `llm_calls` existed). `own`: a connection to use
+                  own: Callable[[], duckdb.DuckDBPyConnection] | None = None) -> _Read:
+    """One segment's rows of a table, in its declared order. `own`: a connection to use
     instead of opening the segment's file."""
-    conditions = [c for c in (segment.condition(table), where and f"({where})") if c]
-    sql = f"SELECT * FROM {table}"
-    if conditions:
-        sql += " WHERE " + " AND ".join(conditions)
     with (_own(own) if own is not None else _connect(segment.dir, table)) as con:
-        try:
-            return con.sql(f"{sql} ORDER BY {ORDER.get(table, 'ALL')}").df()
-        except duckdb.CatalogException:
-            if con.execute("SELECT count(*) FROM information_schema.tables "
-                           "WHERE table_name = ?", [table]).fetchall()[0][0]:
-                raise  # the table is there: the error is in the query (`where`)
-            return None
+        specs = file_tables(con)
+        spec = specs.get(table)
+        if spec is None:
+            return _Read(None, None, set(specs))
+        conditions = [c for c in (segment.condition(spec), where and f"({where})") if c]
+        sql = f"SELECT * FROM {table}"
+        if conditions:
+            sql += " WHERE " + " AND ".join(conditions)
+        return _Read(con.sql(f"{sql} ORDER BY {spec.order}").df(), spec, set(specs))
 
 
 @contextmanager
@@ -196,13 +191,14 @@ def _held_by_writer(exc: duckdb.Error) -> bool:
 
 
 def _live_connection(run_dir: RunDir, table: str) -> duckdb.DuckDBPyConnection:
-    """An in-memory database with the store's schema, `table` filled from the mirror."""
+    """An in-memory database with the run's schema (as the mirror keeps it), `table`
+    filled from the mirror."""
     mirror = LiveMirror(run_dir.root)
     if not mirror.root.is_dir():
         raise InputError(f"run {run_dir.run_id} is being written; set output.live_parquet: "
                          "true to read it while it runs, or wait for it to finish")
     con = duckdb.connect()
-    con.execute(schema(run_dir.platform_names()))
+    con.execute(mirror.schema() or schema(run_dir.platform_names(), known=True))
     if any((mirror.root / table).glob("round=*.parquet")):
         con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM "
                     "read_parquet($glob, hive_partitioning = false)",

@@ -10,10 +10,15 @@ or pandas, without touching the writer's lock.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from sim.store.schema import schema
+from sim.store.tables import file_tables
+from sim.store.trajectory import TrajectoryStore
 
 
 class LiveMirror:
@@ -33,6 +38,22 @@ class LiveMirror:
             tmp = folder / f".round={round_:06d}.parquet.tmp"
             pq.write_table(table, tmp)
             os.replace(tmp, final)
+
+    def start(self, store: TrajectoryStore, platforms: Sequence[str]) -> None:
+        """Begin the mirror of a new run directory: its schema (the trajectory file's DDL,
+        declarations included, so a reader builds the same tables without the plug-ins
+        that declared them), then everything the new file holds, as round 0."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / ".schema.sql.tmp"
+        tmp.write_text(schema(platforms))
+        os.replace(tmp, self.root / "schema.sql")
+        self.write(0, {name: store.con.sql(f"SELECT * FROM {name}").to_arrow_table()
+                       for name in file_tables(store.con)})
+
+    def schema(self) -> str | None:
+        """The schema `write_schema` kept (None: a mirror written before it was kept)."""
+        path = self.root / "schema.sql"
+        return path.read_text() if path.is_file() else None
 
     def truncate_after(self, round_: int) -> None:
         """Remove the files of rounds after `round_` (a resume recomputes them)."""

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from sim.core.errors import InputError, StorageFull, out_of_space
 from sim.store.schema import ADDED_COLUMNS, schema
+from sim.store.tables import TABLES, file_tables
 
 
 def connect(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
@@ -52,14 +53,17 @@ class TrajectoryStore:
         if platforms is not None:
             self.con.execute(schema(platforms))
         else:
-            self._add_columns()
+            self._upgrade()
 
-    def _add_columns(self) -> None:
-        """Columns a file written by an older release lacks, added with their defaults."""
-        tables = {t for (t,) in self.con.execute(
-            "SELECT table_name FROM information_schema.tables").fetchall()}
+    def _upgrade(self) -> None:
+        """What a file written by an older release lacks, added: declared tables it does
+        not have (created empty) and columns added since (with their defaults)."""
+        present = file_tables(self.con)
+        for spec in TABLES.with_run():
+            if spec.name not in present:
+                self.con.execute(spec.ddl())
         for table, columns in ADDED_COLUMNS.items():
-            for name, kind, default in columns if table in tables else ():
+            for name, kind, default in columns if table in present else ():
                 self.con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {kind} "
                                  f"DEFAULT {default}")
 
@@ -91,18 +95,15 @@ class TrajectoryStore:
         )
 
     def truncate_after(self, round_: int, n_posts: int) -> None:
-        """Delete everything logged after round `round_` (posts by id: ids are dense, and
-        `n_posts` posts existed at the end of that round), in one transaction."""
+        """Delete everything logged after round `round_`, from every table of the file as
+        its declaration says (`n_posts` posts existed at the end of that round: post ids
+        are dense), in one transaction."""
         self.con.execute("BEGIN TRANSACTION")
-        for table in ("rounds", "actions", "exposures", "beliefs", "trust", "follows",
-                      "interventions", "memory", "context"):
-            self.con.execute(f"DELETE FROM {table} WHERE round > ?", [round_])
-        # LLM calls of a round that stopped for want of answers were made all the same
-        self.con.execute("DELETE FROM llm_calls WHERE round > ? AND outcome IS DISTINCT FROM "
-                         "'round_stopped'", [round_])
-        self.con.execute("DELETE FROM agents WHERE joined_round > ?", [round_])
-        for table in ("posts", "post_stances"):
-            self.con.execute(f"DELETE FROM {table} WHERE post_id >= ?", [n_posts])
+        for spec in file_tables(self.con).values():
+            if spec.cut:
+                kept = f" AND ({spec.kept}) IS NOT TRUE" if spec.kept else ""
+                self.con.execute(f"DELETE FROM {spec.name} WHERE NOT "
+                                 f"({spec.upto(round_, n_posts)}){kept}")
         self.con.execute("COMMIT")
 
     def last_round(self) -> int:

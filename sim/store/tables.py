@@ -1,0 +1,186 @@
+"""The table registry: every table of a trajectory file, declared once (docs/store.md).
+
+A declaration (`TableSpec`) says what a table holds and how the rest of Shoal treats it:
+its columns, the component that writes it, the column that ties a row to a round (or to a
+post id), what a fork reads of it, which columns differ between two runs of one config,
+the order rows come back in. Everything else derives from it: creating the schema,
+cutting a run back to its last checkpoint on resume, what a fork copies and inherits, the
+readers' lineage filters, the live mirror's schema, comparisons.
+
+Shoal's own tables are declared beside the code that owns them (`sim/store/schema.py`,
+`sim/store/graph.py`, `sim/store/analysis.py`, `sim/market/tables.py`); a plug-in declares
+its own the same way, from the module its entry point loads:
+
+    from sim.store.tables import TABLES, TableSpec
+    TABLES.declare(TableSpec("toy_tally", "round INTEGER, agents INTEGER", owner="toy"))
+
+Each declaration is also written into the trajectory file, as its table's comment, so a
+file describes itself: a reader (a notebook, `shoal compare`) treats every table of a run
+correctly without importing the engine or the plug-in that wrote it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, fields
+from typing import Literal
+
+import duckdb
+
+from sim.core.errors import InputError
+
+Lineage = Literal["inherit", "own", "none"]
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One table. `columns`: the column definitions (DDL, in order).
+
+    `round_key`: the column holding the round a row belongs to (rows of rounds after K are
+    cut when a run resumes from K, and a fork from K inherits rows up to K); `post_key`:
+    instead, a post id column (rows of posts created after round K are cut); neither: the
+    table is never cut. `kept`: a condition for rows after the cut that stay all the same.
+
+    `lineage`: `inherit` (a fork reads its ancestors' rows up to its fork round, then its
+    own), `own` (a fork writes its own complete copy: the run row, topics, agents), `none`
+    (the table belongs to the run alone and is neither inherited nor copied: analyses,
+    interviews). `created`: `run` (with the file) or `on_demand` (the first time it is
+    written). `volatile`: columns that differ between two runs of one config and seed
+    (timings, ports, ids). `as_of`: the column an as-of-round read filters on, where it is
+    not `round_key` (graph relations: when they became valid). `frame`: the notebook
+    `Run` shows it as a property of that name.
+    """
+
+    name: str
+    columns: str
+    owner: str
+    doc: str = ""
+    round_key: str | None = "round"
+    post_key: str | None = None
+    kept: str | None = None
+    lineage: Lineage = "inherit"
+    created: Literal["run", "on_demand"] = "run"
+    volatile: tuple[str, ...] = ()
+    order: str = "ALL"
+    as_of: str | None = None
+    frame: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier() or self.name != self.name.lower():
+            raise InputError(f"table {self.name!r}: a table name is a lower-case identifier")
+        if self.round_key and self.post_key:
+            raise InputError(f"table {self.name!r}: keyed by a round or by a post id, "
+                             "not both")
+        if self.lineage not in ("inherit", "own", "none"):
+            raise InputError(f"table {self.name!r}: lineage {self.lineage!r} is not one "
+                             "of inherit, own, none")
+
+    @property
+    def cut(self) -> bool:
+        """Whether rows of rounds after a checkpoint are cut on resume."""
+        return bool(self.round_key or self.post_key)
+
+    def upto(self, round_: int | None, n_posts: int | None) -> str | None:
+        """The SQL condition selecting rows of rounds 0..`round_` (posts: ids below
+        `n_posts`, the post count at the end of that round); None: every row."""
+        if self.post_key:
+            return None if n_posts is None else f"{self.post_key} < {int(n_posts)}"
+        if self.round_key:
+            return None if round_ is None else f"{self.round_key} <= {int(round_)}"
+        return None
+
+    def ddl(self, if_not_exists: bool = False, columns: str | None = None) -> str:
+        """CREATE TABLE with this declaration as the table's comment (`columns`: this
+        run's form of them, where they depend on the run)."""
+        exists = "IF NOT EXISTS " if if_not_exists else ""
+        return (f"CREATE TABLE {exists}{self.name} ({columns or self.columns});\n"
+                f"COMMENT ON TABLE {self.name} IS '{self.comment()}';\n")
+
+    def comment(self) -> str:
+        """The declaration without its columns, as JSON (SQL-quoted)."""
+        data = {k: v for k, v in asdict(self).items() if k not in ("name", "columns")}
+        return json.dumps(data, sort_keys=True).replace("'", "''")
+
+    @classmethod
+    def from_comment(cls, name: str, columns: str, comment: str | None) -> TableSpec | None:
+        """The declaration a file stored with a table (None: none, or not one of ours)."""
+        try:
+            data = json.loads(comment or "")
+            known = {f.name for f in fields(cls)}
+            data = {k: v for k, v in data.items() if k in known}
+            data["volatile"] = tuple(data.get("volatile", ()))
+            return cls(name=name, columns=columns, **data)
+        except (ValueError, TypeError, InputError):
+            return None
+
+
+class TableRegistry:
+    """The declared tables, in declaration order."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, TableSpec] = {}
+
+    def declare(self, spec: TableSpec) -> TableSpec:
+        """Declare a table (again with the same declaration: no change; a different one
+        under a taken name: an error)."""
+        old = self._specs.get(spec.name)
+        if old is not None and old != spec:
+            raise InputError(f"table {spec.name!r} is declared twice, by {old.owner} and "
+                             f"by {spec.owner}")
+        self._specs[spec.name] = spec
+        return spec
+
+    def get(self, name: str) -> TableSpec | None:
+        """The declaration of `name`, if declared in this process."""
+        return self._specs.get(name)
+
+    def __iter__(self) -> Iterator[TableSpec]:
+        return iter(list(self._specs.values()))
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._specs
+
+    def owned_by(self, owner: str) -> list[TableSpec]:
+        """The tables a component writes."""
+        return [s for s in self if s.owner == owner]
+
+    def with_run(self) -> list[TableSpec]:
+        """Every table a trajectory file is created with, once every part that may
+        declare one (Shoal's own and the installed plug-ins) is loaded."""
+        from sim.core.registry import load_plugins
+
+        load_plugins()
+        return [s for s in self if s.created == "run"]
+
+
+TABLES = TableRegistry()
+
+
+def file_tables(con: duckdb.DuckDBPyConnection, catalog: str | None = None
+                ) -> dict[str, TableSpec]:
+    """The tables of a trajectory file (`catalog`: an attached one; default: the
+    connection's own), each with its declaration: the one stored with it, else the one
+    this process knows (files written before declarations were stored), else one
+    inferred from its columns (a `round` column: cut and inherited by round)."""
+    where = "database_name = " + ("current_database()" if catalog is None else "?")
+    rows = con.execute(
+        "SELECT t.table_name, t.comment, string_agg(c.column_name || ' ' || c.data_type, "
+        "', ' ORDER BY c.column_index) FROM duckdb_tables() t JOIN duckdb_columns() c "
+        "USING (database_name, schema_name, table_name) "
+        f"WHERE t.{where} AND t.schema_name = 'main' AND NOT t.temporary "
+        "GROUP BY ALL ORDER BY min(t.table_oid)", [] if catalog is None else [catalog],
+    ).fetchall()
+    out = {}
+    for name, comment, columns in rows:
+        out[name] = (TableSpec.from_comment(name, columns, comment) or TABLES.get(name)
+                     or inferred(name, columns))
+    return out
+
+
+def inferred(name: str, columns: str) -> TableSpec:
+    """A declaration for a table nobody declared: cut and inherited by its `round`
+    column if it has one, otherwise the run's own."""
+    has_round = any(c.split()[0] == "round" for c in columns.split(", "))
+    return TableSpec(name, columns, owner="unknown", round_key="round" if has_round else None,
+                     lineage="inherit" if has_round else "none")
