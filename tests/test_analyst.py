@@ -20,6 +20,7 @@ from sim.analyst.citations import numbers, parse_claim, sentences, supports
 from sim.analyst.tools import Toolbox
 from sim.cli.main import main
 from sim.llm.server import Faults, serve_in_thread
+from sim.store.analysis import ANALYSIS
 from sim.store.history_sql import SQLError, query_history
 from tests.conftest import CONFIGS
 from tests.helpers import fork_and_run, make_config, query, run_cli, run_config
@@ -130,7 +131,7 @@ def test_killed_analysis_retries_only_unfinished_sections_and_delete_leaves_noth
         analysis_id = before["analysis_runs"]["analysis_id"].iloc[0]
         done_before = before["analysis_sections"].query("status == 'done'")
         assert list(done_before["section_id"]) == ["overview"]
-        assert before["analysis_runs"]["status"].iloc[0] == "running"
+        assert before["analysis_runs"]["status"].iloc[0] == "interrupted"
         overview_steps = before["analysis_steps"].query("section_id == 'overview'")
         server.state.requests.clear()
         assert main(["analyse", str(parent), "--retry-section", "--analysis", analysis_id,
@@ -151,9 +152,10 @@ def test_killed_analysis_retries_only_unfinished_sections_and_delete_leaves_noth
 
     assert main(["analyse", str(parent), "--delete", analysis_id]) == 0
     db = parent / "trajectory.duckdb"
-    for table in ("analysis_runs", "analysis_sections", "analysis_steps", "analysis_claims"):
-        assert query(db, f"SELECT count(*) FROM {table} WHERE analysis_id = "
-                         f"'{analysis_id}'") == [(0,)]
+    for spec in ANALYSIS:
+        if "analysis_id" in spec.column_names:
+            assert query(db, f"SELECT count(*) FROM {spec.name} WHERE analysis_id = "
+                             f"'{analysis_id}'") == [(0,)]
     orphans = query(db, "SELECT count(*) FROM analysis_results WHERE result_hash NOT IN "
                         "(SELECT result_hash FROM analysis_steps WHERE result_hash IS NOT NULL)")
     assert orphans == [(0,)]

@@ -106,17 +106,15 @@ def test_fork_of_a_fork_reads_root_then_middle_then_own(family):
     cuts = [(family.root, K, meta(family.same)["parent_posts"]),
             (family.same, K + 2, meta(family.chain)["parent_posts"]),
             (family.chain, ROUNDS, None)]
-    for table in ("beliefs", "actions", "posts"):
-        order = {"beliefs": "round, agent, topic", "actions": "round, platform, agent, slot",
-                 "posts": "round, post_id"}[table]
+    for spec in inherited(family.root):
         parts = []
         for run, last, n_posts in cuts:
-            where = f"round <= {last}" if table != "posts" or n_posts is None \
-                else f"post_id < {n_posts}"
-            parts.append(raw(run / "trajectory.duckdb",
-                             f"SELECT * FROM {table} WHERE {where} ORDER BY {order}"))
-        expected = pd.concat(parts, ignore_index=True)
-        pd.testing.assert_frame_equal(read_table(family.chain, table), expected, obj=table)
+            where = spec.upto(last, n_posts) or "true"
+            parts.append(raw(run / "trajectory.duckdb", f"SELECT * FROM {spec.name} WHERE "
+                                                        f"{where} ORDER BY {spec.order}"))
+        expected = pd.concat([p for p in parts if len(p)] or parts[:1], ignore_index=True)
+        pd.testing.assert_frame_equal(read_table(family.chain, spec.name), expected,
+                                      obj=spec.name)
     rounds = read_table(family.chain, "rounds")["round"].tolist()
     assert rounds == list(range(1, ROUNDS + 1))
     for spec in inherited(family.root):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
+from tests.helpers import read_table, tables_differ
 
 CONFIG = {
     "name": "plugged", "seed": 3, "rounds": 6,
@@ -42,8 +44,9 @@ def site(tmp_path_factory) -> Path:
     return target
 
 
-def shoal(args: list[str], site: Path | None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(site) if site else ""}
+def shoal(args: list[str], site: Path | None, env: dict | None = None
+          ) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(site) if site else "", **(env or {})}
     return subprocess.run([sys.executable, "-m", "sim.cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True)
 
@@ -104,3 +107,33 @@ def test_without_the_plugin_its_names_are_errors(tmp_path):
     result = shoal(["check", str(path)], None)
     assert result.returncode == 2
     assert "toot" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_plugin_engines_table_survives_a_kill_after_its_commit(site, tmp_path):
+    """The tally platform's engine declares `toy_tally` through the table registry: it is
+    created with the file, a kill between round 3's commit and its checkpoint is resumed
+    to the uninterrupted run's tables (the tally's own included, its running total
+    continuing exactly), and a reader without the plug-in reads the table by the
+    declaration the file keeps."""
+    data = {**CONFIG, "platforms": {**CONFIG["platforms"], "tally": {}}}
+    path = tmp_path / "tally.yaml"
+    path.write_text(yaml.safe_dump(data))
+    runs = {}
+    for name, fault in (("whole", None), ("killed", "after_commit:3")):
+        out = tmp_path / name
+        env = {"SHOAL_FAULT": fault} if fault else {}
+        result = shoal(["run", str(path), "--out", str(out), "--quiet"], site, env)
+        assert result.returncode == (-signal.SIGKILL if fault else 0), result.stderr
+        (runs[name],) = out.iterdir()
+    result = shoal(["resume", str(runs["killed"]), "--quiet"], site)
+    assert result.returncode == 0, result.stderr
+    dbs = [runs[n] / "trajectory.duckdb" for n in ("whole", "killed")]
+    assert tables_differ(*dbs) == []
+    tally = read_table(dbs[1], "toy_tally")
+    assert tally["round"].tolist() == list(range(7))  # round 0 and six rounds, each once
+    assert tally["running_total"].iloc[-1] == pytest.approx(tally["mean_position"].sum())
+    reader = subprocess.run(  # no plug-in on the path: the file's declaration is enough
+        [sys.executable, "-c", "import sys; from sim import open_run; "
+         "print(len(open_run(sys.argv[1]).table('toy_tally')))", str(runs["killed"])],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": ""}, capture_output=True, text=True)
+    assert reader.returncode == 0 and reader.stdout.strip() == "7", reader.stderr

@@ -14,6 +14,8 @@ import pandas as pd
 
 from sim.core.errors import InputError
 from sim.store.analysis import ANALYSIS_TABLES, read_tables
+from sim.store.lineage import being_written
+from sim.store.run_dir import RunDir
 
 _TAG = re.compile(r"\s*\[(?:post|posts|agent|step|steps)\s+[^\]]*\]", re.IGNORECASE)
 Source = str | Path | duckdb.DuckDBPyConnection  # a trajectory file, or a connection to it
@@ -22,9 +24,19 @@ MARK = {"verified": "✓", "unresolved": "✗ unresolved", "unsupported": "✗ u
 
 
 def analyses(db: Source) -> pd.DataFrame:
-    """One row per analysis of the run, oldest first."""
-    df = read_tables(db, ["analysis_runs"])["analysis_runs"]
+    """One row per analysis of the run, oldest first. An analysis marked running while no
+    process holds the run's file was interrupted (killed): it says so (`shoal analyse`
+    with the same question continues it)."""
+    df = _interrupted(db, read_tables(db, ["analysis_runs"])["analysis_runs"])
     return df.sort_values("created_at", kind="stable").reset_index(drop=True)
+
+
+def _interrupted(db: Source, runs: pd.DataFrame) -> pd.DataFrame:
+    """`analysis_runs` rows with `running` read as `interrupted` when no process holds
+    the file (a process writing an analysis holds it for the whole analysis)."""
+    if isinstance(db, str | Path) and not being_written(RunDir(Path(db).parent)):
+        runs.loc[runs["status"] == "running", "status"] = "interrupted"
+    return runs
 
 
 def analysis_frames(db: Source, analysis_id: str | None = None) -> dict[str, pd.DataFrame]:
@@ -43,6 +55,7 @@ def analysis_frames(db: Source, analysis_id: str | None = None) -> dict[str, pd.
 
 def _frames(db: Source, analysis_id: str) -> dict[str, pd.DataFrame]:
     tables = read_tables(db, ANALYSIS_TABLES)
+    tables["analysis_runs"] = _interrupted(db, tables["analysis_runs"])
     out = {name: df[df["analysis_id"] == analysis_id].reset_index(drop=True)
            for name, df in tables.items() if name != "analysis_results"}
     results = tables["analysis_results"].drop_duplicates("result_hash")

@@ -349,6 +349,14 @@ class Run(ForkInfo):
             df = _empty(table, self._platforms)  # added to the store after this run was made
         return _plain(df, table)
 
+    def _columns(self, table: str) -> list[str]:
+        """A table's columns: as this process declares it, else as the run's file does (a
+        plug-in's table, read without the plug-in)."""
+        frames = _schema_frames(self._platforms)
+        if table in frames:
+            return list(frames[table].columns)
+        return list(self._cached(f"columns:{table}", lambda: self._read(table, "false")).columns)
+
     def _snapshot(self, table: str) -> pd.DataFrame:
         """A table cut at `last_round` (rows of later rounds of a running run dropped)."""
         if table == "rounds":
@@ -356,7 +364,7 @@ class Run(ForkInfo):
         last = self.last_round
         spec = TABLES.get(table)  # (a post's round is its `round`; its key is its id)
         key = spec.round_key if spec is not None and spec.round_key else "round"
-        where = f"{key} <= {last}" if key in _empty(table, self._platforms).columns else None
+        where = f"{key} <= {last}" if key in self._columns(table) else None
         df = self._read(table, where)
         if table == "posts":
             df = df[~df["post_id"].isin(self._injected_after(last))].reset_index(drop=True)

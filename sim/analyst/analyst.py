@@ -58,6 +58,7 @@ from sim.analyst.tools import TERMINAL, Toolbox, ToolError, table
 from sim.config import parse_config
 from sim.config.llm import ProviderConfig
 from sim.core.errors import InputError
+from sim.core.faults import crash_point
 from sim.llm.chat import ChatModel, ChatReply, ChatRequest, chat_model, cost
 from sim.llm.endpoints import Endpoints
 from sim.runs.interview import interview_agents, provider_for
@@ -133,7 +134,7 @@ class Analyst:
         self.seed = seed
         self.has_llm_agents = bool(run_obj.config.get("llm"))
         self.urls: list[str] = list(provider.base_urls)  # loopback resolved when started
-        self.usage = {"prompt": 0, "completion": 0, "cost": 0.0}
+        self.sections_done = 0  # in this process (a crash point counts them)
         self.model: ChatModel | None = None
 
     def facts(self) -> str:
@@ -158,12 +159,7 @@ class Analyst:
         return batch.rows[["batch_id", "agent", "answer", "status", "context_hash"]]
 
     async def _chat(self, request: ChatRequest) -> ChatReply:
-        reply = await self.model.chat(request)
-        prompt, completion = reply.prompt_tokens or 0, reply.completion_tokens or 0
-        self.usage["prompt"] += prompt
-        self.usage["completion"] += completion
-        self.usage["cost"] += cost(self.provider, prompt, completion)
-        return reply
+        return await self.model.chat(request)
 
     async def _step(self, section: str, attempt: int, n: int, kind: str, *,
                     call: int | None = None, name: str = "", arguments: Any = None,
@@ -235,6 +231,8 @@ class Analyst:
         await self._db(self.store.finish_section, key, {
             "status": "done", "text": text, "tool_calls": counter["calls"],
             "finished_at": datetime.now()}, rows)
+        self.sections_done += 1
+        crash_point("analysing", self.sections_done)
 
     async def _write(self, sec: Section, attempt: int, run_facts: str, counter: dict) -> str:
         """The tool loop of a section; its text."""
@@ -404,6 +402,14 @@ def analyse(run: str | Path, question: str | None = None, compare: list[str] | N
     analyst = Analyst(run, provider, analysis_id, compare, question, settings, cfg.seed)
     try:
         run_facts = analyst.facts()
+        # This process holds the file: an analysis still marked running was interrupted
+        # (killed). The same question asked again continues it.
+        stopped = analyst.store.interrupted(question, list(analyst.compare_paths.values()),
+                                            provider.name, provider.model)
+        if stopped is not None:
+            resumed = _continue(analyst, stopped, run_facts, started, markdown)
+            if resumed is not None:
+                return resumed
         analyst.store.insert("analysis_runs", [{
             "analysis_id": analysis_id, "created_at": datetime.now(), "question": question,
             "compare": [analyst.compare_paths[k] for k in analyst.compare_paths],
@@ -424,6 +430,29 @@ def analyse(run: str | Path, question: str | None = None, compare: list[str] | N
         return _finish(analyst, started, markdown, reused=[])
     finally:
         analyst.close()
+
+
+def _continue(analyst: Analyst, analysis_id: str, run_facts: str, started: float,
+              markdown: str | Path | None) -> Outcome | None:
+    """Finish an interrupted analysis: its finished sections are kept, the attempts that
+    were under way are discarded (with their steps, claims and interview answers) and
+    written again under the same numbers, so the analysis ends as an uninterrupted one
+    would. None if it stopped before its plan was stored: it is deleted, to start anew."""
+    frames = analysis_frames(analyst.con, analysis_id)
+    plan = [Section(**s) for s in json.loads(frames["analysis_runs"]["plan"].iloc[0] or "[]")]
+    if not plan:
+        analyst.store.delete(analysis_id)
+        return None
+    analyst.analysis_id = analysis_id
+    latest = _latest_sections(frames["analysis_sections"])
+    todo = [s for s in plan if latest.get(s.id, {}).get("status") in (None, "running")]
+    attempts = {s.id: int(latest[s.id]["attempt"]) if s.id in latest else 1 for s in todo}
+    analyst.store.discard_attempts(analysis_id, [(s.id, attempts[s.id]) for s in todo
+                                                 if s.id in latest])
+    if todo:
+        asyncio.run(analyst._with_model(lambda: analyst._run_sections(todo, attempts,
+                                                                      run_facts)))
+    return _finish(analyst, started, markdown, [s.id for s in plan if s not in todo])
 
 
 def retry_sections(run: str | Path, analysis_id: str | None = None, which: str = "unfinished",
@@ -461,7 +490,7 @@ def retry_sections(run: str | Path, analysis_id: str | None = None, which: str =
             asyncio.run(analyst._with_model(
                 lambda: analyst._run_sections(todo, attempts, run_facts)))
         reused = [s.id for s in plan if s not in todo]
-        return _finish(analyst, started, markdown, reused, previous=info)
+        return _finish(analyst, started, markdown, reused)
     finally:
         analyst.close()
 
@@ -477,7 +506,7 @@ def delete_analysis(run: str | Path, analysis_id: str) -> int:
 
 
 def _finish(analyst: Analyst, started: float, markdown: str | Path | None,
-            reused: list[str], previous: pd.Series | None = None) -> Outcome:
+            reused: list[str]) -> Outcome:
     """Count the claims of the latest attempts, close the analysis row, write Markdown."""
     frames = analysis_frames(analyst.con, analyst.analysis_id)
     latest = _latest_sections(frames["analysis_sections"])
@@ -489,11 +518,10 @@ def _finish(analyst: Analyst, started: float, markdown: str | Path | None,
     factual = claims[claims["verdict"] != "interpretation"]
     unverified = int(factual["verdict"].isin(UNVERIFIED).sum())
     done = all(v["status"] == "done" for v in latest.values())
-    usage = analyst.usage
-    if previous is not None:  # a retry adds to what the analysis had spent
-        usage = {"prompt": usage["prompt"] + int(previous["prompt_tokens"] or 0),
-                 "completion": usage["completion"] + int(previous["completion_tokens"] or 0),
-                 "cost": usage["cost"] + float(previous["cost_usd"] or 0.0)}
+    steps = frames["analysis_steps"]  # every model call is a step: what it all cost
+    usage = {"prompt": int(steps["prompt_tokens"].fillna(0).sum()),
+             "completion": int(steps["completion_tokens"].fillna(0).sum()),
+             "cost": float(steps["cost_usd"].fillna(0).sum())}
     analyst.store.update("analysis_runs", {"analysis_id": analyst.analysis_id}, {
         "status": "done" if done else "partial", "finished_at": datetime.now(),
         "claims": len(factual), "unverified": unverified, "prompt_tokens": usage["prompt"],

@@ -121,7 +121,7 @@ def cmd_graph_add(args: argparse.Namespace) -> int:
     from memory.graph.ingest import ingest_document
     from memory.graph.memory import stamp
     from memory.graph.model import TABLES, KnowledgeGraph
-    from sim.store.graph import SCENARIO_DIR, GraphReader, write_scenario_graph
+    from sim.store.graph import GRAPH_TABLES, SCENARIO_DIR, GraphReader, write_scenario_graph
     from sim.world.knowledge import read_document
 
     folder = Path(args.into)
@@ -132,7 +132,7 @@ def cmd_graph_add(args: argparse.Namespace) -> int:
         graph = KnowledgeGraph.from_tables({n: reader.arrow(n) for n in TABLES})
         communities = reader.arrow("graph_communities")
         generation = max(communities.column("generation").to_pylist() or [0])
-        old = {n: reader.arrow(n) for n in ("graph_communities", "graph_community_members")}
+        old = {n: reader.arrow(n) for n in GRAPH_TABLES if n not in TABLES}  # communities
     else:
         old = {}
     texts = [(Path(d).name, read_document(d)) for d in args.documents]  # all read first

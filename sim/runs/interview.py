@@ -32,6 +32,7 @@ from sim.config.llm import ProviderConfig
 from sim.config.selector import Selector
 from sim.core.counter_rng import CounterRNG
 from sim.core.errors import InputError
+from sim.core.faults import crash_point
 from sim.engine.agent_context import context_for
 from sim.llm.chat import Attempt, ChatReply, ChatRequest, chat_model, cost
 from sim.llm.endpoints import Endpoints
@@ -147,6 +148,7 @@ def interview_agents(run: str, agents: Selector | list[int], question: str,
                      "cost_usd": cost(p, int(prompt), int(completion)) if reply.attempts
                      else 0.0, "latency_ms": reply.latency_ms})
     stored = store is not None or not being_written(run_dir)
+    crash_point("asking", 0)  # (the batch is stored in one transaction, or not at all)
     if stored:
         (store or AnalysisStore(run_dir.db)).insert("interviews", rows)
     return InterviewBatch(batch_id, world.round, question, interviews, pd.DataFrame(rows),

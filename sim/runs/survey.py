@@ -15,6 +15,7 @@ import pandas as pd
 
 from sim.config.surveys import Item, Survey
 from sim.core.errors import InputError
+from sim.core.faults import crash_point
 from sim.engine.agent_context import context_for
 from sim.llm.chat import strip_reasoning
 from sim.runs.interview import answer_of, ask_all, provider_for
@@ -139,7 +140,8 @@ def survey_llm_agents(run: str, base_url: str | None = None, model: str | None =
                 continue
             rows = _ask(world, survey, wave, round_, ids, base_url, model, api_key_env,
                         concurrency)
-            store.insert("survey_responses", rows)
+            store.insert("survey_responses", rows)  # a wave whole, or not at all
+            crash_point("surveying", sum(not a[-1] for a in asked) + 1)
             asked.append((survey.name, wave, round_, len(ids),
                           len({r["agent"] for r in rows if not r["abstained"]}), False))
     return SurveyRun(pd.DataFrame(asked, columns=["survey", "wave", "round", "agents",

@@ -86,6 +86,9 @@ ANALYSIS = (
 )
 ANALYSIS_TABLES = tuple(s.name for s in ANALYSIS if s.owner == "analyst")
 DDL = "".join(s.ddl(if_not_exists=True) for s in ANALYSIS)
+# Results no step references any more (results are shared between analyses by hash).
+_ORPHANS = ("DELETE FROM analysis_results WHERE result_hash NOT IN (SELECT result_hash FROM "
+            "analysis_steps WHERE result_hash IS NOT NULL)")
 # Verdicts that count as unverified claims (docs/analyst.md).
 UNVERIFIED = ("unresolved", "unsupported", "uncited")
 
@@ -157,6 +160,36 @@ class AnalysisStore:
             _update(con, "analysis_sections", key, values)
             _insert(con, "analysis_claims", claims)
 
+    def interrupted(self, question: str | None, compare: list[str], provider: str,
+                    model: str) -> str | None:
+        """The newest analysis asking the same of the run (question, runs compared, model)
+        that is still marked running: called by a process that holds the file, so its
+        writer is gone."""
+        with self.transaction() as con:
+            row = con.execute(
+                "SELECT analysis_id FROM analysis_runs WHERE status = 'running' AND "
+                "question IS NOT DISTINCT FROM ? AND compare = ?::VARCHAR[] AND "
+                "provider = ? AND model = ? ORDER BY created_at DESC LIMIT 1",
+                [question, compare, provider, model]).fetchone()
+        return None if row is None else str(row[0])
+
+    def discard_attempts(self, analysis_id: str, attempts: list[tuple[str, int]]) -> None:
+        """Delete section attempts that never finished (their rows, steps and claims), the
+        interview answers no remaining step cites, and results no step references."""
+        with self.transaction() as con:
+            for section, attempt in attempts:
+                for spec in ANALYSIS:
+                    if "attempt" in spec.column_names:
+                        con.execute(f"DELETE FROM {spec.name} WHERE analysis_id = ? AND "
+                                    "section_id = ? AND attempt = ?",
+                                    [analysis_id, section, attempt])
+            con.execute(
+                "DELETE FROM interviews WHERE starts_with(batch_id, $id || '-') AND NOT "
+                "EXISTS (SELECT 1 FROM analysis_steps s JOIN analysis_results r USING "
+                "(result_hash) WHERE s.analysis_id = $id AND "
+                "contains(r.content, interviews.batch_id))", {"id": analysis_id})
+            con.execute(_ORPHANS)
+
     def delete(self, analysis_id: str) -> int:
         """Delete an analysis and its whole trace; the number of step rows deleted."""
         with self.transaction() as con:
@@ -167,11 +200,10 @@ class AnalysisStore:
             steps = con.execute("SELECT count(*) FROM analysis_steps WHERE analysis_id = ?",
                                 [analysis_id]).fetchone()[0]
             for spec in ANALYSIS:  # (results are shared between analyses: below)
-                if spec.columns.startswith("analysis_id "):
+                if "analysis_id" in spec.column_names:
                     con.execute(f"DELETE FROM {spec.name} WHERE analysis_id = ?",
                                 [analysis_id])
-            con.execute("DELETE FROM analysis_results WHERE result_hash NOT IN (SELECT "
-                        "result_hash FROM analysis_steps WHERE result_hash IS NOT NULL)")
+            con.execute(_ORPHANS)
         return int(steps)
 
 

@@ -24,7 +24,7 @@ from sim.core.vocabulary import (
     ActionType,
     Reason,
 )
-from sim.store.tables import TABLES, TableSpec
+from sim.store.tables import PER_PLATFORM, TABLES, TableSpec
 
 ACTION_ENUM = tuple(ACTION_NAMES[a] for a in ActionType)
 KIND_ENUM = tuple(k.name.lower() for k in PostKind)
@@ -45,10 +45,8 @@ def schema(platforms: Sequence[str], known: bool = False) -> str:
     graph's and the installed plug-ins'), each with its declaration as its comment, and
     the view `post_stats`. `known`: only the tables this process has declared so far
     (readers, which load no plug-in)."""
-    on = "".join(f"on_{p} BOOLEAN, " for p in platforms)
     specs = [s for s in TABLES if s.created == "run"] if known else TABLES.with_run()
-    tables = "".join(s.ddl(columns=s.columns.replace("{on}", on) if s is AGENTS else None)
-                     for s in specs)
+    tables = "".join(s.ddl(platforms) for s in specs)
     return types(platforms) + tables + POST_STATS
 
 
@@ -88,10 +86,11 @@ RUN = _declare("run", """
               "parent_run_id"))
 _declare("topics", "topic_id SMALLINT, topic VARCHAR, label VARCHAR, keywords VARCHAR[]",
          "run", "The run's topics.", round_key=None, lineage="own", order="topic_id")
-AGENTS = _declare("agents", """
+AGENTS = _declare("agents", f"""
     agent_id INTEGER, name VARCHAR, username VARCHAR, bio VARCHAR, persona VARCHAR,
     group_name VARCHAR, activity DOUBLE, age SMALLINT, gender VARCHAR, mbti VARCHAR,
-    country VARCHAR, profession VARCHAR, source_id VARCHAR, {on}joined_round INTEGER""",
+    country VARCHAR, profession VARCHAR, source_id VARCHAR, {PER_PLATFORM},
+    joined_round INTEGER""",
     "population", "One row per agent that joined by the last round: persona and platform "
     "membership.", round_key="joined_round", lineage="own", order="agent_id", frame=True)
 # The round's tables, inherited by a fork up to its fork round.

@@ -22,8 +22,9 @@ correctly without importing the engine or the plug-in that wrote it.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, fields
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Literal
 
 import duckdb
@@ -31,11 +32,14 @@ import duckdb
 from sim.core.errors import InputError
 
 Lineage = Literal["inherit", "own", "none"]
+# In a declaration's columns: one `on_<platform> BOOLEAN` column per platform of the run.
+PER_PLATFORM = "{on_<platform>}"
 
 
 @dataclass(frozen=True)
 class TableSpec:
-    """One table. `columns`: the column definitions (DDL, in order).
+    """One table. `columns`: the column definitions (DDL, in order; `PER_PLATFORM` among
+    them stands for a membership column per platform of the run).
 
     `round_key`: the column holding the round a row belongs to (rows of rounds after K are
     cut when a run resumes from K, and a fork from K inherits rows up to K); `post_key`:
@@ -77,6 +81,12 @@ class TableSpec:
                              "of inherit, own, none")
 
     @property
+    def column_names(self) -> list[str]:
+        """The columns' names, in order."""
+        return [c.split()[0] for c in re.split(r", (?=[A-Za-z_{]\S* )|, (?=\{)", self.columns)
+                if c != PER_PLATFORM]
+
+    @property
     def cut(self) -> bool:
         """Whether rows of rounds after a checkpoint are cut on resume."""
         return bool(self.round_key or self.post_key)
@@ -90,11 +100,13 @@ class TableSpec:
             return None if round_ is None else f"{self.round_key} <= {int(round_)}"
         return None
 
-    def ddl(self, if_not_exists: bool = False, columns: str | None = None) -> str:
-        """CREATE TABLE with this declaration as the table's comment (`columns`: this
-        run's form of them, where they depend on the run)."""
+    def ddl(self, platforms: Sequence[str] = (), if_not_exists: bool = False) -> str:
+        """CREATE TABLE for a run on `platforms`, with this declaration as the table's
+        comment."""
         exists = "IF NOT EXISTS " if if_not_exists else ""
-        return (f"CREATE TABLE {exists}{self.name} ({columns or self.columns});\n"
+        on = "".join(f"on_{p} BOOLEAN, " for p in platforms)
+        columns = self.columns.replace(f"{PER_PLATFORM}, ", on)
+        return (f"CREATE TABLE {exists}{self.name} ({columns});\n"
                 f"COMMENT ON TABLE {self.name} IS '{self.comment()}';\n")
 
     def comment(self) -> str:
@@ -181,6 +193,7 @@ def file_tables(con: duckdb.DuckDBPyConnection, catalog: str | None = None
 def inferred(name: str, columns: str) -> TableSpec:
     """A declaration for a table nobody declared: cut and inherited by its `round`
     column if it has one, otherwise the run's own."""
-    has_round = any(c.split()[0] == "round" for c in columns.split(", "))
-    return TableSpec(name, columns, owner="unknown", round_key="round" if has_round else None,
-                     lineage="inherit" if has_round else "none")
+    spec = TableSpec(name, columns, owner="unknown", round_key=None, lineage="none")
+    if "round" in spec.column_names:
+        spec = replace(spec, round_key="round", lineage="inherit")
+    return spec

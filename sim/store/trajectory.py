@@ -59,9 +59,11 @@ class TrajectoryStore:
         """What a file written by an older release lacks, added: declared tables it does
         not have (created empty) and columns added since (with their defaults)."""
         present = file_tables(self.con)
+        platforms = [p for (p,) in self.con.execute(
+            "SELECT unnest(enum_range(NULL::platform_t))").fetchall()]
         for spec in TABLES.with_run():
             if spec.name not in present:
-                self.con.execute(spec.ddl())
+                self.con.execute(spec.ddl(platforms))
         for table, columns in ADDED_COLUMNS.items():
             for name, kind, default in columns if table in present else ():
                 self.con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {kind} "

@@ -1,10 +1,12 @@
-"""A toy plug-in: each part registers itself when this module is imported."""
+"""A toy plug-in: each part registers itself when this module is imported, and the tally
+platform's engine declares its own table."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
+import pyarrow as pa
 from pydantic import Field
 
 from agents.actions import ActionBatch
@@ -13,11 +15,14 @@ from beliefs.rules.base import Exposures, UpdateContext, UpdateRule
 from beliefs.state import BeliefState
 from sim.config.base import Strict, part
 from sim.config.platforms import PlatformConfig
+from sim.config.selector import Selector
 from sim.core.posts import PostKind
 from sim.core.registry import BELIEF_RULES, POLICIES, RECOMMENDERS
+from sim.core.state import State
 from sim.core.vocabulary import ActionType as A
 from sim.engine.recommenders import FeedContext, Recommender
 from sim.platforms.spec import PlatformSpec, register
+from sim.store.tables import TABLES, TableSpec
 
 
 class Drift(Strict):
@@ -104,3 +109,83 @@ class ShoutPolicy:
             action=np.full(n, A.POST, np.int8), target_post=np.full(n, -1, np.int64),
             target_agent=np.full(n, -1, np.int32), stance=position.copy(),
             text=[self.cfg.text] * n, slot=np.zeros(n, np.int8))
+
+
+# A platform with its own engine and its own table: the tally keeps a running sum of its
+# members' mean position on the first topic and logs it every round to `toy_tally`.
+
+TALLY = TABLES.declare(TableSpec(
+    "toy_tally", "round INTEGER, members INTEGER, mean_position DOUBLE, running_total DOUBLE",
+    owner="toy", doc="The tally's members and their running mean position, per round."))
+
+
+class TallyConfig(Strict):
+    """The tally: who is counted (every living agent by default)."""
+
+    mutable_fields: ClassVar[tuple[str, ...]] = ("participation",)
+
+    enabled: bool = True
+    members: Selector = Field(default_factory=Selector)
+    participation: float = Field(default=1.0, ge=0, le=1)
+    max_actions_per_round: int = Field(default=1, ge=1, le=10)
+
+
+class TallyEngine:
+    """Counts; its members never act on it (every turn there is do_nothing)."""
+
+    def __init__(self, cfg: TallyConfig, world):
+        self.cfg = cfg
+        self.code = TALLY_PLATFORM.code
+        self.members = world.alive.copy()
+        self.running_total = 0.0
+        self.row: dict | None = None
+
+    @property
+    def participation(self) -> float:
+        return self.cfg.participation
+
+    def reconfigure(self, cfg: TallyConfig) -> None:
+        self.cfg = cfg
+
+    def grow(self, n: int) -> None:
+        self.members = np.concatenate([self.members, np.zeros(n - len(self.members), bool)])
+
+    def begin_round(self, world, r: int, publish) -> None:
+        self.row = None
+
+    def decide(self, world, r: int, agents: np.ndarray, llm_agents: np.ndarray) -> ActionBatch:
+        return ActionBatch.empty(len(world.topics))
+
+    def apply(self, world, r: int, actions: ActionBatch) -> np.ndarray:
+        return np.zeros(len(actions), np.int8)
+
+    def end_round(self, world, r: int, shown: np.ndarray) -> None:
+        counted = self.members & world.alive
+        mean = float(world.beliefs.position[counted, 0].mean())
+        self.running_total += mean
+        self.row = {"members": int(counted.sum()), "mean": mean}
+
+    def context_sections(self, world, agent: int, r: int, platform: str, specs: dict) -> list:
+        return []
+
+    def tables(self, world, r: int) -> dict[str, pa.Table]:
+        if self.row is None:  # round 0: the initial state, counted as nothing yet
+            self.row = {"members": int(self.members.sum()), "mean": 0.0}
+        return {"toy_tally": pa.table({
+            "round": pa.array([r], pa.int32()), "members": pa.array([self.row["members"]],
+                                                                    pa.int32()),
+            "mean_position": [self.row["mean"]], "running_total": [self.running_total]})}
+
+    def get_state(self) -> State:
+        return State(arrays={"members": self.members.copy()},
+                     meta={"running_total": self.running_total})
+
+    def set_state(self, state: State) -> None:
+        self.members = state.arrays["members"].astype(bool)
+        self.running_total = float(state.meta["running_total"])
+
+
+TALLY_PLATFORM = register(PlatformSpec(
+    name="tally", code=4, label="Tally", actions=(A.DO_NOTHING,), engagements=(),
+    feed_kinds=(), action_help=("do_nothing",), social=False,
+    engine="shoal_toy_plugin:TallyEngine"), TallyConfig)
