@@ -9,11 +9,7 @@ import contextlib
 import io
 import json
 import math
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +31,7 @@ from sim.analysis.sweeps import member_metrics
 from sim.cli.main import main
 from sim.store.run_dir import open_run_dir
 from tests.conftest import ROOT, write_config
-from tests.helpers import tables_differ
+from tests.helpers import run_cli, tables_differ
 
 TOPICS = ("carbon_tax", "nuclear_power")
 
@@ -232,31 +228,17 @@ def test_an_arm_without_changes_differs_from_the_control_by_exactly_zero(finishe
 def test_a_killed_experiment_resumes_to_the_tables_of_an_uninterrupted_one(finished,
                                                                           ray_session,
                                                                           tmp_path):
-    """SIGKILL the command while its runs go on (one at a time, so one is half done),
-    then `--resume`: the finished units are kept, the others redone, and the effects and
-    every run's tables equal those of the experiment that was never interrupted."""
+    """SIGKILL the command once it has recorded its third unit (one at a time, so the next
+    is under way), then `--resume`: the finished units are kept, the others redone, and
+    the effects and every run's tables equal those of the experiment that was never
+    interrupted."""
     config, reference, _ = finished
     out = tmp_path / "out"
     address = ray_session.get_runtime_context().gcs_address
-    proc = subprocess.Popen([sys.executable, "-m", "sim.cli", "experiment", str(config),
-                             "--out", str(out), "--parallel", "1", "--address", address,
-                             "--quiet"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env={**os.environ})
-    try:
-        deadline = time.monotonic() + 120
-        done = 0
-        while done < 3:
-            assert proc.poll() is None, "the experiment ended before it was killed"
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-            files = list(out.glob(f"*/{EXPERIMENT_FILE}")) if out.exists() else []
-            if files:
-                spec = json.loads(files[0].read_text())
-                done = sum(u["status"] == "finished" for u in spec["units"])
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        proc.kill()
-        proc.wait()
+    killed = run_cli(["experiment", str(config), "--out", str(out), "--parallel", "1",
+                      "--address", address, "--quiet"],
+                     env={"SHOAL_FAULT": "experimenting:3"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
     root = _only_dir(out)
     spec = json.loads((root / EXPERIMENT_FILE).read_text())
     assert spec["status"] == "running"

@@ -58,6 +58,7 @@ from sim.config.interventions import MUTABLE_SECTIONS, mutable
 from sim.config.loading import locate, shown_override
 from sim.config.platforms import mutable_fields
 from sim.core.errors import InputError
+from sim.core.faults import crash_point
 from sim.engine.executors import ensure_ray
 from sim.runs.fork_plan import ForkPlan, Schedule, fork_config
 from sim.runs.sweep import task_outcome, write_json
@@ -379,6 +380,7 @@ def run_experiment(root: Path, spec: dict, parallel: int | None = None,
                     arm.update(status="failed", error=f"its base run ({unit['unit']}) failed")
                     done += 1
                 write_json(file, spec)
+                crash_point("experimenting", done)
                 if on_unit is not None:
                     on_unit(unit, done, total)
     except KeyboardInterrupt:
