@@ -14,8 +14,9 @@ import yaml
 from sim.cli.main import main
 from tests.conftest import CONFIGS, ROOT
 
-CASES: list[dict[str, Any]] = yaml.safe_load(
-    (ROOT / "tests" / "data" / "bad_inputs.yaml").read_text(encoding="utf-8"))
+CASES: list[dict[str, Any]] = [
+    case for path in sorted((ROOT / "tests" / "data").glob("bad_inputs*.yaml"))
+    for case in yaml.safe_load(path.read_text(encoding="utf-8"))]
 
 
 def _parent_config() -> dict[str, Any]:
