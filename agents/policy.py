@@ -9,7 +9,8 @@ falls back to this one's decision when a reply is missing or invalid.
 
 from __future__ import annotations
 
-from typing import Protocol
+from abc import ABC, abstractmethod
+from typing import Any
 
 import numpy as np
 
@@ -20,16 +21,25 @@ from sim.core.counter_rng import CounterRNG
 from sim.core.registry import POLICIES
 
 
-class Policy(Protocol):
-    """Vectorised decisions of many agents on one platform."""
+class Policy(ABC):
+    """Vectorised decisions of many agents on one platform. A shard builds it as
+    `Policy(cfg, topics, rng, interests, usernames)`: its config section, the run's topics,
+    the counter RNG, the agents' topic interests [N, T] and usernames."""
 
+    @classmethod
+    def reads_feed_features(cls, cfg: Any) -> bool:
+        """Whether, with config `cfg`, it reads the follows, votes and trust of feed items
+        (`PlatformView`'s feature arrays): the driver computes them every round only if a
+        policy or the belief rule says it reads them."""
+        return True
+
+    @abstractmethod
     def decide(self, view: PlatformView, position: np.ndarray, confidence: np.ndarray,
                round_: int, max_actions: int) -> ActionBatch:
         """Decisions of `view.agents` (positions and confidences [A, T], aligned with the
         view's rows), at most `max_actions` slots each. Every random draw must come from
         the counter RNG keyed by (round, agent, purpose), so that the result does not
         depend on shards or order."""
-        ...
 
 
 def build_policy(cfg: Config, rng: CounterRNG, interests: np.ndarray,
@@ -39,6 +49,6 @@ def build_policy(cfg: Config, rng: CounterRNG, interests: np.ndarray,
 
 
 def reads_social_features(cfg: Config) -> bool:
-    """Whether the policy may read follows, votes and trust of feed items (building them
-    costs time). A policy config without `engage_rate` is assumed to read them."""
-    return getattr(cfg.policy, "engage_rate", 1.0) > 0
+    """Whether the config's policy reads follows, votes and trust of feed items (building
+    them costs time), as the policy declares."""
+    return POLICIES.get(cfg.policy.kind).impl.reads_feed_features(cfg.policy)

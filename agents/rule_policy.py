@@ -16,6 +16,7 @@ from pydantic import Field
 
 from agents.actions import ActionBatch
 from agents.observation import PlatformView
+from agents.policy import Policy
 from agents.post_text import PostWriter
 from sim.config import TopicSpec
 from sim.config.base import Strict
@@ -59,8 +60,13 @@ class RulePolicyConfig(Strict):
 
 
 @POLICIES.register("rule", config=RulePolicyConfig)
-class RulePolicy:
+class RulePolicy(Policy):
     """Decides for many agents at once; every draw is keyed by (round, agent, purpose)."""
+
+    @classmethod
+    def reads_feed_features(cls, cfg: RulePolicyConfig) -> bool:
+        """Engagement weights read follows, votes and trust; without engaging, nothing."""
+        return cfg.engage_rate > 0
 
     def __init__(self, cfg: RulePolicyConfig, topics: list[TopicSpec], rng: CounterRNG,
                  interests: np.ndarray, usernames: list[str]):

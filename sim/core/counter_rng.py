@@ -8,13 +8,21 @@ numpy and checked against the Random123 known-answer vectors in the tests.
 
 Counter layout: (agent, round, purpose, block); key: the 64-bit seed. Each block gives four
 32-bit words, i.e. two doubles with 53 random bits.
+
+Purposes keep streams apart: Shoal's own are `Purpose` (offset by 100·platform code and
+1000·slot where a draw is per platform or slot, so below 2**20); a plug-in claims a named
+stream with `stream("my_package.what")`, a number of its own above 2**20 with room for
+offsets below 2**16, the same for the same name in every process.
 """
 
 from __future__ import annotations
 
+import zlib
 from enum import IntEnum
 
 import numpy as np
+
+from sim.core.errors import InputError
 
 _M0 = np.uint64(0xD2511F53)
 _M1 = np.uint64(0xCD9E8D57)
@@ -64,6 +72,33 @@ def philox4x32(
 
 
 _TO_UNIT = 1.0 / 9007199254740992.0  # 2**-53
+
+
+_STREAM_UNIT = 2**16  # a plug-in stream's room for offsets (platform, slot, ...)
+_CLAIMED: dict[int, str] = {}
+
+
+def stream(name: str) -> int:
+    """The purpose number of the named random stream `name` (a plug-in's: claim it once,
+    at import, e.g. `TALLY = stream("shoal_toy_plugin.tally")`). It depends on the name
+    only, so a run draws the same numbers whatever else is installed; it lies above every
+    purpose of Shoal's own and leaves offsets below 2**16 to the claimer. Two names that
+    would share a number are an error naming both."""
+    if not name or name != name.strip():
+        raise InputError(f"random stream {name!r}: give a non-empty name, e.g. "
+                         "'my_package.purpose'")
+    slot = 16 + zlib.crc32(name.encode("utf-8")) % (2**15 - 16)
+    number = slot * _STREAM_UNIT
+    other = _CLAIMED.setdefault(number, name)
+    if other != name:
+        raise InputError(f"random streams {other!r} and {name!r} would share the purpose "
+                         f"number {number}; rename one")
+    return number
+
+
+def claimed_streams() -> dict[str, int]:
+    """The named streams claimed in this process, by name."""
+    return {name: number for number, name in sorted(_CLAIMED.items())}
 
 
 class CounterRNG:

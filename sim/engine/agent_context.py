@@ -25,7 +25,6 @@ from sim.core.counter_rng import CounterRNG
 from sim.core.posts import PostKind
 from sim.core.registry import RECOMMENDERS
 from sim.engine.observe import observe
-from sim.engine.recommenders import make_recommender
 from sim.world.interventions import NEWS_AUTHOR
 
 KIND_NAMES = {k.value: k.name.lower() for k in PostKind}
@@ -258,7 +257,7 @@ def context_for(world, agent: int, round_: int, platform: str = INTERVIEW) -> Ag
     `platform` INTERVIEW: the system text of an interview, no feed."""
     feed = None
     if platform != INTERVIEW:
-        rec = {platform: make_recommender(world.platforms[platform].cfg.recommender)}
+        rec = {platform: world.platforms[platform].recommender}
         (view,) = observe(world, round_, {platform: np.array([agent])}, rec,
                           CounterRNG(world.cfg.seed), False, False)
         feed = view.feed[0]

@@ -51,7 +51,6 @@ from sim.engine.apply import Applied, apply_all
 from sim.engine.executors import Executor
 from sim.engine.interventions import Fired, begin_round, publish_news
 from sim.engine.observe import decision_request, empty_view, exposures, observe
-from sim.engine.recommenders import make_recommender
 from sim.engine.round_log import (
     PlatformEnum,
     actions_table,
@@ -172,8 +171,7 @@ class RoundDriver:
             plat.reconfigure(cfg.platforms.get(name), w.posts)
         for name, engine in w.engines.items():
             engine.reconfigure(cfg.platforms.get(name))
-        self.recommenders = {name: make_recommender(p.cfg.recommender)
-                             for name, p in w.platforms.items()}
+        self.recommenders = {name: p.recommender for name, p in w.platforms.items()}
         self.scheduler = Scheduler(cfg, w.population.activity, w.population.hourly)
         # Which feed features anyone reads: the policy's engagement weights read follows,
         # votes and trust; some belief rules read trust.

@@ -62,6 +62,35 @@ class Fired:
                 "op": np.asarray(f["op"], np.int8)}
 
 
+@dataclass
+class InterventionContext:
+    """What an intervention kind's function is given besides its entry (`fire(ctx,
+    spec) -> effect`): the world it changes, the round it fires at (the start of
+    `round`, before anyone acts), its index in the schedule, what this round's entries
+    did so far (`fired`: posts injected, follows, agents added) and the schedule (its
+    pinned events). The effect it returns (a JSON-able dict) is the `effect` column."""
+
+    world: Any
+    round: int
+    index: int
+    fired: Fired
+    schedule: Any
+
+    @property
+    def where(self) -> str:
+        """The entry's config path, for error messages (`interventions.3`)."""
+        return f"interventions.{self.index}"
+
+    def target(self, selector: Selector) -> np.ndarray:
+        """Boolean mask [N] of the agents `selector` picks (its seeded fraction drawn from
+        this entry's own stream)."""
+        return resolve_target(selector, self.world, self.index, self.where)
+
+    def generator(self) -> np.random.Generator:
+        """This entry's own random generator (the same on a resume or in a fork)."""
+        return CounterRNG(self.world.cfg.seed).generator(Purpose.INTERVENTION, self.index)
+
+
 def fire_due(world, round_: int) -> Fired:
     """Fire every entry due at `round_` (in config order) on `world`; then forget the
     events whose pinning ended before it."""
@@ -69,7 +98,8 @@ def fire_due(world, round_: int) -> Fired:
     fired = Fired()
     for i in schedule.due(round_):
         spec = schedule.cfg.interventions[i]
-        effect = INTERVENTIONS.get(spec.kind).impl(schedule, world, round_, i, spec, fired)
+        ctx = InterventionContext(world, round_, i, fired, schedule)
+        effect = INTERVENTIONS.get(spec.kind).impl(ctx, spec)
         schedule.fired.add(i)
         fired.rows.append({"round": round_, "index": i, "kind": spec.kind,
                            "spec": json.dumps(spec_json(spec)),
@@ -138,29 +168,28 @@ def _check_platform(world, platform: str, where: str) -> None:
 
 
 @INTERVENTIONS.register("post", config=PostIntervention)
-def _fire_post(self, world, round_, i, spec: PostIntervention, fired: Fired) -> dict:
-    _check_platform(world, spec.platform, f"interventions.{i}")
-    ids = _inject(world, round_, [spec], PostKind.POST, fired)
-    return {"post_ids": ids}
+def _fire_post(ctx: InterventionContext, spec: PostIntervention) -> dict:
+    _check_platform(ctx.world, spec.platform, ctx.where)
+    return {"post_ids": _inject(ctx.world, ctx.round, [spec], PostKind.POST, ctx.fired)}
 
 
 @INTERVENTIONS.register("posts", config=PostsIntervention)
-def _fire_posts(self, world, round_, i, spec: PostsIntervention, fired: Fired) -> dict:
+def _fire_posts(ctx: InterventionContext, spec: PostsIntervention) -> dict:
     for j, item in enumerate(spec.items):
-        _check_platform(world, item.platform, f"interventions.{i}.items.{j}")
-    return {"post_ids": _inject(world, round_, spec.items, PostKind.POST, fired)}
+        _check_platform(ctx.world, item.platform, f"{ctx.where}.items.{j}")
+    return {"post_ids": _inject(ctx.world, ctx.round, spec.items, PostKind.POST, ctx.fired)}
 
 
 @INTERVENTIONS.register("event", config=EventIntervention)
-def _fire_event(self, world, round_, i, spec: EventIntervention, fired: Fired) -> dict:
+def _fire_event(ctx: InterventionContext, spec: EventIntervention) -> dict:
+    world, round_ = ctx.world, ctx.round
     platforms = spec.platforms or list(world.platforms)
     for name in platforms:
-        _check_platform(world, name, f"interventions.{i}")
+        _check_platform(world, name, ctx.where)
     specs = [PostSpec(platform=name, text=spec.text, stance=spec.stance) for name in platforms]
-    ids = _inject(world, round_, specs, PostKind.EVENT, fired)
-    everyone = spec.target.everyone
-    target = None if everyone else resolve_target(spec.target, world, i, f"interventions.{i}")
-    self.events.append(ActiveEvent(index=i, post_ids=dict(zip(
+    ids = _inject(world, round_, specs, PostKind.EVENT, ctx.fired)
+    target = None if spec.target.everyone else ctx.target(spec.target)
+    ctx.schedule.events.append(ActiveEvent(index=ctx.index, post_ids=dict(zip(
         [platform_spec(p).code for p in platforms], ids, strict=True)),
         until=round_ + spec.duration - 1, target=target))
     return {"post_ids": ids, "until_round": round_ + spec.duration - 1,
@@ -168,8 +197,9 @@ def _fire_event(self, world, round_, i, spec: EventIntervention, fired: Fired) -
 
 
 @INTERVENTIONS.register("beliefs", config=BeliefIntervention)
-def _fire_beliefs(self, world, round_, i, spec: BeliefIntervention, fired: Fired) -> dict:
-    mask = resolve_target(spec.target, world, i, f"interventions.{i}")
+def _fire_beliefs(ctx: InterventionContext, spec: BeliefIntervention) -> dict:
+    world = ctx.world
+    mask = ctx.target(spec.target)
     t = world.topics.index(spec.topic)
     if spec.set is not None:  # a new predisposition: rules anchored to x0 keep it
         world.beliefs.position[mask, t] = spec.set
@@ -183,19 +213,19 @@ def _fire_beliefs(self, world, round_, i, spec: BeliefIntervention, fired: Fired
 
 
 @INTERVENTIONS.register("remove_agents", config=RemoveAgents)
-def _fire_remove(self, world, round_, i, spec: RemoveAgents, fired: Fired) -> dict:
-    mask = resolve_target(spec.target, world, i, f"interventions.{i}")
-    newly = mask & world.alive
-    world.alive[mask] = False
+def _fire_remove(ctx: InterventionContext, spec: RemoveAgents) -> dict:
+    mask = ctx.target(spec.target)
+    newly = mask & ctx.world.alive
+    ctx.world.alive[mask] = False
     return {"agents": int(newly.sum())}
 
 
 @INTERVENTIONS.register("add_agents", config=AddAgents)
-def _fire_add(self, world, round_, i, spec: AddAgents, fired: Fired) -> dict:
-
+def _fire_add(ctx: InterventionContext, spec: AddAgents) -> dict:
+    world, round_, fired = ctx.world, ctx.round, ctx.fired
     cfg = world.cfg
     n0 = world.n_agents
-    rng = CounterRNG(cfg.seed).generator(Purpose.INTERVENTION, i)
+    rng = ctx.generator()
     gen_cfg = cfg.model_copy(update={"population": cfg.population.model_copy(
         update={"size": spec.count, "file": None, "groups": []})})
     newcomers = generate_population(gen_cfg, rng, first_id=n0)
@@ -242,10 +272,10 @@ def _fire_add(self, world, round_, i, spec: AddAgents, fired: Fired) -> dict:
 
 
 @INTERVENTIONS.register("set", config=SetParams)
-def _fire_set(self, world, round_, i, spec: SetParams, fired: Fired) -> dict:
-    world.cfg = apply_settings(world.cfg, spec.values, f"interventions.{i}.values")
-    self.cfg = world.cfg
-    fired.config_changed = True
+def _fire_set(ctx: InterventionContext, spec: SetParams) -> dict:
+    ctx.world.cfg = apply_settings(ctx.world.cfg, spec.values, f"{ctx.where}.values")
+    ctx.schedule.cfg = ctx.world.cfg
+    ctx.fired.config_changed = True
     return {"values": spec.values}
 
 

@@ -23,6 +23,7 @@ from sim.core.counter_rng import CounterRNG, Purpose
 from sim.core.posts import PostStore
 from sim.core.registry import RECOMMENDERS
 from sim.core.rowsets import count_valid, first_valid
+from sim.core.state import State
 from sim.world.platform import Platform, feed_kinds
 
 
@@ -114,11 +115,27 @@ class FeedContext:
 
 
 class Recommender(ABC):
-    """Builds feeds for one platform."""
+    """Builds feeds for one platform; built as `Recommender(cfg)` from its config section
+    (again when a fork or an intervention changes that section). The driver calls
+    `feeds` once per round per platform with the acting agents, from the world as of the
+    end of the previous round (`ctx`). A recommender that keeps state between rounds
+    (e.g. what it learnt from engagement) returns it from `get_state`, so that a resume
+    and a fork continue exactly; the default is stateless."""
 
     @abstractmethod
     def feeds(self, ctx: FeedContext, agents: np.ndarray) -> np.ndarray:
-        """Feed matrix [len(agents), k] for the given (active) agents."""
+        """Feed matrix int64 [len(agents), k] of post ids for the given (active) agents,
+        each row its feed in rank order, -1 after its last item. Every post is one the
+        platform's feeds may show (its kinds, created before this round) and appears at
+        most once per row; random draws come from `ctx.draws` (keyed by round, agent and
+        purpose), so feeds do not depend on the order agents come in."""
+
+    def get_state(self) -> State | None:
+        """Its state for a checkpoint (None: it keeps none)."""
+        return None
+
+    def set_state(self, state: State) -> None:  # noqa: B027  (stateless by default)
+        """Take the state `get_state` returned (on a freshly built recommender)."""
 
 
 def _newest_first(buf: np.ndarray) -> np.ndarray:

@@ -16,8 +16,6 @@ tables are those of the same run without markets.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import pyarrow as pa
 
@@ -29,14 +27,13 @@ from sim.core.vocabulary import ActionType, Reason
 from sim.market.book import Books, Trade
 from sim.market.config import MarketConfig, MarketPlatformConfig
 from sim.market.traders import order, subjective
-from sim.platforms.spec import spec
+from sim.platforms.spec import PlatformEngine, Publish, spec
 
 NAME = "market"
 _MEMBERS = 6  # round-0 generator key of the traders' selection (after the world's 1..5)
-Publish = Callable[[str, dict[str, float], int, int], list[int]]  # text, stance, rounds, key
 
 
-class MarketEngine:
+class MarketEngine(PlatformEngine):
     """The prediction market of one run: its books and the bridge's bookkeeping."""
 
     def __init__(self, cfg: MarketPlatformConfig, world):
@@ -73,11 +70,6 @@ class MarketEngine:
     def members(self) -> np.ndarray:
         """Traders (bool [N])."""
         return self.books.members
-
-    @property
-    def participation(self) -> float:
-        """Share of active traders who trade in a round."""
-        return self.cfg.participation
 
     def reconfigure(self, cfg: MarketPlatformConfig) -> None:
         """Take new settings (a `set` intervention or a fork); the markets stay."""

@@ -70,6 +70,8 @@ def state(world: World) -> dict[str, State]:
                                "initial_position": world.initial_position.copy()}),
         "membership": State(arrays={str(p.code): p.members.copy()
                                     for p in world.platforms.values()}),
+        **{f"recommender.{p.code}": s for p in world.platforms.values()
+           if (s := p.recommender.get_state()) is not None},
         "interventions": world.interventions.get_state(),
         **{name: getattr(world, name).get_state() for name in WINDOWS
            if not getattr(world, name).journaling},
@@ -139,6 +141,8 @@ def _rebuild(cfg: Config, round_: int, saved: dict[str, State],
                                np.asarray(members[str(code)], dtype=bool).copy(),
                                FollowGraph(n))
         plat.replay(segments(f"platform.{code}"), posts)
+        if f"recommender.{code}" in saved:  # (a stateful recommender's)
+            plat.recommender.set_state(saved[f"recommender.{code}"])
         platforms[name] = plat
     w = saved["world"].arrays
     world = World(cfg=cfg, population=population, beliefs=beliefs, trust=trust,

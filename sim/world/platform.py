@@ -14,12 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from sim.config.platforms import PlatformConfig
 from sim.core.follow_graph import FollowGraph, expand_csr
 from sim.core.keys import SortedKeySet, pack
+from sim.core.registry import RECOMMENDERS
 from sim.core.rowsets import newest_per_row, push_newest
 from sim.core.state import State
 from sim.platforms.spec import PlatformSpec, spec
@@ -43,6 +45,12 @@ class Platform:
     inbox: np.ndarray  # int64 [N, k] row buffer per reader
     votes: SortedKeySet = field(default_factory=SortedKeySet)  # (agent, post) voted
     reposts: SortedKeySet = field(default_factory=SortedKeySet)  # (agent, post) reposted
+    # its feed: the recommender its config names (state it keeps is checkpointed)
+    recommender: Any = None
+
+    def __post_init__(self) -> None:
+        if self.recommender is None:
+            self.recommender = RECOMMENDERS.create(self.cfg.recommender)
 
     @property
     def spec(self) -> PlatformSpec:
@@ -63,10 +71,13 @@ class Platform:
                    recent=np.full((n, k), -1, np.int64), inbox=np.full((n, k), -1, np.int64))
 
     def reconfigure(self, cfg: PlatformConfig, posts) -> None:
-        """Take a new platform config; a new feed size rebuilds the indexes."""
-        old_k, self.cfg = self.k, cfg
-        if cfg.feed_size != old_k:
+        """Take a new platform config; a new feed size rebuilds the indexes, a new
+        recommender starts afresh (one whose settings did not change keeps its state)."""
+        old, self.cfg = self.cfg, cfg
+        if cfg.feed_size != old.feed_size:
             self.rebuild_indexes(posts)
+        if cfg.recommender != old.recommender:
+            self.recommender = RECOMMENDERS.create(cfg.recommender)
 
     def rebuild_indexes(self, posts) -> None:
         """Author buffers from the post table, then every inbox by pulling from them

@@ -11,17 +11,19 @@ from pydantic import Field
 
 from agents.actions import ActionBatch
 from agents.observation import PlatformView
+from agents.policy import Policy
 from beliefs.rules.base import Exposures, UpdateContext, UpdateRule
 from beliefs.state import BeliefState
 from sim.config.base import Strict, part
 from sim.config.platforms import PlatformConfig
 from sim.config.selector import Selector
+from sim.core.counter_rng import CounterRNG, stream
 from sim.core.posts import PostKind
 from sim.core.registry import BELIEF_RULES, POLICIES, RECOMMENDERS
 from sim.core.state import State
 from sim.core.vocabulary import ActionType as A
 from sim.engine.recommenders import FeedContext, Recommender
-from sim.platforms.spec import PlatformSpec, register
+from sim.platforms.spec import PlatformEngine, PlatformSpec, register
 from sim.store.tables import TABLES, TableSpec
 
 
@@ -97,7 +99,7 @@ class Shout(Strict):
 
 
 @POLICIES.register("shout", config=Shout)
-class ShoutPolicy:
+class ShoutPolicy(Policy):
     def __init__(self, cfg: Shout, topics, rng, interests, usernames):
         self.cfg = cfg
 
@@ -114,6 +116,7 @@ class ShoutPolicy:
 # A platform with its own engine and its own table: the tally keeps a running sum of its
 # members' mean position on the first topic and logs it every round to `toy_tally`.
 
+TALLY_STREAM = stream("shoal_toy_plugin.tally")  # the tally's own random draws
 TALLY = TABLES.declare(TableSpec(
     "toy_tally", "round INTEGER, members INTEGER, mean_position DOUBLE, running_total DOUBLE",
     owner="toy", doc="The tally's members and their running mean position, per round."))
@@ -130,8 +133,9 @@ class TallyConfig(Strict):
     max_actions_per_round: int = Field(default=1, ge=1, le=10)
 
 
-class TallyEngine:
-    """Counts; its members never act on it (every turn there is do_nothing)."""
+class TallyEngine(PlatformEngine):
+    """Counts; its members never act on it (every turn there is do_nothing). Only the
+    hooks it needs: the others keep `PlatformEngine`'s defaults."""
 
     def __init__(self, cfg: TallyConfig, world):
         self.cfg = cfg
@@ -139,16 +143,7 @@ class TallyEngine:
         self.members = world.alive.copy()
         self.running_total = 0.0
         self.row: dict | None = None
-
-    @property
-    def participation(self) -> float:
-        return self.cfg.participation
-
-    def reconfigure(self, cfg: TallyConfig) -> None:
-        self.cfg = cfg
-
-    def grow(self, n: int) -> None:
-        self.members = np.concatenate([self.members, np.zeros(n - len(self.members), bool)])
+        self.rng = CounterRNG(world.cfg.seed)
 
     def begin_round(self, world, r: int, publish) -> None:
         self.row = None
@@ -161,12 +156,12 @@ class TallyEngine:
 
     def end_round(self, world, r: int, shown: np.ndarray) -> None:
         counted = self.members & world.alive
-        mean = float(world.beliefs.position[counted, 0].mean())
+        # a sample of the members is counted each round, drawn from the tally's own stream
+        ids = np.flatnonzero(counted)
+        sampled = ids[self.rng.uniform1(r, TALLY_STREAM, ids) < 0.5] if len(ids) else ids
+        mean = float(world.beliefs.position[sampled, 0].mean()) if len(sampled) else 0.0
         self.running_total += mean
-        self.row = {"members": int(counted.sum()), "mean": mean}
-
-    def context_sections(self, world, agent: int, r: int, platform: str, specs: dict) -> list:
-        return []
+        self.row = {"members": len(sampled), "mean": mean}
 
     def tables(self, world, r: int) -> dict[str, pa.Table]:
         if self.row is None:  # round 0: the initial state, counted as nothing yet
