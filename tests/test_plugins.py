@@ -137,3 +137,21 @@ def test_a_plugin_engines_table_survives_a_kill_after_its_commit(site, tmp_path)
          "print(len(open_run(sys.argv[1]).table('toy_tally')))", str(runs["killed"])],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": ""}, capture_output=True, text=True)
     assert reader.returncode == 0 and reader.stdout.strip() == "7", reader.stderr
+
+
+def test_the_plugins_parts_pass_the_conformance_kit(site, tmp_path):
+    """Every part of the toy plug-in passes the checks Shoal's own parts pass (the echo
+    recommender keeps state, so its resume check needs its get_state/set_state)."""
+    script = (
+        "import sys; from pathlib import Path; import sim.testing as kit\n"
+        "out = Path(sys.argv[1])\n"
+        "kit.check_belief_rule('drift', out / 'drift')\n"
+        "kit.check_recommender('echo', out / 'echo')\n"
+        "kit.check_policy('shout', out / 'shout')\n"
+        "kit.check_platform('toot', out / 'toot')\n"
+        "kit.check_platform('tally', out / 'tally')\n"
+        "print('all passed')\n")
+    result = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(site)},
+                            capture_output=True, text=True)
+    assert result.returncode == 0 and "all passed" in result.stdout, result.stderr[-3000:]

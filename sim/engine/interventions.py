@@ -167,20 +167,24 @@ def _check_platform(world, platform: str, where: str) -> None:
         raise InputError(f"{where}.platform: {platform} is not enabled in this run")
 
 
-@INTERVENTIONS.register("post", config=PostIntervention)
+@INTERVENTIONS.register("post", config=PostIntervention, example={
+    "platform": "twitter", "text": "A leaked memo.", "stance": {"carbon_tax": 0.5}})
 def _fire_post(ctx: InterventionContext, spec: PostIntervention) -> dict:
     _check_platform(ctx.world, spec.platform, ctx.where)
     return {"post_ids": _inject(ctx.world, ctx.round, [spec], PostKind.POST, ctx.fired)}
 
 
-@INTERVENTIONS.register("posts", config=PostsIntervention)
+@INTERVENTIONS.register("posts", config=PostsIntervention, example={"items": [
+    {"platform": "twitter", "text": "One view.", "votes": {"up": 3}},
+    {"platform": "reddit", "text": "Another view.", "author": 1}]})
 def _fire_posts(ctx: InterventionContext, spec: PostsIntervention) -> dict:
     for j, item in enumerate(spec.items):
         _check_platform(ctx.world, item.platform, f"{ctx.where}.items.{j}")
     return {"post_ids": _inject(ctx.world, ctx.round, spec.items, PostKind.POST, ctx.fired)}
 
 
-@INTERVENTIONS.register("event", config=EventIntervention)
+@INTERVENTIONS.register("event", config=EventIntervention, example={
+    "text": "Breaking: the levy doubles.", "stance": {"carbon_tax": -0.6}, "duration": 2})
 def _fire_event(ctx: InterventionContext, spec: EventIntervention) -> dict:
     world, round_ = ctx.world, ctx.round
     platforms = spec.platforms or list(world.platforms)
@@ -196,7 +200,8 @@ def _fire_event(ctx: InterventionContext, spec: EventIntervention) -> dict:
             "targeted": int(target.sum()) if target is not None else world.n_agents}
 
 
-@INTERVENTIONS.register("beliefs", config=BeliefIntervention)
+@INTERVENTIONS.register("beliefs", config=BeliefIntervention, example={
+    "topic": "carbon_tax", "shift": 0.2, "target": {"fraction": 0.5}})
 def _fire_beliefs(ctx: InterventionContext, spec: BeliefIntervention) -> dict:
     world = ctx.world
     mask = ctx.target(spec.target)
@@ -212,7 +217,8 @@ def _fire_beliefs(ctx: InterventionContext, spec: BeliefIntervention) -> dict:
     return {"agents": int(mask.sum())}
 
 
-@INTERVENTIONS.register("remove_agents", config=RemoveAgents)
+@INTERVENTIONS.register("remove_agents", config=RemoveAgents, example={
+    "target": {"groups": ["activists"]}})
 def _fire_remove(ctx: InterventionContext, spec: RemoveAgents) -> dict:
     mask = ctx.target(spec.target)
     newly = mask & ctx.world.alive
@@ -220,7 +226,8 @@ def _fire_remove(ctx: InterventionContext, spec: RemoveAgents) -> dict:
     return {"agents": int(newly.sum())}
 
 
-@INTERVENTIONS.register("add_agents", config=AddAgents)
+@INTERVENTIONS.register("add_agents", config=AddAgents, example={
+    "count": 10, "follow": 2})
 def _fire_add(ctx: InterventionContext, spec: AddAgents) -> dict:
     world, round_, fired = ctx.world, ctx.round, ctx.fired
     cfg = world.cfg
@@ -271,7 +278,8 @@ def _fire_add(ctx: InterventionContext, spec: AddAgents) -> dict:
     return {"agent_ids": [n0, n0 + spec.count - 1]}
 
 
-@INTERVENTIONS.register("set", config=SetParams)
+@INTERVENTIONS.register("set", config=SetParams, example={
+    "values": {"policy.post_rate": 0.4}})
 def _fire_set(ctx: InterventionContext, spec: SetParams) -> dict:
     ctx.world.cfg = apply_settings(ctx.world.cfg, spec.values, f"{ctx.where}.values")
     ctx.schedule.cfg = ctx.world.cfg

@@ -15,4 +15,7 @@ MARKET = register(PlatformSpec(
     action_help=("buy (spend cash on shares of an outcome you think is underpriced)",
                  "sell (sell shares you hold)", "do_nothing"),
     social=False, engine="sim.market.engine:MarketEngine",
-), MarketPlatformConfig)
+), MarketPlatformConfig, example={"members": {"fraction": 0.5}, "markets": [{
+    "id": "levy_passes", "question": "Will the levy pass?", "topic": "carbon_tax",
+    "outcomes": ["yes", "no"], "resolution": {"rule": {
+        "topic": "carbon_tax", "metric": "mean_position", "op": ">", "value": 0}}}]})

@@ -170,7 +170,10 @@ def label(name: str) -> str:
     return spec(name).label if name in PLATFORMS else name
 
 
-def register(platform: PlatformSpec, config: type) -> PlatformSpec:
-    """Register a platform spec with its config model."""
-    PLATFORMS.register(platform.name, config=config, impl=platform)
+def register(platform: PlatformSpec, config: type, example: dict | None = None
+             ) -> PlatformSpec:
+    """Register a platform spec with its config model (`example`: a config section that
+    uses it, for the conformance kit, where its defaults are not enough)."""
+    meta = {"example": example} if example is not None else {}
+    PLATFORMS.register(platform.name, config=config, impl=platform, **meta)
     return platform

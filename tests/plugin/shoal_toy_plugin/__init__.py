@@ -55,8 +55,12 @@ class Echo(Strict):
 
 @RECOMMENDERS.register("echo", config=Echo, feed_order="closest to your views")
 class EchoFeed(Recommender):
+    """Keeps state: a post it has shown often ranks lower (fatigue), so its feeds depend
+    on every feed it built before, and a resume must restore what it counted."""
+
     def __init__(self, cfg: Echo):
         self.cfg = cfg
+        self.shown = np.zeros(0, np.int64)  # times each post id was in a feed
 
     def feeds(self, ctx: FeedContext, agents: np.ndarray) -> np.ndarray:
         k = ctx.platform.k
@@ -64,14 +68,25 @@ class EchoFeed(Recommender):
         pool = ctx.window(self.cfg.window_rounds)
         if not len(pool):
             return out
+        if len(self.shown) < ctx.posts.n:
+            self.shown = np.concatenate([self.shown, np.zeros(ctx.posts.n - len(self.shown),
+                                                              np.int64)])
         stance = np.nan_to_num(ctx.posts.stance[pool], nan=0.0)  # [C, T]
         gap = np.abs(ctx.position[agents][:, None, :] - stance[None]).sum(axis=2)
+        gap = gap + 0.01 * self.shown[pool][None, :]
         gap[ctx.posts.author[pool][None, :] == agents[:, None]] = np.inf
         order = np.argsort(gap, axis=1, kind="stable")[:, :k]
         picked = pool[order]
         picked[np.take_along_axis(gap, order, axis=1) == np.inf] = -1
         out[:, :picked.shape[1]] = picked
+        np.add.at(self.shown, picked[picked >= 0], 1)
         return out
+
+    def get_state(self) -> State:
+        return State(arrays={"shown": self.shown.copy()})
+
+    def set_state(self, state: State) -> None:
+        self.shown = state.arrays["shown"].astype(np.int64)
 
 
 class TootConfig(PlatformConfig):
@@ -100,6 +115,10 @@ class Shout(Strict):
 
 @POLICIES.register("shout", config=Shout)
 class ShoutPolicy(Policy):
+    @classmethod
+    def reads_feed_features(cls, cfg: Shout) -> bool:
+        return False  # it never looks at its feed
+
     def __init__(self, cfg: Shout, topics, rng, interests, usernames):
         self.cfg = cfg
 
