@@ -12,7 +12,11 @@ configured budget (`memory.context`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+import numpy as np
+
+from beliefs.render import stance_lines
 from memory.context import Assembled, Line, Section, assemble, inline, quote
 from sim.platforms.spec import spec as platform_spec
 
@@ -64,6 +68,18 @@ class ContextInputs:
     extra_rules: list[str] = field(default_factory=list)
     extra: list[Section] = field(default_factory=list)  # platform engines' sections
     knowledge: list[Line] | None = None  # graph memory's facts (None: no graph memory)
+
+    @classmethod
+    def of_agent(cls, population: Any, agent: int, labels: list[str], position: np.ndarray,
+                 confidence: np.ndarray, **parts: Any) -> ContextInputs:
+        """An agent's inputs: its profile from `population`, its beliefs in words from its
+        `position` and `confidence` rows, and the turn's `parts` (round, platform, memory,
+        feed, ...). The driver and the shards build every context through this."""
+        group = population.group[agent]
+        return cls(name=population.name[agent], username=population.username[agent],
+                   bio=population.bio[agent], persona=population.persona[agent],
+                   group=population.group_names[group] if group >= 0 else None,
+                   beliefs=stance_lines(labels, position, confidence), **parts)
 
 
 @dataclass

@@ -18,9 +18,8 @@ from agents.observation import DecisionRequest, Prompt
 from agents.policy import build_policy
 from agents.population import Population
 from agents.prompt import ContextInputs, FeedItem, build_context, section_specs
-from beliefs.render import stance_lines
 from memory.context import Line, accounting_rows
-from memory.prefix_reuse import PrefixReuse
+from memory.prefix_reuse import PrefixReuse, PromptUsage
 from sim.config import Config
 from sim.core.counter_rng import CounterRNG
 from sim.llm.cache import CacheSpec, ResponseCache
@@ -38,9 +37,7 @@ class BuiltContexts:
     keys: list[tuple[int, int, int]] = field(default_factory=list)
     accounting: list[list[tuple]] = field(default_factory=list)
     pieces: dict[int, tuple[str, ...]] = field(default_factory=dict)
-    turns: int = 0
-    prompt_tokens: int = 0
-    reused_tokens: int = 0
+    usage: PromptUsage = field(default_factory=PromptUsage)
 
 
 @dataclass
@@ -139,14 +136,10 @@ class AgentShard:
             rows = request.rows_of(view.agents)
             for t in turns:
                 agent = int(view.agents[t.row])
-                group = pop.group[agent]
-                inputs = ContextInputs(
-                    round=request.round, platform=view.name, name=pop.name[agent],
-                    username=pop.username[agent], bio=pop.bio[agent],
-                    persona=pop.persona[agent],
-                    group=pop.group_names[group] if group >= 0 else None,
-                    beliefs=stance_lines(labels, request.position[rows[t.row]],
-                                         request.confidence[rows[t.row]]),
+                inputs = ContextInputs.of_agent(
+                    pop, agent, labels, request.position[rows[t.row]],
+                    request.confidence[rows[t.row]],
+                    round=request.round, platform=view.name,
                     trusted=t.trusted, distrusted=t.distrusted,
                     memory=[lines[i] for i in t.memory],
                     digest=[lines[i] for i in t.digest],
@@ -161,10 +154,8 @@ class AgentShard:
                 built.accounting.append(accounting_rows(assembled))
                 if t.provider is None:
                     continue
-                reused = self.prompts.measure(agent, assembled.pieces)
-                built.turns += 1
-                built.prompt_tokens += assembled.tokens["total"]
-                built.reused_tokens += reused
+                reused = built.usage.measure(self.prompts, agent, assembled.pieces,
+                                             assembled.tokens["total"])
                 built.pieces[agent] = tuple(shared.setdefault(p, p) for p in assembled.pieces)
                 prompts[t.row] = Prompt(assembled.system, assembled.observation,
                                         assembled.tokens, t.provider, reused)

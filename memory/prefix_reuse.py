@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
@@ -68,6 +69,32 @@ def _tokens(pieces: Sequence[str]) -> Iterator[int]:
     """The tokens of pieces, one piece at a time (encoded only when reached)."""
     enc = encoding()
     return chain.from_iterable(map(enc.encode_ordinary, pieces))
+
+
+@dataclass
+class PromptUsage:
+    """The prompts sent in a round (by the driver, or by a shard that built them): turns,
+    their tokens, and the tokens equal to the start of each agent's previous prompt."""
+
+    turns: int = 0
+    prompt_tokens: int = 0
+    reused_tokens: int = 0
+
+    def measure(self, prefixes: PrefixReuse, agent: int, pieces: Sequence[str],
+                tokens: int) -> int:
+        """Measure a prompt's reuse (it becomes the agent's previous one) and count it;
+        the reused tokens."""
+        reused = prefixes.measure(agent, pieces)
+        self.turns += 1
+        self.prompt_tokens += tokens
+        self.reused_tokens += reused
+        return reused
+
+    def add(self, other: PromptUsage) -> None:
+        """Count another's prompts too (a shard's, into the round's)."""
+        self.turns += other.turns
+        self.prompt_tokens += other.prompt_tokens
+        self.reused_tokens += other.reused_tokens
 
 
 class PrefixReuse:

@@ -18,7 +18,7 @@ from agents.prompt import (
     build_context,
     section_specs,
 )
-from beliefs.render import stance_lines, trusted_accounts
+from beliefs.render import trusted_accounts
 from memory.context import Assembled, Line, quote
 from memory.graph.retrieval import provenance
 from sim.core.counter_rng import CounterRNG
@@ -131,13 +131,9 @@ def context_inputs(world, agent: int, platform: str, round_: int, feed_row: np.n
     trusted, distrusted = trusted_accounts(world.trust, agent, pop.username)
     pinned = {pid for e in world.interventions.active_events(round_)
               for pid in e.post_ids.values()}
-    group = pop.group_names[pop.group[agent]] if pop.group[agent] >= 0 else None
-    return ContextInputs(
-        round=round_, platform=platform, name=pop.name[agent], username=pop.username[agent],
-        bio=pop.bio[agent], persona=pop.persona[agent], group=group,
-        beliefs=stance_lines(labels, world.beliefs.position[agent],
-                             world.beliefs.confidence[agent]),
-        trusted=trusted, distrusted=distrusted,
+    return ContextInputs.of_agent(
+        pop, agent, labels, world.beliefs.position[agent], world.beliefs.confidence[agent],
+        round=round_, platform=platform, trusted=trusted, distrusted=distrusted,
         memory=world.memory.lines(round_, agent),
         digest=world.digest.lines(agent, platform),
         events=event_lines(world, agent, round_),

@@ -35,6 +35,7 @@ from agents.observation import DecisionRequest, PlatformView, Prompt
 from agents.policy import reads_social_features
 from beliefs.rules import Exposures, make_rule
 from memory.context import Assembled, accounting_rows
+from memory.prefix_reuse import PromptUsage
 from memory.tokens import encoding
 from sim.core.counter_rng import CounterRNG
 from sim.core.errors import ProviderDown
@@ -99,9 +100,7 @@ class RoundStats:
     n_llm_fallbacks: int = 0  # LLM turns decided by the fallback
     # LLM turns' prompt tokens (system text and observation) and those equal to the start
     # of the agent's previous prompt (memory/prefix_reuse.py)
-    prompt_tokens: int = 0
-    reused_tokens: int = 0
-    n_llm_turns: int = 0  # LLM agents' turns (prompts sent)
+    prompts: PromptUsage = field(default_factory=PromptUsage)  # (turns: prompts sent)
     driver_cpu_ms: float = 0.0  # CPU time of the driver's thread over the round
     ms: dict[str, float] = field(default_factory=dict)
 
@@ -334,10 +333,8 @@ class RoundDriver:
         driver builds them, platforms in code order, then engines' platforms)."""
         reused = None
         if self.send_prompts:
-            reused = self.world.prompts.measure(agent, assembled.pieces)
-            rnd.stats.prompt_tokens += assembled.tokens["total"]
-            rnd.stats.reused_tokens += reused
-            rnd.stats.n_llm_turns += 1
+            reused = rnd.stats.prompts.measure(self.world.prompts, agent, assembled.pieces,
+                                               assembled.tokens["total"])
         return Prompt(assembled.system, assembled.observation, assembled.tokens, provider,
                       reused)
 
@@ -389,9 +386,7 @@ class RoundDriver:
                 continue
             for agent, pieces in c.pieces.items():
                 self.world.prompts.remember(agent, pieces)
-            s.n_llm_turns += c.turns
-            s.prompt_tokens += c.prompt_tokens
-            s.reused_tokens += c.reused_tokens
+            s.prompts.add(c.usage)
 
     def apply(self, rnd: Round) -> None:
         """Every action in canonical order, validated against the snapshot."""
@@ -524,7 +519,7 @@ class RoundDriver:
 
     def rounds_row(self, r: int, s: RoundStats, ms_log: float) -> pa.Table:
         """The round's row of the `rounds` table (`ms_log`: the commit's time)."""
-        ms = {**s.ms, "log": ms_log}
+        ms, p = {**s.ms, "log": ms_log}, s.prompts
         row = {
             "round": [r], "sim_time": [round_start(self.world.cfg, r)],
             "n_active": [s.n_active], "n_acting": [s.n_acting], "n_actions": [s.n_actions],
@@ -533,11 +528,11 @@ class RoundDriver:
             "n_interventions": [s.n_interventions],
             **{f"ms_{k}": [ms.get(k, 0.0)] for k in (*TIMED, "log")},
             "wall_time": [datetime.now()],
-            "prefix_reuse": pa.array([s.reused_tokens / s.prompt_tokens if s.prompt_tokens
+            "prefix_reuse": pa.array([p.reused_tokens / p.prompt_tokens if p.prompt_tokens
                                       else None], pa.float64()),
             "driver_cpu_ms": pa.array([s.driver_cpu_ms], pa.float64()),
             "driver_cpu_ms_per_llm_turn": pa.array(
-                [s.driver_cpu_ms / s.n_llm_turns if s.n_llm_turns else None], pa.float64()),
+                [s.driver_cpu_ms / p.turns if p.turns else None], pa.float64()),
         }
         return pa.table(row)
 
