@@ -91,14 +91,14 @@ def check_policy(name: str, folder: Path, **settings: Any) -> None:
 
 def check_platform(name: str, folder: Path, **settings: Any) -> None:
     """A registered platform (social, or with its own engine) beside the microblog."""
-    from sim.platforms.spec import PlatformEngine
+    from sim.world.platform_engine import PlatformEngine
 
     spec = PLATFORMS.get(name).impl
     if spec.engine:
         engine = spec.engine_class()
         assert isinstance(engine, type) and issubclass(engine, PlatformEngine), (
             f"platform {name!r}: its engine {spec.engine} must subclass "
-            "sim.platforms.spec.PlatformEngine")
+            "sim.world.platform_engine.PlatformEngine")
     section = {**_example(PLATFORMS, name), **settings}
     platforms = {"twitter": BASE["platforms"]["twitter"], name: section}
     run = check_run(small_config(platforms=platforms), folder)

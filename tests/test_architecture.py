@@ -31,6 +31,7 @@ BELOW["sim.engine"] = {"sim.world", *BELOW["sim.world"]}
 BELOW["sim.runs"] = {"sim.engine", "sim.analysis", *BELOW["sim.engine"]}
 BELOW["sim.analyst"] = {"sim.runs", *BELOW["sim.runs"]}
 BELOW["sim.cli"] = {"sim.analyst", *BELOW["sim.analyst"]}
+BELOW["sim.testing"] = {"sim.runs", *BELOW["sim.runs"]}  # the conformance kit: runs parts
 FACADE = "sim"  # sim/__init__.py: lazy exports of the notebook API only
 
 

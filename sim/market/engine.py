@@ -1,4 +1,4 @@
-"""The market's part in a round (the `PlatformEngine` hooks, sim/platforms/spec.py).
+"""The market's part in a round (the `PlatformEngine` hooks, sim/world/platform_engine.py).
 
     begin_round  social → market: the digest of the posts since the last round (sentiment
                  on each market's topic, top posts); market → social: news of last round's
@@ -27,7 +27,8 @@ from sim.core.vocabulary import ActionType, Reason
 from sim.market.book import Books, Trade
 from sim.market.config import MarketConfig, MarketPlatformConfig
 from sim.market.traders import order, subjective
-from sim.platforms.spec import PlatformEngine, Publish, spec
+from sim.platforms.spec import spec
+from sim.world.platform_engine import PlatformEngine, Publish
 
 NAME = "market"
 _MEMBERS = 6  # round-0 generator key of the traders' selection (after the world's 1..5)

@@ -23,8 +23,9 @@ from sim.core.registry import BELIEF_RULES, POLICIES, RECOMMENDERS
 from sim.core.state import State
 from sim.core.vocabulary import ActionType as A
 from sim.engine.recommenders import FeedContext, Recommender
-from sim.platforms.spec import PlatformEngine, PlatformSpec, register
+from sim.platforms.spec import PlatformSpec, register
 from sim.store.tables import TABLES, TableSpec
+from sim.world.platform_engine import PlatformEngine
 
 
 class Drift(Strict):
