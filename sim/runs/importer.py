@@ -13,7 +13,11 @@ gets:
 - `follows.csv`: the initial follow graph that stands in for `influence_weight`;
 - `config.yaml`: rule-based, runnable as it is (`shoal check`, `shoal run`);
 - `IMPORT.md`: every key path of `simulation_config.json` and every profile column, and
-  what the importer did with it (used, approximated, dropped, and why).
+  what the importer did with it (used, approximated, dropped, and why): `FIELD_LEDGER`.
+
+The scenario is built in a hidden sibling folder of `--out` and renamed into place, so an
+import that fails (or is interrupted) leaves `--out` as it was; nothing is written through
+a symbolic link. The work is linear in the number of profiles (bench/import.py).
 
 Nothing here prints: `import_simulation` returns an `ImportReport` and the CLI shows it.
 """
@@ -22,21 +26,30 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import gc
 import io
 import json
 import math
-import random
+import os
 import re
+import secrets
 import shutil
+import signal
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+import numpy as np
 import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from sim.config import load_config
+from agents.profiles import SENTIMENT_WEIGHT, STANCE_LABELS
+from sim.config import load_config, validation_problems
+from sim.config.loading import MAX_DEPTH
 from sim.core.errors import InputError
+from sim.core.text_files import read_user_text
 
 Source = Literal["miroshark", "mirofish"]
 SOURCES: tuple[str, ...] = ("miroshark", "mirofish")
@@ -45,28 +58,297 @@ CONFIG_FILE = "simulation_config.json"
 TWITTER_FILE = "twitter_profiles.csv"
 REDDIT_FILE = "reddit_profiles.json"
 POLYMARKET_FILE = "polymarket_profiles.json"
+SOURCE_FILES = (CONFIG_FILE, TWITTER_FILE, REDDIT_FILE, POLYMARKET_FILE)
 OUT_FILES = ("config.yaml", "profiles.csv", "stances.csv", "follows.csv", "IMPORT.md")
 
-# MiroShark BeliefState.from_profile: stance label -> base position; unknown labels count 0.
-STANCE_POSITIONS = {
-    "strongly_supportive": 0.9, "supportive": 0.6, "neutral": 0.0, "observer": 0.0,
-    "opposing": -0.6, "strongly_opposing": -0.9,
-}
-SENTIMENT_WEIGHT = 0.2  # position = base + 0.2 * sentiment_bias
 START_TIME = "2026-01-05T00:00:00"  # their round 0 starts at simulated hour 0 of day 1
 FOLLOW_DEGREE = 20  # mean out-degree of the influence-weighted follow graph
 # MiroShark's defaults (AgentActivityConfig, TimeSimulationConfig) for absent fields.
 DEFAULT_ACTIVITY = 0.5
 DEFAULT_HOURS = list(range(8, 23))
 DEFAULT_INFLUENCE = 1.0
+MAX_HOURS = 1_000_000  # bounds on times, so rounds stay an integer (not an overflow)
+MAX_PROBLEMS = 10  # problems of simulation_config.json shown at once
 
 
 # --------------------------------------------------------------------------- the ledger
 
+Verdict = Literal["used", "approximated", "dropped"]
+
+
+@dataclass(frozen=True)
+class FieldRule:
+    """What the import does with one source field, as IMPORT.md says it.
+
+    `path` is a key path of `simulation_config.json` (`a.b`, `a[].b` for the objects of a
+    list) or a profile column; one ending in `*` matches every path that starts with the
+    rest. `how` may name `{rounds}`, `{minutes}`, `{degree}` and `{source}`: the import's
+    own numbers and names, never source data. `when` is a condition the importer decides
+    (`twitter on`, `reddit off`, `no hot topics`); empty means always. The first rule of a
+    file that matches a path and whose condition holds is the one used.
+    """
+
+    file: str
+    path: str
+    verdict: Verdict
+    how: str
+    when: str = ""
+
+
+def _time_band_rules() -> list[FieldRule]:
+    rules = []
+    for band in ("peak", "off_peak", "morning", "work"):
+        how = ("their runner reads only peak and off-peak; Shoal uses all four bands"
+               if band in ("morning", "work") else "as in their runner")
+        rules += [
+            FieldRule(CONFIG_FILE, f"time_config.{band}_hours", "used",
+                      f"`activity.hourly` ({how}) and every agent's hourly curve"),
+            FieldRule(CONFIG_FILE, f"time_config.{band}_activity_multiplier", "approximated",
+                      "the multiplier of those hours in `activity.hourly` and in every "
+                      "agent's curve: it scales each agent's chance to act, where their "
+                      "runner scales how many agents are drawn"),
+        ]
+    return rules
+
+
+def _platform_rules() -> list[FieldRule]:
+    rules = []
+    for plat in ("twitter", "reddit"):
+        base, rec = f"{plat}_config", f"`platforms.{plat}.recommender`"
+        rules += [
+            FieldRule(CONFIG_FILE, base, "used", f"null: the `{plat}` platform is on, "
+                      "because both sections are null and its profile file exists",
+                      when=f"{plat} on"),
+            FieldRule(CONFIG_FILE, base, "used", f"null: the `{plat}` platform is off",
+                      when=f"{plat} off"),
+            FieldRule(CONFIG_FILE, f"{base}.platform", "used", f"the `{plat}` platform is on"),
+            FieldRule(CONFIG_FILE, f"{base}.recency_weight", "used",
+                      f"{rec} (personalized) `recency_weight`"),
+            FieldRule(CONFIG_FILE, f"{base}.popularity_weight", "used",
+                      f"{rec} `popularity_weight`"),
+            FieldRule(CONFIG_FILE, f"{base}.relevance_weight", "used",
+                      f"{rec} `interest_weight` (match of the post's topics with the "
+                      "reader's interests)"),
+            FieldRule(CONFIG_FILE, f"{base}.echo_chamber_strength", "approximated",
+                      f"{rec} `stance_weight`: how much feeds favour posts close to the "
+                      "reader's own stance"),
+            FieldRule(CONFIG_FILE, f"{base}.viral_threshold", "dropped",
+                      "their runner does not read it either; Shoal's feeds already rank by "
+                      "votes (`popularity_weight`) with no threshold"),
+        ]
+    return rules
+
+
+_EVENT = "event_config.scheduled_events[]."
+_EVENT_RULES = [
+    FieldRule(CONFIG_FILE, _EVENT + "round", "used",
+              "the event's `round` (theirs + 1: their rounds count from 0)"),
+    FieldRule(CONFIG_FILE, _EVENT + "trigger_round", "used", "as `round`"),
+    FieldRule(CONFIG_FILE, _EVENT + "trigger_hour", "used",
+              "`round` = hour · 60 // minutes_per_round + 1"),
+    *(FieldRule(CONFIG_FILE, _EVENT + key, "used", "as `trigger_hour`")
+      for key in ("hour", "time_hours", "at_hour")),
+    FieldRule(CONFIG_FILE, _EVENT + "trigger_minute", "used",
+              "`round` = minute // minutes_per_round + 1"),
+    FieldRule(CONFIG_FILE, _EVENT + "minute", "used", "as `trigger_minute`"),
+    FieldRule(CONFIG_FILE, _EVENT + "title", "used", "the event `text` (title, then content)"),
+    FieldRule(CONFIG_FILE, _EVENT + "content", "used", "the event `text`"),
+    FieldRule(CONFIG_FILE, _EVENT + "text", "used", "the event `text`"),
+    FieldRule(CONFIG_FILE, _EVENT + "description", "used",
+              "the event `text` when there is no title or content"),
+    FieldRule(CONFIG_FILE, _EVENT + "headline", "used", "the event `text` (as `description`)"),
+    FieldRule(CONFIG_FILE, _EVENT + "event", "used", "the event `text` (as `description`)"),
+    FieldRule(CONFIG_FILE, _EVENT + "platforms", "used",
+              "the event's `platforms` (enabled ones)"),
+    FieldRule(CONFIG_FILE, _EVENT + "platform", "used", "the event's `platforms`"),
+    FieldRule(CONFIG_FILE, _EVENT + "duration_hours", "used",
+              "`duration` in rounds (rounded up)"),
+    FieldRule(CONFIG_FILE, _EVENT + "*", "dropped", "not a time, text, platform or duration"),
+]
+
+_MARKETS_HOW = ("Shoal has a prediction-market platform (`platforms.market`, "
+                "docs/markets.md), but the import does not switch it on: a {source} market "
+                "names no topic for rule traders to read and no rule that resolves it. "
+                "*Prediction markets* below has a `platforms.market` section to finish by "
+                "hand")
+
+_CONFIG_RULES = [
+    FieldRule(CONFIG_FILE, "simulation_id", "used", "config `name` (made a valid Shoal name)"),
+    FieldRule(CONFIG_FILE, "project_id", "dropped",
+              "their project bookkeeping; no meaning in a run"),
+    FieldRule(CONFIG_FILE, "graph_id", "dropped",
+              "the id of their knowledge graph (Neo4j/Zep); the profiles already hold what "
+              "was drawn from it"),
+    FieldRule(CONFIG_FILE, "simulation_requirement", "approximated",
+              "no config field holds a scenario brief; it labels the single topic when "
+              "there are no `hot_topics`, and is quoted at the top of this file"),
+    FieldRule(CONFIG_FILE, "time_config.total_simulation_hours", "used",
+              "`rounds` = hours · 60 // minutes_per_round = {rounds} (their runner's "
+              "formula)"),
+    FieldRule(CONFIG_FILE, "time_config.minutes_per_round", "used",
+              "`minutes_per_round: {minutes}`"),
+    FieldRule(CONFIG_FILE, "time_config.agents_per_hour_max", "approximated",
+              "`activity.max_active` = ceil(max · the largest hour multiplier): the most "
+              "agents their runner activates in a round"),
+    FieldRule(CONFIG_FILE, "time_config.agents_per_hour_min", "dropped",
+              "the low end of their per-hour draw, not a floor (it is multiplied by 0.05 at "
+              "night); `activity.min_active` would force agents awake at 3 am"),
+    *_time_band_rules(),
+    FieldRule(CONFIG_FILE, "generated_at", "dropped",
+              "when their generator ran; provenance only"),
+    FieldRule(CONFIG_FILE, "generation_reasoning", "dropped",
+              "their LLM's explanation; provenance only"),
+    FieldRule(CONFIG_FILE, "llm_model", "dropped",
+              "the config is rule-based (no LLM needed); the `llm:` snippet below uses it"),
+    FieldRule(CONFIG_FILE, "llm_base_url", "dropped",
+              "as `llm_model`: in the `llm:` snippet below"),
+    FieldRule(CONFIG_FILE, "agent_configs[].agent_id", "used",
+              "joins the entry to the profile with the same `user_id`"),
+    FieldRule(CONFIG_FILE, "agent_configs[].entity_uuid", "dropped",
+              "a node id in their knowledge graph"),
+    FieldRule(CONFIG_FILE, "agent_configs[].entity_name", "used",
+              "the name of an agent with no profile row"),
+    FieldRule(CONFIG_FILE, "agent_configs[].entity_type", "approximated",
+              "prefixed to the persona as `[Type]` (profile files of format twitter_csv "
+              "have no group column); the agents of each type are listed below for `ids:` "
+              "selectors"),
+    FieldRule(CONFIG_FILE, "agent_configs[].activity_level", "used",
+              "profile `activity_level`, rescaled so that P(active) in an active hour "
+              "equals it times the hour's multiplier"),
+    FieldRule(CONFIG_FILE, "agent_configs[].active_hours", "used",
+              "profile `activity_level_frequency`: the agent's own 24-hour curve, 0 outside "
+              "these hours (so they never act then)"),
+    FieldRule(CONFIG_FILE, "agent_configs[].posts_per_hour", "approximated",
+              "`policy.post_rate` = the mean of posts / (posts + comments) per hour: the "
+              "share of posting among an agent's actions. Their runner ignores both rates "
+              "and gives an active agent one action per round; so does this config "
+              "(`max_actions_per_round: 1`)"),
+    FieldRule(CONFIG_FILE, "agent_configs[].comments_per_hour", "approximated",
+              "with `posts_per_hour`, in `policy.post_rate` (see there)"),
+    FieldRule(CONFIG_FILE, "agent_configs[].response_delay_min", "dropped",
+              "Shoal agents see a post in the round after it is made (snapshot rounds); "
+              "there is no per-agent delay"),
+    FieldRule(CONFIG_FILE, "agent_configs[].response_delay_max", "dropped",
+              "as `response_delay_min`"),
+    FieldRule(CONFIG_FILE, "agent_configs[].sentiment_bias", "used",
+              "profile `sentiment_bias` (position +0.2 · bias, MiroShark's formula) and, in "
+              "`stances.csv`, confidence 0.4 + 0.4 · abs(bias)"),
+    FieldRule(CONFIG_FILE, "agent_configs[].stance", "used",
+              "profile `stance` (supportive 0.6, opposing -0.6, neutral/observer 0, ...) on "
+              "every topic, and the positions in `stances.csv`"),
+    FieldRule(CONFIG_FILE, "agent_configs[].influence_weight", "approximated",
+              "Shoal has no per-author visibility weight: the initial follow graph "
+              "(`follows.csv`) gives agent j each other agent i as a follower with "
+              "probability min(1, {degree} · w_j / (Σw − w_i)) (seeded), so influential "
+              "agents reach more feeds"),
+    FieldRule(CONFIG_FILE, "event_config.initial_posts[].content", "used",
+              "`interventions` entry `initial-posts` (kind `posts`, round 0) on every "
+              "enabled platform"),
+    FieldRule(CONFIG_FILE, "event_config.initial_posts[].poster_agent_id", "used",
+              "the post's `author` (the agent with that user_id; the news account if it has "
+              "no profile or is not on that platform); the post carries the author's stance"),
+    FieldRule(CONFIG_FILE, "event_config.initial_posts[].poster_type", "dropped",
+              "only used by their generator to pick `poster_agent_id`"),
+    FieldRule(CONFIG_FILE, "event_config.scheduled_events", "used",
+              "each entry becomes an `interventions` entry of kind `event` (none here: the "
+              "list is empty)"),
+    *_EVENT_RULES,
+    FieldRule(CONFIG_FILE, "event_config.hot_topics", "used",
+              "empty: one topic, `scenario`, labelled with `simulation_requirement`",
+              when="no hot topics"),
+    FieldRule(CONFIG_FILE, "event_config.hot_topics", "used",
+              "`topics`: one per hot topic (label and keyword = the text); every agent's "
+              "stance applies to each, as in MiroShark's belief state"),
+    FieldRule(CONFIG_FILE, "event_config.narrative_direction", "dropped",
+              "guidance for their LLM about how the story should go; a Shoal run lets the "
+              "story emerge, and forks test directions"),
+    FieldRule(CONFIG_FILE, "event_config.initial_markets*", "dropped", _MARKETS_HOW),
+    *_platform_rules(),
+    FieldRule(CONFIG_FILE, "*", "dropped", "not part of the {source} schema the importer "
+                                           "knows"),
+]
+
+_ABOUT = ("appended to the persona text (`user_char`): the twitter_csv profile format has "
+          "no column for it, and the persona is what an LLM agent reads")
+
+
+def _profile_rules(file: str) -> list[FieldRule]:
+    """Columns both profile files share (their own rules come first and win)."""
+    return [
+        FieldRule(file, "user_id", "used", "kept as the agent's `source_id` (`user_id` "
+                  "column); joins `agent_configs` and `poster_agent_id`"),
+        FieldRule(file, "name", "used", "`name`"),
+        FieldRule(file, "username", "used", "`username` (a repeat gets `_<user_id>` "
+                                            "appended)"),
+        *(FieldRule(file, key, "approximated", _ABOUT)
+          for key in ("age", "gender", "mbti", "country", "profession")),
+        FieldRule(file, "interested_topics", "approximated",
+                  "appended to the persona text as `Interests: ...`; topic interest weights "
+                  "stay uniform (the twitter_csv format has no interests column)"),
+        FieldRule(file, "created_at", "dropped",
+                  "the account's creation date; Shoal accounts have no age"),
+    ]
+
+
+_NOT_TWITTER = "of an agent not in twitter_profiles.csv"
+_PROFILE_RULES = [
+    FieldRule(TWITTER_FILE, "user_char", "used", "`user_char` (the persona)"),
+    FieldRule(TWITTER_FILE, "description", "used", "`description` (the bio)"),
+    FieldRule(TWITTER_FILE, "bio", "used", "`description` when there is no `description` "
+                                           "column"),
+    FieldRule(TWITTER_FILE, "persona", "used", "`user_char` when there is no `user_char` "
+                                               "column"),
+    FieldRule(TWITTER_FILE, "friend_count", "dropped", "a number of an imagined past; "
+                                                       "Shoal's follow graph is `follows.csv`"),
+    FieldRule(TWITTER_FILE, "follower_count", "dropped",
+              "as `friend_count` (influence comes from `influence_weight`)"),
+    FieldRule(TWITTER_FILE, "statuses_count", "dropped", "past posts that do not exist in "
+                                                         "the run"),
+    FieldRule(TWITTER_FILE, "following_agentid_list", "used",
+              "edges of `follows.csv` (graph kind edgelist)"),
+    FieldRule(TWITTER_FILE, "previous_tweets", "used",
+              "`previous_tweets` (kept as the agent's extra data)"),
+    FieldRule(TWITTER_FILE, "activity_level", "used",
+              "`activity_level` of agents without an `agent_configs` entry"),
+    FieldRule(TWITTER_FILE, "activity_level_frequency", "used",
+              "`activity_level_frequency` of agents without an `agent_configs` entry"),
+    *_profile_rules(TWITTER_FILE),
+    FieldRule(TWITTER_FILE, "*", "dropped", "not a column Shoal's twitter_csv format reads"),
+    FieldRule(REDDIT_FILE, "user_id", "used",
+              "joins the reddit profile to the twitter row and the `agent_configs` entry "
+              "with the same id; an agent only in this file is added"),
+    FieldRule(REDDIT_FILE, "realname", "used", f"`name` {_NOT_TWITTER}"),
+    FieldRule(REDDIT_FILE, "name", "used",
+              f"`name` {_NOT_TWITTER} (the same entity's twitter row wins otherwise)"),
+    FieldRule(REDDIT_FILE, "username", "used", f"`username` {_NOT_TWITTER}"),
+    FieldRule(REDDIT_FILE, "bio", "used", f"`description` {_NOT_TWITTER}"),
+    FieldRule(REDDIT_FILE, "persona", "used", f"`user_char` {_NOT_TWITTER}"),
+    FieldRule(REDDIT_FILE, "karma", "dropped",
+              "Shoal's forum has no account karma (posts start at 0 votes)"),
+    *_profile_rules(REDDIT_FILE),
+    FieldRule(REDDIT_FILE, "*", "dropped", "not a field the importer knows"),
+    FieldRule(POLYMARKET_FILE, "*", "dropped",
+              "their Polymarket traders; Shoal's prediction market (`platforms.market`, "
+              "docs/markets.md) is not switched on by the import (see *Prediction markets* "
+              "below), so who trades is left for you to choose"),
+]
+
+FIELD_LEDGER: list[FieldRule] = [*_CONFIG_RULES, *_PROFILE_RULES]
+
+
+def field_rule(file: str, path: str, conditions: frozenset[str] = frozenset()) -> FieldRule:
+    """The rule of `FIELD_LEDGER` for `path` of `file` (see `FieldRule`)."""
+    for rule in FIELD_LEDGER:
+        if rule.file != file or (rule.when and rule.when not in conditions):
+            continue
+        if rule.path == path or (rule.path.endswith("*") and path.startswith(rule.path[:-1])):
+            return rule
+    raise KeyError(f"{file}: no rule for {path!r}")  # every file ends with a `*` rule
+
 
 @dataclass
 class Ledger:
-    """What happened to each source field: `(file, path) -> (verdict, how)`."""
+    """What happened to each source field: `(file, path) -> (verdict, how)`, and notes."""
 
     rows: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -75,7 +357,13 @@ class Ledger:
         """Record a field; the first word of `verdict` is used / approximated / dropped."""
         self.rows.setdefault((file, path), (verdict, how))
 
+    def note(self, text: str) -> None:
+        """Add a note once (an agent's value may be looked at more than once)."""
+        if text not in self.notes:
+            self.notes.append(text)
+
     def section(self, file: str) -> list[tuple[str, str, str]]:
+        """(path, verdict, how) of the fields of `file`, in the order they were put."""
         return [(p, v, h) for (f, p), (v, h) in self.rows.items() if f == file]
 
 
@@ -96,23 +384,36 @@ class ImportReport:
 # --------------------------------------------------------------------------- reading
 
 
+def _depth_ok(value: Any, limit: int) -> bool:
+    """Whether a JSON value nests at most `limit` lists/objects deep (iteratively)."""
+    stack = [(value, 1)] if isinstance(value, dict | list) else []
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return False
+        for v in item.values() if isinstance(item, dict) else item:
+            if isinstance(v, dict | list):
+                stack.append((v, depth + 1))
+    return True
+
+
 def _read_json(path: Path) -> Any:
+    text = read_user_text(path, "JSON file", f"save {path.name} as UTF-8 JSON")
+    deep = InputError(f"{path}: nested too deeply (more than {MAX_DEPTH} levels)")
     try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    try:
-        return json.loads(text)
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}:{exc.lineno}: malformed JSON: {exc.msg} "
                          f"(column {exc.colno})") from None
+    except RecursionError:
+        raise deep from None
+    if not _depth_ok(data, MAX_DEPTH):
+        raise deep
+    return data
 
 
 def _read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    text = read_user_text(path, "CSV file", f"save {path.name} as UTF-8 CSV")
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     try:
         rows = [r for r in reader if any(c.strip() for c in r)]
@@ -137,46 +438,150 @@ def _records(path: Path, data: Any) -> list[dict[str, Any]]:
     return data
 
 
-def key_paths(value: Any, prefix: str = "") -> Iterator[str]:
-    """Leaf key paths of a JSON value: `a.b`, list items of objects as `a[].b`."""
+def key_paths(value: Any, prefix: str = "") -> list[str]:
+    """Leaf key paths of a JSON value, each once, in order: `a.b`, list items of objects
+    as `a[].b`."""
+    out: dict[str, None] = {}
+    _collect_paths(value, prefix, out)
+    return list(out)
+
+
+def _collect_paths(value: Any, prefix: str, out: dict[str, None]) -> None:
     if isinstance(value, dict):
         for k, v in value.items():
-            yield from key_paths(v, f"{prefix}.{k}" if prefix else str(k))
+            path = f"{prefix}.{k}" if prefix else str(k)
+            if isinstance(v, dict | list):
+                _collect_paths(v, path, out)
+            else:
+                out[path] = None
     elif isinstance(value, list) and any(isinstance(v, dict) for v in value):
-        seen: dict[str, None] = {}
         for item in value:
-            for p in key_paths(item, f"{prefix}[]") if isinstance(item, dict) else ():
-                seen.setdefault(p)
-        yield from seen
+            if isinstance(item, dict):
+                _collect_paths(item, f"{prefix}[]", out)
     elif prefix:
-        yield prefix
+        out[prefix] = None
 
 
 def _num(path: Path, where: str, value: Any, default: float) -> float:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InputError(f"{path}: {where}: must be a number, got {value!r}")
+        raise InputError(f"{path}: {where}: must be a number, got {_show(value)}")
     return float(value)
+
+
+def _show(value: Any, limit: int = 80) -> str:
+    """A value as a message quotes it: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _uid_value(value: Any) -> int:
+    """A user id: an integer >= 0, also written as "12" or 12.0 (OASIS, pandas)."""
+    try:
+        x = float(str(value).strip())
+    except ValueError:
+        raise ValueError(f"user id must be an integer, got {_show(value)}") from None
+    if not x.is_integer() or x < 0:
+        raise ValueError(f"user id must be an integer >= 0, got {_show(value)}")
+    return int(x)
 
 
 def _uid(path: Path, where: str, value: Any) -> int:
     try:
-        x = float(str(value).strip())
-    except ValueError:
-        raise InputError(f"{path}: {where}: user id must be an integer, got {value!r}") from None
-    if not x.is_integer() or x < 0:
-        raise InputError(f"{path}: {where}: user id must be an integer >= 0, got {value!r}")
-    return int(x)
+        return _uid_value(value)
+    except ValueError as exc:
+        raise InputError(f"{path}: {where}: {exc}") from None
 
 
-def _hours(path: Path, where: str, value: Any, default: list[int]) -> list[int]:
-    if value is None:
-        return default
-    if not isinstance(value, list) or not all(
-            isinstance(h, int) and not isinstance(h, bool) for h in value):
-        raise InputError(f"{path}: {where}: must be a list of hours 0-23, got {value!r}")
-    return sorted({h % 24 for h in value})
+# --------------------------------------------------------------------------- the schema
+
+# The parts of simulation_config.json the import reads, typed: a value of the wrong type
+# is one "file: field: must be ..." line, never a crash later. Unknown keys are allowed
+# (IMPORT.md accounts for them); absent or null ones take MiroShark's defaults.
+Num = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+Weight = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0)]
+Hours = list[Annotated[int, Field(strict=True)]]
+Uid = Annotated[int, BeforeValidator(_uid_value)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class _TimeConfig(_Section):
+    total_simulation_hours: Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0,
+                                                   le=MAX_HOURS)] | None = None
+    minutes_per_round: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=1,
+                                              le=MAX_HOURS * 60)] | None = None
+    agents_per_hour_max: Num | None = None
+    peak_hours: Hours | None = None
+    off_peak_hours: Hours | None = None
+    morning_hours: Hours | None = None
+    work_hours: Hours | None = None
+    peak_activity_multiplier: Num | None = None
+    off_peak_activity_multiplier: Num | None = None
+    morning_activity_multiplier: Num | None = None
+    work_activity_multiplier: Num | None = None
+
+
+class _AgentConfig(_Section):
+    agent_id: Uid | None = None
+    entity_name: Any = None
+    entity_type: Any = None
+    activity_level: Num | None = None
+    active_hours: Hours | None = None
+    posts_per_hour: Num | None = None
+    comments_per_hour: Num | None = None
+    sentiment_bias: Num | None = None
+    stance: Any = None
+    influence_weight: Num | None = None
+
+
+class _EventConfig(_Section):
+    initial_posts: list[Any] | None = None
+    scheduled_events: list[Any] | None = None
+    hot_topics: list[Any] | None = None
+    initial_markets: list[Any] | None = None
+
+
+class _PlatformConfig(_Section):
+    recency_weight: Weight | None = None
+    popularity_weight: Weight | None = None
+    relevance_weight: Weight | None = None
+    echo_chamber_strength: Weight | None = None
+
+
+class _SimConfig(_Section):
+    simulation_id: Any = None
+    simulation_requirement: Any = None
+    time_config: _TimeConfig | None = None
+    agent_configs: list[_AgentConfig] | None = None
+    event_config: _EventConfig | None = None
+    twitter_config: _PlatformConfig | None = None
+    reddit_config: _PlatformConfig | None = None
+    llm_model: Any = None
+    llm_base_url: Any = None
+
+
+def _parse_sim(path: Path, data: Any) -> _SimConfig:
+    """simulation_config.json as typed data, or an InputError listing its problems (each
+    naming the file and the field)."""
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: must be a JSON object (MiroShark's simulation config), "
+                         f"got a {type(data).__name__}")
+    try:
+        return _SimConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = [p.replace("must be a mapping", "must be a JSON object")
+                    for p in validation_problems(exc, data, None, str(path))]
+    problems = [p if len(p) <= 300 else p[:300] + "…" for p in problems]
+    if len(problems) == 1:
+        raise InputError(problems[0])
+    more = len(problems) - MAX_PROBLEMS
+    raise InputError(f"{len(problems)} problems in {path}:\n"
+                     + "\n".join(f"  {p}" for p in problems[:MAX_PROBLEMS])
+                     + (f"\n  ... and {more} more" if more > 0 else ""))
 
 
 class _Dumper(yaml.SafeDumper):
@@ -194,6 +599,92 @@ def _flow_numbers(dumper: yaml.SafeDumper, data: list) -> yaml.Node:
 _Dumper.add_representer(list, _flow_numbers)
 
 
+def _yaml(data: Any) -> str:
+    """Data as YAML text (source data goes through the emitter, never into a template)."""
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
+
+
+def _cell(text: str) -> str:
+    """Text for a Markdown table cell: one line, pipes escaped."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _code(text: str) -> str:
+    """Text as a Markdown code span in a table cell."""
+    t = _cell(text)
+    return f"`` {t} ``" if "`" in t else f"`{t}`"
+
+
+# --------------------------------------------------------------------------- follow graph
+
+
+def influence_follows(weights: np.ndarray, degree: int, rng: np.random.Generator
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """(followers, followees): agent i follows j != i independently with probability
+    min(1, degree · w_j / (Σw − w_i)), so each agent follows about `degree` others and
+    heavy agents gather followers. Work is linear in agents + edges, not in pairs.
+
+    Pairs are drawn per band of followee weights within a factor of 2: every pair of the
+    band is a candidate with one probability q at least each pair's own (a binomial
+    count of uniformly chosen pairs, which is the same as a coin per pair), and a
+    candidate is kept with its own probability / q. Within a band that ratio is at least
+    3/8, so the candidates are a constant multiple of the edges. The few followers with
+    more than a quarter of all weight (at most three) are drawn pair by pair.
+    """
+    w = np.maximum(np.asarray(weights, dtype=np.float64), 0.0)
+    n = len(w)
+    empty = np.empty(0, np.int64)
+    if n < 2 or degree <= 0 or not (w > 0).any():
+        return empty, empty
+    w = w / w.max()  # only ratios matter; keeps the sum finite
+    total = float(w.sum())
+    rest = total - w
+    c = np.divide(degree, rest, out=np.zeros(n), where=rest > 0)  # p_ij = min(1, c_i w_j)
+    src, dst = [], []
+    heavy = w > total / 4
+    for i in np.flatnonzero(heavy):
+        hit = rng.random(n) < np.minimum(1.0, c[i] * w)
+        hit[i] = False
+        dst.append(np.flatnonzero(hit))
+        src.append(np.full(len(dst[-1]), i, np.int64))
+    light = np.flatnonzero(~heavy & (rest > 0))
+    c_max = degree / (0.75 * total)  # >= c_i of every light follower
+    positive = np.flatnonzero(w > 0)
+    bands = np.floor(np.log2(w[positive])).astype(np.int64)
+    order = np.argsort(bands, kind="stable")
+    cuts = np.flatnonzero(np.diff(bands[order])) + 1
+    for members in np.split(positive[order], cuts):
+        q = min(1.0, c_max * float(w[members].max()))
+        pos = _bernoulli_positions(len(light) * len(members), q, rng)
+        f, t = light[pos // len(members)], members[pos % len(members)]
+        keep = (f != t) & (rng.random(len(pos)) * q < np.minimum(1.0, c[f] * w[t]))
+        src.append(f[keep])
+        dst.append(t[keep])
+    if not src:
+        return empty, empty
+    return np.concatenate(src).astype(np.int64), np.concatenate(dst).astype(np.int64)
+
+
+def _bernoulli_positions(length: int, q: float, rng: np.random.Generator) -> np.ndarray:
+    """The positions of the successes of `length` coins of probability `q`, in order."""
+    if length <= 0 or q <= 0:
+        return np.empty(0, np.int64)
+    if q >= 0.5:  # enumerating costs at most twice the expected successes
+        hit = rng.random(length) < q
+        return np.flatnonzero(hit).astype(np.int64)
+    k = int(rng.binomial(length, q))
+    keys = _unique(rng.integers(0, length, k))
+    while len(keys) < k:  # a uniform k-subset: redraw the repeats
+        keys = _unique(np.concatenate([keys, rng.integers(0, length, k - len(keys))]))
+    return keys
+
+
+def _unique(a: np.ndarray) -> np.ndarray:
+    """The distinct values of an int64 array, sorted (a sort: faster than hashing)."""
+    s = np.sort(np.asarray(a, dtype=np.int64))
+    return s[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else s
+
+
 # --------------------------------------------------------------------------- the import
 
 
@@ -207,7 +698,7 @@ class _Agent:
     bio: str = ""
     persona: str = ""
     about: list[str] = field(default_factory=list)  # demographics for the persona text
-    cfg: dict[str, Any] | None = None
+    cfg: _AgentConfig | None = None
     twitter: bool = False
     reddit: bool = False
     following: list[int] = field(default_factory=list)
@@ -228,6 +719,12 @@ def _slug(text: str, taken: set[str]) -> str:
     return name
 
 
+def _stance_label(value: Any) -> str:
+    """A stance as the profile loader reads it (agents/profiles.py: case, spaces and
+    hyphens do not matter); a missing stance is neutral."""
+    return re.sub(r"[\s\-]+", "_", str(value or "neutral").strip().lower())
+
+
 class _Importer:
     """One import: reads the source folder, fills the ledger, writes the scenario."""
 
@@ -236,40 +733,56 @@ class _Importer:
         self.src = src
         self.ledger = Ledger()
         self.cfg_path = src / CONFIG_FILE
-        self.sim: dict[str, Any] = {}
+        self.raw: dict[str, Any] = {}
+        self.sim = _SimConfig()
 
     # ----------------------------------------------------------------- inputs
 
     def read(self) -> None:
+        """Read and check every input; nothing is written."""
         src = self.src
         if not src.exists():
             raise InputError(f"{src}: no such folder")
         if not src.is_dir():
             raise InputError(f"{src}: not a folder (give the {self.source} simulation folder)")
-        if not self.cfg_path.is_file():
+        if not self._present(self.cfg_path):
             raise InputError(f"{self.cfg_path}: not found; a {self.source} simulation folder "
                              f"holds {CONFIG_FILE} and {TWITTER_FILE} and/or {REDDIT_FILE}")
-        if not (src / TWITTER_FILE).is_file() and not (src / REDDIT_FILE).is_file():
-            raise InputError(f"{src / TWITTER_FILE}: not found, and neither is {REDDIT_FILE}; "
+        raw = _read_json(self.cfg_path)
+        self.sim = _parse_sim(self.cfg_path, raw)
+        self.raw = raw
+        twitter, reddit, poly = src / TWITTER_FILE, src / REDDIT_FILE, src / POLYMARKET_FILE
+        has_twitter, has_reddit = self._present(twitter), self._present(reddit)
+        if not has_twitter and not has_reddit:
+            raise InputError(f"{twitter}: not found, and neither is {REDDIT_FILE}; "
                              "at least one profile file is needed")
-        sim = _read_json(self.cfg_path)
-        if not isinstance(sim, dict):
-            raise InputError(f"{self.cfg_path}: must be a JSON object")
-        self.sim = sim
         self.agents: dict[int, _Agent] = {}
         self.twitter_cols: list[str] = []
         self.reddit_keys: list[str] = []
         self.poly_keys: list[str] = []
-        if (src / TWITTER_FILE).is_file():
-            self._read_twitter(src / TWITTER_FILE)
-        if (src / REDDIT_FILE).is_file():
-            self._read_reddit(src / REDDIT_FILE)
-        if (src / POLYMARKET_FILE).is_file():
-            records = _records(src / POLYMARKET_FILE, _read_json(src / POLYMARKET_FILE))
+        if has_twitter:
+            self._read_twitter(twitter)
+        if has_reddit:
+            self._read_reddit(reddit)
+        if self._present(poly):
+            records = _records(poly, _read_json(poly))
             self.poly_keys = list(dict.fromkeys(k for r in records for k in r))
         self._read_agent_configs()
         if not self.agents:
             raise InputError(f"{src}: the profile files hold no profiles")
+
+    def _present(self, path: Path) -> bool:
+        """Whether an input file is there. A link is followed (reading through one is
+        safe), with a note when it leads out of the folder; a broken one is an error."""
+        if path.is_symlink():
+            target = Path(os.path.realpath(path))
+            if not target.exists():
+                raise InputError(f"{path}: a symbolic link to {os.readlink(path)}, which "
+                                 "does not exist")
+            if target.parent != Path(os.path.realpath(self.src)):
+                self.ledger.note(f"{path.name} is a symbolic link to {target}, outside "
+                                 f"{self.src}; imported from there")
+        return path.is_file()
 
     def _agent(self, uid: int) -> _Agent:
         return self.agents.setdefault(uid, _Agent(uid))
@@ -298,9 +811,9 @@ class _Importer:
             if follows.startswith("["):
                 try:
                     a.following = [int(x) for x in json.loads(follows)]
-                except (ValueError, TypeError):
+                except (ValueError, TypeError, OverflowError, RecursionError):
                     raise InputError(f"{path}: row {i + 2}: following_agentid_list: must be "
-                                     f"a list of agent ids, got {follows!r}") from None
+                                     f"a list of agent ids, got {_show(follows)}") from None
 
     def _read_reddit(self, path: Path) -> None:
         records = _records(path, _read_json(path))
@@ -330,7 +843,7 @@ class _Importer:
                 parts.append(str(r[key]))
         topics = r.get("interested_topics")
         if isinstance(topics, str) and topics.strip().startswith("["):
-            with contextlib.suppress(ValueError):
+            with contextlib.suppress(ValueError, RecursionError):
                 topics = json.loads(topics)
         text = ", ".join(parts)
         out = [text[:1].upper() + text[1:] + "."] if parts else []
@@ -341,37 +854,25 @@ class _Importer:
         return out
 
     def _read_agent_configs(self) -> None:
-        configs = self.sim.get("agent_configs") or []
-        if not isinstance(configs, list):
-            raise InputError(f"{self.cfg_path}: agent_configs: must be a list")
-        for i, c in enumerate(configs):
-            if not isinstance(c, dict):
-                raise InputError(f"{self.cfg_path}: agent_configs[{i}]: must be an object")
-            uid = _uid(self.cfg_path, f"agent_configs[{i}].agent_id", c.get("agent_id", i))
+        for i, c in enumerate(self.sim.agent_configs or []):
+            uid = i if c.agent_id is None else c.agent_id
             if uid in self.agents and self.agents[uid].cfg is not None:
                 raise InputError(f"{self.cfg_path}: agent_configs[{i}]: agent_id {uid} "
                                  "repeats an earlier entry")
             a = self._agent(uid)
             a.cfg = c
             if not a.name:
-                a.name = str(c.get("entity_name") or "").strip()
+                a.name = str(c.entity_name or "").strip()
 
     # ----------------------------------------------------------------- mapping
 
     def build(self) -> None:
-        sim, p = self.sim, self.cfg_path
-        time_cfg = sim.get("time_config") or {}
-        if not isinstance(time_cfg, dict):
-            raise InputError(f"{p}: time_config: must be an object")
-        hours = _num(p, "time_config.total_simulation_hours",
-                     time_cfg.get("total_simulation_hours"), 72)
-        self.mpr = int(_num(p, "time_config.minutes_per_round",
-                            time_cfg.get("minutes_per_round"), 60))
-        if self.mpr <= 0 or hours <= 0:
-            raise InputError(f"{p}: time_config: total_simulation_hours and "
-                             "minutes_per_round must be > 0")
+        """Decide rounds, the activity curve, agent order, platforms, topics, usernames."""
+        t = self.sim.time_config or _TimeConfig()
+        hours = 72.0 if t.total_simulation_hours is None else t.total_simulation_hours
+        self.mpr = 60 if t.minutes_per_round is None else int(t.minutes_per_round)
         self.rounds = max(1, int(hours * 60) // self.mpr)  # their runner's formula
-        self.curve = self._time_curve(time_cfg)
+        self.curve = self._time_curve(t)
 
         # Agent order: the twitter rows as they are (OASIS follow lists are row numbers),
         # then agents only the reddit file or only agent_configs know.
@@ -382,28 +883,23 @@ class _Importer:
         self._topics()
         self._usernames()
 
-    def _time_curve(self, t: dict[str, Any]) -> list[float]:
+    @staticmethod
+    def _time_curve(t: _TimeConfig) -> list[float]:
         """24 hourly multipliers: their four hour bands, 1.0 for hours in none of them."""
         curve = [1.0] * 24
-        p = self.cfg_path
         for band, default_mult, default_hours in (
                 ("work", 0.7, list(range(9, 19))), ("morning", 0.4, [6, 7, 8]),
                 ("off_peak", 0.05, [0, 1, 2, 3, 4, 5]), ("peak", 1.5, [19, 20, 21, 22])):
-            mult = _num(p, f"time_config.{band}_activity_multiplier",
-                        t.get(f"{band}_activity_multiplier"), default_mult)
-            for h in _hours(p, f"time_config.{band}_hours", t.get(f"{band}_hours"),
-                            default_hours):
-                curve[h] = max(mult, 0.0)
+            mult = getattr(t, f"{band}_activity_multiplier")
+            hours = getattr(t, f"{band}_hours")
+            for h in {h % 24 for h in (default_hours if hours is None else hours)}:
+                curve[h] = max(default_mult if mult is None else mult, 0.0)
         return curve
 
     def _platforms(self) -> None:
-        sim = self.sim
         has = {"twitter": any(a.twitter for a in self.agents.values()),
                "reddit": any(a.reddit for a in self.agents.values())}
-        given = {n: sim.get(f"{n}_config") for n in ("twitter", "reddit")}
-        for n, c in given.items():
-            if c is not None and not isinstance(c, dict):
-                raise InputError(f"{self.cfg_path}: {n}_config: must be an object or null")
+        given = {"twitter": self.sim.twitter_config, "reddit": self.sim.reddit_config}
         if any(c is not None for c in given.values()):
             self.enabled = [n for n in ("twitter", "reddit") if given[n] is not None]
         else:  # an older file without platform sections: the profile files decide
@@ -415,9 +911,7 @@ class _Importer:
         self.has_profiles = has
 
     def _topics(self) -> None:
-        hot = (self.sim.get("event_config") or {}).get("hot_topics") or []
-        if not isinstance(hot, list):
-            raise InputError(f"{self.cfg_path}: event_config.hot_topics: must be a list")
+        hot = (self.sim.event_config or _EventConfig()).hot_topics or []
         taken: set[str] = set()
         self.topics: list[dict[str, Any]] = []
         for h in hot:
@@ -425,8 +919,9 @@ class _Importer:
             if label:
                 self.topics.append({"name": _slug(label, taken), "label": label,
                                     "keywords": [label]})
+        self.no_hot_topics = not self.topics
         if not self.topics:
-            req = " ".join(str(self.sim.get("simulation_requirement") or "").split())
+            req = " ".join(str(self.sim.simulation_requirement or "").split())
             self.topics = [{"name": "scenario", "label": (req[:80] or "the scenario")}]
 
     def _usernames(self) -> None:
@@ -438,8 +933,8 @@ class _Importer:
             u = a.username
             if u and u.lower() in seen:
                 new = f"{u}_{uid}"
-                self.ledger.notes.append(f"username {u!r} of user {uid} is taken by an "
-                                         f"earlier profile: renamed {new!r}")
+                self.ledger.note(f"username {u!r} of user {uid} is taken by an earlier "
+                                 f"profile: renamed {new!r}")
                 a.username = u = new
             if u:
                 seen.add(u.lower())
@@ -450,24 +945,22 @@ class _Importer:
         """MiroShark BeliefState.from_profile without its noise: (position, confidence)."""
         if a.cfg is None:
             return None
-        label = str(a.cfg.get("stance") or "neutral").strip().lower().replace(" ", "_")
-        if label not in STANCE_POSITIONS:
-            self.ledger.notes.append(f"agent_configs (agent_id {a.uid}): stance {label!r} is "
-                                     "not a MiroShark label; counted as neutral (0), as "
-                                     "MiroShark does")
+        label = _stance_label(a.cfg.stance)
+        if label not in STANCE_LABELS:
+            self.ledger.note(f"agent_configs (agent_id {a.uid}): stance {label!r} is not a "
+                             "MiroShark label; counted as neutral (0), as MiroShark does")
         bias = self._bias(a)
-        pos = STANCE_POSITIONS.get(label, 0.0) + SENTIMENT_WEIGHT * bias
+        pos = STANCE_LABELS.get(label, 0.0) + SENTIMENT_WEIGHT * bias
         conf = 0.4 + abs(bias) * 0.4
         return min(1.0, max(-1.0, pos)), min(1.0, max(0.1, conf))
 
     def _bias(self, a: _Agent) -> float:
         """sentiment_bias, clipped to the documented [-1, 1] (a note says when)."""
         assert a.cfg is not None
-        bias = _num(self.cfg_path, f"agent_configs (agent_id {a.uid}).sentiment_bias",
-                    a.cfg.get("sentiment_bias"), 0.0)
+        bias = a.cfg.sentiment_bias or 0.0
         if not -1 <= bias <= 1:
-            self.ledger.notes.append(f"agent_configs (agent_id {a.uid}): sentiment_bias "
-                                     f"{bias:g} is outside [-1, 1]; clipped")
+            self.ledger.note(f"agent_configs (agent_id {a.uid}): sentiment_bias {bias:g} is "
+                             "outside [-1, 1]; clipped")
         return min(1.0, max(-1.0, bias))
 
     def _activity(self, a: _Agent) -> tuple[str, str]:
@@ -481,11 +974,9 @@ class _Importer:
         """
         if a.cfg is None:
             return a.oasis_activity, a.oasis_hourly
-        where = f"agent_configs (agent_id {a.uid})"
-        level = _num(self.cfg_path, f"{where}.activity_level", a.cfg.get("activity_level"),
-                     DEFAULT_ACTIVITY)
-        hours = _hours(self.cfg_path, f"{where}.active_hours", a.cfg.get("active_hours"),
-                       DEFAULT_HOURS)
+        level = DEFAULT_ACTIVITY if a.cfg.activity_level is None else a.cfg.activity_level
+        hours = set(DEFAULT_HOURS if a.cfg.active_hours is None
+                    else (h % 24 for h in a.cfg.active_hours))
         raw = [self.curve[h] if h in hours else 0.0 for h in range(24)]
         mean = sum(raw) / 24
         if mean <= 0:  # no active hour: never active (an all-zero curve would mean "flat")
@@ -496,32 +987,32 @@ class _Importer:
     # ----------------------------------------------------------------- outputs
 
     def write(self, out: Path) -> ImportReport:
-        out.mkdir(parents=True, exist_ok=True)
+        """Write the scenario into the new, empty folder `out` and check its config."""
         files = ["profiles.csv"]
-        self._write_profiles(out / "profiles.csv")
-        if self._write_stances(out / "stances.csv"):
+        _write_new(out / "profiles.csv", self._profiles_csv())
+        stances = self._stances_csv()
+        if stances:
+            _write_new(out / "stances.csv", stances)
             files.append("stances.csv")
-        follows = self._write_follows(out / "follows.csv")
+        follows = self._follows_csv()
         if follows:
+            _write_new(out / "follows.csv", follows)
             files.append("follows.csv")
-        config = self._config(bool(follows), "stances.csv" in files)
+        config = self._config(bool(follows), bool(stances))
         header = (f"# Imported from a {self.source} simulation folder by `shoal import "
                   f"{self.source}`.\n# What each source field became: IMPORT.md.\n")
-        (out / "config.yaml").write_text(
-            header + yaml.dump(config, Dumper=_Dumper, sort_keys=False, allow_unicode=True,
-                               width=100),
-            encoding="utf-8")
+        _write_new(out / "config.yaml", header + _yaml(config))
         files.insert(0, "config.yaml")
         self._account()
-        (out / "IMPORT.md").write_text(self._markdown(config, files), encoding="utf-8")
         files.append("IMPORT.md")
+        _write_new(out / "IMPORT.md", self._markdown(config, files))
         load_config(out / "config.yaml")  # what we wrote must be a valid Shoal config
         return ImportReport(out=out, agents=len(self.order), rounds=self.rounds,
                             platforms=self.enabled, topics=[t["name"] for t in self.topics],
                             interventions=len(config.get("interventions", [])), files=files,
                             notes=list(self.ledger.notes))
 
-    def _write_profiles(self, path: Path) -> None:
+    def _profiles_csv(self) -> str:
         cols = ["user_id", "name", "username", "user_char", "description", "activity_level",
                 "activity_level_frequency", "stance", "sentiment_bias", "previous_tweets"]
         buf = io.StringIO()
@@ -529,19 +1020,19 @@ class _Importer:
         w.writerow(cols)
         for uid in self.order:
             a = self.agents[uid]
-            kind = f"[{a.cfg['entity_type']}] " if a.cfg and a.cfg.get("entity_type") else ""
+            kind = f"[{a.cfg.entity_type}] " if a.cfg and a.cfg.entity_type else ""
             persona = " ".join([kind + (a.persona or a.bio), *a.about]).strip()
             level, hourly = self._activity(a)
             stance = bias = ""
             if a.cfg is not None:
-                label = str(a.cfg.get("stance") or "neutral").strip().lower().replace(" ", "_")
-                stance = label if label in STANCE_POSITIONS else "0"
+                label = _stance_label(a.cfg.stance)
+                stance = label if label in STANCE_LABELS else "0"
                 bias = f"{self._bias(a):g}"
             w.writerow([uid, a.name, a.username, persona, a.bio, level, hourly, stance, bias,
                         a.previous_tweets])
-        path.write_text(buf.getvalue(), encoding="utf-8")
+        return buf.getvalue()
 
-    def _write_stances(self, path: Path) -> bool:
+    def _stances_csv(self) -> str:
         rows = []
         for uid in self.order:
             pc = self._position(self.agents[uid])
@@ -549,70 +1040,48 @@ class _Importer:
                 rows += [(self.row_of[uid], t["name"], f"{pc[0]:.6g}", f"{pc[1]:.6g}")
                          for t in self.topics]
         if not rows:
-            return False
+            return ""
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(["agent_id", "topic", "position", "confidence"])
         w.writerows(rows)
-        path.write_text(buf.getvalue(), encoding="utf-8")
-        return True
+        return buf.getvalue()
 
     def _influence(self, a: _Agent) -> float:
-        if a.cfg is None:
-            return DEFAULT_INFLUENCE
-        w = _num(self.cfg_path, f"agent_configs (agent_id {a.uid}).influence_weight",
-                 a.cfg.get("influence_weight"), DEFAULT_INFLUENCE)
-        return max(w, 0.0)
+        w = a.cfg.influence_weight if a.cfg is not None else None
+        return DEFAULT_INFLUENCE if w is None else max(w, 0.0)
 
-    def _write_follows(self, path: Path) -> int:
+    def _follows_csv(self) -> str:
         """Follows from OASIS lists plus an influence-weighted graph (seeded, fixed)."""
         n = len(self.order)
-        edges: set[tuple[int, int]] = set()
-        for i, uid in enumerate(self.order):
-            for j in self.agents[uid].following:
-                if 0 <= j < n and j != i:
-                    edges.add((i, j))
-        weights = [self._influence(self.agents[u]) for u in self.order]
-        total = sum(weights)
-        rng = random.Random(0)  # the import is deterministic: same folder, same graph
-        degree = min(FOLLOW_DEGREE, n - 1)
-        for i in range(n):
-            rest = total - weights[i]
-            for j in range(n):
-                if j != i and rest > 0 and rng.random() < min(1.0, degree * weights[j] / rest):
-                    edges.add((i, j))
-        if not edges:
-            return 0
-        lines = ["follower,followee"] + [f"{i},{j}" for i, j in sorted(edges)]
-        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        return len(edges)
+        listed = [(i, j) for i, uid in enumerate(self.order)
+                  for j in self.agents[uid].following if 0 <= j < n and j != i]
+        src = np.array([i for i, _ in listed], dtype=np.int64)
+        dst = np.array([j for _, j in listed], dtype=np.int64)
+        weights = np.array([self._influence(self.agents[u]) for u in self.order])
+        # The import is deterministic: same folder, same graph.
+        i, j = influence_follows(weights, min(FOLLOW_DEGREE, n - 1), np.random.default_rng(0))
+        keys = _unique(np.concatenate([src * n + dst, i * n + j]))
+        if not len(keys):
+            return ""
+        pairs = zip((keys // n).tolist(), (keys % n).tolist(), strict=True)
+        return "follower,followee\n" + "".join(f"{a},{b}\n" for a, b in pairs)
 
     def _platform_section(self, name: str) -> dict[str, Any]:
-        c = self.platform_cfg.get(name) or {}
-        p = self.cfg_path
         if name not in self.enabled:
             return {"enabled": False}
+        c = self.platform_cfg.get(name)
         section: dict[str, Any] = {}
         members = [self.row_of[u] for u in self.order if getattr(self.agents[u], name)]
         if self.has_profiles[name] and len(members) < len(self.order):
             section["members"] = {"ids": members}
-        rec = {"kind": "personalized"}
-        if c:
-            rec.update({
-                "recency_weight": _num(p, f"{name}_config.recency_weight",
-                                       c.get("recency_weight"), 0.4),
-                "popularity_weight": _num(p, f"{name}_config.popularity_weight",
-                                          c.get("popularity_weight"), 0.3),
-                "interest_weight": _num(p, f"{name}_config.relevance_weight",
-                                        c.get("relevance_weight"), 0.3),
-                "stance_weight": _num(p, f"{name}_config.echo_chamber_strength",
-                                      c.get("echo_chamber_strength"), 0.5),
-            })
-            for k in ("recency_weight", "popularity_weight", "interest_weight",
-                      "stance_weight"):
-                if rec[k] < 0:
-                    raise InputError(f"{p}: {name}_config: weights must be >= 0, got "
-                                     f"{k}={rec[k]}")
+        rec: dict[str, Any] = {"kind": "personalized"}
+        if c is not None and (c.model_fields_set or c.model_extra):
+            for key, theirs, default in (("recency_weight", c.recency_weight, 0.4),
+                                         ("popularity_weight", c.popularity_weight, 0.3),
+                                         ("interest_weight", c.relevance_weight, 0.3),
+                                         ("stance_weight", c.echo_chamber_strength, 0.5)):
+                rec[key] = default if theirs is None else theirs
         section["recommender"] = rec
         return section
 
@@ -621,42 +1090,34 @@ class _Importer:
         for a in self.agents.values():
             if a.cfg is None:
                 continue
-            where = f"agent_configs (agent_id {a.uid})"
-            posts = _num(self.cfg_path, f"{where}.posts_per_hour", a.cfg.get("posts_per_hour"),
-                         1.0)
-            comments = _num(self.cfg_path, f"{where}.comments_per_hour",
-                            a.cfg.get("comments_per_hour"), 2.0)
+            posts = 1.0 if a.cfg.posts_per_hour is None else a.cfg.posts_per_hour
+            comments = 2.0 if a.cfg.comments_per_hour is None else a.cfg.comments_per_hour
             if posts + comments > 0:
                 shares.append(max(posts, 0.0) / (max(posts, 0.0) + max(comments, 0.0)))
         return round(sum(shares) / len(shares), 4) if shares else None
 
     def _max_active(self) -> int | None:
-        t = self.sim.get("time_config") or {}
-        top = t.get("agents_per_hour_max")
+        top = (self.sim.time_config or _TimeConfig()).agents_per_hour_max
         if top is None:
             return None
-        top = _num(self.cfg_path, "time_config.agents_per_hour_max", top, 20)
-        cap = math.ceil(top * max(self.curve))
-        return max(1, min(cap, len(self.order))) if cap > 0 else None
+        cap = min(top * max(self.curve), len(self.order))  # (min first: no inf to ceil)
+        return max(1, math.ceil(cap)) if cap > 0 else None
 
     def _interventions(self) -> list[dict[str, Any]]:
-        ev = self.sim.get("event_config") or {}
-        if not isinstance(ev, dict):
-            raise InputError(f"{self.cfg_path}: event_config: must be an object")
+        ev = self.sim.event_config or _EventConfig()
         out: list[dict[str, Any]] = []
         items = []
-        for i, post in enumerate(ev.get("initial_posts") or []):
+        for i, post in enumerate(ev.initial_posts or []):
             if not isinstance(post, dict) or not str(post.get("content") or "").strip():
-                self.ledger.notes.append(f"event_config.initial_posts[{i}]: no content; "
-                                         "skipped")
+                self.ledger.note(f"event_config.initial_posts[{i}]: no content; skipped")
                 continue
             raw = post.get("poster_agent_id")
             uid = None if raw is None else _uid(
                 self.cfg_path, f"event_config.initial_posts[{i}].poster_agent_id", raw)
             author = self.row_of.get(uid) if uid is not None else None
             if uid is not None and author is None:
-                self.ledger.notes.append(f"event_config.initial_posts[{i}]: poster_agent_id "
-                                         f"{uid} has no profile; posted by the news account")
+                self.ledger.note(f"event_config.initial_posts[{i}]: poster_agent_id {uid} "
+                                 "has no profile; posted by the news account")
             pc = self._position(self.agents[uid]) if author is not None else None
             stance = {t["name"]: round(pc[0], 4) for t in self.topics} if pc else {}
             for name in self.enabled:
@@ -667,7 +1128,7 @@ class _Importer:
                               **({"stance": dict(stance)} if stance else {})})
         if items:
             out.append({"kind": "posts", "name": "initial-posts", "round": 0, "items": items})
-        for i, e in enumerate(ev.get("scheduled_events") or []):
+        for i, e in enumerate(ev.scheduled_events or []):
             entry = self._event(i, e)
             if entry is not None:
                 out.append(entry)
@@ -678,7 +1139,7 @@ class _Importer:
         defines no schema, so the usual names for a time and a text are accepted."""
         where = f"event_config.scheduled_events[{i}]"
         if not isinstance(e, dict):
-            self.ledger.notes.append(f"{where}: not an object; skipped")
+            self.ledger.note(f"{where}: not an object; skipped")
             return None
         text = ": ".join(str(e.get(k)).strip() for k in ("title", "content") if e.get(k))
         text = text or next((str(e[k]) for k in ("text", "description", "headline", "event")
@@ -689,31 +1150,37 @@ class _Importer:
             if e.get(k) is not None:
                 minutes = _num(self.cfg_path, f"{where}.{k}", e[k], 0) * scale
                 break
-        rnd = None
+        rnd: float | None = None
         for k in ("round", "trigger_round"):
             if e.get(k) is not None:
-                rnd = int(_num(self.cfg_path, f"{where}.{k}", e[k], 0)) + 1  # theirs: 0-based
+                rnd = math.floor(_num(self.cfg_path, f"{where}.{k}", e[k], 0)) + 1  # 0-based
         if rnd is None and minutes is not None:
-            rnd = int(minutes) // self.mpr + 1
+            rnd = minutes // self.mpr + 1  # (a float: an hour of 1e308 is no overflow)
         if not text.strip() or rnd is None:
-            self.ledger.notes.append(f"{where}: needs a text and a time; skipped")
+            self.ledger.note(f"{where}: needs a text and a time; skipped")
             return None
         if not 1 <= rnd <= self.rounds:
-            self.ledger.notes.append(f"{where}: fires at round {rnd}, outside 1..{self.rounds};"
-                                     " skipped")
+            self.ledger.note(f"{where}: fires at round {rnd:g}, outside 1..{self.rounds}; "
+                             "skipped")
             return None
-        entry: dict[str, Any] = {"kind": "event", "name": f"event-{i}", "round": rnd,
+        entry: dict[str, Any] = {"kind": "event", "name": f"event-{i}", "round": int(rnd),
                                  "text": " ".join(text.split())}
-        plats = e.get("platforms") or ([e["platform"]] if e.get("platform") else None)
+        plats = e.get("platforms") if e.get("platforms") is not None else e.get("platform")
+        if isinstance(plats, str):
+            plats = [plats]
+        if plats is not None and (not isinstance(plats, list)
+                                  or not all(isinstance(p, str) for p in plats)):
+            raise InputError(f"{self.cfg_path}: {where}.platforms: must be a platform name "
+                             f"or a list of them, got {_show(plats)}")
         if plats:
             entry["platforms"] = [p for p in plats if p in self.enabled] or None
         if e.get("duration_hours") is not None:
             hours = _num(self.cfg_path, f"{where}.duration_hours", e["duration_hours"], 1)
-            entry["duration"] = max(1, math.ceil(hours * 60 / self.mpr))
+            entry["duration"] = max(1, math.ceil(min(hours * 60 / self.mpr, self.rounds)))
         return {k: v for k, v in entry.items() if v is not None}
 
     def _config(self, follows: bool, stances: bool) -> dict[str, Any]:
-        sim_id = str(self.sim.get("simulation_id") or "")
+        sim_id = str(self.sim.simulation_id or "")
         name = re.sub(r"[^A-Za-z0-9_-]+", "_", sim_id).strip("_-") or self.source
         if not name[0].isalpha():
             name = f"{self.source}_{name}"
@@ -743,232 +1210,31 @@ class _Importer:
 
     # ----------------------------------------------------------------- IMPORT.md
 
-    def _account(self) -> None:
-        """Fill the ledger: every key path of the config and every profile column."""
-        L, C = self.ledger, CONFIG_FILE
-        used, approx, dropped = "used", "approximated", "dropped"
-        rules = {
-            "simulation_id": (used, "config `name` (made a valid Shoal name)"),
-            "project_id": (dropped, "their project bookkeeping; no meaning in a run"),
-            "graph_id": (dropped, "the id of their knowledge graph (Neo4j/Zep), which Shoal "
-                                  "does not have; the profiles already hold what was drawn "
-                                  "from it"),
-            "simulation_requirement": (approx, "no config field holds a scenario brief; it "
-                                       "labels the single topic when there are no "
-                                       "`hot_topics`, and is quoted at the top of this file"),
-            "time_config.total_simulation_hours": (used, f"`rounds` = hours · 60 // "
-                                                   f"minutes_per_round = {self.rounds} "
-                                                   "(their runner's formula)"),
-            "time_config.minutes_per_round": (used, f"`minutes_per_round: {self.mpr}`"),
-            "time_config.agents_per_hour_max": (approx, "`activity.max_active` = ceil(max · "
-                                                "the largest hour multiplier): the most "
-                                                "agents their runner activates in a round"),
-            "time_config.agents_per_hour_min": (dropped, "the low end of their per-hour "
-                                                "draw, not a floor (it is multiplied by "
-                                                "0.05 at night); `activity.min_active` would "
-                                                "force agents awake at 3 am"),
-            "generated_at": (dropped, "when their generator ran; provenance only"),
-            "generation_reasoning": (dropped, "their LLM's explanation; provenance only"),
-            "llm_model": (dropped, "the config is rule-based (no LLM needed); the `llm:` "
-                          "snippet below uses it"),
-            "llm_base_url": (dropped, "as `llm_model`: in the `llm:` snippet below"),
-            "agent_configs[].agent_id": (used, "joins the entry to the profile with the same "
-                                         "`user_id`"),
-            "agent_configs[].entity_uuid": (dropped, "a node id in their knowledge graph"),
-            "agent_configs[].entity_name": (used, "the name of an agent with no profile row"),
-            "agent_configs[].entity_type": (approx, "prefixed to the persona as "
-                                            "`[Type]` (profile files of format twitter_csv "
-                                            "have no group column); the agents of each type "
-                                            "are listed below for `ids:` selectors"),
-            "agent_configs[].activity_level": (used, "profile `activity_level`, rescaled so "
-                                               "that P(active) in an active hour equals it "
-                                               "times the hour's multiplier"),
-            "agent_configs[].active_hours": (used, "profile `activity_level_frequency`: the "
-                                             "agent's own 24-hour curve, 0 outside these "
-                                             "hours (so they never act then)"),
-            "agent_configs[].posts_per_hour": (approx, "`policy.post_rate` = the mean of "
-                                               "posts / (posts + comments) per hour: the "
-                                               "share of posting among an agent's actions. "
-                                               "Their runner ignores both rates and gives "
-                                               "an active agent one action per round; so "
-                                               "does this config (`max_actions_per_round: "
-                                               "1`)"),
-            "agent_configs[].comments_per_hour": (approx, "with `posts_per_hour`, in "
-                                                  "`policy.post_rate` (see there)"),
-            "agent_configs[].response_delay_min": (dropped, "Shoal agents see a post in the "
-                                                   "round after it is made (snapshot "
-                                                   "rounds); there is no per-agent delay"),
-            "agent_configs[].response_delay_max": (dropped, "as `response_delay_min`"),
-            "agent_configs[].sentiment_bias": (used, "profile `sentiment_bias` (position "
-                                               "+0.2 · bias, MiroShark's formula) and, in "
-                                               "`stances.csv`, confidence 0.4 + 0.4 · abs(bias)"),
-            "agent_configs[].stance": (used, "profile `stance` (supportive 0.6, opposing "
-                                       "-0.6, neutral/observer 0, ...) on every topic, and "
-                                       "the positions in `stances.csv`"),
-            "agent_configs[].influence_weight": (approx, "Shoal has no per-author "
-                                                 "visibility weight: the initial follow "
-                                                 "graph (`follows.csv`) gives agent j each "
-                                                 "other agent as a follower with probability "
-                                                 f"min(1, {FOLLOW_DEGREE} · w_j / Σw) (seeded), "
-                                                 "so influential agents reach more feeds"),
-            "event_config.initial_posts[].content": (used, "`interventions` entry "
-                                                     "`initial-posts` (kind `posts`, round 0) "
-                                                     "on every enabled platform"),
-            "event_config.initial_posts[].poster_agent_id": (used, "the post's `author` (the "
-                                                             "agent with that user_id; the "
-                                                             "news account if it has no "
-                                                             "profile or is not on that "
-                                                             "platform); the post carries "
-                                                             "the author's stance"),
-            "event_config.initial_posts[].poster_type": (dropped, "only used by their "
-                                                         "generator to pick "
-                                                         "`poster_agent_id`"),
-            "event_config.scheduled_events": (used, "each entry becomes an `interventions` "
-                                              "entry of kind `event` (none here: the list "
-                                              "is empty)"),
-            "event_config.hot_topics": (used, "`topics`: one per hot topic (label and "
-                                        "keyword = the text); every agent's stance applies "
-                                        "to each, as in MiroShark's belief state"),
-            "event_config.narrative_direction": (dropped, "guidance for their LLM about how "
-                                                 "the story should go; a Shoal run lets the "
-                                                 "story emerge, and forks test directions"),
-            "event_config.initial_markets": (dropped, "prediction markets need the market "
-                                             "platform, which Shoal does not have yet; "
-                                             "kept for it (see polymarket_profiles.json)"),
-        }
-        for plat in ("twitter", "reddit"):
-            on = plat in self.enabled
-            rules[f"{plat}_config"] = (used, f"null: the `{plat}` platform is "
-                                       + ("on, because both sections are null and its profile "
-                                          "file exists" if on else "off"))
-        if not (self.sim.get("event_config") or {}).get("hot_topics"):
-            rules["event_config.hot_topics"] = (used, "empty: one topic, `scenario`, labelled "
-                                                "with `simulation_requirement`")
-        ev_keys = {
-            "round": (used, "the event's `round` (theirs + 1: their rounds count from 0)"),
-            "trigger_round": (used, "as `round`"),
-            "trigger_hour": (used, "`round` = hour · 60 // minutes_per_round + 1"),
-            "hour": (used, "as `trigger_hour`"), "time_hours": (used, "as `trigger_hour`"),
-            "at_hour": (used, "as `trigger_hour`"),
-            "trigger_minute": (used, "`round` = minute // minutes_per_round + 1"),
-            "minute": (used, "as `trigger_minute`"),
-            "title": (used, "the event `text` (title, then content)"),
-            "content": (used, "the event `text`"), "text": (used, "the event `text`"),
-            "description": (used, "the event `text` when there is no title or content"),
-            "headline": (used, "the event `text` (as `description`)"),
-            "event": (used, "the event `text` (as `description`)"),
-            "platforms": (used, "the event's `platforms` (enabled ones)"),
-            "platform": (used, "the event's `platforms`"),
-            "duration_hours": (used, "`duration` in rounds (rounded up)"),
-        }
-        for plat in ("twitter", "reddit"):
-            base = f"{plat}_config"
-            rules.update({
-                f"{base}.platform": (used, f"the `{plat}` platform is on"),
-                f"{base}.recency_weight": (used, f"`platforms.{plat}.recommender` "
-                                           "(personalized) `recency_weight`"),
-                f"{base}.popularity_weight": (used, f"`platforms.{plat}.recommender` "
-                                              "`popularity_weight`"),
-                f"{base}.relevance_weight": (used, f"`platforms.{plat}.recommender` "
-                                             "`interest_weight` (match of the post's topics "
-                                             "with the reader's interests)"),
-                f"{base}.echo_chamber_strength": (approx, f"`platforms.{plat}.recommender` "
-                                                  "`stance_weight`: how much feeds favour "
-                                                  "posts close to the reader's own stance"),
-                f"{base}.viral_threshold": (dropped, "their runner does not read it either; "
-                                            "Shoal's feeds already rank by votes "
-                                            "(`popularity_weight`) with no threshold"),
-            })
-        for band in ("peak", "off_peak", "morning", "work"):
-            how = ("their runner reads only peak and off-peak; Shoal uses all four bands"
-                   if band in ("morning", "work") else "as in their runner")
-            rules[f"time_config.{band}_hours"] = (used, f"`activity.hourly` ({how}) and "
-                                                  "every agent's hourly curve")
-            rules[f"time_config.{band}_activity_multiplier"] = (
-                approx, "the multiplier of those hours in `activity.hourly` and in every "
-                "agent's curve: it scales each agent's chance to act, where their runner "
-                "scales how many agents are drawn")
-        for path in key_paths(self.sim):
-            if path in rules:
-                L.put(C, path, *rules[path])
-            elif path.startswith("event_config.scheduled_events[]."):
-                key = path.rsplit(".", 1)[1]
-                L.put(C, path, *ev_keys.get(key, (dropped, "not a time, text, platform or "
-                                                  "duration")))
-            elif path.startswith("event_config.initial_markets"):
-                L.put(C, path, *rules["event_config.initial_markets"])
-            else:
-                L.put(C, path, dropped, f"not part of the {self.source} schema the importer "
-                      "knows")
-        self._account_profiles()
+    def _conditions(self) -> frozenset[str]:
+        """The `when` conditions of FIELD_LEDGER that hold for this import."""
+        on = {f"{p} {'on' if p in self.enabled else 'off'}" for p in ("twitter", "reddit")}
+        return frozenset(on | ({"no hot topics"} if self.no_hot_topics else set()))
 
-    def _account_profiles(self) -> None:
-        L = self.ledger
-        used, approx, dropped = "used", "approximated", "dropped"
-        about = (approx, "appended to the persona text (`user_char`): the twitter_csv "
-                 "profile format has no column for it, and the persona is what an LLM agent "
-                 "reads")
-        common = {
-            "user_id": (used, "kept as the agent's `source_id` (`user_id` column); joins "
-                        "`agent_configs` and `poster_agent_id`"),
-            "name": (used, "`name`"), "username": (used, "`username` (a repeat gets "
-                                                   "`_<user_id>` appended)"),
-            "age": about, "gender": about, "mbti": about, "country": about,
-            "profession": about,
-            "interested_topics": (approx, "appended to the persona text as `Interests: ...`; "
-                                  "topic interest weights stay uniform (the twitter_csv "
-                                  "format has no interests column)"),
-            "created_at": (dropped, "the account's creation date; Shoal accounts have no "
-                           "age"),
-        }
-        twitter = {
-            **common,
-            "user_char": (used, "`user_char` (the persona)"),
-            "description": (used, "`description` (the bio)"),
-            "bio": (used, "`description` when there is no `description` column"),
-            "persona": (used, "`user_char` when there is no `user_char` column"),
-            "friend_count": (dropped, "a number of an imagined past; Shoal's follow graph "
-                             "is `follows.csv`"),
-            "follower_count": (dropped, "as `friend_count` (influence comes from "
-                               "`influence_weight`)"),
-            "statuses_count": (dropped, "past posts that do not exist in the run"),
-            "following_agentid_list": (used, "edges of `follows.csv` (graph kind edgelist)"),
-            "previous_tweets": (used, "`previous_tweets` (kept as the agent's extra data)"),
-            "activity_level": (used, "`activity_level` of agents without an "
-                               "`agent_configs` entry"),
-            "activity_level_frequency": (used, "`activity_level_frequency` of agents "
-                                         "without an `agent_configs` entry"),
-        }
-        reddit = {
-            **common,
-            "user_id": (used, "joins the reddit profile to the twitter row and the "
-                        "`agent_configs` entry with the same id; an agent only in this file "
-                        "is added"),
-            "realname": (used, "`name` of an agent not in twitter_profiles.csv"),
-            "name": (used, "`name` of an agent not in twitter_profiles.csv (the same "
-                     "entity's twitter row wins otherwise)"),
-            "username": (used, "`username` of an agent not in twitter_profiles.csv"),
-            "bio": (used, "`description` of an agent not in twitter_profiles.csv"),
-            "persona": (used, "`user_char` of an agent not in twitter_profiles.csv"),
-            "karma": (dropped, "Shoal's forum has no account karma (posts start at 0 "
-                      "votes)"),
-        }
-        for col in self.twitter_cols:
-            L.put(TWITTER_FILE, col, *twitter.get(col, (dropped, "not a column Shoal's "
-                                                        "twitter_csv format reads")))
-        for key in self.reddit_keys:
-            L.put(REDDIT_FILE, key, *reddit.get(key, (dropped, "not a field the importer "
-                                                      "knows")))
-        for key in self.poly_keys:
-            L.put(POLYMARKET_FILE, key, dropped, "Polymarket traders need a market "
-                  "platform, which Shoal does not have yet; the file is left for it")
+    def _account(self) -> None:
+        """Fill the ledger from FIELD_LEDGER: every key path of the config and every
+        profile column."""
+        conditions = self._conditions()
+        numbers = {"rounds": self.rounds, "minutes": self.mpr, "degree": FOLLOW_DEGREE,
+                   "source": self.source}
+        fields = [(CONFIG_FILE, p) for p in key_paths(self.raw)]
+        fields += [(TWITTER_FILE, c) for c in self.twitter_cols]
+        fields += [(REDDIT_FILE, k) for k in self.reddit_keys]
+        fields += [(POLYMARKET_FILE, k) for k in self.poly_keys]
+        for file, path in fields:
+            rule = field_rule(file, path, conditions)
+            self.ledger.put(file, path, rule.verdict, rule.how.format(**numbers))
 
     def _markdown(self, config: dict[str, Any], files: list[str]) -> str:
-        req = " ".join(str(self.sim.get("simulation_requirement") or "").split())
+        req = " ".join(str(self.sim.simulation_requirement or "").split())
         lines = [
             f"# Imported from {self.source}",
             "",
-            f"Source: `{self.src}`. Written by `shoal import {self.source}`: "
+            f"Source: {_code(str(self.src))}. Written by `shoal import {self.source}`: "
             + ", ".join(f"`{f}`" for f in files) + ".",
             "",
             f"{len(self.order)} agents, {self.rounds} rounds of {self.mpr} minutes, "
@@ -982,65 +1248,246 @@ class _Importer:
             lines += [f"> {req}", ""]
         lines += ["Verdicts: **used** (as the named Shoal field), **approximated** (how is "
                   "said), **dropped** (why is said).", ""]
-        for file in (CONFIG_FILE, TWITTER_FILE, REDDIT_FILE, POLYMARKET_FILE):
+        for file in SOURCE_FILES:
             rows = self.ledger.section(file)
             if not rows:
                 continue
             what = "key path" if file == CONFIG_FILE else "column"
             lines += [f"## {file}", "", f"| {what} | verdict | what Shoal did |", "|---|---|---|"]
-            lines += [f"| `{p}` | {v} | {h} |" for p, v, h in rows]
+            lines += [f"| {_code(p)} | {v} | {_cell(h)} |" for p, v, h in rows]
             lines.append("")
         types: dict[str, list[int]] = {}
         for uid in self.order:
             a = self.agents[uid]
-            if a.cfg and a.cfg.get("entity_type"):
-                types.setdefault(str(a.cfg["entity_type"]), []).append(self.row_of[uid])
+            if a.cfg and a.cfg.entity_type:
+                types.setdefault(str(a.cfg.entity_type), []).append(self.row_of[uid])
         if types:
             lines += ["## Agents by entity type", "",
                       "Shoal agent ids (row order of `profiles.csv`), for selectors such as "
                       "`target: {ids: [...]}`:", "", "| entity type | agent ids |", "|---|---|"]
-            lines += [f"| {t} | {ids} |" for t, ids in types.items()]
+            lines += [f"| {_cell(t)} | {ids} |" for t, ids in types.items()]
             lines.append("")
-        model, url = self.sim.get("llm_model"), self.sim.get("llm_base_url")
+        lines += self._markets_md()
+        llm = {"llm": {"providers": [{
+            "base_urls": [str(self.sim.llm_base_url or "https://api.openai.com/v1")],
+            "model": str(self.sim.llm_model or "gpt-4o-mini"),
+            "api_key_env": "LLM_API_KEY"}], "agents": {"fraction": 1.0}}}
         lines += ["## LLM agents", "",
-                  "The config is rule-based. To let a model drive agents (docs/llm.md), add:",
-                  "", "```yaml", "llm:", "  providers:",
-                  f"    - base_urls: [{url or 'https://api.openai.com/v1'}]",
-                  f"      model: {model or 'gpt-4o-mini'}",
-                  "      api_key_env: LLM_API_KEY   # the NAME of the variable holding the key",
-                  "  agents: {fraction: 1.0}", "```", ""]
-        others = sorted(p.name for p in self.src.iterdir()
-                        if p.name not in (CONFIG_FILE, TWITTER_FILE, REDDIT_FILE,
-                                          POLYMARKET_FILE))
+                  "The config is rule-based. To let a model drive agents (docs/llm.md), add "
+                  "the section below; `api_key_env` is the NAME of the variable holding the "
+                  "key, never the key:", "", "```yaml", _yaml(llm).rstrip(), "```", ""]
+        others = sorted(p.name for p in self.src.iterdir() if p.name not in SOURCE_FILES)
         if others:
             lines += ["## Other files in the folder", "",
                       "Not read (a run's outputs and state, not its inputs): "
-                      + ", ".join(f"`{o}`" for o in others) + ".", ""]
+                      + ", ".join(_code(o) for o in others) + ".", ""]
         if self.ledger.notes:
-            lines += ["## Notes", ""] + [f"- {n}" for n in self.ledger.notes] + [""]
+            lines += ["## Notes", ""] + [f"- {_cell(n)}" for n in self.ledger.notes] + [""]
         return "\n".join(lines)
+
+    def _markets_md(self) -> list[str]:
+        """Their prediction markets as a `platforms.market` section to finish by hand."""
+        markets = []
+        for i, m in enumerate((self.sim.event_config or _EventConfig()).initial_markets or []):
+            if not isinstance(m, dict) or not str(m.get("question") or "").strip():
+                continue
+            entry: dict[str, Any] = {
+                "id": f"market_{i}", "question": " ".join(str(m["question"]).split()),
+                "topic": self.topics[0]["name"],
+                "outcomes": [str(m.get("outcome_a") or "yes"), str(m.get("outcome_b") or "no")]}
+            p = m.get("initial_probability")
+            if isinstance(p, int | float) and not isinstance(p, bool) and 0 < p < 1:
+                entry["initial_prices"] = [round(p, 4), round(1 - p, 4)]
+            entry["resolution"] = {"rule": {"topic": self.topics[0]["name"],
+                                            "metric": "mean_position", "op": ">", "value": 0}}
+            markets.append(entry)
+        if not markets:
+            return []
+        section = {"platforms": {"market": {"members": {"fraction": 1.0}, "markets": markets}}}
+        return ["## Prediction markets", "",
+                f"Shoal has a prediction-market platform (docs/markets.md); the import leaves "
+                f"it off, because a {self.source} market names no topic for rule traders to "
+                "read and no rule that resolves it. To trade these markets, add the section "
+                "below to `config.yaml` after checking each `topic` and `resolution` (here: "
+                "the first topic, resolved by the mean position at the last round) and who "
+                "trades (`members`):", "", "```yaml", _yaml(section).rstrip(), "```", ""]
+
+
+# --------------------------------------------------------------------------- writing safely
+
+
+def _write_new(path: Path, text: str) -> None:
+    """Create `path` and write `text`; never opens an existing file or a link."""
+    with open(path, "x", encoding="utf-8", newline="") as f:
+        f.write(text)
+
+
+def _link_target(path: Path) -> str:
+    with contextlib.suppress(OSError):
+        return os.readlink(path)
+    return "?"
+
+
+def _check_out(out: Path, force: bool) -> None:
+    """Refuse an `--out` the import may not write: a link, a file, a folder that holds a
+    link, or a non-empty folder without `force`."""
+    if out.is_symlink():
+        raise InputError(f"--out {out}: is a symbolic link (to {_link_target(out)}); the "
+                         "import never writes through a link: give the folder itself")
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: exists and is not a folder")
+    if not out.is_dir():
+        return
+    entries = sorted(out.iterdir())
+    if entries and not force:
+        raise InputError(f"--out {out}: the folder exists and is not empty; choose another "
+                         "or pass --force to overwrite the imported files")
+    for entry in entries:
+        if entry.is_symlink():
+            raise InputError(f"--out {out}: {entry.name} is a symbolic link (to "
+                             f"{_link_target(entry)}); the import never writes through a "
+                             "link and does not write into a folder that holds one: remove "
+                             "it, or choose another folder")
+
+
+def _hidden_sibling(out: Path, what: str) -> Path:
+    """A new, empty, hidden folder next to `out` (same file system: renames are atomic)."""
+    for _ in range(100):
+        path = out.parent / f".{out.name}.{secrets.token_hex(4)}.{what}"
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise InputError(f"--out {out}: cannot write in {out.parent}: "
+                             f"{exc.strerror or exc}") from None
+    raise InputError(f"--out {out}: cannot make a temporary folder next to it")
+
+
+def _commit(tmp: Path, out: Path, files: list[str], force: bool) -> None:
+    """Put the finished scenario `tmp` in place as `out`.
+
+    A new `out` is one rename of the whole folder. An existing one (empty, or with
+    `--force`) keeps its own identity and the user's files: the earlier import's files are
+    moved aside to a hidden folder and the new ones moved in, all by renames (no copying,
+    so the window between them is tiny); a failure moves everything back, so `out` holds
+    one import or the other, never a mixture.
+    """
+    _check_out(out, force)  # again: the folder may have changed while we wrote
+    if not out.exists():
+        try:
+            os.rename(tmp, out)
+        except OSError as exc:
+            raise InputError(f"--out {out}: cannot put the scenario there: "
+                             f"{exc.strerror or exc}") from None
+        return
+    old = _hidden_sibling(out, "replaced")
+    moved_old: list[str] = []
+    moved_new: list[str] = []
+    try:
+        for name in OUT_FILES:
+            if (out / name).is_symlink() or (out / name).exists():
+                os.rename(out / name, old / name)  # (renames a link itself, never its target)
+                moved_old.append(name)
+        for name in files:
+            os.rename(tmp / name, out / name)
+            moved_new.append(name)
+    except BaseException:
+        for name in reversed(moved_new):
+            with contextlib.suppress(OSError):
+                os.rename(out / name, tmp / name)
+        for name in reversed(moved_old):
+            with contextlib.suppress(OSError):
+                os.rename(old / name, out / name)
+        with contextlib.suppress(OSError):
+            old.rmdir()  # (only if everything went back: never the earlier files)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    tmp.rmdir()
+
+
+class _Terminated(BaseException):
+    """SIGTERM while writing (`timeout`, a job scheduler): clean up, then exit 143."""
+
+
+@contextlib.contextmanager
+def _cleanup_on_sigterm() -> Iterator[None]:
+    """Turn SIGTERM into an exception while the scenario is written, so the temporary
+    folder is removed (only in the main thread, where signal handlers live)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_(signum: int, frame: Any) -> None:
+        raise _Terminated()
+
+    previous = signal.signal(signal.SIGTERM, raise_)
+    try:
+        yield
+    except _Terminated:
+        raise SystemExit(128 + signal.SIGTERM) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def import_simulation(source: str, src: str | Path, out: str | Path,
                       force: bool = False) -> ImportReport:
     """Import the `source` ("miroshark" or "mirofish") folder `src` into the scenario
     folder `out`. A non-empty `out` is refused unless `force` (then the importer's own
-    files in it are replaced). Raises `InputError` naming the file for bad input."""
+    files in it are replaced, and nothing else). The scenario is built in a hidden sibling
+    folder and renamed into place: a failure leaves `out` as it was. Raises `InputError`
+    naming the file (and field) for bad input."""
     if source not in SOURCES:
         raise InputError(f"unknown source {source!r}; sources: {', '.join(SOURCES)}")
     src, out = Path(src), Path(out)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out}: exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise InputError(f"--out {out}: the folder exists and is not empty; choose another "
-                         "or pass --force to overwrite the imported files")
-    imp = _Importer(source, src)  # type: ignore[arg-type]
+    _check_out(out, force)
+    with _no_gc():
+        return _import(_Importer(source, src), out, force)  # type: ignore[arg-type]
+
+
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """The cycle collector off while the import builds its many small objects (none in
+    cycles): its full passes over them cost a third of a 100k-profile import."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _import(imp: _Importer, out: Path, force: bool) -> ImportReport:
+    """Read, build, write into a hidden sibling of `out`, and move it into place."""
     imp.read()
     imp.build()
-    if force:
-        for name in OUT_FILES:  # a stale follows.csv must not outlive a new import
-            if (out / name).is_file():
-                (out / name).unlink()
-            elif (out / name).is_dir():
-                shutil.rmtree(out / name)
-    return imp.write(out)
+    made: list[Path] = []  # parent folders this import creates (removed again on failure)
+    for parent in reversed(out.absolute().parents):
+        if not parent.exists():
+            try:
+                parent.mkdir()
+            except OSError as exc:
+                raise InputError(f"--out {out}: cannot create {parent}: "
+                                 f"{exc.strerror or exc}") from None
+            made.append(parent)
+    target = Path(os.path.abspath(out))  # (`--out .` has a name and a parent)
+    tmp: Path | None = None
+    try:
+        with _cleanup_on_sigterm():
+            tmp = _hidden_sibling(target, "importing")
+            report = imp.write(tmp)
+            _commit(tmp, target, report.files, force)
+    except BaseException as exc:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        for parent in reversed(made):
+            with contextlib.suppress(OSError):
+                parent.rmdir()
+        if isinstance(exc, InputError) and tmp is not None and str(tmp) in str(exc):
+            # (the written config failed its check: name where it was meant to go)
+            raise InputError(str(exc).replace(str(tmp), str(out))) from None
+        raise
+    report.out = out
+    return report
