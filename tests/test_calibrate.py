@@ -3,13 +3,25 @@ the reported interval; a calibration resumes from its study; bad input is named.
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
 
 from sim.cli.main import main
 from sim.core.errors import InputError
-from sim.runs.calibrate import calibrate, load_target, parse_param, simulate
+from sim.runs.calibrate import (
+    MIN_ACCEPTED,
+    Param,
+    calibrate,
+    draw,
+    load_target,
+    parse_param,
+    simulate,
+    summarise,
+)
 from tests.conftest import CONFIGS, write_config
 
 TRUE_RATE = 0.02
@@ -35,18 +47,89 @@ def test_a_known_rate_is_recovered_within_its_interval(tiny, tmp_path, ray_sessi
     config, target = tiny
     param = parse_param("beliefs.update.rate=0.002:0.2:log")
     result = calibrate(str(config), str(target), [param], tmp_path / "fit", trials=16,
-                       seeds=1, accept=0.25)
+                       seeds=1, accept=0.3)
     est = result.estimates.iloc[0]
     assert est["low"] <= TRUE_RATE <= est["high"], est.to_dict()
     assert est["high"] / est["low"] < 10  # the interval is much narrower than the prior
-    assert len(result.trials) == 16 and result.trials["accepted"].sum() == 4
+    assert len(result.trials) == 16 and result.trials["accepted"].sum() == 5
     fitted = yaml.safe_load((tmp_path / "fit" / "calibrated.yaml").read_text())
     assert fitted["beliefs"]["update"]["rate"] == pytest.approx(est["best"])
     # resumed: 8 more draws on top of the 16 already in the study
     again = calibrate(str(config), str(target), [param], tmp_path / "fit", trials=24,
-                      seeds=1, accept=0.25)
+                      seeds=1, accept=0.3)
     assert len(again.trials) == 24
     assert again.trials.head(16)["distance"].tolist() == result.trials["distance"].tolist()
+    assert again.trials[param.key].nunique() == 24  # new draws, none repeated
+
+
+def test_extending_a_calibration_continues_with_new_draws(tiny, tmp_path, ray_session,
+                                                          capsys):
+    """Issue 26 item 16: `--trials 3`, then `--trials 5` into the same `--out` adds draws
+    3 and 4, new ones (the draws an uninterrupted `--trials 5` makes: each draw's values
+    come from its own index), not draws 0 and 1 again; each is counted once. With 3
+    draws and the default accepted share one draw is accepted: no 90% interval, said in
+    words (issue 26 item 18)."""
+    config, target = tiny
+    param = parse_param("beliefs.update.rate=0.002:0.2:log")
+    out = tmp_path / "fit"
+    argv = ["calibrate", str(config), "--target", str(target), "--param",
+            "beliefs.update.rate=0.002:0.2:log", "--seeds", "1", "--out", str(out),
+            "--no-plot"]
+    assert main([*argv, "--trials", "3"]) == 0
+    printed = capsys.readouterr()
+    assert "n/a (1 accepted draw)" in printed.out and "nan" not in printed.out
+    assert "only 1 draw accepted (0.1 of 3): no 90% interval (it needs at least 5)" \
+        in " ".join(printed.err.split())
+    first = pd.read_csv(out / "trials.csv")
+    saved = json.loads((out / "calibration.json").read_text())
+    assert saved["estimates"][0]["low"] is None and saved["estimates"][0]["high"] is None
+    assert saved["interval"] == "n/a: 1 draw accepted, at least 5 needed"
+
+    result = calibrate(str(config), str(target), [param], out, trials=5, seeds=1, accept=1.0)
+    rates = result.trials[param.key].tolist()
+    assert len(rates) == 5 and len(set(rates)) == 5, rates
+    assert rates[:3] == first[param.key].tolist()
+    assert result.trials["distance"].head(3).tolist() == first["distance"].tolist()
+    assert rates == [draw([param], 0, i)[param.key] for i in range(5)]
+    assert result.trials["draw"].tolist() == [0, 1, 2, 3, 4]
+    assert json.loads((out / "calibration.json").read_text())["trials"] == 5
+    assert result.accepted == 5 and result.estimates["low"].notna().all()
+    # asked for fewer than the study holds: all are used, and it says so
+    fewer = calibrate(str(config), str(target), [param], out, trials=4, seeds=1, accept=1.0)
+    assert len(fewer.trials) == 5 and "already holds 5 draws" in fewer.notes[0]
+
+
+def _study(values: list[tuple[float, float]], param: Param):
+    """An in-memory Optuna study holding finished draws (value, distance)."""
+    import optuna
+
+    study = optuna.create_study()
+    dist = optuna.distributions.FloatDistribution(param.low, param.high, log=param.log)
+    for i, (v, d) in enumerate(values):
+        study.add_trial(optuna.trial.create_trial(params={param.key: v},
+                                                  distributions={param.key: dist}, value=d,
+                                                  user_attrs={"draw": i}))
+    return study
+
+
+def test_too_few_accepted_draws_give_no_interval_and_repeats_count_once(tmp_path):
+    """Issue 26 items 16 and 18: an interval needs MIN_ACCEPTED accepted draws (below,
+    NaN in the frame, null in calibration.json, and a note); a study extended by an
+    earlier release, which drew draws 0 and 1 again, counts each draw once."""
+    param = parse_param("beliefs.update.rate=0.01:0.1")
+    draws = [(0.02, 1.0), (0.05, 2.0), (0.03, 0.5), (0.07, 3.0), (0.04, 0.7), (0.06, 0.9)]
+    one = summarise(_study(draws, param), [param], 0.1, tmp_path)
+    assert one.accepted == 1 and one.estimates.iloc[0]["estimate"] == 0.03
+    assert np.isnan(one.estimates.iloc[0]["low"]) and np.isnan(one.estimates.iloc[0]["high"])
+    assert "no 90% interval (it needs at least 5)" in one.notes[0]
+    five = summarise(_study(draws, param), [param], 0.8, tmp_path)
+    assert five.accepted == MIN_ACCEPTED and not five.notes
+    assert five.estimates.iloc[0]["low"] == pytest.approx(np.percentile(
+        [0.03, 0.04, 0.06, 0.02, 0.05], 5))
+    repeated = summarise(_study(draws + draws[:2], param), [param], 0.8, tmp_path)
+    assert len(repeated.trials) == 6 and repeated.accepted == 5
+    assert "2 draw(s)" in repeated.notes[0] and "each is counted once" in repeated.notes[0]
+    assert json.loads((tmp_path / "calibration.json").read_text())["trials"] == 6
 
 
 def test_bad_calibration_input_is_named(tiny, tmp_path, capsys):
@@ -58,7 +141,7 @@ def test_bad_calibration_input_is_named(tiny, tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     pd.DataFrame({"round": [1, 99], "metric": ["sd.carbon_tax", "sd.carbon_tax"],
                   "value": [0.5, 0.4]}).to_csv(bad, index=False)
-    with pytest.raises(InputError, match=r"line 3: round 99 is not in 0\.\.6"):
+    with pytest.raises(InputError, match=r"line 3: round '99' is not a round in 0\.\.6"):
         load_target(bad, ["carbon_tax"], 6)
     pd.DataFrame({"round": [1], "metric": ["sd.nope"], "value": [0.5]}).to_csv(bad,
                                                                                index=False)

@@ -21,10 +21,12 @@ from sim import open_experiment
 from sim.analysis.experiments import (
     EFFECTS_FILE,
     EXPERIMENT_FILE,
+    MIN_BOOTSTRAP,
     REPORT_FILE,
     bootstrap_interval,
     outcomes,
     paired_effects,
+    render_report,
 )
 from sim.analysis.metrics import student_t_quantile
 from sim.analysis.sweeps import member_metrics
@@ -59,7 +61,7 @@ def _only_dir(folder: Path) -> Path:
 @pytest.fixture(scope="module")
 def finished(ray_session, tmp_path_factory):
     """One uninterrupted experiment of the small config: (config file, experiment dir,
-    what it printed)."""
+    what it printed: stdout, then stderr)."""
     tmp = tmp_path_factory.mktemp("experiment")
     quickstart = yaml.safe_load((ROOT / "configs" / "quickstart.yaml").read_text())
     config = write_config(tmp / "small.yaml", small_experiment(quickstart))
@@ -68,7 +70,7 @@ def finished(ray_session, tmp_path_factory):
     with contextlib.redirect_stdout(std), contextlib.redirect_stderr(err):
         code = main(["experiment", str(config), "--out", str(out)])
     assert code == 0, err.getvalue()
-    return config, _only_dir(out), std.getvalue()
+    return config, _only_dir(out), std.getvalue() + err.getvalue()
 
 
 # ---------------------------------------------------------------------- bad input
@@ -97,6 +99,11 @@ def finished(ray_session, tmp_path_factory):
     (lambda e: e.update(branch_round=6), "experiment.branch_round: 6 leaves no round"),
     (lambda e: [e["arms"].pop(arm) for arm in ("same", "no_news")],
      "experiment.arms: an experiment needs at least two arms"),
+    (lambda e: e["arms"]["no_news"].update(interventions={"add": [
+        {"kind": "beliefs", "round": 5, "topic": "carbon_tax", "shift": 0.1,
+         "target": {"ids": [3, 60]}}]}),
+     "experiment.arms.no_news.interventions.add: entry 0: interventions.1.target.ids: no "
+     "agent 60 (the population has 60 agents at round 2, ids 0..59)"),
 ])
 def test_bad_input_exits_2_names_the_field_and_writes_nothing(tmp_path, quickstart_dict,
                                                               capsys, change, expect):
@@ -135,18 +142,27 @@ def test_paired_effects_by_hand():
         "arm": ["c", "c", "c", "t", "t", "t"], "replicate": [0, 1, 2, 0, 1, 2],
         "metric": "m", "value": [1.0, 2.0, 4.0, 1.5, 2.0, 5.0]})
     (row,) = paired_effects(values, "c", ["c", "t"], ["m"]).to_dict("records")
-    d = np.array([0.5, 0.0, 1.0])  # t − c per replicate
+    # t − c per replicate: 0.5, 0, 1
     assert row["n"] == 3 and row["mean_diff"] == pytest.approx(0.5)
     assert row["sd_diff"] == pytest.approx(0.5)  # sqrt(((0)^2 + 0.5^2 + 0.5^2) / 2)
     half = student_t_quantile(0.975, 2) * 0.5 / math.sqrt(3)
     assert student_t_quantile(0.975, 2) == pytest.approx(4.302653, abs=1e-6)
     assert (row["t_low"], row["t_high"]) == pytest.approx((0.5 - half, 0.5 + half))
-    # the bootstrap: 2000 resamples of the replicates, drawn by default_rng(0)
+    # three pairs are too few for a bootstrap interval (issue 26 item 18)
+    assert math.isnan(row["boot_low"]) and math.isnan(row["boot_high"])
+    assert row["note"] == f"bootstrap n/a (n = 3; it needs {MIN_BOOTSTRAP})"
+    # the bootstrap from five pairs: 2000 resamples of the replicates, by default_rng(0)
+    five = pd.concat([values, pd.DataFrame({"arm": ["c", "c", "t", "t"],
+                                            "replicate": [3, 4, 3, 4], "metric": "m",
+                                            "value": [0.0, 1.0, 0.25, 0.5]})])
+    (boot,) = paired_effects(five, "c", ["c", "t"], ["m"]).to_dict("records")
+    d5 = np.array([0.5, 0.0, 1.0, 0.25, -0.5])
     rng = np.random.default_rng(0)
-    means = [d[rng.integers(0, 3, size=3)].mean() for _ in range(2000)]
-    assert (row["boot_low"], row["boot_high"]) == pytest.approx(
+    means = [d5[rng.integers(0, 5, size=5)].mean() for _ in range(2000)]
+    assert (boot["boot_low"], boot["boot_high"]) == pytest.approx(
         tuple(np.quantile(means, [0.025, 0.975])))
-    assert 0.0 <= row["boot_low"] < 0.5 < row["boot_high"] <= 1.0
+    assert -0.5 <= boot["boot_low"] < 0.25 < boot["boot_high"] <= 1.0
+    assert boot["n"] == MIN_BOOTSTRAP and boot["note"] == ""
     # var(c) = (16/9 + 1/9 + 25/9) / 2 = 7/3 (mean 7/3); var(t) = (16/9 + 25/36 + 169/36)
     # / 2 = 43/12 (mean 17/6); var(d) = 0.25
     assert row["var_control"] == pytest.approx(7 / 3)
@@ -187,9 +203,9 @@ def test_an_arm_without_changes_differs_from_the_control_by_exactly_zero(finishe
                                                         "polarization") for t in TOPICS} \
         | {"activity", "engagement"}
     assert len(same) == 6 * 7 + 2 * 6 and (same["n"] == 2).all()  # rounds 0..6, 1..6
-    for col in ("mean_diff", "sd_diff", "boot_low", "boot_high", "t_low", "t_high",
-                "var_paired"):
+    for col in ("mean_diff", "sd_diff", "t_low", "t_high", "var_paired"):
         assert (same[col] == 0).all(), col
+    assert same["boot_low"].isna().all() and same["boot_high"].isna().all()  # (n = 2)
     end = exp.effects.set_index(["arm", "metric"])
     assert (end.loc["same", "mean_diff"] == 0).all()
     news = exp.effects_by_round[(exp.effects_by_round["arm"] == "no_news")
@@ -257,3 +273,40 @@ def test_a_killed_experiment_resumes_to_the_tables_of_an_uninterrupted_one(finis
         assert tables_differ(root / a.run / "trajectory.duckdb",
                              reference / b.run / "trajectory.duckdb") == [], a.unit
         assert len([p for p in (root / a.unit).iterdir() if p.is_dir()]) == 1  # no leftovers
+
+
+def test_degenerate_statistics_are_said_in_words(finished):
+    """Issue 26 item 18: with n = 2 replicates the bootstrap interval is not estimated:
+    "n/a (n = 2)" in the printed table, a warning when planned and with the effects, NaN
+    in the frames, empty in effects.csv with the reason in its `note` column; and the
+    report's runs table shows words for what a unit does not have, never "nan"."""
+    _, root, printed = finished
+    flat = " ".join(printed.split())
+    assert "n/a (n = 2)" in flat and "nan" not in printed
+    assert "experiment.replicates: 2 replicate(s) give no bootstrap interval (it needs at " \
+           "least 5)" in flat
+    assert "n = 2 paired replicates: no bootstrap interval (n/a; it needs at least 5)" in flat
+    written = pd.read_csv(root / EFFECTS_FILE)
+    assert written["boot_low"].isna().all() and written["t_low"].notna().all()
+    assert set(written["note"]) == {"bootstrap n/a (n = 2; it needs 5)"}
+    exp = open_experiment(root)
+    page = render_report(exp)
+    assert ">nan<" not in page and "(base run)" in page
+    assert "n/a (n = 2)" in page and "t band (too few pairs for a bootstrap band)" in page
+    # a unit that failed and one never run: their missing fields in words
+    exp.units.loc[0, ["status", "run", "seconds", "error"]] = ["failed", None, None, "boom"]
+    exp.units.loc[1, ["status", "run", "seconds"]] = ["pending", None, None]
+    page = render_report(exp)
+    assert ">nan<" not in page and ">None<" not in page
+    assert "(not run)" in page and "(none)" in page and "boom" in page
+
+
+def test_parallel_below_one_is_refused_before_anything_is_written(tmp_path,
+                                                                  quickstart_dict, capsys):
+    """`--parallel 0` is named before the experiment's folder is made (it was checked only
+    once the folder and experiment.json were written)."""
+    config = write_config(tmp_path / "exp.yaml", small_experiment(quickstart_dict))
+    out = tmp_path / "out"
+    assert main(["experiment", str(config), "--parallel", "0", "--out", str(out)]) == 2
+    assert "--parallel 0: must be >= 1" in capsys.readouterr().err
+    assert not out.exists()

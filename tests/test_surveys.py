@@ -4,18 +4,23 @@ path over real HTTP (the loopback server)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
 
 from sim import open_run
+from sim.analysis.surveys import scale_summary, wave_change
 from sim.cli.main import main
+from sim.cli.survey import _print
 from sim.config import parse_config
 from sim.config.surveys import Survey
 from sim.core.errors import ConfigError
 from sim.engine.surveys import rule_responses
-from tests.conftest import CONFIGS
+from sim.runs.simulation import Simulation
+from tests.conftest import CONFIGS, write_config
 from tests.golden import run_digests
 from tests.helpers import make_config, run_config
 
@@ -160,3 +165,113 @@ def test_bad_surveys_name_the_field(change, problem, tmp_path):
     with pytest.raises(ConfigError) as err:
         parse_config(data)
     assert problem in str(err.value)
+
+
+def _small(tmp_path, survey: dict, population: dict | None = None) -> dict:
+    """The quick start at 300 agents and 3 rounds (activists: 10%, 30 agents) with one
+    survey."""
+    data = yaml.safe_load((CONFIGS / "quickstart.yaml").read_text())
+    data.update(rounds=3, surveys=[survey], output={"dir": str(tmp_path / "runs")})
+    data["population"] = population or {**data["population"], "size": 300}
+    return data
+
+
+LIKERT = {"id": "good", "kind": "likert", "topic": "carbon_tax", "text": "Good idea?"}
+
+
+def test_a_sample_naming_an_unknown_group_fails_validation_before_anything_is_written(
+        tmp_path, capsys):
+    """Issue 26 item 15: a survey sample of a group the population does not have is a
+    config error (exit 2 with the field's path and line) for `shoal check` and `shoal run`
+    alike, not a DuckDB error once the run directory is being written; the same for an
+    id outside the population, and for a profile file's groups (known only once the
+    population is read, still before anything is written)."""
+    survey = {"name": "panel", "waves": [0, 2], "items": [LIKERT],
+              "sample": {"select": {"groups": ["commuters"]}, "size": 20}}
+    config = tmp_path / "cfg.yaml"
+    config.write_text(yaml.safe_dump(_small(tmp_path, survey), sort_keys=False))
+    line = next(i for i, text in enumerate(config.read_text().splitlines(), start=1)
+                if "commuters" in text) - 1  # (the selector's `groups:` key line)
+    for argv in (["check", str(config)], ["run", str(config), "--quiet"]):
+        assert main(argv) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert (f"cfg.yaml:{line}: surveys.0.sample.select.groups: unknown groups "
+                "['commuters']; population.groups defines ['activists', 'media']") in err
+        assert "CHECKPOINT" not in err and "internal error" not in err
+    assert not (tmp_path / "runs").exists()
+
+    survey["sample"] = {"select": {"ids": [5, 300]}}
+    with pytest.raises(ConfigError, match=r"surveys\.0\.sample\.select\.ids: no agent 300 "
+                                          r"\(the population has 300 agents, ids 0\.\.299\)"):
+        parse_config(_small(tmp_path, survey))
+
+    profiles = tmp_path / "profiles.csv"
+    profiles.write_text("name,username,group\n" + "".join(
+        f"P{i},p{i},{'cyclists' if i % 2 else 'drivers'}\n" for i in range(12)))
+    survey["sample"] = {"select": {"groups": ["commuters"]}}
+    config.write_text(yaml.safe_dump(_small(tmp_path, survey, {"file": str(profiles)}),
+                                     sort_keys=False))
+    assert main(["run", str(config), "--quiet"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "surveys.0.sample.select.groups: unknown groups ['commuters']; the population " \
+           "has ['drivers', 'cyclists']" in err and "CHECKPOINT" not in err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_sample_larger_than_its_pool_warns_and_records_the_size_used(tmp_path, capsys):
+    """Issue 26 item 18: `size: 500` of the 30 activists is known to be too large before
+    the run (`shoal check` warns, naming the line); the run warns too, asks all 30, and
+    records the size asked for, the pool and the number drawn in run.json, which `shoal
+    survey` shows. With a seeded fraction the pool is only known when the run starts."""
+    survey = {"name": "panel", "waves": [0, 3], "items": [LIKERT],
+              "sample": {"select": {"groups": ["activists"]}, "size": 500}}
+    config = write_config(tmp_path / "cfg.yaml", _small(tmp_path, survey))
+    assert main(["check", str(config)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "warning: " in err and "surveys.0.sample.size: 500 respondents asked for, but " \
+        "only 30 agents can be drawn (known before the run); the sample is all 30 of them" \
+        in err
+    assert "cfg.yaml:" in err.split("surveys.0.sample.size")[0].rsplit("warning: ", 1)[1]
+
+    assert main(["run", str(config), "--quiet"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "surveys.0.sample.size: 500 respondents asked for, but only 30 agents can be " \
+           "drawn (when the run started)" in err
+    (run,) = (tmp_path / "runs").iterdir()
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["surveys"] == [{"survey": "panel", "size": 500, "pool": 30, "drawn": 30}]
+    responses = open_run(run).survey_responses
+    assert responses.groupby("wave")["agent"].nunique().tolist() == [30, 30]
+    assert main(["survey", str(run), "--results-only"]) == 0
+    printed = capsys.readouterr()
+    assert "samples (drawn when the run started)" in printed.out
+    assert "only 30 agents could be drawn" in " ".join(printed.err.split())
+
+    survey["sample"] = {"select": {"fraction": 0.1}, "size": 200}
+    cfg = make_config(_small(tmp_path, survey), tmp_path / "more")
+    assert cfg.notes() == []  # (how many the fraction draws is not known before the run)
+    with Simulation.create(cfg, out=None) as sim:
+        (note,) = sim.notes
+    assert note.startswith("surveys.0.sample.size: 200 respondents asked for, but only ")
+
+
+def test_survey_statistics_say_what_cannot_be_estimated(capsys, tmp_path):
+    """Issue 26 item 18: a scale answered by one respondent has no alpha, no sd and no
+    change interval: NaN in the frames with a note saying why, and "n/a" where `shoal
+    survey` prints them, never "nan"."""
+    surveys = [{"name": "s", "items": [
+        {"id": "a", "kind": "likert", "scale": "x", "points": 5},
+        {"id": "b", "kind": "likert", "scale": "x", "points": 5}]}]
+    responses = pd.DataFrame({
+        "round": [0, 0, 3, 3], "survey": "s", "wave": [0, 0, 1, 1], "agent": 7,
+        "item": ["a", "b", "a", "b"], "kind": "likert", "value": [4.0, 5.0, 2.0, 3.0],
+        "choice": None, "text": None, "abstained": False, "source": "rule"})
+    scales = scale_summary(responses, surveys)
+    assert scales["alpha"].isna().all() and scales["sd"].isna().all()
+    assert scales["note"].tolist() == ["alpha n/a (n = 1); sd n/a (n = 1)"] * 2
+    (change,) = wave_change(responses, surveys).to_dict("records")
+    assert change["mean_change"] == -2.0 and np.isnan(change["ci_low"])
+    assert change["note"] == "interval n/a (n = 1)"
+    _print("change", wave_change(responses, surveys))
+    printed = capsys.readouterr().out
+    assert "n/a" in printed and "nan" not in printed

@@ -17,13 +17,17 @@ rounds 1..R for activity and engagement (so they equal `sweeps.member_metrics`).
 Effects pair arm t with the control c replicate by replicate (same seed, same base run):
 d_i = y_t,i − y_c,i. Reported: the mean of d with a percentile bootstrap interval
 (RESAMPLES resamples of the replicates, numpy `default_rng(BOOTSTRAP_SEED)`, so the
-interval is reproducible) and the Student t-interval (`metrics.t_interval`); and what
-pairing bought: var(d) against var(y_t) + var(y_c), the variance of a difference of
-independent runs (sample variances, n − 1).
+interval is reproducible; none from fewer than MIN_BOOTSTRAP pairs) and the Student
+t-interval (`metrics.t_interval`; none from one pair); and what pairing bought: var(d)
+against var(y_t) + var(y_c), the variance of a difference of independent runs (sample
+variances, n − 1). A statistic that cannot be estimated from the pairs there are is NaN
+in the frames, empty in the CSV files, and said in words in the `note` column, the
+printed table and the report ("n/a (n = 2)").
 """
 
 from __future__ import annotations
 
+import html
 import json
 import math
 from functools import cached_property, partial
@@ -49,6 +53,10 @@ REPORT_FILE = "report.html"
 LEVEL = 0.95
 RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
+# The fewest pairs a bootstrap interval is given from: below it the resampled means take
+# a handful of values and the percentile interval is a fraction of the t interval's width
+# (about √((n−1)/n)·z/t(0.975, n−1): 0.11 at n = 2, 0.53 at 4, 0.63 at 5, 0.78 at 8).
+MIN_BOOTSTRAP = 5
 SUMMARY_COLUMNS = ["n", "mean_diff", "sd_diff", "boot_low", "boot_high", "t_low", "t_high"]
 PAIRING_COLUMNS = ["var_paired", "var_control", "var_treatment", "var_unpaired",
                    "pairing_ratio"]
@@ -118,14 +126,42 @@ def bootstrap_interval(values: np.ndarray, level: float = LEVEL, resamples: int 
 
 
 def summarize_differences(d: np.ndarray, level: float = LEVEL) -> dict[str, float]:
-    """n, mean, sd (n − 1), the bootstrap and the t interval of paired differences."""
+    """n, mean, sd (n − 1), the bootstrap and the t interval of paired differences; the
+    bootstrap interval only from MIN_BOOTSTRAP differences on, the sd and the t interval
+    from two (NaN otherwise)."""
     d = np.asarray(d, dtype=float)
     d = d[np.isfinite(d)]
-    boot = bootstrap_interval(d, level)
+    boot = bootstrap_interval(d, level) if d.size >= MIN_BOOTSTRAP else (math.nan, math.nan)
     t = metrics.t_interval(d, level)
     return {"n": int(d.size), "mean_diff": float(d.mean()) if d.size else math.nan,
             "sd_diff": float(d.std(ddof=1)) if d.size > 1 else math.nan,
             "boot_low": boot[0], "boot_high": boot[1], "t_low": t[0], "t_high": t[1]}
+
+
+def small_sample_note(n: int) -> str:
+    """What cannot be estimated from `n` pairs, in words ("" when everything can)."""
+    if n < 2:
+        return f"n = {n}: no sd, interval or variance ratio (one pair shows no spread)"
+    if n < MIN_BOOTSTRAP:
+        return f"bootstrap n/a (n = {n}; it needs {MIN_BOOTSTRAP})"
+    return ""
+
+
+def small_sample_warnings(effects: pd.DataFrame) -> list[str]:
+    """Warnings for an effects table whose rows rest on too few pairs (what `shoal
+    experiment` prints and the report shows)."""
+    out = []
+    few = sorted({int(n) for n in effects["n"] if 2 <= n < MIN_BOOTSTRAP})
+    if few:
+        out.append(f"{'rows with ' if len(effects['n'].unique()) > 1 else ''}n = "
+                   f"{', '.join(map(str, few))} paired replicates: no bootstrap interval "
+                   f"(n/a; it needs at least {MIN_BOOTSTRAP}); the t interval is given, and "
+                   "assumes the mean difference is roughly normal; more replicates "
+                   "(experiment.replicates) give both")
+    if (effects["n"] < 2).any():
+        out.append("rows with n = 1 paired replicate: no sd, no interval and no variance "
+                   "ratio can be estimated (n/a)")
+    return out
 
 
 def pairing_variance(control: np.ndarray, treatment: np.ndarray) -> dict[str, float]:
@@ -158,23 +194,26 @@ def paired(values: pd.DataFrame, control: str, by: list[str]) -> pd.DataFrame:
 def paired_effects(values: pd.DataFrame, control: str, arms: list[str], names: list[str],
                    by: tuple[str, ...] = (), level: float = LEVEL) -> pd.DataFrame:
     """Per treatment arm, metric (and `by` keys, e.g. round): the summary of the paired
-    differences (`summarize_differences`) and the pairing variances (`pairing_variance`).
+    differences (`summarize_differences`), the pairing variances (`pairing_variance`)
+    and a `note` saying in words what too few pairs left undefined (`small_sample_note`).
     `values` has the columns arm, replicate, metric, *by, value."""
-    cols = ["arm", "metric", *by, *SUMMARY_COLUMNS, *PAIRING_COLUMNS]
+    cols = ["arm", "metric", *by, *SUMMARY_COLUMNS, *PAIRING_COLUMNS, "note"]
     pairs = paired(values[["arm", "replicate", "metric", *by, "value"]], control,
                    ["metric", *by])
     rows = []
     for key, group in pairs.groupby(["arm", "metric", *by], sort=False):
         c, t = group["control"].to_numpy(), group["treatment"].to_numpy()
-        rows.append({**dict(zip(["arm", "metric", *by], key, strict=True)),
-                     **summarize_differences(t - c, level), **pairing_variance(c, t)})
+        summary = summarize_differences(t - c, level)
+        rows.append({**dict(zip(["arm", "metric", *by], key, strict=True)), **summary,
+                     **pairing_variance(c, t), "note": small_sample_note(summary["n"])})
     out = pd.DataFrame(rows, columns=cols)
     arm_order = {a: i for i, a in enumerate(arms)}
     metric_order = {m: i for i, m in enumerate(names)}
     out = out.sort_values(["arm", "metric", *by], key=lambda s: s.map(arm_order)
                           if s.name == "arm" else s.map(metric_order) if s.name == "metric"
                           else s).reset_index(drop=True)
-    return out.astype({"n": np.int64, **{c: float for c in cols[len(by) + 3:]}})
+    return out.astype({"n": np.int64, **{c: float for c in cols[len(by) + 3:-1]},
+                       "note": str})
 
 
 # ---------------------------------------------------------------------- reading
@@ -195,8 +234,9 @@ class Experiment:
       metrics per round, over its full history;
     - `outcomes`: arm, replicate, seed, metric, value — the end-of-run values;
     - `effects`: per treatment arm and metric, the paired differences from the control
-      at the end (n, mean_diff, sd_diff, boot_low/high, t_low/high) and the pairing
-      variances (var_paired, var_control, var_treatment, var_unpaired, pairing_ratio);
+      at the end (n, mean_diff, sd_diff, boot_low/high, t_low/high), the pairing
+      variances (var_paired, var_control, var_treatment, var_unpaired, pairing_ratio)
+      and a `note` naming what too few pairs left undefined (NaN);
     - `effects_by_round`: the same per round;
     - `pairing`: the variance columns of `effects` alone.
     """
@@ -315,22 +355,32 @@ def write_tables(exp: Experiment) -> list[Path]:
     return paths
 
 
-def _num(value: float, fmt: str = "{:+.4f}") -> str:
-    return "—" if value is None or not np.isfinite(value) else fmt.format(value)
+def _missing(value: object) -> bool:
+    """Whether a cell holds nothing (None, NaN: a pandas column's missing value)."""
+    return value is None or (isinstance(value, float) and not math.isfinite(value))
 
 
-def interval_text(low: float, high: float) -> str:
-    """`[low, high]`, or an em dash when the interval is undefined."""
-    return "—" if not (np.isfinite(low) and np.isfinite(high)) else \
-        f"[{low:+.4f}, {high:+.4f}]"
+def _num(value: float | None, fmt: str = "{:+.4f}", missing: str = "n/a") -> str:
+    return missing if _missing(value) else fmt.format(value)
+
+
+def interval_text(low: float, high: float, n: int | None = None) -> str:
+    """`[low, high]`, or "n/a (n = 2)" (without n: "n/a") when it is undefined."""
+    if _missing(low) or _missing(high):
+        return "n/a" if n is None else f"n/a (n = {n})"
+    return f"[{low:+.4f}, {high:+.4f}]"
 
 
 def effects_rows(effects: pd.DataFrame) -> list[list[str]]:
     """The effects table as text cells: arm, metric, n, mean diff, bootstrap CI, t CI,
-    pairing variance ratio (what `shoal experiment` prints and the report shows)."""
+    pairing variance ratio (what `shoal experiment` prints and the report shows); what
+    cannot be estimated is "n/a (n = …)", and a ratio of two zero variances "n/a (no
+    variance)"."""
     return [[r.arm, r.metric, str(r.n), _num(r.mean_diff),
-             interval_text(r.boot_low, r.boot_high), interval_text(r.t_low, r.t_high),
-             _num(r.pairing_ratio, "{:.3f}")] for r in effects.itertuples()]
+             interval_text(r.boot_low, r.boot_high, r.n),
+             interval_text(r.t_low, r.t_high, r.n),
+             _num(r.pairing_ratio, "{:.3f}", f"n/a (n = {r.n})" if r.n < 2 else
+                  "n/a (no variance)")] for r in effects.itertuples()]
 
 
 EFFECT_HEADERS = ["arm", "metric", "n", "mean diff", f"{LEVEL:.0%} bootstrap CI",
@@ -356,17 +406,28 @@ def render_report(exp: Experiment) -> str:
     ])
     arms = table_html(["arm", "changes"], [[a, _changes(spec["arms"][a])] for a in exp.arms])
     effects = table_html(EFFECT_HEADERS, effects_rows(exp.effects), numeric=range(2, 7))
-    if exp.effects_by_round.empty:
+    effects += "".join(f"<p><strong>Warning:</strong> {html.escape(w)}.</p>"
+                       for w in small_sample_warnings(exp.effects))
+    by_round = exp.effects_by_round
+    if by_round.empty:
         figure = "<p>No finished pairs yet.</p>"
-    else:
-        figure = (f'<figure><img src="{png_uri(exp.plot_effects())}" alt="effects over '
-                  'rounds"><figcaption>Mean paired difference (treatment − control) per '
-                  f'round with its {LEVEL:.0%} bootstrap band; dashed: the branch round.'
+    else:  # the bootstrap band where every round has one, else the t band, else none
+        band = "boot" if (by_round["n"] >= MIN_BOOTSTRAP).all() else "t"
+        what = {"boot": f"its {LEVEL:.0%} bootstrap band",
+                "t": f"its {LEVEL:.0%} t band (too few pairs for a bootstrap band)"}[band] \
+            if (by_round["n"] >= 2).all() else "no band (one pair has no spread)"
+        figure = (f'<figure><img src="{png_uri(exp.plot_effects(interval=band))}" '
+                  'alt="effects over rounds"><figcaption>Mean paired difference (treatment '
+                  f'− control) per round with {what}; dashed: the branch round.'
                   '</figcaption></figure>')
-    runs = table_html(["unit", "arm", "replicate", "seed", "status", "run", "seconds"],
-                      [[u.unit, u.arm or "(base)", u.replicate, u.seed, u.status,
-                        u.run or "", _num(u.seconds, "{:.1f}")]
-                       for u in units.itertuples()], numeric=(2, 3, 6))
+    runs = table_html(["unit", "arm", "replicate", "seed", "status", "run", "seconds",
+                       "error"],
+                      [[u.unit, "(base run)" if u.kind == "base" else u.arm, u.replicate,
+                        u.seed, u.status, "(none)" if _missing(u.run) else u.run,
+                        _num(u.seconds, "{:.1f}", "(not run)" if u.status == "pending"
+                             else "n/a"),
+                        "" if _missing(u.error) else u.error]
+                       for u in units.itertuples()], numeric=(2, 3, 6), text=(7,))
     sections = [("Summary", summary), ("Arms", arms), ("Effects at the end", effects),
                 ("Effects over rounds", figure), ("Runs", runs)]
     body = "\n".join(f"<section>\n<h2>{title}</h2>\n{content}\n</section>"

@@ -64,9 +64,20 @@ def scale_scores(responses: pd.DataFrame, surveys: list[dict]) -> pd.DataFrame:
     return pd.concat(out, ignore_index=True)[cols] if out else pd.DataFrame(columns=cols)
 
 
+def alpha_note(n: int, items: int, alpha: float) -> str:
+    """Why Cronbach's alpha is undefined, in words ("" when it is not)."""
+    if items < 2:
+        return "alpha n/a (one item)"
+    if n < 2:
+        return f"alpha n/a (n = {n})"
+    return "alpha n/a (no variance)" if np.isnan(alpha) else ""
+
+
 def scale_summary(responses: pd.DataFrame, surveys: list[dict]) -> pd.DataFrame:
     """Per survey, scale and wave: respondents with a score, mean and sd of the score,
-    Cronbach's alpha."""
+    Cronbach's alpha, and a `note` saying why a statistic is undefined (NaN): alpha from
+    fewer than two complete respondents or items, or without variance; sd from one
+    respondent."""
     df = coded(responses, surveys)
     scores = scale_scores(responses, surveys)
     rows = []
@@ -74,12 +85,16 @@ def scale_summary(responses: pd.DataFrame, surveys: list[dict]) -> pd.DataFrame:
         wide = part.pivot_table(index="agent", columns="item", values="value")
         sc = scores[(scores["survey"] == survey) & (scores["scale"] == scale)
                     & (scores["wave"] == wave)]["score"]
+        alpha = cronbach_alpha(wide)
+        complete = len(wide.dropna())
+        notes = [alpha_note(complete, wide.shape[1], alpha),
+                 f"sd n/a (n = {len(sc)})" if len(sc) < 2 else ""]
         rows.append({"survey": survey, "scale": scale, "wave": int(wave),
                      "round": int(part["round"].iloc[0]), "n": len(sc),
-                     "mean": sc.mean(), "sd": sc.std(ddof=1),
-                     "alpha": cronbach_alpha(wide), "items": wide.shape[1]})
+                     "mean": sc.mean(), "sd": sc.std(ddof=1), "alpha": alpha,
+                     "items": wide.shape[1], "note": "; ".join(n for n in notes if n)})
     return pd.DataFrame(rows, columns=["survey", "scale", "wave", "round", "n", "mean", "sd",
-                                       "alpha", "items"])
+                                       "alpha", "items", "note"])
 
 
 def abstention(responses: pd.DataFrame) -> pd.DataFrame:
@@ -92,7 +107,8 @@ def abstention(responses: pd.DataFrame) -> pd.DataFrame:
 def wave_change(responses: pd.DataFrame, surveys: list[dict],
                 confidence: float = 0.95) -> pd.DataFrame:
     """Within-respondent change of each scale score between consecutive waves: the
-    respondents scored in both, their mean change and its t interval."""
+    respondents scored in both, their mean change and its t interval (NaN from fewer than
+    two respondents, and `note` says so)."""
     scores = scale_scores(responses, surveys)
     rows = []
     for (survey, scale), part in scores.groupby(["survey", "scale"]):
@@ -103,6 +119,7 @@ def wave_change(responses: pd.DataFrame, surveys: list[dict],
             low, high = t_interval(diff.to_numpy(), confidence)
             rows.append({"survey": survey, "scale": scale, "from_wave": int(a),
                          "to_wave": int(b), "n": len(diff), "mean_change": diff.mean(),
-                         "ci_low": low, "ci_high": high})
+                         "ci_low": low, "ci_high": high,
+                         "note": f"interval n/a (n = {len(diff)})" if len(diff) < 2 else ""})
     return pd.DataFrame(rows, columns=["survey", "scale", "from_wave", "to_wave", "n",
-                                       "mean_change", "ci_low", "ci_high"])
+                                       "mean_change", "ci_low", "ci_high", "note"])

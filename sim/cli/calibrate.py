@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import math
 
+from rich.markup import escape
 from rich.table import Table
 
 from sim.cli.console import console, out, print_whole
@@ -48,17 +50,21 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     result = calibrate(args.config, args.target, params, args.out, args.trials, args.seeds,
                        args.accept, args.set, args.seed, args.parallel, args.address,
                        on_trial)
+    kept = result.accepted
     table = Table(box=None)
     for col in ("parameter", "estimate (median)", "90% interval", "best draw", "prior"):
         table.add_column(col)
     for r in result.estimates.itertuples():
-        table.add_row(r.param, f"{r.estimate:.4g}", f"{r.low:.4g} – {r.high:.4g}",
+        interval = f"{r.low:.4g} – {r.high:.4g}" if math.isfinite(r.low) else \
+            f"n/a ({kept} accepted draw{'s' if kept != 1 else ''})"
+        table.add_row(r.param, f"{r.estimate:.4g}", interval,
                       f"{r.best:.4g}", f"{r.prior_low:g} – {r.prior_high:g}"
                       + (" (log)" if r.log else ""))
     print_whole(table)
-    kept = int(result.trials["accepted"].sum())
     out.print(f"{len(result.trials)} draws, {kept} accepted; best distance "
               f"{result.trials['distance'].min():.4g}; {result.seconds:.1f} s", highlight=False)
+    for note in result.notes:
+        console.print(f"[yellow]warning[/]: {escape(note)}", highlight=False)
     if not args.no_plot:
         from sim.config import load_config
         from sim.runs.calibrate import load_target

@@ -46,7 +46,12 @@ def effects_table(rows: list[list[str]], headers: list[str]) -> Table:
 
 def cmd_experiment(args: argparse.Namespace) -> int:
     """Plan (or reopen) an experiment, run its units on Ray, print the effects."""
-    from sim.analysis.experiments import EFFECT_HEADERS, EXPERIMENT_FILE, effects_rows
+    from sim.analysis.experiments import (
+        EFFECT_HEADERS,
+        EXPERIMENT_FILE,
+        effects_rows,
+        small_sample_warnings,
+    )
     from sim.runs.experiment import (
         plan_experiment,
         reopen_experiment,
@@ -54,6 +59,8 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         start_experiment,
     )
 
+    if args.parallel is not None and args.parallel < 1:  # (before anything is written)
+        raise InputError(f"--parallel {args.parallel}: must be >= 1")
     if args.resume is not None:
         if args.config is not None or args.set or args.rounds is not None:
             raise InputError("--resume DIR continues an experiment as it was planned; give "
@@ -75,6 +82,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         console.print(f"experiment [bold]{plan.root.name}[/]: {arms} arms × {n} "
                       f"replicate(s), branching at round {spec['branch_round']} = "
                       f"{bases + arms * n} runs → {plan.root}", highlight=False)
+        _warn(plan.notes)
         root, spec = start_experiment(plan)
 
     def on_unit(record: dict, done: int, total: int) -> None:
@@ -105,6 +113,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     if len(ratios):
         out.print(f"pairing variance ratio: median {ratios.median():.3f} (range "
                   f"{ratios.min():.3f}..{ratios.max():.3f})", highlight=False)
+    _warn(small_sample_warnings(exp.effects))
     units = spec["units"]
     console.print(f"{len(units) - len(result.failed)}/{len(units)} runs in "
                   f"{result.seconds:.1f} s; tables and report → {root} "
@@ -115,3 +124,8 @@ def cmd_experiment(args: argparse.Namespace) -> int:
                       highlight=False)
         return 2 if all(u.get("input_error") for u in result.failed) else 1
     return 0
+
+
+def _warn(notes: list[str]) -> None:
+    for note in notes:
+        console.print(f"[yellow]warning[/]: {escape(note)}", highlight=False)

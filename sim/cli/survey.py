@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import math
 
+from rich.markup import escape
 from rich.table import Table
 
 from sim.cli.console import console, out, print_whole
@@ -44,6 +46,7 @@ def cmd_survey(args: argparse.Namespace) -> int:
                 f"{r.answered}/{r.agents} LLM agents answered")
             console.print(f"{r.survey} wave {r.wave} (round {r.round}): {what}")
         run = open_run(args.run)
+    _samples(run.meta.get("surveys") or [])
     _print("scale scores (reverse-coded items, listwise) and Cronbach's alpha",
            run.survey_scales())
     _print("within-respondent change between waves (95% t interval)", run.survey_change())
@@ -51,6 +54,26 @@ def cmd_survey(args: argparse.Namespace) -> int:
     _print("abstention by wave", ab.groupby(["survey", "wave", "round"], as_index=False)[
         ["asked", "abstained"]].sum().assign(rate=lambda d: d["abstained"] / d["asked"]))
     return 0
+
+
+def _samples(samples: list[dict]) -> None:
+    """Each survey's sample as drawn when the run started (run.json), and a warning for
+    one that is smaller than the size asked for."""
+    if not samples:
+        return
+    out.print("[bold]samples (drawn when the run started)[/]")
+    table = Table(box=None)
+    for col in ("survey", "size asked", "pool", "drawn"):
+        table.add_column(col, justify="left" if col == "survey" else "right")
+    for s in samples:
+        table.add_row(s["survey"], "all" if s["size"] is None else str(s["size"]),
+                      str(s["pool"]), str(s["drawn"]))
+    print_whole(table)
+    for s in samples:
+        if s["size"] is not None and s["size"] > s["pool"]:
+            console.print(f"[yellow]warning[/]: survey {escape(s['survey'])}: {s['size']} "
+                          f"respondents asked for, but only {s['pool']} agents could be "
+                          f"drawn; the sample is all {s['pool']} of them", highlight=False)
 
 
 def _print(title: str, df) -> None:
@@ -61,6 +84,7 @@ def _print(title: str, df) -> None:
     table = Table(box=None)
     for col in df.columns:
         table.add_column(str(col), justify="right" if df[col].dtype.kind in "fi" else "left")
-    for row in df.itertuples(index=False):
-        table.add_row(*(f"{v:.3f}" if isinstance(v, float) else str(v) for v in row))
+    for row in df.itertuples(index=False):  # (what cannot be estimated: the note says why)
+        table.add_row(*(("n/a" if math.isnan(v) else f"{v:.3f}") if isinstance(v, float)
+                        else str(v) for v in row))
     print_whole(table)

@@ -20,7 +20,7 @@ from sim.config.interventions import known_platform
 from sim.config.llm import LLMConfig
 from sim.config.platforms import Platforms
 from sim.config.selector import Selector
-from sim.config.surveys import Survey
+from sim.config.surveys import Survey, sample_note
 from sim.core.distributions import Uniform
 from sim.core.registry import BELIEF_RULES, EXTRACTORS, INTERVENTIONS, POLICIES, SUMMARIZERS
 
@@ -430,7 +430,8 @@ class Config(Strict):
                     for p in iv.problems(f"interventions.{i}", self.rounds, names)]
         problems += self._duplicate_names()
         for i, survey in enumerate(self.surveys):
-            problems += survey.problems(f"surveys.{i}", self.rounds, names)
+            problems += survey.problems(f"surveys.{i}", self.rounds, names,
+                                        self.population.size)
         survey_names = [s.name for s in self.surveys]
         problems += [f"surveys: the name {n!r} is used twice" for n in
                      sorted({n for n in survey_names if survey_names.count(n) > 1})]
@@ -493,6 +494,24 @@ class Config(Strict):
             out.append(("llm.agents", self.llm.agents))
         for i, iv in enumerate(self.interventions):
             out += iv.selectors(f"interventions.{i}")
+        out += [(f"surveys.{i}.sample.select", s.sample.select)
+                for i, s in enumerate(self.surveys)]
+        return out
+
+    def notes(self) -> list[str]:
+        """Warnings about a valid config, each starting with the field's path: a survey
+        sample larger than the agents it can be drawn from (known before the run for a
+        generated population; otherwise the run says so when it starts)."""
+        n = self.population.size
+        if n is None:
+            return []
+        # (generated groups are exact shares: round(fraction * size) agents each)
+        groups = {g.name: round(g.fraction * n) for g in self.population.groups}
+        out = []
+        for i, survey in enumerate(self.surveys):
+            size, pool = survey.sample.size, survey.pool_bound(n, groups)
+            if size is not None and size > pool:
+                out.append(sample_note(f"surveys.{i}", size, pool, "known before the run"))
         return out
 
     @property

@@ -81,17 +81,24 @@ class Survey(Strict):
     sample: Sample = Field(default_factory=Sample)
     response: ResponseModel = Field(default_factory=ResponseModel)
 
-    def problems(self, path: str, rounds: int, topics: list[str]) -> list[str]:
-        """What is wrong with the survey given the run's rounds and topics."""
+    def problems(self, path: str, rounds: int, topics: list[str],
+                 agents: int | None = None) -> list[str]:
+        """What is wrong with the survey given the run's rounds, topics and (a generated
+        population) its number of agents at round 0, whom the sample is drawn from. (The
+        sample's groups are checked with every selector's: `Config.selectors`.)"""
         out = []
+        ids = self.sample.select.ids or []
+        if agents is not None and ids and max(ids) >= agents:
+            out.append(f"{path}.sample.select.ids: no agent {max(ids)} (the population has "
+                       f"{agents} agents, ids 0..{agents - 1})")
         for i, w in enumerate(self.waves):
             if not 0 <= w <= rounds:
                 out.append(f"{path}.waves.{i}: round {w} is outside the run (0..{rounds})")
         if len(set(self.waves)) != len(self.waves):
             out.append(f"{path}.waves: a round is listed twice")
-        ids = [it.id for it in self.items]
+        names = [it.id for it in self.items]
         for i, it in enumerate(self.items):
-            if ids.count(it.id) > 1:
+            if names.count(it.id) > 1:
                 out.append(f"{path}.items.{i}.id: {it.id!r} is used twice")
             if it.topic is not None and it.topic not in topics:
                 out.append(f"{path}.items.{i}.topic: unknown topic {it.topic!r}; topics are "
@@ -106,3 +113,25 @@ class Survey(Strict):
                     out.append(f"{path}.items: the items of scale {it.scale!r} have "
                                "different numbers of points")
         return out
+
+    def pool_bound(self, agents: int, groups: dict[str, int]) -> int:
+        """The most agents the sample can be drawn from, knowable before the run: the
+        round-0 population (`agents`), narrowed by the selector's ids and groups
+        (`groups`: each group's number of agents). A seeded fraction draws fewer, by
+        chance, so it is only known when the run starts."""
+        sel, bound = self.sample.select, agents
+        if sel.ids is not None:
+            bound = min(bound, len(set(sel.ids)))
+        if sel.groups is not None:
+            bound = min(bound, sum(groups.get(g, 0) for g in set(sel.groups)))
+        return bound
+
+
+def sample_note(path: str, size: int, pool: int, known: str) -> str:
+    """The warning for a sample larger than its pool (`known`: when it was found, e.g.
+    "before the run"): every agent of the pool is asked, fewer than the size."""
+    if pool == 0:
+        return (f"{path}.sample.size: {size} respondents asked for, but no agent can be "
+                f"drawn ({known}); the survey has no respondents")
+    return (f"{path}.sample.size: {size} respondents asked for, but only {pool} agents can "
+            f"be drawn ({known}); the sample is all {pool} of them")

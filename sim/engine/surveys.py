@@ -23,7 +23,7 @@ import zlib
 import numpy as np
 import pyarrow as pa
 
-from sim.config.surveys import Item, Survey
+from sim.config.surveys import Item, Survey, sample_note
 from sim.core.counter_rng import CounterRNG, Purpose
 from sim.world.selection import select
 
@@ -32,17 +32,56 @@ COLUMNS = ("round", "survey", "wave", "agent", "item", "kind", "value", "choice"
            "abstained", "source")
 
 
-def panel(survey: Survey, world, seed: int) -> np.ndarray:
-    """The survey's respondents (sorted ids): its sample of the round-0 agents."""
+def _pool(survey: Survey, world, seed: int) -> np.ndarray:
+    """The agents the survey's sample is drawn from: the round-0 agents its selector
+    picks (sorted ids)."""
     alive0 = np.flatnonzero(world.joined == 0)
+    i = [s.name for s in world.cfg.surveys].index(survey.name)  # (names are unique)
+    where = f"surveys.{i}.sample.select"
     mask = select(survey.sample.select, world.population,
-                  lambda: CounterRNG(seed).generator(_key(survey), 1), f"surveys.{survey.name}")
-    ids = alive0[mask[alive0]]
+                  lambda: CounterRNG(seed).generator(_key(survey), 1), where)
+    return alive0[mask[alive0]]
+
+
+def panel(survey: Survey, world, seed: int) -> np.ndarray:
+    """The survey's respondents (sorted ids): its sample of the round-0 agents (all of
+    them when the pool has no more than `size`)."""
+    ids = _pool(survey, world, seed)
     size = survey.sample.size
     if size is not None and size < len(ids):
         ids = np.sort(CounterRNG(seed).generator(_key(survey), 2).choice(ids, size,
                                                                           replace=False))
     return ids
+
+
+def check_samples(world) -> None:
+    """Every survey's sample resolves against the round-0 population: its ids exist and
+    its groups are the population's (an InputError naming the field otherwise). Run
+    before anything is written; for a generated population the config's validation has
+    checked this already, for a profile file only the population knows."""
+    for i, survey in enumerate(world.cfg.surveys):
+        # ids and groups only: the seeded fraction is drawn with the sample
+        select(survey.sample.select.model_copy(update={"fraction": None}), world.population,
+               lambda: None, f"surveys.{i}.sample.select")
+
+
+def sample_sizes(world) -> list[dict]:
+    """Per survey: the sample `size` asked for (None: everyone), the `pool` it is drawn
+    from and the number of respondents actually `drawn` (what run.json records)."""
+    out = []
+    for survey in world.cfg.surveys:
+        pool = len(_pool(survey, world, world.cfg.seed))
+        size = survey.sample.size
+        out.append({"survey": survey.name, "size": size, "pool": pool,
+                    "drawn": pool if size is None else min(size, pool)})
+    return out
+
+
+def sample_notes(sizes: list[dict]) -> list[str]:
+    """A warning per survey whose sample is larger than its pool (`sizes` as
+    `sample_sizes` gives them)."""
+    return [sample_note(f"surveys.{i}", s["size"], s["pool"], "when the run started")
+            for i, s in enumerate(sizes) if s["size"] is not None and s["size"] > s["pool"]]
 
 
 def _key(survey: Survey) -> int:

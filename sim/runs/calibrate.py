@@ -6,23 +6,27 @@ a position above 0), `retest.<topic>` (correlation of each agent's position with
 position at round 0: panel stability). Parameters are config fields with a range
 (`beliefs.update.rate=0.001:0.2:log`).
 
-Method: approximate Bayesian computation by rejection. Trials draw parameters from the
-prior (uniform on the range, or on its logarithm) with Optuna's seeded random sampler; each
-trial runs the config with `seeds` seeds on Ray (one task per run) and its distance to the
-target is the mean over target rows of the squared difference of the seed-averaged metric,
-divided per metric by max(sd of the target's values, 0.01)². The `accept` share of trials
-closest to the target is the approximate posterior: the estimate is its median, the
-uncertainty its 5th–95th percentiles (a 90% interval). The Optuna study is kept in a
-journal file, so a killed calibration resumes where it stopped.
+Method: approximate Bayesian computation by rejection. Draw i takes its parameters from the
+prior (uniform on the range, or on its logarithm) with a generator keyed by (seed, i), so
+its values depend on nothing else; each draw runs the config with `seeds` seeds on Ray (one
+task per run) and its distance to the target is the mean over target rows of the squared
+difference of the seed-averaged metric, divided per metric by max(sd of the target's
+values, 0.01)². The `accept` share of draws closest to the target is the approximate
+posterior: the estimate is its median, the uncertainty its 5th–95th percentiles (a 90%
+interval, reported from MIN_ACCEPTED accepted draws on). Each finished draw is recorded,
+whole, in an Optuna study kept in a journal file, so a killed calibration resumes where it
+stopped and more trials extend a finished one, with the draws an uninterrupted
+calibration would have made: never a draw again.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +40,10 @@ from sim.engine.executors import ensure_ray
 
 KINDS = ("mean", "sd", "bimodality", "support", "retest")
 STUDY_FILE, TRIALS_FILE, RESULT_FILE = "study.journal", "trials.csv", "calibration.json"
+# Fewer accepted draws than this give no 90% interval: their 5th and 95th percentiles are
+# (nearly) their smallest and largest value, or one value (the same rule as an
+# experiment's bootstrap interval, sim.analysis.experiments.MIN_BOOTSTRAP).
+MIN_ACCEPTED = 5
 
 
 @dataclass(frozen=True)
@@ -60,10 +68,32 @@ def parse_param(text: str) -> Param:
     except ValueError:
         raise InputError(f"--param {text}: expected KEY=LOW:HIGH or KEY=LOW:HIGH:log") from None
     log = len(parts) == 3
+    if not (math.isfinite(low) and math.isfinite(high)):
+        raise InputError(f"--param {text}: LOW and HIGH must be finite numbers")
     if not low < high or (log and low <= 0):
         raise InputError(f"--param {text}: the range must have LOW < HIGH"
                          + (" and LOW > 0 for a log range" if log else ""))
     return Param(key.strip(), low, high, log)
+
+
+def shown(p: Param) -> str:
+    """A parameter as the command line gives it: `--param KEY=LOW:HIGH[:log]`."""
+    return f"--param {p.key}={p.low:g}:{p.high:g}" + (":log" if p.log else "")
+
+
+def draw(params: list[Param], seed: int, index: int) -> dict[str, float]:
+    """Draw `index`'s values: each parameter uniform on its range (or on its logarithm),
+    from numpy's generator seeded with (seed, index), so that a draw is the same however
+    the calibration was cut and resumed, and no two draws share a stream."""
+    u = np.random.default_rng([seed, index]).random(len(params))
+    out = {}
+    for p, x in zip(params, u, strict=True):
+        if p.log:
+            value = math.exp(math.log(p.low) + x * (math.log(p.high) - math.log(p.low)))
+        else:
+            value = p.low + x * (p.high - p.low)
+        out[p.key] = min(max(float(value), p.low), p.high)  # (exp∘log may round past an end)
+    return out
 
 
 def position_series(beliefs: pd.DataFrame) -> pd.DataFrame:
@@ -89,26 +119,39 @@ def position_series(beliefs: pd.DataFrame) -> pd.DataFrame:
 
 
 def load_target(path: str | Path, topics: list[str], rounds: int) -> pd.DataFrame:
-    """The target CSV (round, metric, value), checked against the config."""
-    try:
-        df = pd.read_csv(path)
-    except (OSError, ValueError) as exc:
+    """The target CSV (round, metric, value), checked against the config: every row
+    (named by its line) has a known metric, a whole round in 0..rounds and a finite
+    value, and there is at least one row."""
+    try:  # (cells as text: a blank or a word is named by its line, not guessed at)
+        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
         raise InputError(f"--target {path}: {exc}") from None
     missing = {"round", "metric", "value"} - set(df.columns)
     if missing:
         raise InputError(f"--target {path}: missing columns {sorted(missing)} (need round, "
                          "metric, value)")
+    if df.empty:
+        raise InputError(f"--target {path}: no rows; give at least one observation "
+                         "(round, metric, value)")
     known = {f"{k}.{t}" for k in KINDS for t in topics}
+    rows = []
     for i, row in enumerate(df.itertuples(index=False), start=2):
-        if row.metric not in known:
+        if row.metric.strip() not in known:
             raise InputError(f"--target {path}, line {i}: unknown metric {row.metric!r}; "
                              f"metrics: {', '.join(sorted(known))}")
-        if not (isinstance(row.round, int | np.integer) and 0 <= row.round <= rounds):
-            raise InputError(f"--target {path}, line {i}: round {row.round} is not in "
+        r = row.round.strip()
+        if not (r.isdigit() and int(r) <= rounds):
+            raise InputError(f"--target {path}, line {i}: round {r!r} is not a round in "
                              f"0..{rounds}")
-        if not np.isfinite(row.value):
-            raise InputError(f"--target {path}, line {i}: the value is not a number")
-    return df[["round", "metric", "value"]].reset_index(drop=True)
+        try:
+            value = float(row.value)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value):
+            raise InputError(f"--target {path}, line {i}: the value {row.value!r} is not a "
+                             "finite number")
+        rows.append({"round": int(r), "metric": row.metric.strip(), "value": value})
+    return pd.DataFrame(rows, columns=["round", "metric", "value"])
 
 
 def simulate(config: str, sets: list[str], seed: int) -> pd.DataFrame:
@@ -117,10 +160,13 @@ def simulate(config: str, sets: list[str], seed: int) -> pd.DataFrame:
     from sim.analysis.runs import Run
     from sim.runs.simulation import Simulation
 
-    cfg = load_config(config, [*sets, f"seed={seed}"])
-    with Simulation.create(cfg, out=None) as sim:
-        sim.run()
-        return position_series(Run(sim).beliefs)
+    try:
+        cfg = load_config(config, [*sets, f"seed={seed}"])
+        with Simulation.create(cfg, out=None) as sim:
+            sim.run()
+            return position_series(Run(sim).beliefs)
+    except InputError as exc:  # (as a plain InputError: a ConfigError does not unpickle)
+        raise InputError(str(exc)) from None
 
 
 def distance(simulated: pd.DataFrame, target: pd.DataFrame) -> float:
@@ -135,12 +181,60 @@ def distance(simulated: pd.DataFrame, target: pd.DataFrame) -> float:
 
 @dataclass
 class Calibration:
-    """The fit: every trial, the accepted ones, and the estimates."""
+    """The fit: every trial, the accepted ones, and the estimates (`low`, `high`: NaN
+    when too few draws were accepted for an interval). `notes`: what the user should
+    know about them (for the CLI to print as warnings)."""
 
     out: Path
-    trials: pd.DataFrame  # trial, one column per parameter, distance, accepted
-    estimates: pd.DataFrame  # param, estimate, low, high, best
+    trials: pd.DataFrame  # trial, draw, one column per parameter, distance, accepted
+    estimates: pd.DataFrame  # param, estimate, low, high, best, prior_low, prior_high, log
     seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def accepted(self) -> int:
+        """The number of accepted draws."""
+        return int(self.trials["accepted"].sum())
+
+
+def _check_flags(trials: int, seeds: int, accept: float, seed: int, parallel: int | None,
+                 params: list[Param]) -> None:
+    """The flags' own limits, each named (before anything is read or written)."""
+    if trials < 2:
+        raise InputError(f"--trials {trials}: must be >= 2 (draws from the prior)")
+    if seeds < 1:
+        raise InputError(f"--seeds {seeds}: must be >= 1 (runs per draw)")
+    if not 0 < accept <= 1:
+        raise InputError(f"--accept {accept:g}: must be in (0, 1] (the share of draws kept)")
+    if seed < 0:
+        raise InputError(f"--seed {seed}: must be >= 0")
+    if parallel is not None and parallel < 1:
+        raise InputError(f"--parallel {parallel}: must be >= 1")
+    if not params:
+        raise InputError("name at least one --param KEY=LOW:HIGH")
+    keys = [p.key for p in params]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise InputError(f"--param {twice[0]}: given twice; fit each field once")
+
+
+def _check_params(config: str, sets: list[str], params: list[Param]) -> None:
+    """Both ends of each range, and a value inside it that is not a whole number, make
+    valid configs (a draw is any real number in the range)."""
+    def load(p: Param, value: float) -> None:
+        item = f"{p.key}={value!r}"
+        load_config(config, [*sets, item], labels={item: shown(p)})
+
+    for p in params:
+        load(p, p.low)
+        load(p, p.high)
+        inner = p.low + (p.high - p.low) * 0.3819660112501051  # (any fraction would do)
+        if not inner.is_integer():
+            try:
+                load(p, inner)
+            except InputError as exc:
+                raise InputError(f"{exc}; a draw is any number in the range, so a field "
+                                 "of whole numbers cannot be calibrated") from None
 
 
 def calibrate(config: str, target: str, params: list[Param], out: str | Path,
@@ -148,96 +242,150 @@ def calibrate(config: str, target: str, params: list[Param], out: str | Path,
               seed: int = 0, parallel: int | None = None, address: str | None = None,
               on_trial: Callable[[int, int, float], None] | None = None) -> Calibration:
     """Fit `params` of `config` to `target` (see the module docstring); results in `out`
-    (resumed if it holds a study of the same calibration)."""
+    (resumed, or extended to `trials` draws, if it holds a study of the same
+    calibration). Every input is checked before anything is written."""
     import optuna
-    import ray
 
     started = time.perf_counter()
-    if trials < 2 or seeds < 1 or not 0 < accept <= 1:
-        raise InputError("--trials must be >= 2, --seeds >= 1 and --accept in (0, 1]")
-    if not params:
-        raise InputError("name at least one --param KEY=LOW:HIGH")
+    _check_flags(trials, seeds, accept, seed, parallel, params)
     sets = list(sets or [])
     base = load_config(config, sets)
-    topics = [t.name for t in base.topics]
-    for p in params:  # both ends must make a valid config
-        for v in (p.low, p.high):
-            load_config(config, [*sets, f"{p.key}={v}"])
-    data = load_target(target, topics, base.rounds)
+    _check_params(config, sets, params)
+    data = load_target(target, base.topic_names, base.rounds)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: is a file, not a folder")
     spec = {"config": str(config), "target": str(target), "sets": sets, "seed": seed,
             "seeds": seeds, "params": [p.__dict__ for p in params]}
     spec_file = out / "spec.json"
     if spec_file.exists() and json.loads(spec_file.read_text()) != spec:
         raise InputError(f"--out {out}: holds another calibration (spec.json differs); "
                          "choose a new folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"--out {out}: cannot create the folder ({exc.strerror or exc})"
+                         ) from None
     spec_file.write_text(json.dumps(spec, indent=1))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = optuna.storages.JournalStorage(
         optuna.storages.journal.JournalFileBackend(str(out / STUDY_FILE)))
     study = optuna.create_study(study_name="calibration", storage=storage,
-                                sampler=optuna.samplers.RandomSampler(seed=seed),
                                 load_if_exists=True)
-    for t in study.trials:  # a trial cut short by a kill is asked again
-        if t.state == optuna.trial.TrialState.RUNNING:
-            study.tell(t.number, state=optuna.trial.TrialState.FAIL)
-    owns_ray = ensure_ray(address)
-    try:
-        task = ray.remote(num_cpus=1, max_retries=0)(simulate)
-        limit = parallel or max(1, int(ray.cluster_resources().get("CPU", 1)))
-        done = len(study.get_trials(states=(optuna.trial.TrialState.COMPLETE,)))
-        while done < trials:
-            batch = [study.ask() for _ in range(min(limit, trials - done))]
-            runs = {}
-            for trial in batch:
-                values = {p.key: trial.suggest_float(p.key, p.low, p.high, log=p.log)
-                          for p in params}
-                sets_t = [*sets, *(f"{k}={v!r}" for k, v in values.items())]
-                runs[trial.number] = [task.remote(str(config), sets_t, s)
-                                      for s in range(seed, seed + seeds)]
-            for trial in batch:
-                series = pd.concat(ray.get(runs[trial.number]))
-                mean = series.groupby(["round", "metric"], as_index=False)["value"].mean()
-                d = distance(mean, data)
-                study.tell(trial, d)
-                done += 1
-                if on_trial is not None:
-                    on_trial(done, trials, d)
-    finally:
-        if owns_ray:
-            ray.shutdown()
+    complete = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    made = {t.user_attrs.get("draw") for t in complete}
+    # the draws still to make: the first indices not recorded (one cut off by a kill is
+    # made again, with its own values); a study made by an earlier release, without
+    # indices, continues on fresh streams
+    todo = list(itertools.islice((i for i in itertools.count() if i not in made),
+                                 max(0, trials - len(complete))))
+    if todo:
+        _run_draws(study, todo, config, sets, params, data, seed, seeds, parallel, address,
+                   len(complete), trials, on_trial)
     result = summarise(study, params, accept, out)
+    if len(result.trials) > trials:
+        result.notes.append(f"--trials {trials}: the study in {out} already holds "
+                            f"{len(result.trials)} draws; all of them are used")
     best = dict(zip(result.estimates["param"], result.estimates["best"], strict=True))
     write_config(config, sets, best, out / "calibrated.yaml")
     result.seconds = time.perf_counter() - started
     return result
 
 
+def _run_draws(study: Any, todo: list[int], config: str, sets: list[str],
+               params: list[Param], data: pd.DataFrame, seed: int, seeds: int,
+               parallel: int | None, address: str | None, done: int, trials: int,
+               on_trial: Callable[[int, int, float], None] | None) -> None:
+    """Run the draws `todo` on Ray, `parallel` at once, recording each in the study as a
+    finished trial (its values, distance and draw index) once all its runs are in."""
+    import optuna
+    import ray
+
+    dists = {p.key: optuna.distributions.FloatDistribution(p.low, p.high, log=p.log)
+             for p in params}
+    owns_ray = ensure_ray(address)
+    try:
+        task = ray.remote(num_cpus=1, max_retries=0)(simulate)
+        limit = parallel or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        for start in range(0, len(todo), limit):
+            batch = {i: draw(params, seed, i) for i in todo[start:start + limit]}
+            runs = {i: [task.remote(str(config), [*sets, *(f"{k}={v!r}" for k, v in
+                                                          values.items())], s)
+                        for s in range(seed, seed + seeds)]
+                    for i, values in batch.items()}
+            for i, values in batch.items():
+                try:
+                    series = pd.concat(ray.get(runs[i]))
+                except ray.exceptions.RayTaskError as exc:  # a draw the config refuses
+                    cause = getattr(exc, "cause", None)
+                    if isinstance(cause, InputError):
+                        given = ", ".join(f"{k}={v:.6g}" for k, v in values.items())
+                        raise InputError(f"draw {i} ({given}): {cause}") from None
+                    raise
+                mean = series.groupby(["round", "metric"], as_index=False)["value"].mean()
+                d = distance(mean, data)
+                study.add_trial(optuna.trial.create_trial(
+                    params=values, distributions=dists, value=d, user_attrs={"draw": i}))
+                done += 1
+                if on_trial is not None:
+                    on_trial(done, trials, d)
+    finally:
+        if owns_ray:
+            ray.shutdown()
+
+
 def summarise(study: Any, params: list[Param], accept: float, out: Path) -> Calibration:
-    """Accept the closest trials; estimates and intervals; trials.csv and the JSON."""
+    """Accept the closest draws; estimates and intervals (none from fewer than
+    MIN_ACCEPTED accepted draws: `low` and `high` NaN, null in the JSON, and a note);
+    trials.csv and the JSON."""
     import optuna
 
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    frame = pd.DataFrame([{"trial": t.number, **t.params, "distance": t.value}
-                          for t in done]).sort_values(["distance", "trial"])
+    keys = [p.key for p in params]
+    frame = pd.DataFrame([{"trial": t.number, "draw": t.user_attrs.get("draw"), **t.params,
+                           "distance": t.value} for t in done],
+                         columns=["trial", "draw", *keys, "distance"])
+    notes: list[str] = []
+    # (a study extended by an earlier release may hold a draw twice: counted once)
+    repeats = frame.duplicated(subset=keys, keep="first")
+    if repeats.any():
+        notes.append(f"{int(repeats.sum())} draw(s) in {out / STUDY_FILE} repeat an earlier "
+                     "draw's values (made by an earlier release when the calibration was "
+                     "extended); each is counted once")
+        frame = frame[~repeats]
+    frame = frame.sort_values(["distance", "trial"])
     n = max(1, math.ceil(accept * len(frame)))
     frame["accepted"] = False
     frame.loc[frame.index[:n], "accepted"] = True
     kept = frame[frame["accepted"]]
+    interval = n >= MIN_ACCEPTED
+    if not interval:
+        notes.append(f"only {_draws(n)} accepted ({accept:g} of {len(frame)}): no 90% "
+                     f"interval (it needs at least {MIN_ACCEPTED}); raise --trials or "
+                     "--accept")
     rows = []
     for p in params:
         v = kept[p.key].to_numpy()
         rows.append({"param": p.key, "estimate": float(np.median(v)),
-                     "low": float(np.percentile(v, 5)), "high": float(np.percentile(v, 95)),
+                     "low": float(np.percentile(v, 5)) if interval else math.nan,
+                     "high": float(np.percentile(v, 95)) if interval else math.nan,
                      "best": float(frame.iloc[0][p.key]), "prior_low": p.low,
                      "prior_high": p.high, "log": p.log})
     estimates = pd.DataFrame(rows)
     frame.sort_values("trial").to_csv(out / TRIALS_FILE, index=False)
     (out / RESULT_FILE).write_text(json.dumps({
         "trials": len(frame), "accepted": n, "best_distance": float(frame["distance"].min()),
-        "estimates": rows}, indent=1))
-    return Calibration(out, frame.sort_values("trial").reset_index(drop=True), estimates, 0.0)
+        "interval": "5th-95th percentiles of the accepted draws" if interval else
+        f"n/a: {_draws(n)} accepted, at least {MIN_ACCEPTED} needed",
+        "estimates": [{k: (None if isinstance(v, float) and math.isnan(v) else v)
+                       for k, v in r.items()} for r in rows],
+        "notes": notes}, indent=1))
+    return Calibration(out, frame.sort_values("trial").reset_index(drop=True), estimates,
+                       0.0, notes)
+
+
+def _draws(n: int) -> str:
+    return f"{n} draw" + ("" if n == 1 else "s")
 
 
 def write_config(config: str, sets: list[str], values: dict[str, float], path: Path) -> None:

@@ -44,6 +44,7 @@ from typing import Any
 from sim.analysis.experiments import (
     EXPERIMENT_FILE,
     LEVEL,
+    MIN_BOOTSTRAP,
     RESAMPLES,
     UNIT_METRICS_FILE,
     Experiment,
@@ -77,12 +78,14 @@ _NOT_FOR_ARMS = {"seed", "rounds", "name", "executor"}
 
 @dataclass
 class ExperimentPlan:
-    """A validated experiment, not started: its folder (not created yet) and the spec
-    experiment.json will hold."""
+    """A validated experiment, not started: its folder (not created yet), the spec
+    experiment.json will hold, and `notes`: warnings about it (too few replicates for an
+    interval, a survey sample larger than its pool), each naming its field."""
 
     root: Path
     source: Path
     spec: dict
+    notes: list[str] = field(default_factory=list)
 
 
 def plan_experiment(config: str | Path, sets: list[str] | None = None,
@@ -113,10 +116,18 @@ def plan_experiment(config: str | Path, sets: list[str] | None = None,
             "replicates": exp.replicates, "seeds": seeds, "control": exp.control,
             "arms": {a: asdict(p) for a, p in arms.items()},
             "metrics": exp.metric_names(cfg.topic_names),
-            "interval": f"{LEVEL:.0%} percentile bootstrap ({RESAMPLES} resamples) and "
-                        "Student t, over replicates",
+            "interval": f"{LEVEL:.0%} percentile bootstrap ({RESAMPLES} resamples; from "
+                        f"{MIN_BOOTSTRAP} replicates on) and Student t (from 2), over "
+                        "replicates",
             "base_config": base, "units": _units(exp, seeds), "seconds": 0.0}
-    return ExperimentPlan(root=root, source=Path(config), spec=spec)
+    notes = cfg.notes()
+    if exp.replicates < MIN_BOOTSTRAP:
+        notes.append(f"experiment.replicates: {exp.replicates} replicate(s) give no "
+                     f"bootstrap interval (it needs at least {MIN_BOOTSTRAP})"
+                     + ("" if exp.replicates >= 2 else ", and one gives no interval at all")
+                     + "; the effects say n/a where a statistic cannot be estimated")
+    return ExperimentPlan(root=root, source=Path(config), spec=spec,
+                          notes=[str(locate(cfg, InputError(n))) for n in notes])
 
 
 def _units(exp: ExperimentConfig, seeds: list[int]) -> list[dict]:
@@ -162,7 +173,8 @@ def arm_plan(arm: str, spec: ArmSpec, base: dict, k: int) -> ForkPlan:
     plan = ForkPlan(sets=sets, interventions=list(spec.interventions.add), schedule=edits,
                     source=f"{where}.interventions.add", labels=labels)
     try:  # the fork's own checks: values, the schedule as edited, the whole config
-        fork_config(base, k, plan)
+        cfg, _, _ = fork_config(base, k, plan)
+        _check_ids(cfg, base, k)
     except InputError as exc:  # named as the arm's fields, not as the flags of `shoal fork`
         text = str(exc)
         for item in sets:
@@ -171,6 +183,25 @@ def arm_plan(arm: str, spec: ArmSpec, base: dict, k: int) -> ForkPlan:
                 text = text.replace(flag, f"{where}.overrides.{key}")
         raise InputError(text if text.startswith(where) else f"{where}: {text}") from None
     return plan
+
+
+def _check_ids(cfg: Config, base: dict, k: int) -> None:
+    """The agent ids an arm's selectors name exist where the arm resolves them: among
+    the agents at the branch round (a fork checks them there; with k = 0, at round 0),
+    so that a unit does not fail for it after the experiment has started. Known before
+    anything runs for a generated population: its size and the agents added by k; a
+    profile file's are checked when each unit starts."""
+    size = base["population"].get("size")
+    if size is None:
+        return
+    n = size + sum(e.get("count", 0) for e in base.get("interventions") or []
+                   if e.get("kind") == "add_agents" and e.get("round", 0) <= k)
+    for path, selector in cfg.selectors():
+        bad = [i for i in selector.ids or [] if i >= n]
+        if bad:
+            at = f" at round {k}" if k else ""
+            raise locate(cfg, InputError(f"{path}.ids: no agent {bad[0]} (the population "
+                                         f"has {n} agents{at}, ids 0..{n - 1})"))
 
 
 def _check_override(key: str, path: str, schedule: Schedule) -> None:
