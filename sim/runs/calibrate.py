@@ -36,7 +36,7 @@ import yaml
 
 from sim.config import load_config, resolved_dict
 from sim.core.errors import InputError
-from sim.engine.executors import ensure_ray
+from sim.runs.task_pool import Outcome, TaskPool
 
 KINDS = ("mean", "sd", "bimodality", "support", "retest")
 STUDY_FILE, TRIALS_FILE, RESULT_FILE = "study.journal", "trials.csv", "calibration.json"
@@ -279,10 +279,12 @@ def calibrate(config: str, target: str, params: list[Param], out: str | Path,
     # indices, continues on fresh streams
     todo = list(itertools.islice((i for i in itertools.count() if i not in made),
                                  max(0, trials - len(complete))))
+    lost: list[str] = []
     if todo:
-        _run_draws(study, todo, config, sets, params, data, seed, seeds, parallel, address,
-                   len(complete), trials, on_trial)
+        lost = _run_draws(study, todo, config, sets, params, data, seed, seeds, parallel,
+                          address, len(complete), trials, on_trial)
     result = summarise(study, params, accept, out)
+    result.notes += lost
     if len(result.trials) > trials:
         result.notes.append(f"--trials {trials}: the study in {out} already holds "
                             f"{len(result.trials)} draws; all of them are used")
@@ -295,43 +297,53 @@ def calibrate(config: str, target: str, params: list[Param], out: str | Path,
 def _run_draws(study: Any, todo: list[int], config: str, sets: list[str],
                params: list[Param], data: pd.DataFrame, seed: int, seeds: int,
                parallel: int | None, address: str | None, done: int, trials: int,
-               on_trial: Callable[[int, int, float], None] | None) -> None:
-    """Run the draws `todo` on Ray, `parallel` at once, recording each in the study as a
-    finished trial (its values, distance and draw index) once all its runs are in."""
+               on_trial: Callable[[int, int, float], None] | None) -> list[str]:
+    """Run the draws `todo` on Ray, `parallel` runs at once, recording each in the study
+    as a finished trial (its values, distance and draw index) once all its runs are in,
+    in draw order. A draw whose run failed (its worker died) is not recorded, so a resume
+    makes it again; what failed is returned as notes. A draw the config refuses is an
+    InputError naming it."""
     import optuna
-    import ray
 
     dists = {p.key: optuna.distributions.FloatDistribution(p.low, p.high, log=p.log)
              for p in params}
-    owns_ray = ensure_ray(address)
-    try:
-        task = ray.remote(num_cpus=1, max_retries=0)(simulate)
-        limit = parallel or max(1, int(ray.cluster_resources().get("CPU", 1)))
-        for start in range(0, len(todo), limit):
-            batch = {i: draw(params, seed, i) for i in todo[start:start + limit]}
-            runs = {i: [task.remote(str(config), [*sets, *(f"{k}={v!r}" for k, v in
-                                                          values.items())], s)
-                        for s in range(seed, seed + seeds)]
-                    for i, values in batch.items()}
-            for i, values in batch.items():
-                try:
-                    series = pd.concat(ray.get(runs[i]))
-                except ray.exceptions.RayTaskError as exc:  # a draw the config refuses
-                    cause = getattr(exc, "cause", None)
-                    if isinstance(cause, InputError):
-                        given = ", ".join(f"{k}={v:.6g}" for k, v in values.items())
-                        raise InputError(f"draw {i} ({given}): {cause}") from None
-                    raise
-                mean = series.groupby(["round", "metric"], as_index=False)["value"].mean()
-                d = distance(mean, data)
-                study.add_trial(optuna.trial.create_trial(
-                    params=values, distributions=dists, value=d, user_attrs={"draw": i}))
-                done += 1
-                if on_trial is not None:
-                    on_trial(done, trials, d)
-    finally:
-        if owns_ray:
-            ray.shutdown()
+    values = {i: draw(params, seed, i) for i in todo}
+    series: dict[int, dict[int, pd.DataFrame | None]] = {i: {} for i in todo}
+    lost: list[str] = []
+    order = iter(todo)
+    next_draw = [next(order, None)]
+
+    def args(key: tuple[int, int]) -> tuple[Any, ...]:
+        i, s = key
+        return str(config), [*sets, *(f"{k}={v!r}" for k, v in values[i].items())], s
+
+    def finished(key: tuple[int, int], out: Outcome) -> None:
+        nonlocal done
+        i, s = key
+        if not out.ok:
+            if isinstance(out.cause, InputError):  # a draw the config refuses
+                given = ", ".join(f"{k}={v:.6g}" for k, v in values[i].items())
+                raise InputError(f"draw {i} ({given}): {out.cause}") from None
+            lost.append(f"draw {i} (seed {s}) failed: {out.error}; it is not counted "
+                        "(--resume makes it again)")
+        series[i][s] = out.value if out.ok else None
+        while (i := next_draw[0]) is not None and len(series[i]) == seeds:  # in draw order
+            next_draw[0] = next(order, None)
+            if any(v is None for v in series[i].values()):
+                continue
+            runs = pd.concat([series[i][s] for s in sorted(series[i])])
+            mean = runs.groupby(["round", "metric"], as_index=False)["value"].mean()
+            d = distance(mean, data)
+            study.add_trial(optuna.trial.create_trial(
+                params=values[i], distributions=dists, value=d, user_attrs={"draw": i}))
+            done += 1
+            if on_trial is not None:
+                on_trial(done, trials, d)
+
+    keys = [(i, s) for i in todo for s in range(seed, seed + seeds)]
+    with TaskPool(simulate, parallel, address) as pool:
+        pool.run(lambda: keys, args, finished)
+    return lost
 
 
 def summarise(study: Any, params: list[Param], accept: float, out: Path) -> Calibration:

@@ -60,9 +60,9 @@ from sim.config.loading import locate, shown_override
 from sim.config.platforms import mutable_fields
 from sim.core.errors import InputError
 from sim.core.faults import crash_point
-from sim.engine.executors import ensure_ray
 from sim.runs.fork_plan import ForkPlan, Schedule, fork_config
-from sim.runs.sweep import task_outcome, write_json
+from sim.runs.sweep import write_json
+from sim.runs.task_pool import Outcome, TaskPool
 
 # Fields no arm may change, and why: they are the experiment's to set.
 _RESERVED = {
@@ -376,55 +376,42 @@ def run_experiment(root: Path, spec: dict, parallel: int | None = None,
     this process, or starting a local one), at most `parallel` at once (default: the
     cluster's CPUs), an arm once its base has finished; `on_unit(record, done, total)`
     after each. When all are done, write the tables and the report."""
-    import ray  # only here: planning and reading an experiment must not pay Ray's import
-
     if parallel is not None and parallel < 1:
         raise InputError(f"--parallel {parallel}: must be >= 1")
-    owns_ray = ensure_ray(address)
     start = time.perf_counter()
     file = root / EXPERIMENT_FILE
-    spec["status"] = "running"
-    write_json(file, spec)
-    pending: dict[Any, dict] = {}
-    units = spec["units"]
-    total = sum(u["status"] != "finished" for u in units)
-    try:
-        # one CPU per unit: a run is single-threaded numpy; no retry (a retry would
-        # leave a second run directory for the same unit)
-        task = ray.remote(num_cpus=1, max_retries=0)(run_unit)
-        limit = parallel or max(1, int(ray.cluster_resources().get("CPU", 1)))
-        done = 0
-        while True:
-            for unit in _ready(spec):
-                if len(pending) >= limit:
-                    break
-                unit["status"] = "running"
-                pending[task.remote(unit_task(root, spec, unit))] = unit
-            if not pending:
-                break
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            for ref in ready:
-                unit = pending.pop(ref)
-                unit.update(task_outcome(ref))
-                done += 1
-                for arm in _orphans(spec, unit):
-                    arm.update(status="failed", error=f"its base run ({unit['unit']}) failed")
-                    done += 1
-                write_json(file, spec)
-                crash_point("experimenting", done)
-                if on_unit is not None:
-                    on_unit(unit, done, total)
-    except KeyboardInterrupt:
-        for ref in pending:
-            ray.cancel(ref, force=True)
-        for unit in pending.values():
-            unit["status"] = "pending"
-        spec["status"] = "interrupted"
+    units = {u["unit"]: u for u in spec["units"]}
+    total = sum(u["status"] != "finished" for u in units.values())
+    done = 0
+
+    def args(key: str) -> tuple[Any, ...]:
+        units[key]["status"] = "running"
+        return (unit_task(root, spec, units[key]),)
+
+    def finished(key: str, out: Outcome) -> None:
+        nonlocal done
+        unit = units[key]
+        unit.update(out.value if out.ok else {"status": "failed", "error": out.error})
+        done += 1
+        for arm in _orphans(spec, unit):
+            arm.update(status="failed", error=f"its base run ({unit['unit']}) failed")
+            done += 1
         write_json(file, spec)
-        raise
-    finally:
-        if owns_ray:
-            ray.shutdown()
+        crash_point("experimenting", done)
+        if on_unit is not None:
+            on_unit(unit, done, total)
+
+    with TaskPool(run_unit, parallel, address) as pool:
+        spec["status"] = "running"
+        write_json(file, spec)
+        try:
+            pool.run(lambda: [u["unit"] for u in _ready(spec)], args, finished)
+        except KeyboardInterrupt:
+            for key in pool.running:
+                units[key]["status"] = "pending"
+            spec["status"] = "interrupted"
+            write_json(file, spec)
+            raise
     result = ExperimentResult(root=root, spec=spec, seconds=time.perf_counter() - start)
     spec["status"] = "failed" if result.failed else "finished"
     spec["seconds"] = spec.get("seconds", 0.0) + result.seconds

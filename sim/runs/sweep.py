@@ -54,7 +54,7 @@ from sim.analysis.sweeps import (
 )
 from sim.config import Config, load_config, parse_config, resolved_dict
 from sim.core.errors import InputError
-from sim.engine.executors import ensure_ray
+from sim.runs.task_pool import Outcome, TaskPool
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z0-9_\-]+)*$")
 # Not parameters of a member: the seed is the ensemble axis, the rest shape the layout.
@@ -232,48 +232,36 @@ def run_sweep(plan: SweepPlan, parallel: int | None = None, address: str | None 
     """Create the sweep folder and run every member on Ray (joining `address`, or a Ray
     already initialized in this process, or starting a local one), at most `parallel` at
     once (default: the cluster's CPUs). `on_member(record, done, total)` after each."""
-    import ray  # only here: planning and reading a sweep must not pay Ray's import
-
     if parallel is not None and parallel < 1:
         raise InputError(f"--parallel {parallel}: must be >= 1")
-    owns_ray = ensure_ray(address)
     start = time.perf_counter()
     records = [_record(m) for m in plan.members]
     spec = _spec(plan, records)
-    pending: dict[Any, Member] = {}
-    try:
-        plan.root.mkdir(parents=True, exist_ok=False)
-        shutil.copyfile(plan.source, plan.root / "config.yaml")
+    done = 0
+
+    def args(i: int) -> tuple[Any, ...]:
+        records[i]["status"] = "running"
+        return (plan.members[i].config,)
+
+    def finished(i: int, out: Outcome) -> None:
+        nonlocal done
+        records[i].update(out.value if out.ok else {"status": "failed", "error": out.error})
+        done += 1
+        spec["seconds"] = time.perf_counter() - start
         write_json(plan.root / SWEEP_FILE, spec)
-        # one CPU per member: a run is single-threaded numpy; no retry (a retry would
-        # leave a second run directory for the same member)
-        task = ray.remote(num_cpus=1, max_retries=0)(run_member)
-        limit = parallel or max(1, int(ray.cluster_resources().get("CPU", 1)))
-        queue = list(plan.members)
-        done = 0
-        while queue or pending:
-            while queue and len(pending) < limit:
-                member = queue.pop(0)
-                records[member.index]["status"] = "running"
-                pending[task.remote(member.config)] = member
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            for ref in ready:
-                member = pending.pop(ref)
-                records[member.index].update(task_outcome(ref))
-                done += 1
-                spec["seconds"] = time.perf_counter() - start
-                write_json(plan.root / SWEEP_FILE, spec)
-                if on_member is not None:
-                    on_member(records[member.index], done, len(records))
-    except KeyboardInterrupt:
-        for ref in pending:
-            ray.cancel(ref, force=True)
-        spec["status"] = "interrupted"
-        write_json(plan.root / SWEEP_FILE, spec)
-        raise
-    finally:
-        if owns_ray:
-            ray.shutdown()
+        if on_member is not None:
+            on_member(records[i], done, len(records))
+
+    with TaskPool(run_member, parallel, address) as pool:
+        try:
+            plan.root.mkdir(parents=True, exist_ok=False)
+            shutil.copyfile(plan.source, plan.root / "config.yaml")
+            write_json(plan.root / SWEEP_FILE, spec)
+            pool.run(lambda: range(len(records)), args, finished)
+        except KeyboardInterrupt:
+            spec["status"] = "interrupted"
+            write_json(plan.root / SWEEP_FILE, spec)
+            raise
     result = SweepResult(root=plan.root, members=records, seconds=time.perf_counter() - start)
     spec["status"] = "failed" if result.failed else "finished"
     spec["seconds"] = result.seconds
@@ -293,17 +281,6 @@ def _spec(plan: SweepPlan, records: list[dict]) -> dict:
             "status": "running", "config": str(plan.source), "sets": plan.sets,
             "grid": plan.grid, "seeds": plan.seeds, "points": plan.points,
             "interval": f"{LEVEL:.0%} Student t-interval over seeds", "members": records}
-
-
-def task_outcome(ref) -> dict:
-    """A run task's outcome dict, or a failed one naming why when its worker died."""
-    import ray
-
-    try:
-        return ray.get(ref)
-    except ray.exceptions.RayError as exc:
-        return {"status": "failed",
-                "error": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
 
 
 def write_json(path: Path, data: dict) -> None:
