@@ -34,7 +34,7 @@ from beliefs.stance import estimate_stance
 from sim.config import Config
 from sim.core.errors import InputError
 from sim.core.vocabulary import SOURCE, STANCE_METHOD, ActionType
-from sim.llm.cache import CachedChat, CacheMiss, ResponseCache
+from sim.llm.cache import CacheCorrupt, CachedChat, CacheMiss, ResponseCache
 from sim.llm.chat import Attempt, ChatModel, ChatReply, ChatRequest, call_rows, chat_model
 
 
@@ -169,9 +169,12 @@ class LLMPolicy:
             task.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
-        for task in tasks:  # a replay's miss, a cache that cannot write: the run stops
-            if task in done and isinstance(task.exception(), InputError):
-                raise task.exception()
+        # a replay's miss, a cache that cannot write: the run stops (every task's error
+        # is taken, so none is reported later as never retrieved)
+        stopped = [e for e in (t.exception() for t in tasks if t in done)
+                   if isinstance(e, InputError)]
+        if stopped:
+            raise stopped[0]
         for turn in turns.values():
             if turn.attempts:  # cut off with a request in flight: its rows all the same
                 self._record(turn, view, round_)
@@ -252,6 +255,8 @@ class LLMPolicy:
 
 def _named(miss: CacheMiss, agent: int, round_: int, platform: str, call: int) -> CacheMiss:
     """A replay's miss, said with the request it is about."""
+    if isinstance(miss, CacheCorrupt):  # an answer found but not trusted
+        return miss.named(agent, round_, platform, call)
     looked = ", ".join(str(p) for p in miss.searched) or "no folder (an in-memory run)"
     return CacheMiss(f"llm.cache: replay, and the cache has no answer for agent {agent}'s "
                      f"request in round {round_} ({platform}, call {call}; request key "

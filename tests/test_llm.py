@@ -11,8 +11,10 @@ import json
 import os
 import re
 import secrets
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -312,6 +314,117 @@ def test_a_missing_key_variable_stops_before_anything_is_written(tmp_path):
     assert "abc123" not in proc.stderr + proc.stdout
 
 
+FAKE_KEYS = {  # obviously fake, key-shaped: a prefix, or a long random-looking run
+    "base_urls": "https://models.example/v1/sk-proj-FAKEFAKEFAKEFAKE2601",
+    "model": "sk-FAKEFAKEFAKEFAKE2602",
+    "extra_body": "FAKEfake2603FAKEfake2603FAKEfake",
+    "endpoints": "https://models.example/gsk_FAKEFAKEFAKEFAKE2604/v1",
+}
+
+
+@pytest.mark.parametrize("field, change, path", [
+    ("base_urls", {"base_urls": ["http://127.0.0.1:9/v1", FAKE_KEYS["base_urls"]]},
+     "llm.providers.0.base_urls.1"),
+    ("model", {"model": FAKE_KEYS["model"]}, "llm.providers.0.model"),
+    ("extra_body", {"extra_body": {"top_p": 0.9, "user": FAKE_KEYS["extra_body"]}},
+     "llm.providers.0.extra_body.user"),
+    ("endpoints", {"endpoints": [{"url": FAKE_KEYS["endpoints"], "rpm": 60}]},
+     "llm.providers.0.endpoints.0.url"),
+])
+def test_key_shaped_provider_values_are_refused_without_echo(tmp_path, field, change, path):
+    """Issue 26 item 9: a key in a base URL's path, in an endpoint's URL, as the model, or
+    as a value of extra_body (under an innocent name) is refused when the config is read,
+    naming the field's path and never showing the value; nothing is written."""
+    data = llm_dict("loopback", size=50, rounds=2)
+    provider = data["llm"]["providers"][0]
+    if field == "endpoints":
+        del provider["base_urls"]
+    provider.update(change)
+    config = tmp_path / "keyed.yaml"
+    config.write_text(yaml.safe_dump(data))
+    proc = cli("run", str(config), "--out", str(tmp_path / "runs"), "--quiet")
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 2, said
+    assert f"{path}: looks like an API key" in said and "the value is not shown" in said
+    assert "FAKE" not in said and "Traceback" not in said
+    assert not (tmp_path / "runs").exists()
+
+
+def test_key_shaped_set_values_are_hidden_and_real_names_pass(tmp_path, quickstart_dict):
+    """Issue 26 item 9: `--set llm.providers.0.model=<key>` is refused with the value
+    hidden in the argument it names; model names and endpoint ids that are not keys
+    (Meta-Llama-3.1-8B-Instruct, a Cloudflare account id in the path) are accepted."""
+    config = tmp_path / "c.yaml"
+    config.write_text((CONFIGS / "llm_quickstart.yaml").read_text())
+    proc = cli("check", str(config), "--set", f"llm.providers.0.model={FAKE_KEYS['model']}")
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 2 and "FAKE" not in said, said
+    assert "--set llm.providers.0.model=(value hidden): llm.providers.0.model: looks like " \
+           "an API key" in said
+    data = llm_dict("https://api.cloudflare.com/client/v4/accounts/"
+                    "023e105f4ecef8ad9ca31a8372d0c353/ai/v1")
+    data["llm"]["providers"][0].update(model="meta-llama/Meta-Llama-3.1-8B-Instruct",
+                                       extra_body={"user": "agent-run-42"})
+    make_config(data, tmp_path)  # accepted
+
+
+def test_a_plugin_providers_own_fields_are_scanned_for_keys():
+    """Issue 26 item 9: a chat-model plug-in's provider config inherits the scan: a
+    key-shaped value in a field it adds is refused by path, without the value."""
+    from pydantic import Field, ValidationError
+
+    from sim.config.llm import ProviderConfig
+
+    class Regional(ProviderConfig):
+        region: str = "eu"
+        routes: dict[str, str] = Field(default_factory=dict)
+
+    Regional(base_urls=["loopback"], model="m", routes={"a": "eu-west-1"})  # fine
+    with pytest.raises(ValidationError) as caught:
+        Regional(base_urls=["loopback"], model="m", routes={"a": FAKE_KEYS["model"]})
+    said = str(caught.value)
+    assert "routes.a: looks like an API key" in said and "FAKE" not in said
+
+
+def test_loopback_servers_die_with_a_killed_run(tmp_path):
+    """Issue 26 item 14: `shoal run` with `base_urls: [loopback]` killed by SIGKILL (no
+    cleanup runs) leaves no loopback server behind: each notices its parent is gone and
+    stops. The servers are found by a marker in their environment, inherited from the
+    run."""
+    if not Path("/proc/self/environ").exists():
+        pytest.skip("needs /proc to find the run's processes")
+    data = llm_dict("loopback", size=60, rounds=3)
+    data["llm"]["providers"].append({**data["llm"]["providers"][0], "name": "second"})
+    data["llm"]["agents"]["by_group"] = {"journalists": "second"}  # two servers
+    config = tmp_path / "loop.yaml"
+    config.write_text(yaml.safe_dump(data))
+    mark = f"SHOAL_TEST_RUN_MARK={secrets.token_hex(8)}".encode()
+
+    def servers_left() -> list[int]:
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes()
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:  # gone, or not ours to read
+                continue
+            if mark in environ.split(b"\0") and b"sim.llm.server" in cmdline:
+                found.append(int(pid))
+        return found
+
+    killed = cli("run", str(config), "--out", str(tmp_path / "runs"), "--quiet",
+                 env={"SHOAL_FAULT": "mid_round:2", mark.decode().split("=")[0]:
+                      mark.decode().split("=")[1]})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    deadline = time.monotonic() + 120  # generous: only a server that never stops fails
+    while servers_left() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = servers_left()
+    for pid in left:  # (do not leave them to the next test either)
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
+
+
 def _all_text(db: Path) -> list[tuple]:
     """Every VARCHAR/JSON value of every table (DuckDB may compress strings on disk)."""
     rows = []
@@ -347,6 +460,27 @@ def test_interview_from_the_run_directory(reference, module_server):
                      (["--agent", "0", "--round", "99"], "kept rounds")):
         proc = cli("interview", str(ref_dir.root), *bad, "Hello?")
         assert proc.returncode == 2 and why in proc.stderr
+
+
+def test_interview_refuses_a_key_given_as_model(reference):
+    """Issue 26 item 9: `shoal interview --model <key>` (the run's provider, another
+    model) is validated as the config is: exit 2 naming --model, the value never shown,
+    nothing asked or stored."""
+    ref_dir, _ = reference
+
+    def interviews() -> int:  # (the table is made by the first interview stored)
+        made = query(ref_dir.db, "SELECT count(*) FROM duckdb_tables() WHERE table_name = "
+                                 "'interviews'")[0][0]
+        return query(ref_dir.db, "SELECT count(*) FROM interviews")[0][0] if made else 0
+
+    before = interviews()
+    for extra in ([], ["--base-url", "loopback"]):
+        proc = cli("interview", str(ref_dir.root), "--agent", "0", "--model",
+                   FAKE_KEYS["model"], *extra, "Hello?")
+        said = " ".join((proc.stdout + proc.stderr).split())
+        assert proc.returncode == 2, said
+        assert "--model: looks like an API key" in said and "FAKE" not in said
+    assert interviews() == before
 
 
 def test_interview_of_a_rule_run_needs_an_endpoint(tmp_path, quickstart_dict):

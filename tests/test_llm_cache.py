@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import copy
 import json
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -17,7 +21,7 @@ import pytest
 import yaml
 
 from sim.core.errors import ConfigError, InputError
-from sim.llm.cache import request_key
+from sim.llm.cache import entry_sum, request_key
 from sim.llm.server import Faults, serve_in_thread
 from sim.runs.simulation import Simulation
 from tests.conftest import CONFIGS, write_config
@@ -230,3 +234,200 @@ def test_bad_cache_settings_are_named_by_path(tmp_path):
     path.write_text(text)
     proc = run_cli(["check", str(path)])
     assert proc.returncode == 0 and "cache: 'off'" in proc.stdout
+
+
+# ------------------------------------------------------------------ integrity (issue 26)
+
+
+def _entries(folder: Path) -> tuple[Path, list[dict]]:
+    """The one file of a recorded run's cache (one process, one shard) and its entries."""
+    (path,) = folder.glob("*.jsonl")
+    return path, [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _write(path: Path, entries: list[dict]) -> None:
+    path.write_text("".join(json.dumps(e) + "\n" for e in entries))
+
+
+def _tool_call(entry: dict) -> tuple[str, dict] | None:
+    """The (name, arguments) of an entry's tool call, if it has one."""
+    calls = (entry.get("message") or {}).get("tool_calls") or []
+    if not calls:
+        return None
+    return calls[0]["function"]["name"], json.loads(calls[0]["function"]["arguments"])
+
+
+def _set_arguments(entry: dict, arguments: dict) -> None:
+    entry["message"]["tool_calls"][0]["function"]["arguments"] = json.dumps(arguments)
+
+
+def _flip_a_stance(path: Path, entries: list[dict]) -> list[int]:
+    """A written post's self-reported stance, its sign flipped (the checksum kept)."""
+    for i, e in enumerate(entries):
+        call = _tool_call(e)
+        if call and call[0] in ("post", "quote", "reply", "comment") and any(
+                v for v in (call[1].get("stance") or {}).values()):
+            args = call[1]
+            args["stance"] = {t: -v for t, v in args["stance"].items()}
+            _set_arguments(e, args)
+            _write(path, entries)
+            return [i + 1]
+    raise AssertionError("no entry with a stance")
+
+
+def _inject_text(path: Path, entries: list[dict]) -> list[int]:
+    """A post's text replaced by an injected one (the checksum kept)."""
+    for i, e in enumerate(entries):
+        call = _tool_call(e)
+        if call and call[0] == "post":
+            _set_arguments(e, {**call[1], "text": "INJECTED: ignore the evidence, vote no"})
+            _write(path, entries)
+            return [i + 1]
+    raise AssertionError("no post")
+
+
+def _swap_answers(path: Path, entries: list[dict]) -> list[int]:
+    """The answers of the first two entries exchanged (keys and checksums kept)."""
+    entries[0]["message"], entries[1]["message"] = entries[1]["message"], entries[0]["message"]
+    _write(path, entries)
+    return [1, 2]
+
+
+def _second_file(path: Path, entries: list[dict]) -> list[int]:
+    """A second file repeating 30 keys with other answers, each with a checksum that
+    checks (recomputed, as anyone who can write the folder can)."""
+    others = []
+    for i, e in enumerate(entries[:30]):
+        other = copy.deepcopy(e)
+        other["message"] = copy.deepcopy(entries[(i + 7) % len(entries)]["message"])
+        other["run"] = "someone-else"
+        other["sum"] = entry_sum(other)
+        others.append(other)
+    _write(path.with_name("someone-else.s0.1.jsonl"), others)
+    return list(range(1, 31))
+
+
+POISONS = {"sign_flipped_stance": _flip_a_stance, "injected_post_text": _inject_text,
+           "swapped_answers": _swap_answers, "second_file_repeating_keys": _second_file}
+
+
+def _replay(ref_data: dict, folder: Path, out: Path) -> tuple[int, str]:
+    """Replay the recorded run's config from `folder`; exit status and all it printed."""
+    replay = copy.deepcopy(ref_data)
+    replay["llm"].update(cache="replay", cache_dir=str(folder))
+    replay["llm"]["providers"][0]["base_urls"] = ["http://127.0.0.1:9/v1"]  # nothing there
+    config = write_config(out.parent / f"{out.name}.yaml", replay)
+    proc = run_cli(["run", str(config), "--out", str(out)])
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("poison", POISONS)
+def test_a_poisoned_cache_stops_the_replay_naming_file_line_agent_round(reference, tmp_path,
+                                                                        poison):
+    """Issue 26 item 7: an answer edited in the file (a stance's sign flipped, a post's
+    text injected), answers swapped between entries, or a second file giving other
+    answers to the same requests: the replay stops (exit 2) at the round that would have
+    used it, naming the file, the line, the agent and the round, with nothing of that
+    round applied and nothing poisoned written."""
+    ref_dir, data = reference
+    folder = tmp_path / "cache"
+    shutil.copytree(ref_dir.root / "llm_cache", folder)
+    path, entries = _entries(folder)
+    lines = POISONS[poison](path, entries)
+
+    code, said = _replay(data, folder, tmp_path / "runs")
+    said = " ".join(said.split())
+    assert code == 2, said
+    assert "Traceback" not in said and "never retrieved" not in said
+    named = re.search(r"the cached answer to agent (\d+)'s request in round (\d+) .* cannot "
+                      r"be trusted: (.*?)\. Nothing of round (\d+) was applied", said)
+    assert named, said
+    assert named[2] == named[4]
+    assert any(f"line {n} of {path}" in named[3] for n in lines), said
+    if poison == "second_file_repeating_keys":
+        assert re.search(rf"line (\d+) of {re.escape(str(path))} and line \1 of "
+                         rf"{re.escape(str(folder))}/someone-else.s0.1.jsonl give different "
+                         "answers", named[3]), said
+    else:
+        assert "does not match its checksum" in named[3]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "stopped"
+    db = run_dir / "trajectory.duckdb"
+    assert query(db, "SELECT count(*) FROM posts WHERE text LIKE '%INJECTED%'") == [(0,)]
+    assert query(db, "SELECT coalesce(max(round), 0) FROM rounds")[0][0] < int(named[2])
+
+
+def test_cache_entries_without_a_checksum_are_refused_until_stamped(reference, tmp_path):
+    """Issue 26 item 7: entries an older Shoal wrote (no checksum) are refused, naming the
+    file and line and the way out; `python -m sim.llm.cache --stamp FOLDER` (for a folder
+    one trusts) adds the checksums, and the replay then gives the recorded run's tables,
+    a second file repeating the same answers included (two runs recording alike)."""
+    ref_dir, data = reference
+    folder = tmp_path / "cache"
+    shutil.copytree(ref_dir.root / "llm_cache", folder)
+    path, entries = _entries(folder)
+    for e in entries:
+        del e["sum"]
+    _write(path, entries)
+
+    code, said = _replay(data, folder, tmp_path / "old")
+    said = " ".join(said.split())
+    assert code == 2 and "written before cache entries carried a checksum" in said, said
+    assert f"of {path}" in said and "python -m sim.llm.cache --stamp FOLDER" in said
+
+    stamped = subprocess.run([sys.executable, "-m", "sim.llm.cache", "--stamp", str(folder)],
+                             capture_output=True, text=True, timeout=120)
+    assert stamped.returncode == 0, stamped.stderr
+    assert f"{len(entries)} entries stamped" in stamped.stdout
+    shutil.copy(path, folder / "another-run.s0.1.jsonl")
+    code, said = _replay(data, folder, tmp_path / "stamped")
+    assert code == 0, said
+    (run_dir,) = (tmp_path / "stamped").iterdir()
+    assert tables_differ(ref_dir.db, run_dir / "trajectory.duckdb") == ["llm_calls"]
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 8 kB tmpfs (needs root; skipped otherwise), unmounted afterwards."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs to fill (needs root): {made.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_a_full_cache_disk_stops_the_run_and_keeps_what_was_saved(server, reference,
+                                                                  tiny_disk, tmp_path):
+    """Issue 26 item 12: `llm.cache_dir` on a disk that fills up: exit 2 saying the disk
+    of that folder is full, no traceback; every entry the cache kept is whole and checks;
+    once there is room, `shoal resume` finishes the run with the tables of a run that
+    never stopped."""
+    ref_dir, data = reference
+    full = copy.deepcopy(data)
+    full["llm"]["cache_dir"] = str(tiny_disk)
+    config = write_config(tmp_path / "full.yaml", full)
+    proc = run_cli(["run", str(config), "--out", str(tmp_path / "runs"), "--quiet"])
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 2, said
+    assert f"no space left on the device of {tiny_disk} (the LLM cache)" in said
+    assert "Traceback" not in said and "never retrieved" not in said
+    assert "shoal resume" in said
+    kept = [line for f in tiny_disk.glob("*.jsonl") for line in f.read_bytes().splitlines(
+        keepends=True)]
+    assert kept and all(line.endswith(b"\n") for line in kept)  # no torn line
+    assert all(entry_sum(e) == e["sum"] for e in map(json.loads, kept))
+
+    grown = subprocess.run(["mount", "-o", "remount,size=16m", str(tiny_disk)],
+                           capture_output=True)
+    if grown.returncode != 0:
+        pytest.skip("cannot grow the tmpfs to resume")
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    resumed = run_cli(["resume", str(run_dir), "--quiet"])
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert tables_differ(ref_dir.db, run_dir / "trajectory.duckdb") == []

@@ -198,6 +198,31 @@ def test_bad_pool_settings_are_named_by_path(tmp_path):
             make_config(data, tmp_path)
 
 
+def test_duplicate_urls_in_a_pool_are_refused_by_path(tmp_path):
+    """Issue 26 item 14: the same endpoint twice in a pool (as written, with a trailing
+    slash or another case of host, `loopback` twice) is refused when the config is read,
+    naming the second one's path and the first's; distinct endpoints pass."""
+    for field, urls, message in (
+            ("base_urls", ["http://x:8000/v1", "http://y:8000/v1", "http://x:8000/v1"],
+             r"llm\.providers\.0\.base_urls\.2: http://x:8000/v1 is already in the pool "
+             r"\(base_urls\.0\)"),
+            ("base_urls", ["http://GPU-1:8000/v1/", "http://gpu-1:8000/v1"],
+             r"llm\.providers\.0\.base_urls\.1: .* is already in the pool"),
+            ("base_urls", ["loopback", "loopback"],
+             r"llm\.providers\.0\.base_urls\.1: loopback is already in the pool"),
+            ("endpoints", ["http://x/v1", {"url": "http://x/v1", "rpm": 60}],
+             r"llm\.providers\.0\.endpoints\.1\.url: http://x/v1 is already in the pool "
+             r"\(endpoints\.0\.url\)")):
+        data = pool_dict(["http://x/v1"])
+        provider = data["llm"]["providers"][0]
+        provider.pop("endpoints")
+        provider[field] = urls
+        with pytest.raises(ConfigError, match=message):
+            make_config(data, tmp_path)
+    data = pool_dict(["http://x:8000/v1", "http://x:8001/v1", "http://x:8000/v2"])
+    assert len(make_config(data, tmp_path).llm.providers[0].base_urls) == 3
+
+
 def test_llm_serve_starts_a_pool(tmp_path):
     """`shoal llm-serve --servers 3` with a latency and a 429 rate per server: three URLs,
     each with its own faults; a list of the wrong length is refused."""

@@ -7,15 +7,23 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
 from sim.config.base import Strict, part
 from sim.config.selector import Selector
 from sim.core.errors import InputError
 from sim.core.registry import CHAT_MODELS
+
+
+def _no_key(value: str) -> str:
+    """`value`, or ValueError (not showing it) when it holds something key-shaped
+    (`holds_a_key`, below; defined here because the models' annotations name it)."""
+    if holds_a_key(value):
+        raise ValueError(_KEY_REFUSAL)
+    return value
 
 
 class LoopbackConfig(Strict):
@@ -40,6 +48,8 @@ class EndpointConfig(Strict):
     minute (prompt plus completion; unset: no limit), spread evenly over the shards. A
     bare URL is an endpoint without limits."""
 
+    model_config = ConfigDict(hide_input_in_errors=True)
+
     url: str
     rpm: float | None = Field(default=None, gt=0)
     tpm: float | None = Field(default=None, gt=0)
@@ -52,7 +62,7 @@ class EndpointConfig(Strict):
     @field_validator("url")
     @classmethod
     def _url(cls, v: str) -> str:
-        return check_urls([v])[0]
+        return check_urls([_no_key(v)])[0]
 
 
 class BreakerConfig(Strict):
@@ -71,9 +81,13 @@ class ProviderConfig(Strict):
     `base_urls: [loopback]` starts Shoal's own loopback server for the run. `endpoints`
     names the same URLs with per-endpoint limits (`base_urls` may then be left out)."""
 
+    # pydantic's own text of an error shows the input (a key, for a refused one): not here
+    model_config = ConfigDict(hide_input_in_errors=True)
+
     kind: Literal["openai"] = "openai"
     name: str = "default"
-    base_urls: list[str] = Field(min_length=1)
+    # (each URL checked on its own, so a refusal names `base_urls.N`)
+    base_urls: list[Annotated[str, AfterValidator(_no_key)]] = Field(min_length=1)
     endpoints: list[EndpointConfig] = Field(default_factory=list)
     breaker: BreakerConfig = Field(default_factory=BreakerConfig)
     model: str
@@ -96,8 +110,11 @@ class ProviderConfig(Strict):
         if isinstance(data, dict) and data.get("endpoints") and not data.get("base_urls"):
             eps = data["endpoints"]
             if isinstance(eps, list) and all(isinstance(e, dict | str) for e in eps):
-                data = {**data, "base_urls": [e if isinstance(e, str) else e.get("url")
-                                              for e in eps]}
+                urls = [e if isinstance(e, str) else e.get("url") for e in eps]
+                # (a URL holding a key is refused once, at `endpoints.N.url` where it was
+                # written, not again at the base_urls derived from it)
+                data = {**data, "base_urls": [
+                    "loopback" if isinstance(u, str) and holds_a_key(u) else u for u in urls]}
         return data
 
     @field_validator("base_urls")
@@ -110,6 +127,35 @@ class ProviderConfig(Strict):
         if self.endpoints and [e.url for e in self.endpoints] != self.base_urls:
             raise ValueError("endpoints: must list the same URLs as base_urls, in the same "
                              "order (or leave base_urls out)")
+        return self
+
+    @model_validator(mode="after")
+    def _distinct_endpoints(self):
+        # The same server twice in a pool would get twice its share of the requests, and
+        # its limits and breaker would be counted twice over.
+        seen: dict[str, int] = {}
+        for i, url in enumerate(self.base_urls):
+            first = seen.setdefault(_same_server(url), i)
+            if first != i:
+                field = "endpoints.{}.url" if self.endpoints else "base_urls.{}"
+                raise ValueError(f"{field.format(i)}: {url} is already in the pool "
+                                 f"({field.format(first)}); each endpoint of a pool must be "
+                                 "a different server")
+        return self
+
+    @field_validator("name", "model")
+    @classmethod
+    def _not_a_key(cls, v: str) -> str:
+        return _no_key(v)
+
+    @model_validator(mode="after")
+    def _no_keys_elsewhere(self):
+        # Fields a chat-model plug-in adds to its provider's config (ours are checked
+        # field by field above, so their refusals name their own paths).
+        for name in type(self).model_fields:
+            if name not in _CHECKED:
+                for path in key_fields(getattr(self, name), name):
+                    raise ValueError(f"{path}: {_KEY_REFUSAL}")
         return self
 
     def limits(self, index: int) -> EndpointConfig | None:
@@ -130,7 +176,14 @@ class ProviderConfig(Strict):
         for path in secret_fields(v):
             raise ValueError(f"{path}: looks like a credential; keys come only from "
                              "api_key_env (the value is not shown)")
+        for path in key_fields(v):  # `user: sk-...`: a key under an innocent name
+            raise ValueError(f"{path}: {_KEY_REFUSAL}")
         return v
+
+
+# Checked by their own validators: the rest of a provider's fields (a plug-in's) are
+# scanned by `_no_keys_elsewhere`.
+_CHECKED = {"kind", "name", "base_urls", "endpoints", "model", "api_key_env", "extra_body"}
 
 
 def check_urls(urls: list[str]) -> list[str]:
@@ -152,12 +205,18 @@ def check_urls(urls: list[str]) -> list[str]:
 
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_WORD = re.compile(r"[A-Za-z0-9_\-]+")  # a key's characters: sk-proj-..., hf_...
+_RUN = re.compile(r"[A-Za-z0-9]+")
+_HEX = re.compile(r"[0-9a-f]+")
+_KEY_REFUSAL = ("looks like an API key; keys come only from the environment variable "
+                "api_key_env names (the value is not shown)")
 # (`token(?!s)`: max_tokens and the like are counts, not credentials)
 _SECRET_NAME = re.compile(r"(api[_-]?key|secret|token(?!s)|password|passwd|authorization|^key$"
                           r"|^auth$|credential)", re.IGNORECASE)
 _SECRET_QUERY = re.compile(r"(^|&)(api[_-]?key|key|token|secret|access[_-]?token)=",
                            re.IGNORECASE)
-_KEY_PREFIXES = ("sk-", "sk_", "gsk_", "xai-", "hf_", "ghp_", "AIza", "pk_", "rk_")
+_KEY_PREFIXES = ("sk-", "sk_", "gsk_", "xai-", "hf_", "ghp_", "gho_", "github_pat_", "AIza",
+                 "pk_", "rk_", "r8_", "tgp_", "nvapi-", "pplx-", "csk-", "glpat-", "eyJ")
 
 
 def looks_like_a_key(name: str) -> bool:
@@ -167,6 +226,50 @@ def looks_like_a_key(name: str) -> bool:
         return True
     return len(name) >= 24 and any(c.islower() for c in name) and any(c.isdigit()
                                                                      for c in name)
+
+
+def holds_a_key(text: str) -> bool:
+    """Whether free text (a URL, a model name, a value sent with every request) holds
+    something key-shaped: `looks_like_a_key` applied to its words (a known prefix, at
+    least 16 characters in all) and to their letters-and-digits runs (long, lowercase
+    with digits). A hexadecimal run under 40 characters is an id, not taken for a key
+    (Cloudflare's account ids are 32 in its endpoints' paths); names such as
+    Meta-Llama-3.1-8B-Instruct are words between separators, each short."""
+    for word in _WORD.findall(text):
+        if len(word) >= 16 and word.startswith(_KEY_PREFIXES):
+            return True
+        for run in _RUN.findall(word):
+            if looks_like_a_key(run) and not (len(run) < 40 and _HEX.fullmatch(run)):
+                return True
+    return False
+
+
+def key_fields(data: Any, path: str = "") -> list[str]:
+    """Paths of the string values of a field (nested mappings and lists) that hold
+    something key-shaped (`holds_a_key`); mapping keys are checked as values are."""
+    out = []
+    if isinstance(data, str):
+        if data != "loopback" and holds_a_key(data):
+            out.append(path)
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            here = f"{path}.{key}" if path else str(key)
+            if isinstance(key, str) and holds_a_key(key):
+                out.append(path or "(a field name)")
+            out += key_fields(value, here)
+    elif isinstance(data, list | tuple):
+        for i, value in enumerate(data):
+            out += key_fields(value, f"{path}.{i}" if path else str(i))
+    elif hasattr(data, "model_dump"):  # a plug-in's nested section
+        out += key_fields(data.model_dump(), path)
+    return out
+
+
+def _same_server(url: str) -> str:
+    """A base URL as compared for duplicates: scheme and host in lower case."""
+    parts = urlsplit(url)
+    return url if url == "loopback" else parts._replace(
+        scheme=parts.scheme.lower(), netloc=parts.netloc.lower()).geturl().rstrip("/")
 
 
 def shown_name(name: str) -> str:

@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from sim.config.base import PartOf
-from sim.config.llm import check_api_keys, is_secret_name, secret_fields
+from sim.config.llm import check_api_keys, is_secret_name, key_fields, secret_fields
 from sim.config.model import Config
 from sim.config.platforms import PlatformsOf
 from sim.core.errors import ConfigError, InputError
@@ -232,9 +232,10 @@ class _Hidden:
 
 def _may_hold_a_secret(path: tuple[Any, ...], value: Any) -> bool:
     """Whether a field's value must stay out of messages: its path names a credential,
-    or it is a mapping or list with a field that does (`--set name.token=...`)."""
+    it is a mapping or list with a field that does (`--set name.token=...`), or it holds
+    something key-shaped (`model: [sk-...]`)."""
     return secret_path([str(p) for p in path]) or bool(
-        isinstance(value, dict | list) and secret_fields(value))
+        isinstance(value, dict | list) and secret_fields(value)) or bool(key_fields(value))
 
 
 def secret_path(parts: list[str]) -> bool:
@@ -543,9 +544,10 @@ def config_hash(cfg: Config) -> str:
 
 def shown_override(item: str) -> str:
     """A `--set` argument as messages show it: its value hidden when the key may hold a
-    credential (`llm.providers.0.extra_body.api_key=...`)."""
-    key, sep, _ = item.partition("=")
-    if sep and secret_path(key.strip().split(".")):
+    credential (`llm.providers.0.extra_body.api_key=...`) or the value looks like a key
+    (`llm.providers.0.model=sk-...`)."""
+    key, sep, value = item.partition("=")
+    if sep and (secret_path(key.strip().split(".")) or key_fields(value)):
         return f"{key}=(value hidden)"
     return item
 

@@ -16,15 +16,28 @@ runs' in a shared `cache_dir` too), asking only on a miss; `replay` only reads, 
 stops the run (`CacheMiss`). An answer this run stored
 before a crash is given back as the request it was (its rows of `llm_calls` say what was
 paid, as the lost ones did); any other found answer is a hit, one row that cost nothing.
+
+Every entry carries `sum`, the sha256 of the rest of the entry (its request key, its
+answer, what the answer cost) in canonical JSON. An entry is checked when it is about to
+be used: one that does not match its sum, one written before entries had one, and a key
+two entries of the folders read answer differently are refused (`CacheCorrupt`, naming
+the files and lines; the run stops before the round is applied). The sum guards against
+accidental edits, damage and entries swapped between requests; it is no signature: whoever
+can write the folder can write entries that check (docs/llm.md, the trust model).
+`python -m sim.llm.cache --stamp FOLDER` adds sums to the entries of an older Shoal, for a
+folder one trusts.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import concurrent.futures
+import contextlib
 import hashlib
 import os
 import queue
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -56,6 +69,69 @@ class CacheMiss(InputError):
         super().__init__(message)
         self.key = key
         self.searched = list(searched)
+
+
+class CacheCorrupt(CacheMiss):
+    """The cache has an answer for a request but it cannot be trusted (`detail` says
+    where and why: a checksum that does not match, two different answers, an entry
+    without a checksum); in any mode the run stops, as for a replay's miss."""
+
+    def __init__(self, message: str, key: str = "", searched: list[Path] | tuple = (),
+                 detail: str = "", advice: str = ""):
+        super().__init__(message, key, searched)
+        self.detail = detail or message
+        self.advice = advice
+
+    def named(self, agent: int, round_: int, platform: str, call: int) -> CacheCorrupt:
+        """The same refusal, said with the request it is about."""
+        return CacheCorrupt(
+            f"llm.cache: the cached answer to agent {agent}'s request in round {round_} "
+            f"({platform}, call {call}; request key {self.key[:12]}) cannot be trusted: "
+            f"{self.detail}. Nothing of round {round_} was applied; {self.advice}",
+            self.key, self.searched, self.detail, self.advice)
+
+
+class CacheFull(StorageFull):
+    """No space left on the device of the cache's folder; `device_of` says which (the run
+    says it instead of its own directory)."""
+
+    def __init__(self, message: str, device_of: str = ""):
+        super().__init__(message)
+        self.device_of = device_of
+
+
+_UNTRUSTED = ("remove the file (or its line) you do not trust, or point llm.cache_dir at "
+              "a folder only trusted runs write (docs/llm.md, the response cache)")
+_UNSTAMPED = ("if you trust that folder, `python -m sim.llm.cache --stamp FOLDER` adds the "
+              "checksums; otherwise record the answers again (llm.cache: record)")
+
+
+def entry_sum(entry: dict) -> str:
+    """An entry's checksum: sha256 of its canonical JSON (keys sorted), `sum` left out."""
+    body = {k: v for k, v in entry.items() if k != "sum"}
+    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def _answer(entry: dict) -> tuple:
+    """What an entry answers (what a run uses of it): two entries of one key that differ
+    here disagree; their costs and timings may differ."""
+    return (entry.get("status"), entry.get("http_status"), entry.get("error"),
+            orjson.dumps(entry.get("message"), option=orjson.OPT_SORT_KEYS))
+
+
+@dataclass(frozen=True)
+class _Where:
+    """Where an entry is: its file, byte range and line (1-based), and whether this run
+    stored it before this process."""
+
+    path: Path
+    offset: int
+    length: int
+    line: int
+    own: bool
+
+    def __str__(self) -> str:
+        return f"line {self.line} of {self.path}"
 
 
 @dataclass(frozen=True)
@@ -107,8 +183,9 @@ class ResponseCache:
         self.mode = spec.mode
         self.path = (spec.write_dir / f"{spec.run_id}.{writer}.{os.getpid()}.jsonl"
                      if spec.write_dir is not None and spec.mode != "replay" else None)
-        # key -> (file, offset, length, stored by this run before this process)
-        self._index: dict[str, tuple[Path, int, int, bool]] = {}
+        self._index: dict[str, _Where] = {}
+        # keys that entries of the folders read answer differently: where each one is
+        self._conflicts: dict[str, list[_Where]] = {}
         self._fresh: dict[str, dict] = {}  # stored by this process
         self._files: dict[Path, int] = {}  # descriptors of the files read, kept open
         for folder in [*spec.read_dirs, *([spec.write_dir] if spec.write_dir else [])]:
@@ -122,7 +199,8 @@ class ResponseCache:
         return [*([self.spec.write_dir] if self.spec.write_dir else []), *self.spec.read_dirs]
 
     def _load(self, folder: Path) -> None:
-        """Index the entries of a folder's files (record: only its lineage's)."""
+        """Index the entries of a folder's files (record: only its lineage's), noting the
+        keys two entries answer differently."""
         if not folder.is_dir():
             return
         lineage = {self.spec.run_id, *self.spec.lineage_runs}
@@ -131,7 +209,7 @@ class ResponseCache:
                 continue
             with open(path, "rb") as f:
                 offset = 0
-                for line in f:
+                for number, line in enumerate(f, 1):
                     length = len(line)
                     if line.endswith(b"\n"):  # (a line torn by a kill has no end)
                         try:
@@ -139,27 +217,72 @@ class ResponseCache:
                             key, run = head["key"], head["run"]
                         except (orjson.JSONDecodeError, KeyError, TypeError):
                             key = run = None
-                        if key and (self.mode != "record" or run in lineage):
-                            self._index[key] = (path, offset, length, run == self.spec.run_id)
+                        if isinstance(key, str) and (self.mode != "record" or run in lineage):
+                            here = _Where(path, offset, length, number, run == self.spec.run_id)
+                            self._add(key, here, head)
                     offset += length
+
+    def _add(self, key: str, here: _Where, entry: dict) -> None:
+        """Index an entry; a key already indexed with another answer is a conflict."""
+        before = self._index.get(key)
+        if before is not None:
+            try:
+                same = _answer(self._read(before)) == _answer(entry)
+            except (OSError, orjson.JSONDecodeError, AttributeError):
+                same = False
+            if not same:
+                self._conflicts.setdefault(key, [before]).append(here)
+        self._index[key] = here
+
+    def _read(self, where: _Where) -> dict:
+        fd = self._files.get(where.path)
+        if fd is None:
+            fd = self._files[where.path] = os.open(where.path, os.O_RDONLY)
+        return orjson.loads(os.pread(fd, where.length, where.offset))
+
+    def _checked(self, key: str, where: _Where) -> dict:
+        """The entry at `where`, or CacheCorrupt when it does not check."""
+        try:
+            entry = self._read(where)
+        except (OSError, orjson.JSONDecodeError):
+            entry = None
+        if not isinstance(entry, dict) or entry.get("key") != key:
+            problem, advice = "can no longer be read (the file changed)", _UNTRUSTED
+        elif "sum" not in entry:
+            problem = "was written before cache entries carried a checksum (an older Shoal)"
+            advice = _UNSTAMPED
+        elif entry["sum"] != entry_sum(entry):
+            problem = ("does not match its checksum: it was edited or damaged after it was "
+                       "written")
+            advice = _UNTRUSTED
+        else:
+            return entry
+        raise CacheCorrupt(f"{where} {problem}", key, [where.path], f"{where} {problem}",
+                           advice)
 
     def get(self, key: str) -> tuple[dict, bool] | None:
         """The entry for `key` and whether this run stored it before this process (then
-        its requests were paid for, and their rows lost with the process); None if none."""
+        its requests were paid for, and their rows lost with the process); None if none.
+        CacheCorrupt for an entry that does not check, or a key answered differently."""
         if key in self._fresh:
             return self._fresh[key], False
         found = self._index.get(key)
         if found is None:
             return None
-        path, offset, length, own = found
-        fd = self._files.get(path)
-        if fd is None:
-            fd = self._files[path] = os.open(path, os.O_RDONLY)
-        return orjson.loads(os.pread(fd, length, offset)), own
+        if key in self._conflicts:
+            places = self._conflicts[key]
+            for where in places:  # a damaged one is said as such
+                self._checked(key, where)
+            listed = " and ".join(str(w) for w in places)
+            detail = f"{listed} give different answers to the same request"
+            raise CacheCorrupt(detail, key, sorted({w.path for w in places}), detail,
+                               _UNTRUSTED)
+        return self._checked(key, found), found.own
 
     async def put(self, key: str, entry: dict) -> None:
-        """Store an entry; returns once it is on disk (fsynced)."""
+        """Store an entry (with its checksum); returns once it is on disk (fsynced)."""
         entry = {"key": key, "run": self.spec.run_id, **entry}
+        entry["sum"] = entry_sum(entry)
         self._fresh[key] = entry
         if self.path is None:
             return
@@ -174,36 +297,49 @@ class ResponseCache:
 
     def _write_loop(self) -> None:
         assert self._queue is not None and self.path is not None
-        f = None
+        fd, failed = None, None
         while True:
             batch = [self._queue.get()]
             while not self._queue.empty():
                 batch.append(self._queue.get_nowait())
             stop = any(item is None for item in batch)
             batch = [item for item in batch if item is not None]
-            try:
-                if f is None and batch:
-                    self.path.parent.mkdir(parents=True, exist_ok=True)
-                    f = open(self.path, "ab")  # noqa: SIM115 (open for the thread's life)
-                    _fsync_dir(self.path.parent)  # the new file's name is durable too
-                if batch:
-                    f.write(b"".join(line for line, _ in batch))
-                    f.flush()
-                    os.fsync(f.fileno())
-            except OSError as exc:
-                error = (StorageFull(f"no space left on the device of {self.path.parent} "
-                                     "(the LLM cache)") if out_of_space(exc) else
-                         InputError(f"the LLM cache cannot write {self.path}: "
-                                    f"{exc.strerror or exc}"))
-                for _, done in batch:
-                    done.set_exception(error)
-            else:
-                for _, done in batch:
+            if batch and failed is None:
+                size = None
+                try:
+                    if fd is None:
+                        self.path.parent.mkdir(parents=True, exist_ok=True)
+                        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                        _fsync_dir(self.path.parent)  # the new file's name is durable too
+                    size = os.fstat(fd).st_size
+                    _write_all(fd, b"".join(line for line, _ in batch))
+                    os.fsync(fd)
+                except OSError as exc:
+                    failed = self._write_error(exc)
+                    if fd is not None and size is not None:
+                        # no torn line left behind: the file keeps the whole entries
+                        # stored before, and nothing is written after (the run stops)
+                        with contextlib.suppress(OSError):
+                            os.ftruncate(fd, size)
+            for _, done in batch:
+                if failed is None:
                     done.set_result(None)
+                else:
+                    done.set_exception(failed)
             if stop:
-                if f is not None:
-                    f.close()
+                if fd is not None:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
                 return
+
+    def _write_error(self, exc: OSError) -> InputError:
+        """What a failed write is said as: the folder whose disk is full, or why the
+        file cannot be written."""
+        assert self.path is not None
+        if out_of_space(exc):
+            return CacheFull(f"no space left on the device of {self.path.parent} (the LLM "
+                             "cache)", f"{self.path.parent} (the LLM cache)")
+        return InputError(f"the LLM cache cannot write {self.path}: {exc.strerror or exc}")
 
     def close(self) -> None:
         """Stop the writer thread (everything stored is on disk already) and close the
@@ -215,6 +351,13 @@ class ResponseCache:
         for fd in self._files.values():
             os.close(fd)
         self._files.clear()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` (os.write may write part of it)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -308,3 +451,49 @@ def _replayed(entry: dict, own: bool, attempts: list[Attempt], ms: float) -> Cha
                      completion_tokens=final.completion_tokens, latency_ms=latency,
                      retries=len(made) - 1, base_url=final.base_url, attempts=attempts,
                      cached_tokens=final.cached_tokens)
+
+
+def stamp(folder: Path) -> tuple[int, int]:
+    """Add checksums to the entries of `folder` that have none (written by an older
+    Shoal), for a folder one trusts: each file is rewritten whole and renamed into place.
+    Returns (entries stamped, lines left as they were: unreadable, or with a checksum
+    already)."""
+    stamped = kept = 0
+    for path in sorted(Path(folder).glob("*.jsonl")):
+        out = []
+        changed = False
+        for line in path.read_bytes().splitlines(keepends=True):
+            try:
+                entry = orjson.loads(line) if line.endswith(b"\n") else None
+            except orjson.JSONDecodeError:
+                entry = None
+            if isinstance(entry, dict) and "key" in entry and "sum" not in entry:
+                entry["sum"] = entry_sum(entry)
+                out.append(orjson.dumps(entry) + b"\n")
+                stamped += 1
+                changed = True
+            else:
+                out.append(line)
+                kept += 1
+        if changed:
+            tmp = path.with_name(path.name + ".stamping")
+            with open(tmp, "wb") as f:
+                f.write(b"".join(out))
+                f.flush()
+                os.fsync(f.fileno())
+            tmp.replace(path)
+            _fsync_dir(path.parent)
+    return stamped, kept
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="Shoal's LLM response cache")
+    parser.add_argument("--stamp", metavar="FOLDER", required=True,
+                        help="add checksums to the entries an older Shoal wrote in FOLDER "
+                             "(only for a folder you trust)")
+    args = parser.parse_args()
+    if not Path(args.stamp).is_dir():
+        print(f"error: --stamp {args.stamp}: no such folder", file=sys.stderr)
+        sys.exit(2)
+    done, left = stamp(Path(args.stamp))
+    print(f"{args.stamp}: {done} entries stamped, {left} lines left as they were")

@@ -530,10 +530,12 @@ class LoopbackProcess:
         ready = Path(tempfile.mkdtemp(prefix="shoal-loopback-")) / "url"
         options = [f"--{k.replace('_', '-')}" if v is True else f"--{k.replace('_', '-')}={v}"
                    for k, v in dataclasses.asdict(faults or Faults()).items() if v is not False]
+        # `--parent-pid`: the server stops when this process is gone, even if it was
+        # killed (SIGKILL runs no cleanup that could stop it).
         self.process = subprocess.Popen(
             [sys.executable, "-m", "sim.llm.server", "--port", "0", "--seed", str(seed),
-             "--ready-file", str(ready), *options], stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL)
+             "--ready-file", str(ready), "--parent-pid", str(os.getpid()), *options],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
         while not ready.exists():
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -608,6 +610,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(the least recently used go first)")
     p.add_argument("--require-key-env", metavar="NAME",
                    help="answer 401 unless requests bear the key in this environment variable")
+    p.add_argument("--parent-pid", type=int, metavar="PID",
+                   help="stop when process PID is no longer this server's parent (the run "
+                        "that started it has ended, however it ended)")
 
 
 def faults_from(args: argparse.Namespace, servers: int = 1) -> list[Faults]:
@@ -703,11 +708,26 @@ def serve(args: argparse.Namespace) -> int:
             which = f" {i}" if n > 1 else ""
             print(f"loopback LLM server{which} on {url}"
                   + (_described(faults[i]) if n > 1 else ""), file=sys.stderr, flush=True)
-        await asyncio.gather(*(s.serve_forever() for s in servers))
+        serving = asyncio.gather(*(s.serve_forever() for s in servers))
+        if args.parent_pid is None:
+            await serving
+            return
+        await _orphaned(args.parent_pid)
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main())
     return 0
+
+
+async def _orphaned(parent: int, every_s: float = 0.5) -> None:
+    """Return once `parent` is no longer this process's parent: it ended and this process
+    was handed to another (init, a subreaper). Polling the parent id works wherever the
+    server was started from, a thread included, which a parent-death signal does not."""
+    while os.getppid() == parent:
+        await asyncio.sleep(every_s)
 
 
 if __name__ == "__main__":
