@@ -1,7 +1,10 @@
-"""Graph memory: ingestion throughput, document ingestion and retrieval latency.
+"""Graph memory: ingestion throughput, document ingestion, retrieval latency, and
+`shoal init` on one-paragraph briefs.
 
     .venv/bin/python bench/graph.py            # 10k and 100k relations (a few minutes)
     .venv/bin/python bench/graph.py --quick    # 10k relations only (under a minute)
+    .venv/bin/python bench/graph.py --init-only                     # 4. only (~1 minute)
+    .venv/bin/python bench/graph.py --init-only --init-sizes 100k,200k   # (seconds)
 
 1. **Activity ingestion, offline extractor.** Synthetic rounds shaped like a run's
    (`memory.graph.ingest.RoundActivity`: one text per posting agent, 1-3 posts joined, the
@@ -23,6 +26,13 @@
    without the neighbourhood expansion; `graph.visible()`; and a baseline in the same run:
    a pure-Python scan scoring every visible fact by its count of query-token occurrences
    (fact text and endpoint names tokenized once beforehand, as the index does).
+4. **`shoal init` on one paragraph**: the command itself (a child process, offline
+   extractor, 200 agents) on briefs that are one paragraph — the example briefs, names
+   replaced as in 2., blank lines removed, cut to 100 KB, 200 KB, 1 MB and 5 MB (issue 26
+   item 5). Reported: the child's CPU seconds (user + system), the same less the command's
+   fixed cost (its CPU seconds on examples/bike_lanes.md: start-up, imports, writing 200
+   personas), and the ratio per doubling of size between consecutive sizes
+   ((t₂/t₁)^(1/log₂(s₂/s₁)), on the net seconds; linear ≈ 2, quadratic ≈ 4).
 
 Rows are saved in bench/results/graph-<time>.json.
 """
@@ -33,8 +43,13 @@ import argparse
 import gc
 import heapq
 import json
+import math
 import re
+import resource
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -388,6 +403,70 @@ def documents(names: list[str], reps: int, one_paragraph_reps: list[int]) -> lis
     return rows
 
 
+# ------------------------------------------------------------------ shoal init
+
+
+def one_paragraph(names: list[str], chars: int) -> str:
+    """The example briefs, names replaced (`document`), as one paragraph of `chars`
+    characters: blank lines removed, cut at the last full stop before `chars`."""
+    reps, text = 1, ""
+    while len(text) < chars:
+        reps *= 2
+        text = re.sub(r"\n\s*\n", "\n", document(names, reps, np.random.default_rng(1)))
+    text = text[:chars]
+    return text[:text.rfind(".") + 1]
+
+
+def init_cpu(brief: Path, out: Path) -> float:
+    """CPU seconds (user + system) of one `shoal init BRIEF --out OUT` child process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-m", "sim.cli", "init", str(brief), "--out", str(out),
+                    "--force"], cwd=ROOT, check=True, capture_output=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def init_scaling(names: list[str], sizes: list[int]) -> list[dict]:
+    """`shoal init` on one-paragraph briefs of growing size: CPU seconds, net of the
+    command's fixed cost, and the ratio per doubling between consecutive sizes."""
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        fixed = init_cpu(ROOT / "examples" / "bike_lanes.md", Path(tmp) / "fixed")
+        for size in sizes:
+            brief = Path(tmp) / f"brief-{size}.md"
+            brief.write_text(one_paragraph(names, size), encoding="utf-8")
+            cpu = init_cpu(brief, Path(tmp) / f"out-{size}")
+            row = {"bytes": brief.stat().st_size, "cpu_s": cpu, "fixed_cpu_s": fixed,
+                   "net_cpu_s": max(cpu - fixed, 1e-3), "ratio_per_doubling": None}
+            if rows:
+                prev = rows[-1]
+                row["ratio_per_doubling"] = (row["net_cpu_s"] / prev["net_cpu_s"]) ** (
+                    1 / math.log2(row["bytes"] / prev["bytes"]))
+            rows.append(row)
+            print(f"# shoal init, one paragraph of {row['bytes']:,} bytes: {cpu:.2f} CPU-s",
+                  flush=True)
+    return rows
+
+
+def _size(text: str) -> int:
+    """"100k" → 100,000; "5m" → 5,000,000 (decimal, as the issue counts)."""
+    text = text.strip().lower()
+    scale = {"k": 1_000, "m": 1_000_000}.get(text[-1:], 1)
+    return int(float(text.rstrip("km")) * scale)
+
+
+def print_init(rows: list[dict]) -> None:
+    """The `shoal init` table."""
+    print("\n`shoal init` on one paragraph (offline extractor, 200 agents; CPU seconds of "
+          "the child process)")
+    print(f"{'bytes':>10} {'CPU s':>7} {'net CPU s':>9} {'per doubling':>12}")
+    for r in rows:
+        ratio = f"{r['ratio_per_doubling']:.2f}" if r["ratio_per_doubling"] else "—"
+        print(f"{r['bytes']:>10,} {r['cpu_s']:>7.2f} {r['net_cpu_s']:>9.2f} {ratio:>12}")
+    if rows:
+        print(f"(fixed cost, examples/bike_lanes.md: {rows[0]['fixed_cpu_s']:.2f} CPU-s)")
+
+
 # ------------------------------------------------------------------ main
 
 
@@ -404,10 +483,20 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--doc-reps", type=int, default=100,
                     help="repetitions of the example briefs in the document")
+    ap.add_argument("--init-sizes", help="sizes of the one-paragraph briefs given to "
+                    "`shoal init` (default 100k,200k,1m,5m; with --quick 100k,200k)")
+    ap.add_argument("--init-only", action="store_true",
+                    help="measure only `shoal init` on one paragraph")
     args = ap.parse_args()
     sizes = [10_000] if args.quick else [10_000, 100_000]
     rng = np.random.default_rng(0)
     names = name_list(args.names, rng)
+    init_sizes = args.init_sizes or ("100k,200k" if args.quick else "100k,200k,1m,5m")
+    inits = init_scaling(names, [_size(x) for x in init_sizes.split(",")])
+    if args.init_only:
+        print_init(inits)
+        _save({"args": vars(args), "init": inits})
+        return
     world = World(names, args.agents, rng)
     qs = queries(names, args.queries, np.random.default_rng(2))
     graph = KnowledgeGraph()
@@ -471,11 +560,16 @@ def main() -> None:
         print(f"    per scores() call, lengths list -> array: "
               f"{t['lengths_array_median_ms']:.2f} ms; visible(): "
               f"{t['visible_median_ms']:.2f} ms")
+    print_init(inits)
+    _save({"args": vars(args), "ingestion": stretches, "rounds": [vars(x) for x in rounds],
+           "documents": docs, "retrieval": retrievals, "init": inits})
+
+
+def _save(rows: dict) -> None:
+    """The rows as bench/results/graph-<time>.json."""
     out = ROOT / "bench" / "results" / f"graph-{datetime.now():%Y%m%d-%H%M%S}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"args": vars(args), "ingestion": stretches,
-                               "rounds": [vars(x) for x in rounds], "documents": docs,
-                               "retrieval": retrievals}, indent=1))
+    out.write_text(json.dumps(rows, indent=1))
     print(f"\nrows: {out.relative_to(ROOT)}")
 
 

@@ -12,12 +12,16 @@ final token counts are exact counts of the rendered text (cl100k_base).
 Text written by other agents enters only through `quote`, which turns it into one JSON
 string on one line: it cannot start a new line, so it cannot close a section or open a
 fake one, and it is visibly data. The agent's own profile fields enter through `inline`,
-which keeps them on one line and out of the markers that start headers and feed lines.
+which keeps them on one line and out of the markers that start headers and feed lines;
+so do names that come from documents, presets and imports (a fact's source, a topic's
+label, a persona written by `shoal init`). `one_line` is the part of `inline` that also
+suits text outside a prompt (a YAML comment, a Markdown table cell).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field, replace
 
 from memory.tokens import count, count_many, truncate
@@ -34,15 +38,29 @@ def quote(text: str, max_chars: int = 200) -> str:
 
 
 _MARKERS = ("#", "-", "*", ">", "[", "=")  # what starts a header, a list or a feed line
+# Whatever may end a line for a reader (str.splitlines' breaks, YAML's NEL and separators),
+# the other control characters but the tab (a YAML reader refuses most of them), and lone
+# surrogates (a file name's undecodable bytes: no UTF-8 writer takes them).
+_UNSAFE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def one_line(text: str) -> str:
+    """Text as one line of printable characters: every run of whitespace (line breaks of
+    every kind included) becomes one space, and other control characters and lone
+    surrogates are dropped. Text without any of them is returned unchanged."""
+    if not _UNSAFE.search(text):
+        return text
+    return " ".join(_UNSAFE.sub("", " ".join(text.split())).split())
 
 
 def inline(text: str) -> str:
-    """A field of a profile (a name, a bio, a persona, a group) as text of one line that
-    cannot open a section or pass for a feed entry: line breaks become spaces, and
-    markers at its start are dropped. Ordinary one-line text is returned unchanged."""
-    if "\n" not in text and "\r" not in text and not text.lstrip().startswith(_MARKERS):
+    """A field of a profile (a name, a bio, a persona, a group), or a name from a document
+    or a preset, as text of one line that cannot open a section or pass for a feed entry:
+    line breaks become spaces, and markers at its start are dropped. Ordinary one-line
+    text is returned unchanged."""
+    if not _UNSAFE.search(text) and not text.lstrip().startswith(_MARKERS):
         return text
-    return " ".join(text.split()).lstrip("".join(_MARKERS) + " ")
+    return one_line(text).lstrip("".join(_MARKERS) + " ")
 
 
 @dataclass

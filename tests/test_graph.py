@@ -4,6 +4,7 @@ honoured by every reader, and the "What you know" context section."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -219,7 +220,7 @@ def _pdf(path: Path, lines: list[str]) -> Path:
 
 def test_graph_add_reads_markdown_and_pdf_into_a_scenario(tmp_path, capsys):
     folder = tmp_path / "scenario"
-    assert main(["graph", "add", str(TOLL), "--into", str(folder)]) == 0
+    assert main(["graph", "add", str(TOLL), "--into", str(folder), "--new"]) == 0
     pdf = _pdf(tmp_path / "memo.pdf", ["The Ferry Company opposes the toll.",
                                        "The City Council supports the ferry subsidy."])
     assert main(["graph", "add", str(pdf), "--into", str(folder)]) == 0
@@ -288,3 +289,249 @@ def test_a_run_with_the_llm_extractor_logs_every_call(graph_dict, tmp_path):
     paragraphs = len([p for p in re.split(r"\n\s*\n", TOLL.read_text()) if p.strip()])
     assert calls[0] == (0, paragraphs, paragraphs)  # the document, at round 0
     assert [(r, n, n) for r, n in posting] == calls[1:]
+
+
+# --------------------------------------------------------------------------- issue 26
+
+BIKE = ROOT / "examples" / "bike_lanes.md"
+# A preset's `name` as the tester wrote it, and one that would run against a real URL.
+PRESET_NAME = "Harbour\noutput: {dir: …}\nllm: {providers: [...]}\n#"
+PRESET_NAME_REAL = ("Harbour\noutput: {dir: EVIL}\nllm: {providers: [{name: default, "
+                    "base_urls: ['http://127.0.0.1:9/v1'], model: m}], agents: {fraction: "
+                    "1.0}}\n#")
+CONFIG_KEYS = {"name", "seed", "rounds", "minutes_per_round", "population", "topics",
+               "initial_stances", "graph", "platforms", "memory", "interventions"}
+
+
+def _emitted(path: Path) -> dict:
+    """The YAML file's data, after checking that the file is comments of one line and
+    then exactly what the emitter writes for that data: nothing a text could add."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    head = 0
+    while lines[head].startswith("# "):
+        head += 1
+    data = yaml.safe_load(text)
+    assert "\n".join(lines[head:]) == yaml.safe_dump(data, sort_keys=False,
+                                                      allow_unicode=True)
+    return data
+
+
+def _only_data(folder: Path, capsys) -> dict:
+    """The scenario's config, checked to hold only Shoal's keys and to pass `shoal check`
+    (the YAML files are the emitter's; SCENARIO.md has no line a payload opened)."""
+    config = _emitted(folder / "config.yaml")
+    assert set(config) <= CONFIG_KEYS  # no `output`, no `llm`: the brief's text added none
+    _emitted(folder / "personas.yaml")
+    assert not [ln for ln in (folder / "SCENARIO.md").read_text().splitlines()
+                if ln.startswith(("output:", "llm:"))]
+    capsys.readouterr()
+    assert main(["check", str(folder / "config.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "EVIL" not in out and "127.0.0.1:9" not in out
+    return config
+
+
+@pytest.mark.parametrize("name", [PRESET_NAME, PRESET_NAME_REAL])
+def test_a_preset_name_cannot_write_yaml_into_the_config(tmp_path, capsys, name):
+    """issue 26 item 1: a MiroShark preset whose `name` holds newlines and YAML makes a
+    config.yaml whose keys are only Shoal's (the name is in one comment line), which
+    `shoal check` accepts with no output folder or LLM of the preset's choosing."""
+    preset = tmp_path / "harbour.json"
+    preset.write_text(json.dumps({"id": "harbour", "name": name,
+                                  "seed_document": BIKE.read_text()}))
+    folder = tmp_path / "scenario"
+    assert main(["init", str(preset), "--out", str(folder), "--agents", "20"]) == 0
+    config = _only_data(folder, capsys)
+    first = (folder / "config.yaml").read_text().splitlines()[0]
+    assert first.startswith("# Harbour output: {dir:") and "llm: {providers:" in first
+    assert (folder / "SCENARIO.md").read_text().startswith("# Harbour output: {dir:")
+    assert config["name"].startswith("harbour_output")
+
+
+def test_a_briefs_file_name_cannot_write_yaml_into_the_config(tmp_path, capsys):
+    """issue 26 item 1: a brief whose file name holds a newline and YAML (and a byte
+    that is not UTF-8) makes the same clean config."""
+    brief = tmp_path / "brief\noutput: {dir: EVIL}\n#\udcff.md"
+    brief.write_text(BIKE.read_text())
+    folder = tmp_path / "scenario"
+    assert main(["init", str(brief), "--out", str(folder), "--agents", "20"]) == 0
+    _only_data(folder, capsys)
+    sources = {s.rsplit(":", 1)[0] for s in graph_reader(folder).relations()["source_id"]}
+    assert sources == {"brief output: {dir: EVIL} #.md"}  # one line of text
+
+
+def _pdf_bomb(path: Path) -> Path:
+    """A one-page PDF whose content stream inflates past pypdf's 75 MB limit."""
+    import zlib
+
+    data = zlib.compress(b" " * 80_000_000, 9)
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>",
+               b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font "
+               b"<< /F1 << /Type /Font /Subtype /Type1 /BaseFont /Helvetica >> >> >> "
+               b"/Contents 4 0 R >>",
+               b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(data) + data
+               + b"\nendstream"]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for i, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % i + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objects) + 1, xref)
+    path.write_bytes(bytes(out))
+    return path
+
+
+def test_a_pdf_bomb_is_an_input_error_naming_the_file(tmp_path, capsys):
+    """issue 26 item 5: a PDF that inflates past pypdf's limits exits 2 naming the file
+    (not 1 with LimitReachedError), for `shoal init` and `shoal graph add`; nothing is
+    written."""
+    bomb = _pdf_bomb(tmp_path / "bomb.pdf")
+    assert main(["init", str(bomb), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert str(bomb) in err and "safety limits" in err and "Traceback" not in err
+    assert main(["graph", "add", str(bomb), "--into", str(tmp_path / "g"), "--new"]) == 2
+    assert str(bomb) in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bomb.pdf"]
+
+
+def _one_paragraph(n: int) -> str:
+    """A brief of one paragraph with `n` sentences, every one naming a new organisation
+    and a new thing it takes a side on (so entities, facts and contested things all grow
+    with the text)."""
+    def word(i: int) -> str:
+        letters = "bcdfghjklmnprstvz"
+        out = ""
+        while True:
+            out += letters[i % len(letters)] + "aeiou"[i % 5]
+            i //= len(letters)
+            if not i:
+                return out
+    verbs = ["supports", "opposes", "backs", "rejects"]
+    return "# One paragraph\n" + " ".join(
+        f"The {word(i).title()} Association {verbs[i % 4]} the {word(i + 7)} plan."
+        for i in range(n))
+
+
+def _work(text: str, tmp: Path, monkeypatch) -> dict[str, int]:
+    """What `init_scenario` does with a brief, counted without a clock: Python lines run
+    in graph memory and `shoal init`, characters through `key()` (C-speed string work),
+    and elements of the validity masks made."""
+    import sys
+
+    from memory.graph import ingest, model, resolve
+    from sim.runs import scenario_init
+
+    counts = {"lines": 0, "key_chars": 0, "mask_elements": 0}
+    plain_key, plain_visible = model.key, model.KnowledgeGraph.visible
+
+    def key(name: str) -> str:
+        counts["key_chars"] += len(name)
+        return plain_key(name)
+
+    def visible(self, as_of=None):
+        mask = plain_visible(self, as_of)
+        counts["mask_elements"] += len(mask)
+        return mask
+
+    ours = (str(ROOT / "memory" / "graph"), str(ROOT / "sim" / "runs" / "scenario_init"))
+
+    def trace(frame, event, arg):
+        if not frame.f_code.co_filename.startswith(ours):
+            return None
+        counts["lines"] += event == "line"
+        return trace
+
+    tmp.mkdir()
+    brief = tmp / "brief.md"
+    brief.write_text(text)
+    with monkeypatch.context() as patch:
+        for module in (model, resolve, ingest, scenario_init):
+            patch.setattr(module, "key", key)
+        patch.setattr(model.KnowledgeGraph, "visible", visible)
+        before = sys.gettrace()  # (a coverage tracer, say: put back afterwards)
+        sys.settrace(trace)
+        try:
+            scenario_init.init_scenario(brief, tmp / "out", OfflineExtractor(),
+                                        scenario_init.InitOptions(agents=20))
+        finally:
+            sys.settrace(before)
+    return counts
+
+
+@pytest.mark.parametrize("punctuated", [True, False])
+def test_init_work_grows_linearly_with_a_paragraph(tmp_path, monkeypatch, punctuated):
+    """issue 26 item 5: `shoal init` on a brief that is one long paragraph does work in
+    proportion to its length: doubling the paragraph (with or without full stops) at
+    most ~doubles the lines run, the characters resolved and the masks built (the
+    requirement was the whole paragraph, matched against every entity; a paragraph
+    without full stops was one sentence, scanned per verb)."""
+    texts = [_one_paragraph(n) for n in (150, 300)]
+    if not punctuated:
+        texts = [t.replace(".", ",") for t in texts]
+    small, large = (_work(t, tmp_path / str(i), monkeypatch) for i, t in enumerate(texts))
+    ratios = {k: large[k] / small[k] for k in small}
+    assert all(r < 2.5 for r in ratios.values()), (ratios, small, large)
+
+
+def test_graph_add_refuses_a_folder_that_is_not_a_scenario(tmp_path, capsys):
+    """issue 26 item 18: `shoal graph add DOC --into typo` exits 2 naming the folder and
+    how to make a scenario, and creates nothing; `--new` starts one explicitly (in a new
+    or empty folder only)."""
+    typo = tmp_path / "typo"
+    assert main(["graph", "add", str(TOLL), "--into", str(typo)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"--into {typo}: not a scenario folder" in err and "shoal init" in err
+    assert "--new" in err and not typo.exists()
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.txt").write_text("mine")
+    assert main(["graph", "add", str(TOLL), "--into", str(tmp_path / "notes"),
+                 "--new"]) == 2
+    assert "is not empty" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "notes").iterdir()) == ["a.txt"]
+    assert main(["graph", "add", str(TOLL), "--into", str(typo), "--new"]) == 0
+    assert main(["graph", "add", str(TOLL), "--into", str(typo)]) == 0  # now a scenario
+
+
+@pytest.mark.parametrize("requirement, rounds, minutes", [
+    ("Simulate the debate in the two weeks after the announcement.", 42, 480),
+    ("Simulate the month of public consultation before the council votes.", 30, 1440),
+    ("What happens when a four-day week is trialled? Simulate the trial's first month.",
+     30, 1440),
+    ("Simulate the first 48 hours after the leak.", 48, 60),
+    ("Simulate the next three hours.", 12, 15),
+    ("Unlike last year, the vote is close. Simulate a year of campaigning.", 27, 20160),
+    ("Simulate the reaction to the announcement.", 24, 60),  # no span: the default
+])
+def test_init_covers_the_time_span_the_brief_states(tmp_path, requirement, rounds,
+                                                     minutes):
+    """issue 26 item 19: a time span the brief's requirement states is covered by
+    rounds × minutes_per_round (the finest round length that needs at most 48 rounds);
+    SCENARIO.md says where it came from; none: 24 rounds of an hour."""
+    text = BIKE.read_text().split("\n\n", 2)
+    brief = tmp_path / "brief.md"
+    brief.write_text("\n\n".join([text[0], requirement, text[2]]))
+    folder = tmp_path / "scenario"
+    assert main(["init", str(brief), "--out", str(folder), "--agents", "20"]) == 0
+    config = yaml.safe_load((folder / "config.yaml").read_text())
+    assert (config["rounds"], config["minutes_per_round"]) == (rounds, minutes)
+    time = (folder / "SCENARIO.md").read_text().split("## Time\n\n", 1)[1].split("\n")[0]
+    if (rounds, minutes) == (24, 60):
+        assert time.startswith("The requirement states no time span")
+    else:
+        assert time.startswith("The requirement says \u201c")
+
+
+def test_init_stretches_given_rounds_over_the_span(tmp_path):
+    """issue 26 item 19: with --rounds, the round length grows to cover the brief's span
+    (carbon_levy.md: "the two weeks after the announcement")."""
+    folder = _init(tmp_path)  # --rounds 8
+    config = yaml.safe_load((folder / "config.yaml").read_text())
+    assert config["rounds"] == ROUNDS
+    assert config["rounds"] * config["minutes_per_round"] >= 14 * 24 * 60
+    assert "\u201ctwo weeks\u201d" in (folder / "SCENARIO.md").read_text()

@@ -17,7 +17,7 @@ Both return `Extraction`s: plain data, no ids; resolution into the graph is the 
 from __future__ import annotations
 
 import re
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -57,8 +57,10 @@ CUES = [
 _CUE = re.compile(r"\b(" + "|".join(f"(?:{c})" for c, _ in CUES) + r")\b", re.IGNORECASE)
 _CUE_PRED = [(re.compile(rf"^(?:{c})$", re.IGNORECASE), p) for c, p in CUES]
 _SENTENCE = re.compile(r"(?:[^.!?\n]|\n(?!\s*\n))+(?:[.!?]+|$)")  # a line break is a space
-_NAME = re.compile(r"\b(?:[A-Z][\w&'’.-]*[\w&'’])(?:\s+(?:of|for|and|on|the|de|du|van|von)?"
-                   r"\s*[A-Z][\w&'’.-]*[\w&'’])*(?:\s+\([A-Z][A-Za-z0-9&]{1,9}\))?")
+# (One run of spaces on each side of a connector: `\s+(?:of…)?\s*` would try every split of
+# a long run of spaces, quadratic in its length.)
+_NAME = re.compile(r"\b(?:[A-Z][\w&'’.-]*[\w&'’])(?:\s+(?:(?:of|for|and|on|the|de|du|van|von)"
+                   r"\s+)?[A-Z][\w&'’.-]*[\w&'’])*(?:\s+\([A-Z][A-Za-z0-9&]{1,9}\))?")
 _ACRONYM = re.compile(r"\b[A-Z][A-Z0-9&]{1,9}\b")
 _GROUP = re.compile(r"\b(?:(?:small|large|rural|urban|local|young|older|low-income|"
                     r"high-income|independent|public|private|domestic|foreign)\s+)?(?:"
@@ -124,11 +126,27 @@ def trimmed(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
+MAX_SENTENCE = 1000  # characters: a longer "sentence" is cut into clauses (see `sentences`)
+_CLAUSE_END = (";", ":", ",", "\n", " ")  # where a long sentence is cut, best first
+
+
 def sentences(text: str) -> list[tuple[int, int]]:
-    """Character spans of the sentences of `text` (trimmed)."""
+    """Character spans of the sentences of `text` (trimmed). A sentence longer than
+    `MAX_SENTENCE` (a text without full stops, a list run together) is cut into pieces of
+    at most that length, each at the last clause break (";", ":", ",", a line break, then
+    a space) in its second half: so a fact's text stays a sentence's length, and the work
+    per cue does not grow with the paragraph."""
     out = []
     for m in _SENTENCE.finditer(text):
         start, end = trimmed(text, m.start(), m.end())
+        while end - start > MAX_SENTENCE:
+            stop = start + MAX_SENTENCE
+            cut = next((i + 1 for i in (text.rfind(c, start + MAX_SENTENCE // 2, stop)
+                                        for c in _CLAUSE_END) if i >= 0), stop)
+            a, b = trimmed(text, start, cut)
+            if b > a:
+                out.append((a, b))
+            start, end = trimmed(text, cut, end)
         if end > start:
             out.append((start, end))
     return out
@@ -158,8 +176,10 @@ def mentions(text: str, known: dict[str, str]) -> list[Mention]:
     for m in _NAME.finditer(text):
         name = m.group(0)
         words = name.split()
-        while words and words[0].lower().strip("'’") in _STARTERS:
-            words = words[1:]
+        lead = 0  # (an index, not `words[1:]` in a loop: "The The The …" stays linear)
+        while lead < len(words) and words[lead].lower().strip("'’") in _STARTERS:
+            lead += 1
+        words = words[lead:]
         if not words or (len(words) == 1 and words[0].lower() in _STARTERS):
             continue
         start = m.start() + name.index(words[0])
@@ -233,24 +253,28 @@ def facts(text: str, found: list[Mention], author: str | None = None) -> list[Fa
     for start, end in sentences(text):
         lo, hi = bisect_left(starts, start), bisect_left(starts, end)
         inside = [m for m in found[lo:hi] if m.end <= end]
+        # Mentions do not overlap, so their ends are sorted too: the ones around a cue are
+        # found by bisection, not by a scan of the sentence per cue.
+        begins, ends = [m.start for m in inside], [m.end for m in inside]
         sentence = text[start:end]
+        said = " ".join(sentence.split())
+        pronouns = [(start + p.start(), start + p.end()) for p in
+                    _FIRST_PERSON.finditer(sentence)] if author is not None else []
+        pronoun_ends = [b for _, b in pronouns]
         for cue in _CUE.finditer(sentence):
             c0, c1 = start + cue.start(), start + cue.end()
-            before = [m for m in inside if m.end <= c0]
-            after = [m for m in inside if m.start >= c1]
-            subject = before[-1] if before else None
-            if author is not None:
-                pronoun = [p for p in _FIRST_PERSON.finditer(sentence)
-                           if start + p.end() <= c0]
-                if pronoun and (subject is None or start + pronoun[-1].start() > subject.end):
-                    p = pronoun[-1]
-                    subject = Mention(author, "agent", start + p.start(), start + p.end())
-            obj = after[0] if after and after[0].start - c1 <= 12 else (
-                object_phrase(text, c1) or (after[0] if after else None))
+            i, j = bisect_right(ends, c0), bisect_left(begins, c1)
+            subject = inside[i - 1] if i else None
+            following = inside[j] if j < len(inside) else None
+            k = bisect_right(pronoun_ends, c0)
+            if k and (subject is None or pronouns[k - 1][0] > subject.end):
+                a, b = pronouns[k - 1]
+                subject = Mention(author, "agent", a, b)
+            obj = following if following is not None and following.start - c1 <= 12 else (
+                object_phrase(text, c1) or following)
             if subject is None or obj is None:
                 continue
-            out.append(Fact(subject, _predicate(cue.group(0)), obj, " ".join(sentence.split()),
-                            (start, end)))
+            out.append(Fact(subject, _predicate(cue.group(0)), obj, said, (start, end)))
     return out
 
 

@@ -112,8 +112,8 @@ def _add_once(graph: KnowledgeGraph, subject: int, predicate: str, obj: int, fac
               sim_time: str) -> int | None:
     """Add a relation unless the same one is visible already."""
     rel = graph.rows["graph_relations"].columns
-    for rid in graph.by_pair.get((subject, obj), []):
-        if rel["predicate"][rid] == predicate and rid not in graph.withdrawn:
+    for rid in graph.by_pair.get((subject, obj), []):  # (those not withdrawn)
+        if rel["predicate"][rid] == predicate:
             return None
     rid, _ = graph.add_relation(subject, predicate, obj, fact, kind, source_type, source_id,
                                 episode, round_, sim_time)

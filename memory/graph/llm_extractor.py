@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+from memory.context import inline
 from memory.graph.extract import Extraction, Fact, Mention, sentences
 from memory.tokens import count
 from sim.llm.chat import CallLog, ChatRequest, SyncChat, call_rows, chat_model
@@ -59,7 +60,9 @@ class LLMExtractor:
                 self._endpoints = Endpoints()
                 urls = self._endpoints.urls(self.provider)
             self._chat = SyncChat(chat_model(self.provider, urls, concurrency=1))
-        hint = f"\nKnown names: {', '.join(sorted(known))}" if known else ""
+        # Known names are the config's topic keywords: fenced like profile fields, so none
+        # can start a line of the system text.
+        hint = f"\nKnown names: {', '.join(inline(k) for k in sorted(known))}" if known else ""
         request = ChatRequest(messages=[{"role": "system", "content": SYSTEM + hint},
                                         {"role": "user", "content": text}],
                               tools=[TOOL], tool_choice="auto", temperature=0.0)

@@ -113,7 +113,9 @@ class KnowledgeGraph:
         self.rows = {name: _Rows() for name in TABLES}
         self.withdrawn: dict[int, int] = {}  # relation -> round of its withdrawal
         self.by_key: dict[str, int] = {}  # resolution key -> entity id
-        self.by_pair: dict[tuple[int, int], list[int]] = {}  # (subject, object) -> relations
+        # (subject, object) -> its relations not withdrawn: what a new relation on the
+        # pair is checked against, however many it had (a flip-flopping pair stays short)
+        self.by_pair: dict[tuple[int, int], list[int]] = {}
         self.version = 0  # bumped on every change (readers' caches follow it)
         self._cache_version = -1
         self._valid_from = self._ends = np.empty(0, np.int64)
@@ -181,9 +183,9 @@ class KnowledgeGraph:
         withdrawn = []
         sign = POLARITY.get(predicate)
         if sign is not None:
-            for old in self.by_pair.get((subject, obj), []):
+            for old in list(self.by_pair.get((subject, obj), [])):
                 old_sign = POLARITY.get(self.column("graph_relations", "predicate")[old])
-                if old_sign == -sign and old not in self.withdrawn:
+                if old_sign == -sign:
                     self.withdraw(old, round_, sim_time, episode,
                                   f"contradicted by relation {rid} ({predicate}): {fact}")
                     withdrawn.append(old)
@@ -204,6 +206,10 @@ class KnowledgeGraph:
             "relation_id": relation, "invalid_at": round_, "invalid_at_time": sim_time,
             "invalidated_by": episode, "reason": reason})
         self.withdrawn[relation] = round_
+        rel = self.rows["graph_relations"].columns
+        pair = self.by_pair.get((rel["subject"][relation], rel["object"][relation]), [])
+        if relation in pair:
+            pair.remove(relation)
         self.version += 1
 
     # ---------------------------------------------------------------- reading
@@ -300,13 +306,15 @@ class KnowledgeGraph:
                     self.rows[name].append(row)
         a = self.rows["graph_aliases"].columns
         self.by_key = dict(zip(a.get("key", []), a.get("entity_id", []), strict=True))
-        rel = self.rows["graph_relations"].columns
-        self.by_pair = {}
-        for rid in range(self.n_relations):
-            self.by_pair.setdefault((rel["subject"][rid], rel["object"][rid]), []).append(rid)
         w = self.rows["graph_withdrawals"].columns
         self.withdrawn = dict(zip(w.get("relation_id", []), w.get("invalid_at", []),
                                   strict=True))
+        rel = self.rows["graph_relations"].columns
+        self.by_pair = {}
+        for rid in range(self.n_relations):
+            if rid not in self.withdrawn:
+                self.by_pair.setdefault((rel["subject"][rid], rel["object"][rid]),
+                                        []).append(rid)
         for rows in self.rows.values():
             rows.logged = rows.taken = len(rows)
         self.version += 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from memory.context import one_line
 from memory.graph.model import KnowledgeGraph, key
 
 _ACRONYM = re.compile(r"^(.*\S)\s*\(([A-Z][A-Za-z0-9&]{1,9})\)$")
@@ -23,8 +24,10 @@ def split_acronym(name: str) -> tuple[str, str | None]:
 
 
 def resolve(graph: KnowledgeGraph, name: str, type_: str, summary: str = "") -> int:
-    """The entity `name` denotes, created if it is new."""
-    full, acronym = split_acronym(name)
+    """The entity `name` denotes, created if it is new. A name is kept as one line of
+    text (one broken over two lines, or one an LLM extractor returned with anything in
+    it), so wherever an entity's name is shown it opens nothing."""
+    full, acronym = split_acronym(one_line(name))
     keys = [key(full)] + ([key(acronym)] if acronym else [])
     for k in keys:
         if k in graph.by_key:

@@ -21,6 +21,7 @@ from typing import Protocol
 
 import numpy as np
 
+from memory.context import inline
 from memory.graph.model import Hit, KnowledgeGraph
 
 K1, B = 1.2, 0.75
@@ -144,10 +145,13 @@ class FactIndex:
 
 
 def provenance(hit: Hit) -> str:
-    """Where a fact came from, in words: a document span, or posts and the round."""
+    """Where a fact came from, in words: a document span, or posts and the round. The
+    source id names a document (a file, a preset's id): it is fenced like a profile
+    field, one line that opens nothing."""
+    source = inline(hit.source_id)
     if hit.source_type == "document":
-        return f"{hit.kind}, from {hit.source_id}"
-    return f"{hit.kind}, {hit.source_id}, round {hit.valid_from}"
+        return f"{hit.kind}, from {source}"
+    return f"{hit.kind}, {source}, round {hit.valid_from}"
 
 
 SEARCH_COLUMNS = ["score", "relation_id", "subject", "predicate", "object", "fact", "kind",

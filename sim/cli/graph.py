@@ -12,6 +12,8 @@ from rich.table import Table
 from sim.cli.console import console, print_whole
 from sim.core.errors import InputError
 
+ROUND_MAX = 2**31 - 1  # rounds are int32 in the graph's tables
+
 
 def add_parsers(sub) -> None:
     """The `init` and `graph` commands."""
@@ -24,7 +26,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--out", help="scenario folder (default: ./<brief name>)")
     p.add_argument("--seed", type=int, default=0, help="seed of personas, stances, follows")
     p.add_argument("--rounds", type=int, help="rounds in config.yaml (default: the "
-                                              "preset's, or 24)")
+                                              "preset's; else from the time span the brief "
+                                              "states, or 24)")
     p.add_argument("--force", action="store_true", help="write into a non-empty --out")
     _extractor_flags(p)
     p.set_defaults(func=cmd_init)
@@ -33,7 +36,10 @@ def add_parsers(sub) -> None:
     gsub = p.add_subparsers(dest="graph_command", required=True, metavar="ACTION")
     q = gsub.add_parser("add", help="read documents into a scenario folder's graph")
     q.add_argument("documents", nargs="+", help="text, Markdown or PDF files")
-    q.add_argument("--into", required=True, metavar="FOLDER", help="the scenario folder")
+    q.add_argument("--into", required=True, metavar="FOLDER",
+                   help="the scenario folder (one with a graph/, as `shoal init` makes)")
+    q.add_argument("--new", action="store_true", help="start a new scenario graph in FOLDER "
+                   "(which must not exist, or be empty)")
     _extractor_flags(q)
     q.set_defaults(func=cmd_graph_add)
     for name, help_ in (("relations", "the facts (visible ones; --withdrawn: all)"),
@@ -91,14 +97,25 @@ def _close(extractor) -> None:
 
 def cmd_init(args: argparse.Namespace) -> int:
     """`shoal init BRIEF [--agents N] [--out DIR] [--seed S] [--llm URL]`."""
-    from sim.runs.scenario_init import InitOptions, init_scenario, read_brief
+    from sim.runs.scenario_init import (
+        MAX_AGENTS,
+        MAX_ROUNDS,
+        InitOptions,
+        init_scenario,
+        read_brief,
+    )
 
     brief = read_brief(Path(args.brief))  # checked before any call is made
-    agents = args.agents or brief.agents or 200
-    rounds = args.rounds or brief.rounds or 24
-    if agents < 2 or rounds < 1:
-        raise InputError(f"--agents {agents} / --rounds {rounds}: a scenario needs at least "
-                         "2 agents and 1 round")
+    # (A flag given as 0 is given: `is not None`, never `or`.)
+    agents, where = ((args.agents, "--agents") if args.agents is not None else
+                     (brief.agents, "the preset's estimated_agents") if brief.agents else
+                     (200, ""))
+    rounds, said = ((args.rounds, "--rounds") if args.rounds is not None else
+                    (brief.rounds, "the preset's estimated_rounds"))
+    if not 2 <= agents <= MAX_AGENTS:
+        raise InputError(f"{where} {agents}: a scenario needs 2 to {MAX_AGENTS:,} agents")
+    if rounds is not None and not 1 <= rounds <= MAX_ROUNDS:
+        raise InputError(f"{said} {rounds}: a scenario needs 1 to {MAX_ROUNDS:,} rounds")
     extractor = _extractor(args)
     try:
         folder = init_scenario(args.brief, args.out, extractor,
@@ -117,6 +134,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 def cmd_graph_add(args: argparse.Namespace) -> int:
     """`shoal graph add DOC... --into FOLDER`: documents into a scenario's graph."""
+    from memory.context import one_line
     from memory.graph.communities import detect
     from memory.graph.ingest import ingest_document
     from memory.graph.memory import stamp
@@ -125,6 +143,15 @@ def cmd_graph_add(args: argparse.Namespace) -> int:
     from sim.world.knowledge import read_document
 
     folder = Path(args.into)
+    if args.new and folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise InputError(f"--into {folder}: --new starts a scenario graph in a new or empty "
+                         "folder, and this one " + ("is a file" if not folder.is_dir() else
+                                                    "is not empty"))
+    if not args.new and not (folder / SCENARIO_DIR).is_dir():
+        # A typo must not become a new folder: a new graph is asked for by name.
+        raise InputError(f"--into {folder}: not a scenario folder (no {SCENARIO_DIR}/ "
+                         "there); make one with `shoal init BRIEF --out FOLDER`, or add "
+                         "--new to start an empty graph there")
     graph = KnowledgeGraph()
     generation = 0
     if (folder / SCENARIO_DIR).is_dir():
@@ -135,7 +162,9 @@ def cmd_graph_add(args: argparse.Namespace) -> int:
         old = {n: reader.arrow(n) for n in GRAPH_TABLES if n not in TABLES}  # communities
     else:
         old = {}
-    texts = [(Path(d).name, read_document(d)) for d in args.documents]  # all read first
+    # All read first (nothing is written if one cannot be); a file's name is a source
+    # name of the graph's facts, so it is made one line of text.
+    texts = [(one_line(Path(d).name), read_document(d)) for d in args.documents]
     extractor = _extractor(args)
     try:
         for name, text in texts:
@@ -161,7 +190,8 @@ def cmd_graph_add(args: argparse.Namespace) -> int:
         if earlier.exists():
             import duckdb
 
-            rows = duckdb.sql(f"SELECT * FROM '{earlier}'").df().to_dict("records") + rows
+            quoted = str(earlier).replace("'", "''")
+            rows = duckdb.sql(f"SELECT * FROM '{quoted}'").df().to_dict("records") + rows
         write_calls(folder, rows)
     console.print(f"graph → {folder / SCENARIO_DIR} ({graph.n_entities} entities, "
                   f"{graph.n_relations} relations, generation {generation + 1} of "
@@ -171,11 +201,20 @@ def cmd_graph_add(args: argparse.Namespace) -> int:
 
 def cmd_graph_show(args: argparse.Namespace) -> int:
     """`shoal graph relations|entities|episodes|communities|search|neighbourhood|history`."""
+    from sim.store.graph import SCENARIO_DIR
     from sim.store.lineage import graph_reader
 
     path = Path(args.path)
     if not path.exists():
         raise InputError(f"{path}: no such run directory or scenario folder")
+    if path.is_dir() and not any((path / f).exists() for f in (
+            SCENARIO_DIR, "run.json", "trajectory.duckdb")):
+        raise InputError(f"{path}: neither a run directory nor a scenario folder (no "
+                         f"{SCENARIO_DIR}/, run.json or trajectory.duckdb there)")
+    if args.as_of is not None and not 0 <= args.as_of <= ROUND_MAX:
+        raise InputError(f"--as-of {args.as_of}: a round, 0 to {ROUND_MAX:,}")
+    if args.limit < 1:
+        raise InputError(f"--limit {args.limit}: rows to show, at least 1")
     reader = graph_reader(path)
     a = args.action
     if a == "relations":
@@ -198,6 +237,9 @@ def cmd_graph_show(args: argparse.Namespace) -> int:
         except ValueError:
             raise InputError(f"history: {args.what!r} is not a relation id") from None
         frame = reader.history(rid)
+        if not len(frame):
+            raise InputError(f"history: {path} has no relation {rid} (`shoal graph "
+                             f"relations {path} --withdrawn` lists them)")
         cols = ["relation_id", "subject", "predicate", "object", "valid_from", "invalid_at",
                 "reason"]
     else:

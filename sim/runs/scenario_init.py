@@ -19,15 +19,24 @@
    normal (sd 0.25), clipped to [−1, 1]; confidence 0.35 + 0.4·|group position|.
 6. **Follow graph**: each agent follows `follows` others, each within its own group with
    probability `homophily`, otherwise anyone (seeded).
-7. `config.yaml` (runs as it is: `shoal check` and `shoal run` accept it), `personas.yaml`,
+7. **Time**: a time span the requirement states ("the two weeks after the announcement")
+   sets `rounds` × `minutes_per_round` to cover it (`schedule`); none: 24 rounds of an hour.
+8. `config.yaml` (runs as it is: `shoal check` and `shoal run` accept it), `personas.yaml`,
    `graph/` (the brief's graph, Parquet), and `SCENARIO.md` saying what was derived from
    which facts.
+
+Every text that comes from the brief or a preset (names, labels, facts, the title, the
+file's own name) is data: the YAML files are the emitter's output of a mapping, with
+comments of one line each (`memory.context.one_line`); persona text is fenced as profile
+fields are (`inline`, facts quoted); SCENARIO.md's table cells cannot end their row.
 
 Same brief, seed, agent count and extractor → byte-identical files.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -36,6 +45,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from memory.context import inline, one_line, quote
 from memory.graph.communities import detect
 from memory.graph.extract import Extractor, keyphrases
 from memory.graph.ingest import TopicNames, ingest_document
@@ -48,15 +58,18 @@ from sim.world.knowledge import read_document
 
 PUBLIC = "public"
 _SLUG = re.compile(r"[^a-z0-9]+")
+MAX_AGENTS = 1_000_000  # personas.yaml is written agent by agent
+MAX_ROUNDS = 100_000
+REQUIREMENT_CHARS = 1000  # the requirement shown and matched: a one-paragraph brief's is long
 
 
 @dataclass
 class InitOptions:
-    """What `shoal init` may be told."""
+    """What `shoal init` may be told (`rounds` None: from the brief's time span, else 24)."""
 
     agents: int = 200
     seed: int = 0
-    rounds: int = 24
+    rounds: int | None = None
     max_topics: int = 3
     max_groups: int = 6
     public_share: float = 0.4
@@ -112,17 +125,19 @@ def read_brief(path: Path) -> Brief:
         text = read_document(path)
         if not text.strip():
             raise InputError(f"{path}: the brief is empty")
-        title, requirement = title_and_description(text, path.stem)
-        return Brief(path.name, text, title, requirement)
-    import json
-
+        title, asked = title_and_description(text, path.stem)
+        return Brief(one_line(path.name), text, one_line(title), asked)
     try:
         data = json.loads(read_document(path))
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}:{exc.lineno}: not JSON: {exc.msg}") from None
-    if not isinstance(data, dict) or not str(data.get("seed_document", "")).strip():
+    except RecursionError:
+        raise InputError(f"{path}: not a preset template: JSON nested too deeply") from None
+    if not isinstance(data, dict) or not isinstance(data.get("seed_document"), str) \
+            or not data["seed_document"].strip():
         raise InputError(f"{path}: a preset template needs a non-empty `seed_document` "
-                         "(MiroShark's preset_templates/*.json)")
+                         "text (MiroShark's preset_templates/*.json)")
+    _check_preset(path, data)
     settings = data.get("recommended_settings") or {}
     platforms = [str(p) for p in data.get("platforms") or []]
 
@@ -139,11 +154,49 @@ def read_brief(path: Path) -> Brief:
     details = {k: ", ".join(map(str, v)) if isinstance(v, list) else str(v)
                for k, v in data.items()
                if k in ("description", "category", "tags", "simulation_type") and v}
-    return Brief(f"{data.get('id') or path.stem}.md", str(data["seed_document"]),
-                 str(data.get("name") or path.stem),
-                 " ".join(str(data.get("simulation_requirement") or "").split()),
+    name = one_line(str(data.get("id") or "")).strip() or one_line(path.stem)
+    return Brief(f"{name}.md", data["seed_document"],
+                 one_line(str(data.get("name") or "")).strip() or one_line(path.stem),
+                 requirement(str(data.get("simulation_requirement") or "")),
                  count("estimated_agents"), count("estimated_rounds"), on("twitter"),
                  on("reddit"), on("polymarket"), fields, details)
+
+
+# A preset's fields Shoal reads, and the JSON types each may have.
+_PRESET_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "id": ((str, int), "text"), "name": ((str,), "text"), "description": ((str,), "text"),
+    "category": ((str,), "text"), "simulation_type": ((str,), "text"),
+    "simulation_requirement": ((str,), "text"), "tags": ((list, str), "a list of text"),
+    "platforms": ((list,), "a list of platform names"),
+    "recommended_settings": ((dict,), "an object of enable_* flags"),
+}
+
+
+def _check_preset(path: Path, data: dict) -> None:
+    """InputError naming the field when a preset's field has the wrong JSON type, or a
+    text anywhere in it is not valid Unicode (JSON lets a lone surrogate through)."""
+    for field, (types, what) in _PRESET_TYPES.items():
+        value = data.get(field)
+        if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+            raise InputError(f"{path}: `{field}` must be {what}, not "
+                             f"{type(value).__name__}: {quote(str(value), 60)}")
+    if any(not isinstance(p, str) for p in data.get("platforms") or []):
+        raise InputError(f"{path}: `platforms` must be a list of platform names")
+    stack: list[tuple[str, object]] = [(k, v) for k, v in data.items()]
+    while stack:  # (a loop, not recursion: JSON may nest as deep as the parser allows)
+        where, value = stack.pop()
+        for text in ([where] if isinstance(value, dict | list) else [where, value]):
+            if isinstance(text, str):
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    top = where.split(".")[0]
+                    raise InputError(f"{path}: `{one_line(top)}` is not valid Unicode text "
+                                     f"(a lone surrogate at character {exc.start})") from None
+        if isinstance(value, dict):
+            stack += [(f"{where}.{k}", v) for k, v in value.items()]
+        elif isinstance(value, list):
+            stack += [(f"{where}.{i}", v) for i, v in enumerate(value)]
 
 
 def slug(text: str, fallback: str = "scenario") -> str:
@@ -153,8 +206,21 @@ def slug(text: str, fallback: str = "scenario") -> str:
     return s if s and s[0].isalpha() else f"{fallback}_{s}".strip("_")
 
 
+def requirement(text: str) -> str:
+    """The simulation requirement as one line, at most `REQUIREMENT_CHARS` characters: a
+    longer one (a brief that is one paragraph) ends at its last sentence that fits."""
+    text = " ".join(one_line(text).split())
+    if len(text) <= REQUIREMENT_CHARS:
+        return text
+    head = text[:REQUIREMENT_CHARS - 1]
+    end = max(head.rfind(". "), head.rfind("? "), head.rfind("! "))
+    return head[:end + 1] if end > REQUIREMENT_CHARS // 2 else \
+        head[:head.rfind(" ")].rstrip() + "…" if " " in head else head + "…"
+
+
 def title_and_description(text: str, fallback: str) -> tuple[str, str]:
-    """The brief's first Markdown heading (or the file name) and its first paragraph."""
+    """The brief's first Markdown heading (or the file name) and its first paragraph (as
+    `requirement` gives it)."""
     title, description = fallback, ""
     for block in re.split(r"\n\s*\n", text.strip()):
         lines = [ln.strip() for ln in block.splitlines() if ln.strip()]
@@ -164,17 +230,119 @@ def title_and_description(text: str, fallback: str) -> tuple[str, str]:
             title = lines[0].lstrip("#").strip() or fallback
             lines = lines[1:]
         if lines and not description:
-            description = " ".join(lines)
+            description = requirement(" ".join(lines))
         if description:
             break
     return title, description
 
 
-def _named(requirement: str, name: str) -> float:
+def _words(requirement: str) -> set[str]:
+    """The requirement's words, for `_named` (computed once: it may be long)."""
+    return set(key(requirement).split())
+
+
+def _named(requirement: set[str], name: str) -> float:
     """How much of a name the requirement names: the share of its words (longer than two
-    letters) that the requirement uses — the requirement steers what comes first."""
+    letters) among the requirement's words — the requirement steers what comes first."""
     words = {w for w in key(name).split() if len(w) > 2}
-    return len(words & set(key(requirement).split())) / len(words) if words else 0.0
+    return len(words & requirement) / len(words) if words else 0.0
+
+
+# --------------------------------------------------------------------------- time
+
+_UNIT_MINUTES = {"minute": 1, "hour": 60, "day": 1440, "week": 10080, "fortnight": 20160,
+                 "month": 43200, "quarter": 129600, "year": 525600, "decade": 5256000}
+_COUNTS = {"a": 1, "an": 1, "one": 1, "the": 1, "first": 1, "next": 1, "coming": 1,
+           "a couple of": 2, "couple of": 2, "a few": 3, "few": 3, "several": 3, "two": 2,
+           "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
+           "ten": 10, "eleven": 11, "twelve": 12, "fifteen": 15, "twenty": 20, "thirty": 30,
+           "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90,
+           "a hundred": 100}
+# A count and a unit as words apart ("two weeks", "the month", "48 hours"); joined by a
+# hyphen they describe a thing ("a four-day week"), not the span to simulate.
+_SPAN = re.compile(r"(?<![\w-])(\d+(?:\.\d+)?|" + "|".join(
+    sorted(_COUNTS, key=len, reverse=True)) + r")\s+(" + "|".join(_UNIT_MINUTES)
+    + r")s?\b(?!-)", re.IGNORECASE)
+_NOT_A_SPAN = {"last", "past", "previous", "every", "each", "per", "once", "twice", "times"}
+SPAN_ROUNDS = 48  # at most this many rounds from a span (unless --rounds says otherwise)
+MAX_SPAN = 10 * 525600  # ten years
+# Round lengths a span is cut into (minutes): the finest that needs at most SPAN_ROUNDS.
+_STEPS = (60, 120, 180, 240, 360, 480, 720, 1440, 2880, 10080, 20160, 43200)
+
+
+@dataclass
+class Schedule:
+    """How long a round is and how many there are, and why."""
+
+    rounds: int
+    minutes_per_round: int
+    span: str = ""  # the requirement's words that state the span ("" if none)
+    span_minutes: int = 0
+    given: bool = False  # rounds given (--rounds, the preset's estimated_rounds)
+
+    def describe(self) -> str:
+        """A sentence for SCENARIO.md."""
+        step = f"{self.rounds} rounds of {_duration(self.minutes_per_round)}"
+        if not self.span:
+            return (f"The requirement states no time span: {step}"
+                    + (" (the default)." if not self.given else "."))
+        why = ("the rounds given (--rounds, or the preset's estimated_rounds) stretched to "
+               "cover it" if self.given else f"the finest of Shoal's round lengths that "
+               f"covers it in at most {SPAN_ROUNDS} rounds")
+        return (f"The requirement says \u201c{self.span}\u201d "
+                f"({_duration(self.span_minutes)}): {step}, {why} (docs/graph.md, "
+                "\"Time\").")
+
+
+def _duration(minutes: int) -> str:
+    for unit, size in (("day", 1440), ("hour", 60), ("minute", 1)):
+        if minutes % size == 0:
+            n = minutes // size
+            return f"{n:,} {unit}{'s' * (n != 1)}"
+    return f"{minutes} minutes"  # pragma: no cover - every count is a whole minute
+
+
+def time_span(text: str) -> tuple[str, int] | None:
+    """The time span a requirement states: its words and minutes (a month is 30 days, a
+    year 365), capped at ten years; None if it states none. The first span in a sentence
+    that asks to simulate, else the first span; spans of the past or a frequency ("last
+    year", "once a week") are not spans."""
+    found = []
+    for m in _SPAN.finditer(text):
+        before = text[:m.start()].split()[-1:]
+        if before and before[0].lower().strip(",;:(") in _NOT_A_SPAN:
+            continue
+        count = m.group(1).lower()
+        n = float(count) if count[0].isdigit() else _COUNTS[count]
+        minutes = min(math.ceil(n * _UNIT_MINUTES[m.group(2).lower()]), MAX_SPAN)
+        if minutes > 0:
+            sentence = text[:m.start()].rsplit(".", 1)[-1] + text[m.start():].split(".")[0]
+            found.append(("simulat" not in sentence.lower(), len(found), m.group(0),
+                          minutes))
+    if not found:
+        return None
+    _, _, words, minutes = min(found)
+    return " ".join(words.split()), minutes
+
+
+def schedule(requirement: str, rounds: int | None) -> Schedule:
+    """Rounds and their length: from the requirement's time span (`time_span`) — the
+    given `rounds` stretched to cover it, or the finest round length of `_STEPS` that
+    covers it in at most `SPAN_ROUNDS` rounds (a span under 12 hours: the longest of 30,
+    15 and 10 minutes that makes 12 rounds, else 5) — and without a span, `rounds`
+    (default 24) of an hour (docs/graph.md, "Time")."""
+    found = time_span(requirement)
+    if found is None:
+        return Schedule(rounds or 24, 60, given=rounds is not None)
+    words, span = found
+    if rounds is not None:
+        return Schedule(rounds, max(1, math.ceil(span / rounds)), words, span, True)
+    if span < 12 * 60:
+        step = next((s for s in (30, 15, 10) if span / s >= 12), 5)
+    else:
+        step = next((s for s in _STEPS if math.ceil(span / s) <= SPAN_ROUNDS),
+                    math.ceil(span / SPAN_ROUNDS / 1440) * 1440)
+    return Schedule(max(1, math.ceil(span / step)), step, words, span)
 
 
 def _polar_facts(graph: KnowledgeGraph) -> list[int]:
@@ -187,25 +355,31 @@ def _topics(graph: KnowledgeGraph, text: str, opts: InitOptions) -> TopicNames:
     rel = graph.rows["graph_relations"].columns
     names = graph.column("graph_entities", "name")
     types = graph.column("graph_entities", "type")
+    asked = _words(opts.requirement)
     contested = Counter(rel["object"][r] for r in _polar_facts(graph)
                         if types[rel["object"][r]] not in ("group", "person"))
     ranked = [e for e, _ in sorted(contested.items(), key=lambda x: (
-        -_named(opts.requirement, names[x[0]]), -x[1], x[0]))]
+        -_named(asked, names[x[0]]), -x[1], x[0]))]
     folded: dict[int, list[str]] = {}  # topic entity -> names folded into it
+    words_of: dict[int, set[str]] = {}
     for e in ranked:  # "levy" is the "carbon levy": one topic, the other name a keyword
         words = set(key(names[e]).split())
-        into = next((t for t in folded if words <= set(key(names[t]).split())
-                     or set(key(names[t]).split()) <= words), None)
-        if into is None:
-            folded[e] = []
-        else:
+        into = next((t for t in folded if words <= words_of[t] or words_of[t] <= words),
+                    None)
+        if into is not None:
             folded[into].append(names[e])
-    picked = list(folded)[: opts.max_topics]
-    # The label: the most specific name of a topic ("carbon levy" over "levy").
-    labels = [max([names[e], *folded[e]], key=lambda n: (len(n.split()), n)) for e in picked]
+        elif len(folded) < opts.max_topics:  # (more would never be picked)
+            folded[e], words_of[e] = [], words
+    picked = list(folded)
+    # The label: the most specific name of a topic ("carbon levy" over "levy"), one line
+    # (a name an LLM extractor returned may hold anything).
+    labels = [inline(max([names[e], *folded[e]], key=lambda n: (len(n.split()), n)))
+              for e in picked]
+    labels = [label for label in labels if key(label)]
     phrases = [p for p, _ in keyphrases(text, 20)]
     if not labels:  # nothing is argued over explicitly: the brief's main phrases
         labels = [p for p in phrases if len(p.split()) > 1][: opts.max_topics] or phrases[:1]
+        labels = [label for label in map(inline, labels) if key(label)]
     if not labels:
         raise InputError("the brief names nothing to take sides on: write what is proposed "
                          "and who supports or opposes it")
@@ -217,8 +391,9 @@ def _topics(graph: KnowledgeGraph, text: str, opts: InitOptions) -> TopicNames:
         own = list(aliases[entity]) if entity is not None else []
         related = [p for p in phrases if words & set(key(p).split()) and key(p) != key(label)]
         group = next(([names[e], *folded[e]] for e in picked if label in
-                      [names[e], *folded[e]]), [])
-        keywords.append(list(dict.fromkeys([label, *own, *group, *related[:3]])))
+                      map(inline, [names[e], *folded[e]])), [])
+        keywords.append([k for k in dict.fromkeys(map(inline, [label, *own, *group,
+                                                                *related[:3]])) if k])
     ids = []
     for label in labels:
         base = slug(label, "topic")
@@ -241,12 +416,14 @@ def _groups(graph: KnowledgeGraph, topics: TopicNames, opts: InitOptions) -> lis
     rel = graph.rows["graph_relations"].columns
     names = graph.column("graph_entities", "name")
     topic_ids = [graph.by_key[key(t)] for t in topics.labels]
+    visible = graph.visible()  # (once: a new mask per call, and there is one per relation)
+    asked = _words(opts.requirement)
     sides: dict[int, list[int]] = {}
     for r in _polar_facts(graph):
         if rel["object"][r] in topic_ids and rel["subject"][r] not in topic_ids:
             sides.setdefault(rel["subject"][r], []).append(r)
     ranked = sorted(sides.items(), key=lambda x: (
-        -_named(opts.requirement, names[x[0]]), -len(x[1]), x[0]))[: opts.max_groups]
+        -_named(asked, names[x[0]]), -len(x[1]), x[0]))[: opts.max_groups]
     groups = []
     used: set[str] = {PUBLIC}
     for entity, facts in ranked:
@@ -258,14 +435,14 @@ def _groups(graph: KnowledgeGraph, topics: TopicNames, opts: InitOptions) -> lis
         while name in used:
             name += "_"
         used.add(name)
-        about = [r for r in range(graph.n_relations) if graph.visible()[r]
+        about = [r for r in range(graph.n_relations) if visible[r]
                  and entity in (rel["subject"][r], rel["object"][r])]
         groups.append(Group(name, entity, positions, 1.0 + len(facts), about))
     total = sum(g.share for g in groups)
     rest = opts.public_share if groups else 1.0
     for g in groups:
         g.share = round((1.0 - rest) * g.share / total, 4)
-    about_topics = [r for r in range(graph.n_relations) if graph.visible()[r]
+    about_topics = [r for r in range(graph.n_relations) if visible[r]
                     and rel["object"][r] in topic_ids]
     groups.append(Group(PUBLIC, None, [0.0] * len(topic_ids),
                         round(1.0 - sum(g.share for g in groups), 4), about_topics))
@@ -284,10 +461,12 @@ def _allocate(groups: list[Group], n: int, rng: np.random.Generator) -> np.ndarr
 
 
 def _persona(group: Group, graph: KnowledgeGraph, facts: list[int], label: str) -> str:
+    """A persona from the brief's facts, fenced as profile fields and posts are: names on
+    one line, each fact quoted (the brief's words are data, not the agent's voice)."""
     rel = graph.rows["graph_relations"].columns
     who = ("a member of the public following the debate" if group.entity is None
-           else f"aligned with {graph.column('graph_entities', 'name')[group.entity]}")
-    said = " ".join(f"{rel['fact'][r]} [fact {r}]" for r in facts)
+           else f"aligned with {inline(graph.column('graph_entities', 'name')[group.entity])}")
+    said = " ".join(f"{quote(rel['fact'][r], 400)} [fact {r}]" for r in facts)
     return f"You are {who} on {label}. What you know: {said}".strip()
 
 
@@ -299,7 +478,8 @@ def init_scenario(brief: str | Path, out: str | Path | None, extractor: Extracto
     path = Path(brief)
     brief = read_brief(path)
     text, title, description = brief.text, brief.title, brief.requirement
-    opts.requirement = opts.requirement or description
+    opts.requirement = requirement(opts.requirement) or description
+    plan = schedule(description, opts.rounds)
     folder = Path(out) if out is not None else Path.cwd() / slug(path.stem)
     if folder.exists() and not folder.is_dir():
         raise InputError(f"{folder}: is a file; give --out a folder")
@@ -307,7 +487,10 @@ def init_scenario(brief: str | Path, out: str | Path | None, extractor: Extracto
         raise InputError(f"{folder}: exists and is not empty (use --force to overwrite)")
     first = KnowledgeGraph()
     ingest_document(first, brief.source, text, extractor)
-    topics = _topics(first, text, opts)
+    try:
+        topics = _topics(first, text, opts)
+    except InputError as exc:  # (named by the brief it is about)
+        raise InputError(f"{path}: {exc}") from None
     graph = KnowledgeGraph()
     ingest_document(graph, brief.source, text, extractor, topics)
     groups = _groups(graph, topics, opts)
@@ -356,15 +539,22 @@ def init_scenario(brief: str | Path, out: str | Path | None, extractor: Extracto
         write_calls(folder, rows)
     _write(folder / "personas.yaml", yaml.safe_dump(personas, sort_keys=False,
                                                     allow_unicode=True))
-    config = _config(title, description, topics, groups, opts, brief)
-    about = " ".join(description.split())
-    header = (f"# {title}: made by `shoal init` from {path.name}; SCENARIO.md says what "
-              "came from which facts.\n" + (f"# {about}\n" if about else ""))
+    config = _config(title, topics, opts, brief, plan)
+    # The YAML is the emitter's, from data; the brief's words go only into comments of one
+    # line each, so no title or file name can add a key.
+    header = _comment(f"{title}: made by `shoal init` from {path.name}; SCENARIO.md says "
+                      "what came from which facts.") + (_comment(description)
+                                                        if description else "")
     _write(folder / "config.yaml", header + yaml.safe_dump(config, sort_keys=False,
                                                            allow_unicode=True))
     _write(folder / "SCENARIO.md", _report(path, title, description, topics, groups, graph,
-                                           member, brief.fields, brief.details))
+                                           member, plan, brief.fields, brief.details))
     return folder
+
+
+def _comment(text: str) -> str:
+    """A YAML comment line: `text` on one line of printable characters."""
+    return f"# {one_line(text)}\n"
 
 
 def write_calls(folder: Path, rows: list[dict]) -> Path:
@@ -376,7 +566,8 @@ def write_calls(folder: Path, rows: list[dict]) -> Path:
     path = folder / "graph" / "llm_calls.parquet"
     con = duckdb.connect()
     con.register("calls", llm_calls_table(rows))
-    con.execute(f"COPY calls TO '{path}' (FORMAT parquet)")
+    quoted = str(path).replace("'", "''")  # a folder's name is data too
+    con.execute(f"COPY calls TO '{quoted}' (FORMAT parquet)")
     con.close()
     return path
 
@@ -388,8 +579,8 @@ def _names(kind: str) -> list[str]:
     return [ln.strip() for ln in text.splitlines() if ln.strip()]
 
 
-def _config(title: str, description: str, topics: TopicNames, groups: list[Group],
-            opts: InitOptions, brief: Brief) -> dict:
+def _config(title: str, topics: TopicNames, opts: InitOptions, brief: Brief,
+            plan: Schedule) -> dict:
     platforms: dict = {}
     if not brief.reddit:
         platforms["reddit"] = {"enabled": False}
@@ -404,7 +595,8 @@ def _config(title: str, description: str, topics: TopicNames, groups: list[Group
     return {
         "name": slug(title),
         "seed": opts.seed,
-        "rounds": opts.rounds,
+        "rounds": plan.rounds,
+        "minutes_per_round": plan.minutes_per_round,
         "population": {"file": "personas.yaml", "format": "shoal"},
         "topics": [{"name": n, "label": label, "keywords": kw} for n, label, kw in
                    zip(topics.names, topics.labels, topics.keywords, strict=True)],
@@ -416,17 +608,30 @@ def _config(title: str, description: str, topics: TopicNames, groups: list[Group
     }
 
 
+def _cell(text: object) -> str:
+    """Text as a Markdown table cell: one line, its pipes escaped."""
+    return one_line(str(text)).replace("|", "\\|")
+
+
+def _code(text: str) -> str:
+    """Text as Markdown code on one line, fenced by more backticks than it holds."""
+    text = one_line(text)
+    ticks = "`" * (max((len(r) for r in re.findall("`+", text)), default=0) + 1)
+    return f"{ticks} {text} {ticks}" if len(ticks) > 1 else f"`{text}`"
+
+
 def _report(brief: Path, title: str, description: str, topics: TopicNames,
-            groups: list[Group], graph: KnowledgeGraph, member: np.ndarray,
+            groups: list[Group], graph: KnowledgeGraph, member: np.ndarray, plan: Schedule,
             fields: list[tuple[str, str]] | None = None,
             details: dict[str, str] | None = None) -> str:
     rel = graph.rows["graph_relations"].columns
     counts = Counter(member.tolist())
-    lines = [f"# {title}", "", f"Made by `shoal init` from `{brief.name}`.", ""]
+    lines = [f"# {one_line(title)}", "", f"Made by `shoal init` from {_code(brief.name)}.", ""]
     if description:
-        lines += ["## The brief's requirement", "", description, ""]
+        lines += ["## The brief's requirement", "", one_line(description), ""]
+    lines += ["## Time", "", plan.describe(), ""]
     lines += ["## Topics", "", "| topic | label | keywords |", "|---|---|---|"]
-    lines += [f"| `{n}` | {label} | {', '.join(kw)} |"
+    lines += [f"| `{n}` | {_cell(label)} | {_cell(', '.join(kw))} |"
               for n, label, kw in zip(topics.names, topics.labels, topics.keywords,
                                       strict=True)]
     lines += ["", "## Stakeholder groups", "",
@@ -438,13 +643,13 @@ def _report(brief: Path, title: str, description: str, topics: TopicNames,
                      f"{', '.join(map(str, g.facts[:12]))} |")
     if details:
         lines += ["", "## The preset template", ""]
-        lines += [f"- **{k}**: {' '.join(v.split())}" for k, v in details.items()]
+        lines += [f"- **{k}**: {one_line(' '.join(v.split()))}" for k, v in details.items()]
     if fields:
         lines += ["", "## The preset template's fields", "", "| field | what Shoal did |",
                   "|---|---|"]
-        lines += [f"| `{k}` | {what} |" for k, what in fields]
+        lines += [f"| {_cell(_code(k))} | {what} |" for k, what in fields]
     lines += ["", "## Facts", "", "| id | fact | source |", "|---:|---|---|"]
-    lines += [f"| {r} | {' '.join(rel['fact'][r].split())} | {rel['source_id'][r]} |"
+    lines += [f"| {r} | {_cell(rel['fact'][r])} | {_cell(rel['source_id'][r])} |"
               for r in range(graph.n_relations)]
     return "\n".join(lines) + "\n"
 

@@ -43,15 +43,16 @@ def build_graph_memory(cfg: Config) -> Any:
     memory = empty_graph_memory(cfg)
     if memory is None:
         return None
+    from memory.context import one_line
     from memory.graph.ingest import ingest_document
 
     g = cfg.memory.graph
     if g.scenario is not None:
         memory.graph.replay([State(tables=scenario_tables(g.scenario))])
         memory.graph.mark_new()
-    for doc in g.documents:
-        ingest_document(memory.graph, Path(doc).name, read_document(doc), memory.extractor,
-                        memory.topics)
+    for doc in g.documents:  # (a file's name is its facts' source name: one line of text)
+        ingest_document(memory.graph, one_line(Path(doc).name), read_document(doc),
+                        memory.extractor, memory.topics)
     memory.topics.entities(memory.graph)
     return memory
 
@@ -78,13 +79,19 @@ def read_document(path: str | Path) -> str:
     if path.suffix.lower() == ".pdf":
         try:
             from pypdf import PdfReader
-            from pypdf.errors import PdfReadError
+            from pypdf.errors import LimitReachedError, PyPdfError
         except ImportError as exc:  # pragma: no cover - a declared dependency
             raise InputError(f"{path}: reading PDF needs pypdf ({exc})") from exc
         try:
             pages = [page.extract_text() or "" for page in PdfReader(str(path)).pages]
-        except (PdfReadError, OSError, ValueError) as exc:
-            raise InputError(f"{path}: not a readable PDF: {exc}") from exc
+        except LimitReachedError as exc:  # a compression bomb, or a file built like one
+            raise InputError(f"{path}: a PDF beyond pypdf's safety limits, not read "
+                             f"({exc})") from None
+        except (PyPdfError, OSError, ValueError, KeyError, TypeError, AttributeError,
+                IndexError, RecursionError, UnicodeError) as exc:
+            # A malformed file makes pypdf raise any of these: each means it cannot be read.
+            raise InputError(f"{path}: not a readable PDF: {type(exc).__name__}: "
+                             f"{exc}") from None
         return "\n\n".join(p.strip() for p in pages if p.strip())
     try:
         return path.read_text(encoding="utf-8")
