@@ -4,7 +4,9 @@ loopback server answers the plan, the tool calls and the writing; tools read the
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,14 +18,21 @@ import yaml
 
 from sim import open_run
 from sim.analysis.report import write_report
-from sim.analyst.citations import numbers, parse_claim, sentences, supports
+from sim.analyst.citations import numbers, parse_claim, sentences, supports, verify
 from sim.analyst.tools import Toolbox
 from sim.cli.main import main
 from sim.llm.server import Faults, serve_in_thread
 from sim.store.analysis import ANALYSIS
 from sim.store.history_sql import SQLError, query_history
 from tests.conftest import CONFIGS
-from tests.helpers import fork_and_run, make_config, query, run_cli, run_config
+from tests.helpers import (
+    fork_and_run,
+    make_config,
+    query,
+    run_cli,
+    run_config,
+    tables_differ,
+)
 
 
 @pytest.fixture(scope="module")
@@ -250,3 +259,243 @@ def test_a_run_with_graph_memory_gives_the_analyst_graph_search(tmp_path, monkey
     assert hits["rows"] and "fact" in hits["columns"]
     facts = [dict(zip(hits["columns"], r, strict=True))["fact"] for r in hits["rows"]]
     assert any("levy" in f.lower() for f in facts)
+
+
+# ------------------------------------------------------------ issue 26: bounds and stops
+
+RUNAWAY = ("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) "
+           "SELECT count(*) AS n FROM r")
+CROSS_JOIN = "SELECT count(*) AS n FROM range(1000000) a, range(1000000) b"
+
+
+def _plan(*ids: str) -> list[dict]:
+    """A scripted plan of these sections."""
+    return [{"tool_calls": [{"name": "plan_sections", "arguments": {"sections": [
+        {"id": i, "title": i.title(), "brief": "scripted"} for i in ids]}}]}]
+
+
+def _calls(*queries: str, text: str = "The section read the run [step 1].") -> list[dict]:
+    """A scripted section: one sql call per query, then its text."""
+    return [*({"tool_calls": [{"name": "sql", "arguments": {"query": q}}]} for q in queries),
+            {"tool_calls": [{"name": "write_section", "arguments": {"text": text}}]}]
+
+
+def _analyse(parent: Path, script: dict, *flags: str, env: dict | None = None
+             ) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """`shoal analyse` in its own process against a scripted loopback server; its result
+    and the requests the server got."""
+    server = serve_in_thread(script=script)
+    try:
+        r = run_cli(["analyse", str(parent), "--base-url", server.url, "--model", "m",
+                     *flags], env=env)
+        return r, list(server.state.requests)
+    finally:
+        server.stop()
+
+
+def _tool_steps(run: Path):
+    steps = open_run(run).analysis()["analysis_steps"]
+    return steps[steps["kind"] == "tool"].sort_values(["section_id", "call"])
+
+
+def test_a_runaway_query_is_interrupted_at_the_query_timeout(herd):
+    """issue 26 item 3: a recursive CTE that never ends is stopped at --query-timeout;
+    the model is told why, and the section goes on and finishes."""
+    parent, _ = herd
+    r, _ = _analyse(parent, {"plan": _plan("slow"), "slow": _calls(RUNAWAY)},
+                    "--query-timeout", "0.5")
+    assert r.returncode == 0, r.stderr + r.stdout
+    (step,) = _tool_steps(parent).itertuples()
+    assert step.status == "error"
+    assert "stopped after 0.5 s, the limit for one query" in step.result
+    sections = open_run(parent).analysis()["analysis_sections"]
+    assert list(sections["status"]) == ["done"]
+
+
+def test_a_section_deadline_stops_its_query_and_spares_the_parallel_section(herd):
+    """issue 26 item 3: --deadline really cancels: the section's cross join is
+    interrupted when its deadline passes (the command ends although the query alone
+    would run for hours), and the section beside it finishes."""
+    parent, _ = herd
+    script = {"plan": _plan("slow", "fast"), "slow": _calls(CROSS_JOIN),
+              "fast": _calls("SELECT count(*) AS posts FROM posts")}
+    r, _ = _analyse(parent, script, "--deadline", "10", "--query-timeout", "600",
+                    "--parallel", "2")
+    assert r.returncode == 4, r.stderr + r.stdout  # partial: one section timed out
+    sections = open_run(parent).analysis()["analysis_sections"].set_index("section_id")
+    assert sections.loc["fast", "status"] == "done"
+    assert sections.loc["slow", "status"] == "timeout"
+    assert "its tool call in flight was stopped" in sections.loc["slow", "error"]
+
+
+def test_a_large_result_reaches_the_model_cut_with_a_note_and_is_stored_bounded(herd):
+    """issue 26 item 3: a 60 MB value and a 300 kB table come back cut (a note says so);
+    the trace stores exactly what the model was given, within the byte cap."""
+    parent, _ = herd
+    big = "SELECT repeat('x', 60000000) AS big"
+    wide = "SELECT repeat('y', 1500) AS a, repeat('z', 1500) AS b FROM range(100)"
+    r, requests = _analyse(parent, {"plan": _plan("big"), "big": _calls(big, wide)})
+    assert r.returncode == 0, r.stderr + r.stdout
+    steps = _tool_steps(parent)
+    first, second = (json.loads(s) for s in steps["result"])
+    assert first["rows"][0][0] == "x" * 2000 + "…" and "cut" in first["note"]
+    assert 0 < len(second["rows"]) < 100 and second["truncated"]
+    assert "the result is cut to fit 32,000 bytes" in second["note"]
+    assert (steps["result_chars"] <= 32_000).all()
+    told = [m["content"] for e in requests for m in e["request"]["messages"]
+            if m["role"] == "tool"]
+    assert set(steps["result"]) <= set(told)  # what was stored is what the model read
+
+
+def test_the_analyst_sees_the_run_not_where_it_lives(herd):
+    """issue 26 item 14: catalog functions that show file paths are refused, PIVOT is
+    allowed, and nothing stored of the analysis names the run's directory."""
+    parent, _ = herd
+    queries = ["SELECT * FROM duckdb_databases()", "SELECT name, value FROM "
+               "duckdb_settings()", "SELECT current_setting('temp_directory') AS t",
+               "PIVOT (SELECT round, topic, position FROM beliefs) ON topic USING "
+               "avg(position) ORDER BY round"]
+    r, requests = _analyse(parent, {"plan": _plan("where"), "where": _calls(*queries)})
+    assert r.returncode == 0, r.stderr + r.stdout
+    results = [json.loads(s) for s in _tool_steps(parent)["result"]]
+    assert all("is not available" in x["error"] for x in results[:3])
+    assert len(results[3]["rows"]) == 7 and results[3]["columns"][0] == "round"
+    sent = json.dumps([e["request"] for e in requests])
+    for place in (str(parent), str(parent.parent)):
+        assert place not in sent and not any(place in json.dumps(x) for x in results)
+
+
+def test_ctrl_c_stops_at_once_keeps_finished_sections_and_the_same_command_continues(
+        herd):
+    """issue 26 item 3: the first Ctrl-C interrupts the running query: the command ends
+    (exit 130), the finished section is kept, the analysis is listed as interrupted, and
+    the same `shoal analyse` command continues it to the end."""
+    parent, _ = herd
+    script = {"plan": _plan("first", "second"),
+              "first": _calls("SELECT count(*) AS posts FROM posts"),
+              "second": _calls(CROSS_JOIN)}
+    server = serve_in_thread(script=script)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sim.cli", "analyse", str(parent), "--base-url",
+             server.url, "--model", "m", "--parallel", "1", "--query-timeout", "600"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        deadline = time.monotonic() + 120
+        # plan, then 2 turns of `first`, then `second` asks for its cross join
+        while len(server.state.requests) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # the query is under way
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=300)  # (a hang guard, not a speed check)
+    finally:
+        server.stop()
+    assert proc.returncode == 130, out + err
+    assert "1 finished sections kept" in err and "same `shoal analyse` command" in err
+    listed = open_run(parent).analyses.iloc[-1]
+    assert listed["status"] == "interrupted"
+    before = open_run(parent).analysis()
+    sections = before["analysis_sections"].set_index("section_id")["status"].to_dict()
+    assert sections == {"first": "done", "second": "interrupted"}
+    first_steps = before["analysis_steps"].query("section_id == 'first'")
+
+    again, _ = _analyse(parent, {"second": _calls("SELECT 1 AS one")}, "--parallel", "1")
+    assert again.returncode == 0, again.stderr + again.stdout
+    after = open_run(parent).analysis(listed["analysis_id"])
+    assert after["analysis_runs"]["status"].iloc[0] == "done"
+    latest = after["analysis_sections"].set_index("section_id")
+    assert list(latest["status"]) == ["done", "done"] and (latest["attempt"] == 1).all()
+    kept = after["analysis_steps"].query("section_id == 'first'")
+    assert kept.reset_index(drop=True).equals(first_steps.reset_index(drop=True))
+
+
+def test_interview_selector_beyond_the_population_is_refused_before_expanding(herd,
+                                                                               capsys):
+    """issue 26 item 4: `--agents 0-1000000000000` exits 2 naming --agents and the
+    population's size, without building the list of ids (the old code tried, and
+    failed with a MemoryError; tests/data/bad_inputs_analyst.yaml has the issue's
+    0-100000000)."""
+    parent, _ = herd
+    n = len(open_run(parent).agents)
+    assert main(["interview", str(parent), "--agents", "0-1000000000000", "Why?"]) == 2
+    err = capsys.readouterr().err
+    assert "--agents.ids: no agent 1000000000000" in err
+    assert f"the population has {n} agents" in err
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 16 MB tmpfs (needs root; skipped otherwise), unmounted afterwards."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs to fill (needs root): {made.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_analyse_on_a_full_disk_exits_2_keeping_what_was_stored(herd, small_disk, capsys):
+    """issue 26 item 12: on a full disk `shoal analyse` exits 2 saying so (no internal
+    error); the run's tables and the analysis stored before are intact, and with space
+    again the same command works."""
+    parent, _ = herd
+    run = Path(shutil.copytree(parent, small_disk / parent.name))
+    for f in run.glob("an-*.md"):
+        f.unlink()
+    before = open_run(run).analyses
+    assert main(["analyse", str(run), "--base-url", "loopback", "--model", "m"]) == 0
+    kept = open_run(run).analyses
+    filler = small_disk / "filler"
+    with open(filler, "wb") as f, contextlib.suppress(OSError):
+        while True:  # fill the disk to the last byte
+            f.write(b"\0" * 65536)
+            f.flush()
+    capsys.readouterr()
+    assert main(["analyse", str(run), "--base-url", "loopback", "--model", "m"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"no space left on the device of {run}" in err, err
+    assert "internal error" not in err and "Traceback" not in err
+    filler.unlink()
+    assert tables_differ(parent / "trajectory.duckdb", run / "trajectory.duckdb") == []
+    now = open_run(run).analyses
+    assert list(now["analysis_id"])[:len(kept)] == list(kept["analysis_id"])
+    assert len(kept) == len(before) + 1
+    assert main(["analyse", str(run), "--base-url", "loopback", "--model", "m"]) == 0
+
+
+def test_list_shows_an_analysis_without_a_question_without_nan(herd, capsys):
+    """issue 26 item 18: `analyse --list` shows a missing question as "(no question)"."""
+    parent, _ = herd
+    assert main(["analyse", str(parent), "--base-url", "loopback", "--model", "m"]) == 0
+    capsys.readouterr()
+    assert main(["analyse", str(parent), "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert "(no question)" in listed and "nan" not in listed.split()
+
+
+def test_a_quoted_answer_with_its_citation_is_one_claim():
+    """issue 26 item 20: a quotation's inner full stops end no sentence, and the numbers
+    of a quotation found word for word in the cited answer are supported by it; a
+    misquoted number is still caught."""
+    answer = ('Speaking for myself: I am Sara Schmidt; on Reddit, round 5, I commented: '
+              '"I support nuclear power. It matters for my family."; on Twitter, round 4, '
+              'I liked a post: "Honestly, I am undecided. I read about it all week."')
+    text = (f"Agent 0 answered at round 5: “{answer}” [step 1]. Most agents agreed "
+            "[step 1].")
+    said = [s for s in sentences(text) if s != "\n"]
+    assert len(said) == 2 and said[0].endswith("” [step 1].")
+    evidence = {"round": 5, "columns": ["batch_id", "agent", "answer"],
+                "rows": [["an-1-abc", 0, answer]]}
+    claim = verify(parse_claim(said[0]), lambda c: (evidence, ""))
+    assert claim.verdict == "verified", claim.detail
+    shortened = ("Agent 0 said: “I am Sara Schmidt … on Twitter, round 4, I liked a post” "
+                 "[step 1].")
+    assert verify(parse_claim(shortened), lambda c: (evidence, "")).verdict == "verified"
+    misquoted = "Agent 0 answered at round 5: “on Twitter, round 7, I liked a post” [step 1]."
+    wrong = verify(parse_claim(misquoted), lambda c: (evidence, ""))
+    assert wrong.verdict == "unsupported" and "7" in wrong.detail

@@ -24,9 +24,10 @@ MARK = {"verified": "✓", "unresolved": "✗ unresolved", "unsupported": "✗ u
 
 
 def analyses(db: Source) -> pd.DataFrame:
-    """One row per analysis of the run, oldest first. An analysis marked running while no
-    process holds the run's file was interrupted (killed): it says so (`shoal analyse`
-    with the same question continues it)."""
+    """One row per analysis of the run, oldest first. An analysis stopped by Ctrl-C is
+    marked interrupted; one marked running while no process holds the run's file was
+    interrupted too (killed) and says so (`shoal analyse` with the same question
+    continues either)."""
     df = _interrupted(db, read_tables(db, ["analysis_runs"])["analysis_runs"])
     return df.sort_values("created_at", kind="stable").reset_index(drop=True)
 
@@ -115,8 +116,12 @@ def write_markdown(db: Source, analysis_id: str, path: str | Path) -> Path:
     """Write an analysis as Markdown to `path` (atomically)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(to_markdown(analysis_frames(db, analysis_id)), encoding="utf-8")
-    tmp.replace(path)
+    try:
+        tmp.write_text(to_markdown(analysis_frames(db, analysis_id)), encoding="utf-8")
+        tmp.replace(path)
+    except BaseException:  # (a full disk: no half-written file is left behind)
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 

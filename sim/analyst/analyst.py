@@ -13,16 +13,30 @@
    `retry_sections`, reusing the finished ones.
 
 Database work (tool calls and writes) runs on one worker thread, so a write never meets
-a reader of the same file; model calls run concurrently on the event loop.
+a reader of the same file; SQL queries run on threads of their own (each on its own
+cursor), so a slow query holds up neither the trace nor the other sections; model calls
+run concurrently on the event loop.
+
+**Limits** (`Settings`, docs/analyst.md): each query is interrupted after
+`query_timeout_s`, returns at most `max_rows` rows with long values cut, and the database
+has a memory limit (spilling to at most `temp_limit_mb` of temporary files); each tool
+result is cut to `max_result_bytes` (what the model is given is what is stored). A
+section's deadline interrupts its query or interview in flight. Ctrl-C stops at once: the
+queries are interrupted, finished sections are kept, the sections under way and the
+analysis are marked `interrupted`, and the same `analyse` call continues it. A full disk
+stops the analysis with a `StorageFull` error; what was stored stays.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import secrets
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -32,7 +46,7 @@ import duckdb
 import pandas as pd
 import yaml
 
-from sim.analysis.analyses import analysis_frames, write_markdown
+from sim.analysis.analyses import analyses, analysis_frames, write_markdown
 from sim.analysis.runs import Run
 from sim.analyst.citations import (
     Citation,
@@ -57,13 +71,20 @@ from sim.analyst.prompt import (
 from sim.analyst.tools import TERMINAL, Toolbox, ToolError, table
 from sim.config import parse_config
 from sim.config.llm import ProviderConfig
-from sim.core.errors import InputError
+from sim.core.errors import InputError, StorageFull, out_of_space
 from sim.core.faults import crash_point
 from sim.llm.chat import ChatModel, ChatReply, ChatRequest, chat_model, cost
 from sim.llm.endpoints import Endpoints
 from sim.runs.interview import interview_agents, provider_for
 from sim.store.analysis import UNVERIFIED, AnalysisStore, open_for_writing, read_tables
-from sim.store.history_sql import attach_history, select_rows
+from sim.store.history_sql import (
+    Cancel,
+    Limits,
+    QueryResult,
+    attach_history,
+    bound_connection,
+    select_rows,
+)
 from sim.store.lineage import LiveRun, being_written, lineage
 from sim.store.run_dir import open_run_dir
 
@@ -73,11 +94,42 @@ LABELS = "BCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 @dataclass
 class Settings:
-    """Bounds of one analysis."""
+    """Bounds of one analysis (docs/analyst.md, "Limits")."""
 
     tool_calls: int = 8  # per section
     deadline_s: float = 300.0  # per section
     parallel: int = 4  # sections written at once
+    query_timeout_s: float = 30.0  # one SQL query (interrupted after)
+    max_rows: int = 100  # rows of a SQL result
+    max_result_bytes: int = 32_000  # a tool result's JSON text (what the model reads)
+    memory_limit_mb: int = 1024  # DuckDB's memory while the analysis holds the run
+    temp_limit_mb: int = 2048  # temporary files a query may spill to beyond that
+    query_threads: int = field(default_factory=lambda: min(4, os.cpu_count() or 1))
+
+    def check(self) -> None:
+        """InputError naming the flag (or field) of a bound that cannot be used."""
+        for flag, value in (("--tool-calls", self.tool_calls), ("--parallel", self.parallel),
+                            ("max_rows", self.max_rows), ("query_threads", self.query_threads)):
+            if value < 1:
+                raise InputError(f"{flag} {value}: at least 1")
+        for flag, value in (("--deadline", self.deadline_s),
+                            ("--query-timeout", self.query_timeout_s)):
+            if not value > 0 or value == float("inf"):
+                raise InputError(f"{flag} {value:g}: must be a positive number of seconds")
+        if self.memory_limit_mb < 64:
+            raise InputError(f"--memory-limit {self.memory_limit_mb}: at least 64 (MB)")
+        if self.max_result_bytes < 1000 or self.temp_limit_mb < 0:
+            raise InputError("max_result_bytes: at least 1000; temp_limit_mb: at least 0")
+
+
+class AnalysisInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped an analysis: its finished sections are kept, the others marked
+    interrupted; the same `analyse` call continues it."""
+
+    def __init__(self, run: Path, analysis_id: str, kept: int):
+        super().__init__(f"analysis {analysis_id} interrupted: {kept} finished sections "
+                         "kept; run the same `shoal analyse` command to continue it")
+        self.run, self.analysis_id, self.kept = run, analysis_id, kept
 
 
 @dataclass
@@ -112,6 +164,7 @@ class Analyst:
         self.path = self.run_dir.root
         self.provider, self.analysis_id, self.question = provider, analysis_id, question
         self.settings = settings or Settings()
+        self.settings.check()
         self.compare_paths = {LABELS[i]: str(open_run_dir(c).root)
                               for i, c in enumerate(compare or [])}
         # Compared runs are read now: a fork of this run reads this run's file, which is
@@ -124,13 +177,21 @@ class Analyst:
         self.con = open_for_writing(self.run_dir.db)
         attach_history(self.con, self.path, own=self.con.execute(
             "SELECT current_database()").fetchone()[0])
+        s = self.settings
+        bound_connection(self.con, s.memory_limit_mb, s.temp_limit_mb, s.query_threads)
+        # SQL runs on cursors of a connection of its own (cursors are made from one
+        # parent at a time), on threads of its own: a slow query holds up no one else.
+        self.sql_con = self.con.cursor()
         run_obj = Run(LiveRun(self.run_dir.run_id, self.con.cursor, self.run_dir.read_meta,
                               lambda: yaml.safe_load(self.run_dir.config.read_text()),
                               lineage(self.path)[:-1], self.path))
-        self.toolbox = Toolbox(run_obj, compared,
-                               lambda q, n: select_rows(self.con, q, n), self._interview)
+        self.toolbox = Toolbox(run_obj, compared, self._sql, self._interview, s.max_rows,
+                               s.max_result_bytes)
         self.store = AnalysisStore(self.run_dir.db, self.con)
         self.db = ThreadPoolExecutor(1, thread_name_prefix="shoal-analyst-db")
+        self.sql_pool = ThreadPoolExecutor(max(1, s.parallel),
+                                           thread_name_prefix="shoal-analyst-sql")
+        self.cancels: set[Cancel] = set()  # of the section attempts under way
         self.seed = seed
         self.has_llm_agents = bool(run_obj.config.get("llm"))
         self.urls: list[str] = list(provider.base_urls)  # loopback resolved when started
@@ -147,15 +208,25 @@ class Analyst:
     async def _db(self, fn, *args) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.db, fn, *args)
 
-    def _interview(self, agents: list[int], round_: int, question: str) -> pd.DataFrame:
-        """Agents answer with their own provider (an LLM run's) or the analyst's model."""
+    def _sql(self, query: str, rows: int, cancel: Cancel | None = None) -> QueryResult:
+        """One query within the settings' limits (`cancel`: a section's, to stop it)."""
+        return select_rows(self.sql_con, query, Limits(
+            rows=rows, timeout_s=self.settings.query_timeout_s), cancel)
+
+    def _interview(self, agents: list[int], round_: int, question: str,
+                   cancel: Cancel | None = None) -> pd.DataFrame:
+        """Agents answer with their own provider (an LLM run's) or the analyst's model;
+        the batch ends at the section's deadline at the latest, or when `cancel` is."""
         own = self.has_llm_agents
         batch = interview_agents(str(self.path), agents, question, round_,
                                  None if own else self.urls[0],
                                  None if own else self.provider.model,
                                  None if own else self.provider.api_key_env,
+                                 deadline_s=self.settings.deadline_s,
                                  batch_id=f"{self.analysis_id}-{secrets.token_hex(3)}",
-                                 store=self.store)
+                                 store=self.store,
+                                 stop=None if cancel is None
+                                 else (lambda: cancel.reason is not None))
         return batch.rows[["batch_id", "agent", "answer", "status", "context_hash"]]
 
     async def _chat(self, request: ChatRequest) -> ChatReply:
@@ -210,21 +281,32 @@ class Analyst:
             **key, "position": sec.position, "title": sec.title, "brief": sec.brief,
             "status": "running", "tool_calls": 0, "started_at": datetime.now()}])
         counter = {"step": 0, "calls": 0}
+        cancel = Cancel()  # stops this attempt's query or interview in flight
+        self.cancels.add(cancel)
         try:
-            text = await asyncio.wait_for(self._write(sec, attempt, run_facts, counter),
-                                          self.settings.deadline_s)
-            claims = await self._verify(sec.id, attempt, text, counter)
+            text = await asyncio.wait_for(
+                self._write(sec, attempt, run_facts, counter, cancel),
+                self.settings.deadline_s)
+            claims = await self._verify(sec.id, attempt, text, counter, cancel)
         except TimeoutError:
+            cancel.cancel(f"the section's deadline ({self.settings.deadline_s:g} s) passed")
             await self._db(self.store.update, "analysis_sections", key, {
                 "status": "timeout", "tool_calls": counter["calls"],
                 "finished_at": datetime.now(),
-                "error": f"not finished within {self.settings.deadline_s:g} s"})
+                "error": f"not finished within {self.settings.deadline_s:g} s"
+                         + (" (its tool call in flight was stopped)"
+                            if counter.get("in_flight") else "")})
             return
         except SectionFailed as exc:
             await self._db(self.store.update, "analysis_sections", key, {
                 "status": "failed", "tool_calls": counter["calls"],
                 "finished_at": datetime.now(), "error": str(exc)})
             return
+        except BaseException:  # interrupted (Ctrl-C) or failed: stop what it runs
+            cancel.cancel("the analysis was interrupted")
+            raise
+        finally:
+            self.cancels.discard(cancel)
         rows = [{**key, "claim": i, "paragraph": c.paragraph, "sentence": c.sentence,
                  "citations": citations_json(c), "verdict": c.verdict, "detail": c.detail,
                  "evidence": json.dumps(c.evidence)} for i, c in enumerate(claims)]
@@ -234,7 +316,8 @@ class Analyst:
         self.sections_done += 1
         crash_point("analysing", self.sections_done)
 
-    async def _write(self, sec: Section, attempt: int, run_facts: str, counter: dict) -> str:
+    async def _write(self, sec: Section, attempt: int, run_facts: str, counter: dict,
+                     cancel: Cancel | None = None) -> str:
         """The tool loop of a section; its text."""
         budget = self.settings.tool_calls
         user = (f"{run_facts}\n\nSection id: {sec.id}\nSection title: {sec.title}\n"
@@ -266,7 +349,7 @@ class Analyst:
                 name, args = _parse_call(tc)
                 if name == TERMINAL and isinstance(args, dict) and args.get("text"):
                     return str(args["text"])
-                result = await self._tool(sec.id, attempt, name, args, counter)
+                result = await self._tool(sec.id, attempt, name, args, counter, cancel)
                 messages.append({"role": "tool", "tool_call_id": tc.get("id", ""),
                                  "content": result})
             if forced:
@@ -275,7 +358,7 @@ class Analyst:
         raise SectionFailed(f"no {TERMINAL} after {budget} tool calls")
 
     async def _tool(self, section: str, attempt: int, name: str, args: Any,
-                    counter: dict) -> str:
+                    counter: dict, cancel: Cancel | None = None) -> str:
         """Run one tool call and record it; the text the model is given (its result)."""
         counter["calls"] += 1
         call = counter["calls"]
@@ -285,10 +368,15 @@ class Analyst:
         elif name == TERMINAL:
             result, status = {"error": f"{TERMINAL} needs the section's text"}, "error"
         else:
+            # SQL on its own threads; every other tool reads through the db thread
+            pool = self.sql_pool if name == "sql" else self.db
+            counter["in_flight"] = True  # (still set if the deadline cancels the call)
             try:
-                result = await self._db(self.toolbox.call, name, args)
+                result = await asyncio.get_running_loop().run_in_executor(
+                    pool, self.toolbox.call, name, args, cancel)
             except ToolError as exc:
                 result, status = {"error": str(exc)}, "error"
+            counter["in_flight"] = False
         content = json.dumps({"step": call, **result}, ensure_ascii=False)
         counter["step"] += 1
         await self._step(section, attempt, counter["step"], "tool", call=call, name=name,
@@ -298,8 +386,8 @@ class Analyst:
 
     # ------------------------------------------------------------ verification
 
-    async def _verify(self, section: str, attempt: int, text: str, counter: dict
-                      ) -> list[Claim]:
+    async def _verify(self, section: str, attempt: int, text: str, counter: dict,
+                      cancel: Cancel | None = None) -> list[Claim]:
         """Each sentence of `text` verified, each verdict recorded as a step."""
         claims = []
         paragraph = 0
@@ -309,7 +397,7 @@ class Analyst:
                 continue
             claim = parse_claim(sentence)
             claim.paragraph = paragraph
-            await self._db(verify, claim, self._resolver(section, attempt))
+            await self._db(verify, claim, self._resolver(section, attempt, cancel))
             claim.evidence = [_pick_rows(e, numbers(claim.text)) for e in claim.evidence]
             counter["step"] += 1
             await self._step(section, attempt, counter["step"], "verify",
@@ -320,8 +408,9 @@ class Analyst:
             claims.append(claim)
         return claims
 
-    def _resolver(self, section: str, attempt: int):
-        """How citations of one section attempt resolve (runs on the db thread)."""
+    def _resolver(self, section: str, attempt: int, cancel: Cancel | None = None):
+        """How citations of one section attempt resolve (runs on the db thread; `cancel`
+        stops a re-run query)."""
         run = self.toolbox.run
         steps = None
 
@@ -339,12 +428,12 @@ class Analyst:
             name, args, result = stored
             if "error" in result:
                 return None, f"tool call {c.key[0]} failed: {result['error']}"
-            return self._recheck(name, args, result, c.key[0])
+            return self._recheck(name, args, result, c.key[0], cancel)
 
         return resolve
 
-    def _recheck(self, name: str, args: dict, result: dict, call: int
-                 ) -> tuple[dict | None, str]:
+    def _recheck(self, name: str, args: dict, result: dict, call: int,
+                 cancel: Cancel | None = None) -> tuple[dict | None, str]:
         """A stored result if the data still give it (interviews: if the table has it)."""
         if name == "interview":
             rows = pd.DataFrame(result.get("rows") or [], columns=result.get("columns"))
@@ -354,7 +443,7 @@ class Analyst:
                 return None, f"the answers of call {call} are not in the interviews table"
             return result, ""
         try:
-            again = {"step": call, **self.toolbox.call(name, args)}
+            again = {"step": call, **self.toolbox.call(name, args, cancel)}
         except ToolError as exc:
             return None, f"re-running call {call} failed: {exc}"
         if _canonical(again) != _canonical(result):
@@ -383,10 +472,69 @@ class Analyst:
             await self.model.close()
             endpoints.stop()
 
+    def stop(self, reason: str) -> None:
+        """Interrupt every query and interview under way (Ctrl-C, a full disk)."""
+        for cancel in list(self.cancels):
+            cancel.cancel(reason)
+
+    def drain(self) -> None:
+        """Wait for the database and SQL threads to finish what they run (queued work
+        whose caller is gone is dropped)."""
+        self.sql_pool.shutdown(wait=True, cancel_futures=True)
+        self.db.shutdown(wait=True, cancel_futures=True)
+
+    def mark_interrupted(self) -> int:
+        """After Ctrl-C (threads drained): the sections under way and the analysis are
+        marked `interrupted`; the number of finished sections kept."""
+        key = {"analysis_id": self.analysis_id}
+        self.store.update("analysis_sections", {**key, "status": "running"}, {
+            "status": "interrupted", "finished_at": datetime.now(),
+            "error": "interrupted (Ctrl-C); the same `shoal analyse` command continues it"})
+        self.store.update("analysis_runs", key, {"status": "interrupted"})
+        try:
+            frames = analysis_frames(self.con, self.analysis_id)
+        except InputError:  # interrupted before the analysis was stored
+            return 0
+        latest = _latest_sections(frames["analysis_sections"])
+        return sum(v["status"] == "done" for v in latest.values())
+
     def close(self) -> None:
-        """Stop the database thread and release the run's file."""
-        self.db.shutdown(wait=True)
-        self.con.close()
+        """Stop the threads and release the run's file (on a full disk the file keeps
+        what was committed: its WAL is replayed when next opened)."""
+        self.drain()
+        try:
+            self.sql_con.close()
+            self.con.close()
+        except duckdb.Error as exc:
+            if not out_of_space(exc):
+                raise
+
+
+@contextmanager
+def _guarded(analyst: Analyst | None, run: str | Path, what: Callable[[], str]
+             ) -> Iterator[None]:
+    """Ctrl-C and a full disk, as the analysis reports them: Ctrl-C interrupts what runs,
+    marks the analysis interrupted and raises AnalysisInterrupted; a full disk is a
+    StorageFull (exit 2) saying what is kept. `what()`: the analysis, for messages."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if analyst is None:
+            raise
+        analyst.stop("the analysis was interrupted")
+        analyst.drain()
+        kept = analyst.mark_interrupted()
+        raise AnalysisInterrupted(analyst.path, analyst.analysis_id, kept) from None
+    except (duckdb.Error, OSError) as exc:
+        if not out_of_space(exc):
+            raise
+        if analyst is not None:
+            analyst.stop("the disk is full")
+        where = analyst.path if analyst is not None else open_run_dir(run).root
+        raise StorageFull(
+            f"no space left on the device of {where}: {what()} stopped; what it stored "
+            "before is kept, and the run's own tables are untouched; free some space, "
+            "then run the same `shoal analyse` command to continue it") from None
 
 
 def analyse(run: str | Path, question: str | None = None, compare: list[str] | None = None,
@@ -395,41 +543,54 @@ def analyse(run: str | Path, question: str | None = None, compare: list[str] | N
             markdown: str | Path | None = None) -> Outcome:
     """Write a new analysis of `run` (see the module docstring)."""
     started = time.perf_counter()
+    (settings or Settings()).check()
+    if question is not None and not question.strip():
+        raise InputError("--question: the question is empty")
     run_obj = Run(run)
     cfg = parse_config(run_obj.config)
     provider = provider_for(cfg, None, base_url, model, api_key_env, "analyst")
     analysis_id = f"an-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
-    analyst = Analyst(run, provider, analysis_id, compare, question, settings, cfg.seed)
+    with _guarded(None, run, lambda: "the analysis"):
+        analyst = Analyst(run, provider, analysis_id, compare, question, settings, cfg.seed)
     try:
-        run_facts = analyst.facts()
-        # This process holds the file: an analysis still marked running was interrupted
-        # (killed). The same question asked again continues it.
-        stopped = analyst.store.interrupted(question, list(analyst.compare_paths.values()),
-                                            provider.name, provider.model)
-        if stopped is not None:
-            resumed = _continue(analyst, stopped, run_facts, started, markdown)
-            if resumed is not None:
-                return resumed
-        analyst.store.insert("analysis_runs", [{
-            "analysis_id": analysis_id, "created_at": datetime.now(), "question": question,
-            "compare": [analyst.compare_paths[k] for k in analyst.compare_paths],
-            "provider": provider.name, "model": provider.model, "status": "running",
-            "sections": 0, "claims": 0, "unverified": 0, "prompt_tokens": 0,
-            "completion_tokens": 0, "cost_usd": 0.0}])
-
-        async def body() -> list[Section]:
-            plan = await analyst.plan(run_facts)
-            await analyst._db(analyst.store.update, "analysis_runs",
-                              {"analysis_id": analysis_id},
-                              {"plan": json.dumps([s.__dict__ for s in plan]),
-                               "sections": len(plan)})
-            await analyst._run_sections(plan, {s.id: 1 for s in plan}, run_facts)
-            return plan
-
-        asyncio.run(analyst._with_model(body))
-        return _finish(analyst, started, markdown, reused=[])
+        with _guarded(analyst, run, lambda: f"analysis {analyst.analysis_id}"):
+            return _analyse(analyst, question, provider, started, markdown)
     finally:
         analyst.close()
+
+
+def _analyse(analyst: Analyst, question: str | None, provider: ProviderConfig,
+             started: float, markdown: str | Path | None) -> Outcome:
+    """The body of `analyse`: continue the interrupted analysis asking the same, or
+    write a new one."""
+    analysis_id = analyst.analysis_id
+    run_facts = analyst.facts()
+    # This process holds the file: an analysis still marked running was interrupted
+    # (killed). The same question asked again continues it.
+    stopped = analyst.store.interrupted(question, list(analyst.compare_paths.values()),
+                                        provider.name, provider.model)
+    if stopped is not None:
+        resumed = _continue(analyst, stopped, run_facts, started, markdown)
+        if resumed is not None:
+            return resumed
+    analyst.store.insert("analysis_runs", [{
+        "analysis_id": analysis_id, "created_at": datetime.now(), "question": question,
+        "compare": [analyst.compare_paths[k] for k in analyst.compare_paths],
+        "provider": provider.name, "model": provider.model, "status": "running",
+        "sections": 0, "claims": 0, "unverified": 0, "prompt_tokens": 0,
+        "completion_tokens": 0, "cost_usd": 0.0}])
+
+    async def body() -> list[Section]:
+        plan = await analyst.plan(run_facts)
+        await analyst._db(analyst.store.update, "analysis_runs",
+                          {"analysis_id": analysis_id},
+                          {"plan": json.dumps([s.__dict__ for s in plan]),
+                           "sections": len(plan)})
+        await analyst._run_sections(plan, {s.id: 1 for s in plan}, run_facts)
+        return plan
+
+    asyncio.run(analyst._with_model(body))
+    return _finish(analyst, started, markdown, reused=[])
 
 
 def _continue(analyst: Analyst, analysis_id: str, run_facts: str, started: float,
@@ -444,8 +605,10 @@ def _continue(analyst: Analyst, analysis_id: str, run_facts: str, started: float
         analyst.store.delete(analysis_id)
         return None
     analyst.analysis_id = analysis_id
+    analyst.store.update("analysis_runs", {"analysis_id": analysis_id}, {"status": "running"})
     latest = _latest_sections(frames["analysis_sections"])
-    todo = [s for s in plan if latest.get(s.id, {}).get("status") in (None, "running")]
+    todo = [s for s in plan
+            if latest.get(s.id, {}).get("status") in (None, "running", "interrupted")]
     attempts = {s.id: int(latest[s.id]["attempt"]) if s.id in latest else 1 for s in todo}
     analyst.store.discard_attempts(analysis_id, [(s.id, attempts[s.id]) for s in todo
                                                  if s.id in latest])
@@ -462,6 +625,7 @@ def retry_sections(run: str | Path, analysis_id: str | None = None, which: str =
     """Write again the sections of an analysis that did not finish (`which`:
     "unfinished", or one section id, finished or not), keeping the others."""
     started = time.perf_counter()
+    (settings or Settings()).check()
     run_dir = open_run_dir(run)
     frames = analysis_frames(run_dir.db, analysis_id)
     info = frames["analysis_runs"].iloc[0]
@@ -482,15 +646,20 @@ def retry_sections(run: str | Path, analysis_id: str | None = None, which: str =
     provider = provider_for(cfg, None, base_url, model, api_key_env, "analyst")
     compare = list(info["compare"]) if info["compare"] is not None else []
     question = info["question"] if isinstance(info["question"], str) else None
-    analyst = Analyst(run, provider, analysis_id, compare, question, settings, cfg.seed)
+    with _guarded(None, run, lambda: f"analysis {analysis_id}"):
+        analyst = Analyst(run, provider, analysis_id, compare, question, settings, cfg.seed)
     try:
-        run_facts = analyst.facts()
-        attempts = {s.id: int(latest.get(s.id, {}).get("attempt", 0)) + 1 for s in todo}
-        if todo:
-            asyncio.run(analyst._with_model(
-                lambda: analyst._run_sections(todo, attempts, run_facts)))
-        reused = [s.id for s in plan if s not in todo]
-        return _finish(analyst, started, markdown, reused)
+        with _guarded(analyst, run, lambda: f"analysis {analysis_id}"):
+            run_facts = analyst.facts()
+            attempts = {s.id: int(latest.get(s.id, {}).get("attempt", 0)) + 1 for s in todo}
+            # (running while it works: killed, it reads as interrupted and is continued)
+            analyst.store.update("analysis_runs", {"analysis_id": analysis_id},
+                                 {"status": "running"})
+            if todo:
+                asyncio.run(analyst._with_model(
+                    lambda: analyst._run_sections(todo, attempts, run_facts)))
+            reused = [s.id for s in plan if s not in todo]
+            return _finish(analyst, started, markdown, reused)
     finally:
         analyst.close()
 
@@ -500,6 +669,11 @@ def delete_analysis(run: str | Path, analysis_id: str) -> int:
     run_dir = open_run_dir(run)
     if being_written(run_dir):
         raise InputError(f"{run_dir.run_id} is being written; delete when the run has stopped")
+    known = analyses(run_dir.db)  # read-only: a wrong id writes nothing to the run
+    if analysis_id not in set(known["analysis_id"]):
+        listed = ", ".join(known["analysis_id"]) or "none"
+        raise InputError(f"--delete {analysis_id}: no analysis {analysis_id!r} in "
+                         f"{run_dir.run_id} (analyses: {listed})")
     deleted = AnalysisStore(run_dir.db).delete(analysis_id)
     (run_dir.root / f"{analysis_id}.md").unlink(missing_ok=True)  # its default Markdown
     return deleted
@@ -527,7 +701,14 @@ def _finish(analyst: Analyst, started: float, markdown: str | Path | None,
         "claims": len(factual), "unverified": unverified, "prompt_tokens": usage["prompt"],
         "completion_tokens": usage["completion"], "cost_usd": usage["cost"]})
     path = Path(markdown) if markdown else analyst.path / f"{analyst.analysis_id}.md"
-    write_markdown(analyst.con, analyst.analysis_id, path)
+    try:
+        write_markdown(analyst.con, analyst.analysis_id, path)
+    except OSError as exc:
+        if not out_of_space(exc):
+            raise
+        raise StorageFull(f"no space left on the device of {path.parent}: analysis "
+                          f"{analyst.analysis_id} is stored in the run (`shoal report` "
+                          f"shows it) but its Markdown {path} could not be written") from None
     sections = pd.DataFrame([{"section_id": s, **v} for s, v in latest.items()])
     return Outcome(analyst.analysis_id, "done" if done else "partial", sections,
                    len(factual), unverified, usage["cost"], path,

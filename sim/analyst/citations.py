@@ -7,10 +7,13 @@ A sentence cites with bracketed tags:
     [agent 12 round 5]      the agent's beliefs and actions at the end of round 5
     [step 3]                the result of the section's 3rd tool call (re-run to check)
 
-(several ids may share a tag: `[post 1, 2]`, `[step 2, 3]`). The verifier resolves every
-tag to rows, then checks every number the sentence states against them: a number is
-supported if some value of the cited rows equals it as written (rounded to the decimals
-shown, sign aside), or as a percentage. Verdicts:
+(several ids may share a tag: `[post 1, 2]`, `[step 2, 3]`). A quotation (“…” or "…")
+is never split into sentences at the full stops inside it: a quoted answer with its
+citation is one claim. The verifier resolves every tag to rows, then checks every number
+the sentence states against them: a number is supported if some value of the cited rows
+equals it as written (rounded to the decimals shown, sign aside), or as a percentage; the
+numbers inside a quotation found word for word in a cited value (an interview answer, a
+post's text; "…" may stand for left-out words) are supported by it. Verdicts:
 
     verified        every citation resolves and every number is supported
     unresolved      a citation names a post, agent, round or step that does not exist,
@@ -34,6 +37,9 @@ _AGENT = re.compile(r"^\s*(\d+)\s*,?\s*(?:at\s+)?round\s+(\d+)\s*$", re.IGNORECA
 _NUMBER = re.compile(r"(?<![\w.\-])(-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?)(%?)"
                      r"(?![\w])")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"“(\[*_])")
+_QUOTES = {"“": "”", "«": "»", '"': '"'}  # opening → closing
+_MASK = "\ue000"  # stands for a sentence end inside a quotation while splitting
+_GAP = re.compile(r"\s*(?:…|\.\.\.)\s*")  # words left out of a quotation
 VERDICTS = ("verified", "unresolved", "unsupported", "uncited", "interpretation")
 
 
@@ -78,7 +84,17 @@ def sentences(text: str) -> Iterator[str]:
                  if ln.strip() and not ln.lstrip().startswith("#")]
         if not lines:
             continue
-        parts = [p.strip() for p in _SENTENCE_END.split(" ".join(lines)) if p.strip()]
+        joined = " ".join(lines)
+        masked = joined
+        for start, end in quotations(joined):  # (a full stop inside a quote ends nothing)
+            masked = (masked[:start] + re.sub(r"[.!?]", _MASK, masked[start:end])
+                      + masked[end:])
+        parts, at = [], 0
+        for piece in _SENTENCE_END.split(masked):  # the pieces of the unmasked text
+            at = masked.index(piece, at)
+            parts.append(joined[at:at + len(piece)].strip())
+            at += len(piece)
+        parts = [p for p in parts if p]
         merged: list[str] = []
         for part in parts:
             if merged and not _TAG.sub("", part).strip(" .;,"):
@@ -87,6 +103,57 @@ def sentences(text: str) -> Iterator[str]:
                 merged.append(part)
         yield from merged
         yield "\n"  # paragraph break
+
+
+def quotations(text: str) -> list[tuple[int, int]]:
+    """The (start, end) of each closed quotation of `text`, outermost only: “…”, «…», and
+    "…" outside them. A quotation never closed is not one (a stray inch mark)."""
+    spans, i = [], 0
+    while i < len(text):
+        closing = _QUOTES.get(text[i])
+        if closing is None:
+            i += 1
+            continue
+        depth, j = 1, i + 1
+        while j < len(text) and depth:
+            if text[j] == closing and (closing != '"' or depth == 1):
+                depth -= 1
+            elif text[j] == text[i] and closing != '"':
+                depth += 1  # a nested quotation of the same kind
+            j += 1
+        if depth:
+            i += 1
+            continue
+        spans.append((i, j))
+        i = j
+    return spans
+
+
+def _quoted(text: str, evidence: list[dict]) -> str:
+    """`text` without the quotations found word for word in a string of `evidence`
+    (their numbers are the cited value's own)."""
+    values = [" ".join(v.split()) for v in _strings(evidence)]
+    kept, at = [], 0
+    for start, end in quotations(text):
+        inner = text[start + 1:end - 1]
+        pieces = [" ".join(p.split()) for p in _GAP.split(inner)]
+        pieces = [p.strip(" .,;:") for p in pieces if p.strip(" .,;:")]
+        if pieces and any(all(p in v for p in pieces) for v in values):
+            kept.append(text[at:start])
+            at = end
+    return "".join(kept) + text[at:]
+
+
+def _strings(obj: Any) -> Iterator[str]:
+    """Every string inside a JSON value."""
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _strings(v)
+    elif isinstance(obj, list | tuple):
+        for v in obj:
+            yield from _strings(v)
 
 
 def parse_claim(sentence: str) -> Claim:
@@ -180,6 +247,7 @@ def verify(claim: Claim, resolve: Resolver) -> Claim:
     if problems:
         claim.verdict, claim.detail = "unresolved", "; ".join(problems)
         return claim
+    stated = numbers(_quoted(claim.text, claim.evidence))  # a quotation's are its own
     missing = [s[3] for s in stated if not supports(s[0], s[1], s[2], values)]
     if missing:
         claim.verdict = "unsupported"

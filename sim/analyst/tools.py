@@ -6,10 +6,16 @@ the run's history (`sim.store.history_sql`); none writes. A result is a table
 (`columns`, `rows`, `truncated`) plus what was asked, so the rows a sentence cites can be
 shown next to it. A bad argument is a `ToolError`, returned to the model as the tool's
 answer so it can correct itself.
+
+A result is bounded (`fit`): one whose JSON text is longer than `max_bytes` loses rows
+from the end of its tables, and values longer than `CELL_CHARS`, until it fits, and its
+`note` says what was cut. What the model is given is what the trace stores, and the same
+call gives the same cut result (the verifier compares them).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,9 +27,11 @@ import pandas as pd
 
 from sim.analysis.runs import Run
 from sim.core.errors import InputError
-from sim.store.history_sql import QueryResult, query_history
+from sim.store.history_sql import ELLIPSIS, Cancel, Limits, QueryResult, query_history
 
-MAX_ROWS = 100  # rows a tool returns at most (the SQL tool's limit)
+MAX_ROWS = 100  # rows a tool returns at most (the SQL tool's default limit)
+MAX_BYTES = 32_000  # a tool result's JSON text at most (UTF-8 bytes; about 8k tokens)
+CELL_CHARS = 2_000  # a longer text value of a result is cut (ending in "…")
 METRICS = ("belief_stats", "polarization", "echo_chambers", "cascades", "herd_effect",
            "group_distance", "engagement")
 TERMINAL = "write_section"
@@ -40,7 +48,8 @@ class Tool:
     name: str
     description: str
     parameters: dict
-    run: Callable[[dict], dict]
+    run: Callable[..., dict]
+    cancellable: bool = False  # `run(args, cancel)`: it can be stopped while it works
 
     def spec(self) -> dict:
         """The OpenAI tool declaration."""
@@ -67,6 +76,50 @@ def cell(v: Any) -> Any:
     return v
 
 
+def _size(value: object) -> int:
+    return len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8"))
+
+
+def _cut_strings(value: object, chars: int) -> tuple[object, int]:
+    """`value` with every string longer than `chars` cut (ending in "…"); how many."""
+    if isinstance(value, str):
+        return (value[:chars] + ELLIPSIS, 1) if len(value) > chars else (value, 0)
+    if isinstance(value, list):
+        parts = [_cut_strings(v, chars) for v in value]
+        return [p[0] for p in parts], sum(p[1] for p in parts)
+    if isinstance(value, dict):
+        parts = {k: _cut_strings(v, chars) for k, v in value.items()}
+        return {k: p[0] for k, p in parts.items()}, sum(p[1] for p in parts.values())
+    return value, 0
+
+
+def fit(result: dict, max_bytes: int = MAX_BYTES) -> dict:
+    """`result` bounded to `max_bytes` of JSON text: values longer than `CELL_CHARS`
+    cut, then rows dropped from the end of its tables (the largest table first), with a
+    `note` saying what was cut. A result that fits is returned as it is."""
+    if _size(result) <= max_bytes:
+        return result
+    out, cut = _cut_strings(result, CELL_CHARS)
+    notes = [f"{cut} values longer than {CELL_CHARS} characters are cut"] if cut else []
+    tables = [t for t in [out, *out.values()] if isinstance(t, dict)
+              and isinstance(t.get("rows"), list)]
+    for t in sorted(tables, key=_size, reverse=True):
+        excess = _size(out) + 200 - max_bytes  # (200: room for the note)
+        if excess <= 0:
+            break
+        rows, keep, freed = t["rows"], len(t["rows"]), 0
+        while keep > 0 and freed < excess:
+            keep -= 1
+            freed += _size(rows[keep]) + 1
+        if keep < len(rows):
+            notes.append(f"only {keep} of the {len(rows)} rows are shown")
+            t.update(rows=rows[:keep], truncated=True)
+    note = (f"the result is cut to fit {max_bytes:,} bytes: " + "; ".join(notes)
+            + "; aggregate, filter or select fewer columns to see the rest")
+    out["note"] = f"{out['note']}; {note}" if out.get("note") else note
+    return out
+
+
 def table(df: pd.DataFrame, limit: int = MAX_ROWS) -> dict:
     """A frame as a tool result table."""
     return {"columns": [str(c) for c in df.columns],
@@ -78,39 +131,48 @@ class Toolbox:
     """The tools over one run (and the runs it is compared with, labelled B, C, ...)."""
 
     def __init__(self, run: Run, compare: dict[str, Run] | None = None,
-                 sql: Callable[[str, int], QueryResult] | None = None,
-                 interview: Callable[[list[int], int, str], pd.DataFrame] | None = None):
+                 sql: Callable[..., QueryResult] | None = None,
+                 interview: Callable[..., pd.DataFrame] | None = None,
+                 max_rows: int = MAX_ROWS, max_bytes: int = MAX_BYTES):
+        """`sql(query, rows, cancel=None)` runs a query (default: `query_history` with
+        no time limit); `interview(agents, round, question, cancel=None)` asks agents."""
         self.run = run
         self.compare = dict(compare or {})
-        self.sql_fn = sql or (lambda query, limit: query_history(run.path, query, limit))
+        self.sql_fn = sql or (lambda query, rows, cancel=None: query_history(
+            run.path, query, limits=Limits(rows=rows)))
         self.interview_fn = interview
+        self.max_rows, self.max_bytes = max_rows, max_bytes
         self.tools: dict[str, Tool] = {t.name: t for t in self._tools()}
 
     def specs(self) -> list[dict]:
         """Every tool's declaration, in a fixed order."""
         return [t.spec() for t in self.tools.values()]
 
-    def call(self, name: str, args: dict) -> dict:
-        """The result of a tool call (ToolError when the call is wrong)."""
+    def call(self, name: str, args: dict, cancel: Cancel | None = None) -> dict:
+        """The result of a tool call, bounded (`fit`); ToolError when the call is wrong
+        or went past a limit. `cancel` stops a query or interview in flight."""
         tool = self.tools.get(name)
         if tool is None or name == TERMINAL:
             raise ToolError(f"no tool {name!r}; tools: {', '.join(self.tools)}")
         if not isinstance(args, dict):
             raise ToolError("arguments must be a JSON object")
         try:
-            return tool.run(args)
+            result = tool.run(args, cancel) if tool.cancellable else tool.run(args)
         except (InputError, KeyError, ValueError, TypeError) as exc:
             raise ToolError(f"{name}: {exc}") from None
+        return fit(result, self.max_bytes)
 
     # ----------------------------------------------------------------- the tools
 
     def _tools(self) -> list[Tool]:
         topics = self.run.topics
         tools = [
-            Tool("sql", "Read-only SQL (one SELECT, DuckDB dialect) over the run's tables, "
-                 f"its whole history; at most {MAX_ROWS} rows come back.",
+            Tool("sql", "Read-only SQL (one SELECT, DuckDB dialect, PIVOT and UNPIVOT "
+                 f"included) over the run's tables, its whole history; at most "
+                 f"{self.max_rows} rows come back, long values are cut, and a query has a "
+                 "time and memory limit: aggregate in SQL rather than reading rows.",
                  {"properties": {"query": {"type": "string"}}, "required": ["query"]},
-                 self.sql),
+                 self.sql, cancellable=True),
             Tool("metric", "A metric of the run per round (and topic): belief_stats (n, "
                  "mean, sd of positions), polarization (sd, bimodality, Esteban-Ray, distance "
                  "between camps), echo_chambers (follower-followee stance correlation), "
@@ -154,7 +216,7 @@ class Toolbox:
                 {"properties": {"agents": {"type": "array", "items": {"type": "integer"},
                                            "maxItems": 20},
                                 "round": {"type": "integer"}, "question": {"type": "string"}},
-                 "required": ["agents", "question"]}, self.interview))
+                 "required": ["agents", "question"]}, self.interview, cancellable=True))
         tools.append(Tool(
             TERMINAL, "Finish the section: its text (Markdown paragraphs), every factual "
             "sentence with its citations.",
@@ -162,12 +224,12 @@ class Toolbox:
             lambda args: {}))
         return tools
 
-    def sql(self, args: dict) -> dict:
+    def sql(self, args: dict, cancel: Cancel | None = None) -> dict:
         """Rows of a SELECT over the history."""
         query = str(args.get("query") or "")
         if not query.strip():
             raise ToolError("sql: the query is empty")
-        result = self.sql_fn(query, MAX_ROWS)
+        result = self.sql_fn(query, self.max_rows, cancel)
         return {"query": query, **result.as_dict()}
 
     def metric(self, args: dict) -> dict:
@@ -274,11 +336,11 @@ class Toolbox:
                              limit, None if as_of is None else int(as_of))
         return {"query": args["query"], **table(hits)}
 
-    def interview(self, args: dict) -> dict:
+    def interview(self, args: dict, cancel: Cancel | None = None) -> dict:
         """Answers of agents asked a question at a round."""
         agents = [int(a) for a in args.get("agents") or []]
         if not agents or len(agents) > 20:
             raise ToolError("interview: give 1 to 20 agent ids")
         round_ = int(args["round"]) if args.get("round") is not None else self.run.last_round
-        answers = self.interview_fn(agents, round_, str(args["question"]))
+        answers = self.interview_fn(agents, round_, str(args["question"]), cancel)
         return {"round": round_, "question": args["question"], **table(answers)}

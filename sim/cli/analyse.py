@@ -31,6 +31,10 @@ def add_parser(sub) -> None:
                    help="time allowed per section (default: 300)")
     p.add_argument("--parallel", type=int, default=4, metavar="K",
                    help="sections written at once (default: 4)")
+    p.add_argument("--query-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="time allowed one SQL query of the analyst (default: 30)")
+    p.add_argument("--memory-limit", type=int, default=1024, metavar="MB",
+                   help="memory the analyst's queries may use (default: 1024)")
     p.add_argument("--out", metavar="FILE.md",
                    help="the Markdown (default: <analysis id>.md in the run directory)")
     p.add_argument("--retry-section", nargs="?", const="unfinished", metavar="SECTION",
@@ -45,7 +49,13 @@ def add_parser(sub) -> None:
 
 def cmd_analyse(args: argparse.Namespace) -> int:
     """`shoal analyse RUN`."""
-    from sim.analyst.analyst import Settings, analyse, delete_analysis, retry_sections
+    from sim.analyst.analyst import (
+        AnalysisInterrupted,
+        Settings,
+        analyse,
+        delete_analysis,
+        retry_sections,
+    )
 
     if args.list:
         return _list(args.run)
@@ -53,20 +63,25 @@ def cmd_analyse(args: argparse.Namespace) -> int:
         steps = delete_analysis(args.run, args.delete)
         console.print(f"deleted analysis {args.delete} ({steps} steps)")
         return 0
-    for flag, value in (("--tool-calls", args.tool_calls), ("--parallel", args.parallel)):
-        if value < 1:
-            raise InputError(f"{flag} {value}: at least 1")
-    if args.deadline <= 0:
-        raise InputError(f"--deadline {args.deadline:g}: must be positive")
-    settings = Settings(args.tool_calls, args.deadline, args.parallel)
+    if args.analysis and not args.retry_section:
+        raise InputError(f"--analysis {args.analysis}: names the analysis to retry or "
+                         "delete; give --retry-section (or --delete ID)")
+    settings = Settings(args.tool_calls, args.deadline, args.parallel,
+                        query_timeout_s=args.query_timeout, memory_limit_mb=args.memory_limit)
+    settings.check()
     if args.out and not args.out.lower().endswith(".md"):
         raise InputError(f"--out {args.out}: the analysis is Markdown; give a .md file name")
-    if args.retry_section:
-        result = retry_sections(args.run, args.analysis, args.retry_section, args.base_url,
-                                args.model, args.api_key_env, settings, args.out)
-    else:
-        result = analyse(args.run, args.question, args.compare, args.base_url, args.model,
-                         args.api_key_env, settings, args.out)
+    try:
+        if args.retry_section:
+            result = retry_sections(args.run, args.analysis, args.retry_section,
+                                    args.base_url, args.model, args.api_key_env, settings,
+                                    args.out)
+        else:
+            result = analyse(args.run, args.question, args.compare, args.base_url,
+                             args.model, args.api_key_env, settings, args.out)
+    except AnalysisInterrupted as exc:
+        console.print(f"[yellow]interrupted[/]: {escape(str(exc))}", highlight=False)
+        return 130
     table = Table(box=None)
     for col in ("section", "attempt", "status", "tool calls", "error"):
         table.add_column(col)
@@ -96,22 +111,36 @@ def _list(run: str) -> int:
         table.add_column(col)
     for r in df.itertuples():
         table.add_row(r.analysis_id, f"{r.created_at:%Y-%m-%d %H:%M}", r.status,
-                      str(r.sections), str(r.claims), str(r.unverified), escape(str(r.model)),
-                      escape(str(r.question or ""))[:60])
+                      _shown(r.sections), _shown(r.claims), _shown(r.unverified),
+                      escape(_shown(r.model)),
+                      escape(_shown(r.question, "(no question)"))[:60])
     print_whole(table)
     return 0
 
 
+def _shown(value: object, missing: str = "") -> str:
+    """A listed value: empty (or `missing`) where the row has none, never `nan`."""
+    import pandas as pd
+
+    if value is None or value is pd.NA or value is pd.NaT or (
+            isinstance(value, float) and value != value):
+        return missing
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value) or missing
+
+
 def interview_many(args: argparse.Namespace) -> int:
     """`shoal interview RUN --agents SELECTOR "question"`."""
-    from sim.config.selector import parse_selector
     from sim.runs.interview import interview_agents
 
     if args.concurrency is not None and args.concurrency < 1:
         raise InputError(f"--concurrency {args.concurrency}: at least 1")
-    if args.deadline is not None and args.deadline <= 0:
+    if args.deadline is not None and not args.deadline > 0:
         raise InputError(f"--deadline {args.deadline:g}: must be positive")
-    batch = interview_agents(args.run, parse_selector(args.agents), args.question, args.round,
+    # (the selector's text: its id ranges are checked against the population before
+    # they are expanded)
+    batch = interview_agents(args.run, args.agents, args.question, args.round,
                              args.base_url, args.model, args.api_key_env, args.concurrency,
                              args.deadline)
     rows = batch.rows

@@ -8,8 +8,11 @@ each agent (its `loopback` server is started again if the run used one), or any 
 given on the command line. The process that ran the simulation need not exist any more.
 
 Many agents are asked at once (the provider's concurrency, an optional deadline for the
-whole batch); every answer is kept in the run's `interviews` table with the hash of the
-exact context it was asked in, its tokens and its cost.
+whole batch, and a `stop` that ends it early); every answer is kept in the run's
+`interviews` table with the hash of the exact context it was asked in, its tokens and its
+cost. A selector given as text (`--agents`) is checked against the population before
+its id ranges are expanded, so `0-100000000` is an error naming the population's size,
+not a list of a hundred million ids.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import asyncio
 import hashlib
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -29,7 +33,7 @@ from memory.context import Assembled
 from memory.tokens import count
 from sim.config import Config
 from sim.config.llm import ProviderConfig
-from sim.config.selector import Selector
+from sim.config.selector import Selector, parse_selector
 from sim.core.counter_rng import CounterRNG
 from sim.core.errors import InputError
 from sim.core.faults import crash_point
@@ -56,7 +60,7 @@ class Interview:
     provider: str
     model: str
     answer: str
-    status: str  # the call's status: ok, timeout, http_error, ..., deadline
+    status: str  # the call's status: ok, timeout, http_error, ..., deadline, stopped
     error: str
 
 
@@ -86,19 +90,29 @@ def provider_for(cfg: Config, name: str | None, base_url: str | None, model: str
                                   model=model or fallback.model,
                                   api_key_env=api_key_env or (fallback and fallback.api_key_env))
         except ValidationError as exc:
-            problems = "; ".join(f"--{str(e['loc'][0]).replace('_', '-').rstrip('s')}: "
-                                 f"{e['msg'].removeprefix('Value error, ')}"
-                                 for e in exc.errors())
-            raise InputError(problems) from None
+            raise InputError(_flag_problems(exc)) from None
     if cfg.llm is None:
         raise InputError("the run has no LLM providers: pass --base-url and --model (for a "
                          "dry run, --base-url loopback)")
     provider = cfg.llm.provider(name or cfg.llm.agents.provider)
-    if model:
-        provider = provider.model_copy(update={"model": model})
-    if api_key_env:
-        provider = provider.model_copy(update={"api_key_env": api_key_env})
-    return provider
+    changes = {k: v for k, v in (("model", model), ("api_key_env", api_key_env)) if v}
+    if not changes:
+        return provider
+    try:  # validated as the config is (a key given as --model is refused, not sent)
+        return type(provider).model_validate({**provider.model_dump(), **changes})
+    except ValidationError as exc:
+        raise InputError(_flag_problems(exc)) from None
+
+
+def _flag_problems(exc: ValidationError) -> str:
+    """A provider's refusal said by the flags that set its fields (--base-url, --model,
+    --api-key-env); the values are never shown."""
+    said = []
+    for e in exc.errors():
+        text = e["msg"].removeprefix("Value error, ")
+        flag = str(e["loc"][0]).replace("_", "-").rstrip("s") if e["loc"] else ""
+        said.append(f"--{flag}: {text}" if flag else text)
+    return "; ".join(said)
 
 
 def context_hash(context: Assembled) -> str:
@@ -106,20 +120,27 @@ def context_hash(context: Assembled) -> str:
     return hashlib.sha256(context.system.encode("utf-8")).hexdigest()[:16]
 
 
-def interview_agents(run: str, agents: Selector | list[int], question: str,
+def interview_agents(run: str, agents: Selector | list[int] | str, question: str,
                      round_: int | None = None, base_url: str | None = None,
                      model: str | None = None, api_key_env: str | None = None,
                      concurrency: int | None = None, deadline_s: float | None = None,
-                     batch_id: str | None = None, store: AnalysisStore | None = None
-                     ) -> InterviewBatch:
-    """Ask the agents `agents` picks (a selector, or ids) of `run` a question, each as it
-    was at the end of `round_` (default: the last checkpointed round); keep the answers
-    (through `store` when the caller holds the run's file open)."""
+                     batch_id: str | None = None, store: AnalysisStore | None = None,
+                     stop: Callable[[], bool] | None = None) -> InterviewBatch:
+    """Ask the agents `agents` picks (a selector, its `--agents` text, or ids) of `run` a
+    question, each as it was at the end of `round_` (default: the last checkpointed
+    round); keep the answers (through `store` when the caller holds the run's file open).
+    The batch ends at `deadline_s`, or when `stop()` turns true (checked every 0.1 s)."""
     started = time.perf_counter()
     if not question.strip():
         raise InputError("the question is empty")
+    text = agents if isinstance(agents, str) else None
+    if text is not None:  # its syntax now; id ranges once the population is known
+        agents = None if _id_ranges(text) else parse_selector(text)
     run_dir = open_run_dir(run)
     world = _world(run_dir, round_)
+    if agents is None:
+        _check_ranges(text, world.n_agents)
+        agents = parse_selector(text)
     ids = _agent_ids(world, agents)
     providers = world.llm_providers()
     chosen = {a: provider_for(world.cfg, providers.get(a), base_url, model, api_key_env)
@@ -127,7 +148,8 @@ def interview_agents(run: str, agents: Selector | list[int], question: str,
     world.memory.boundary(world.round + 1)  # what the agents remember after round R
     contexts = {a: context_for(world, a, world.round + 1).assembled for a in ids}
     world.memory.close()
-    replies = ask_all(chosen, contexts, question, world.cfg.seed, concurrency, deadline_s)
+    replies = ask_all(chosen, contexts, question, world.cfg.seed, concurrency, deadline_s,
+                      stop)
     batch_id = batch_id or f"iv-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
     interviews, rows = [], []
     asked_at = datetime.now()
@@ -170,6 +192,23 @@ def _world(run_dir: RunDir, round_: int | None):
     return world_at(run_dir, kept[-1] if round_ is None else round_, "--round")
 
 
+def _id_ranges(text: str) -> list[tuple[int, int]]:
+    """The id ranges of an `--agents` text of ids and ranges (`0-199,250`), as
+    `parse_selector` reads them; [] for any other selector."""
+    parts = [p.strip() for p in text.strip().split(",")]
+    if not text.strip() or not all(p.replace("-", "", 1).isdigit() for p in parts):
+        return []
+    return [(int(lo), int(hi or lo)) for lo, _, hi in (p.partition("-") for p in parts)]
+
+
+def _check_ranges(text: str, n: int) -> None:
+    """Every id of an `--agents` text inside the population (before ranges expand)."""
+    top = max(hi for _, hi in _id_ranges(text))
+    if top >= n:
+        raise InputError(f"--agents.ids: no agent {top} (the population has {n} agents, "
+                         f"ids 0..{n - 1})")
+
+
 def _agent_ids(world, agents: Selector | list[int]) -> list[int]:
     """The ids asked, in order (a selector resolved against the population, alive
     agents only)."""
@@ -188,9 +227,11 @@ def _agent_ids(world, agents: Selector | list[int]) -> list[int]:
 
 
 def ask_all(providers: dict[int, ProviderConfig], contexts: dict[int, Assembled],
-             question: str, seed: int, concurrency: int | None,
-             deadline_s: float | None) -> dict[int, ChatReply]:
-    """Every agent's reply; calls not answered by the deadline are `deadline` replies."""
+            question: str, seed: int, concurrency: int | None,
+            deadline_s: float | None, stop: Callable[[], bool] | None = None
+            ) -> dict[int, ChatReply]:
+    """Every agent's reply; calls not answered by the deadline are `deadline` replies,
+    those cut short by `stop()` are `stopped` replies."""
     endpoints = Endpoints(seed)
 
     async def run_all() -> dict[int, ChatReply]:
@@ -204,7 +245,7 @@ def ask_all(providers: dict[int, ProviderConfig], contexts: dict[int, Assembled]
                                   {"role": "user", "content": question}]), a, attempts[a]))
             for a in providers}
         try:
-            await asyncio.wait(tasks.values(), timeout=deadline_s)
+            stopped = await _wait(set(tasks.values()), deadline_s, stop)
             out = {}
             for a, task in tasks.items():
                 if task.done() and not task.cancelled() and task.exception() is None:
@@ -212,8 +253,11 @@ def ask_all(providers: dict[int, ProviderConfig], contexts: dict[int, Assembled]
                 else:
                     task.cancel()
             await asyncio.gather(*tasks.values(), return_exceptions=True)
-            for a in tasks:  # cut by the deadline: its requests were sent
-                if a not in out:
+            for a in tasks:  # cut by the deadline (or stopped): its requests were sent
+                if a not in out and stopped:
+                    out[a] = ChatReply(None, "stopped", error="the batch was stopped "
+                                       "before this answer came", attempts=attempts[a])
+                elif a not in out:
                     out[a] = ChatReply(None, "deadline", error="no answer before the "
                                        f"batch's deadline ({deadline_s:g} s)",
                                        attempts=attempts[a])
@@ -226,6 +270,23 @@ def ask_all(providers: dict[int, ProviderConfig], contexts: dict[int, Assembled]
         return asyncio.run(run_all())
     finally:
         endpoints.stop()
+
+
+async def _wait(pending: set, deadline_s: float | None, stop: Callable[[], bool] | None
+                ) -> bool:
+    """Wait for the tasks until the deadline; whether `stop()` ended the wait first."""
+    loop = asyncio.get_running_loop()
+    end = None if deadline_s is None else loop.time() + deadline_s
+    while pending:
+        left = None if end is None else max(0.0, end - loop.time())
+        if stop is not None:  # (looked at every 0.1 s)
+            left = 0.1 if left is None else min(left, 0.1)
+        _, pending = await asyncio.wait(pending, timeout=left)
+        if stop is not None and stop():
+            return True
+        if end is not None and loop.time() >= end:
+            break
+    return False
 
 
 def answer_of(reply: ChatReply) -> tuple[str, str, str]:

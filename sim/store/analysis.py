@@ -8,9 +8,9 @@ Tables (created the first time something is asked; a run never asked has none):
     analysis_sections  one row per section and attempt: status, the text, tool calls made
     analysis_steps     every step of every attempt, in order: the model's messages, each
                        tool call (`call`: the number a sentence cites as [step N]) with
-                       its arguments and the hash of its full result, the verifier's
-                       verdicts; never truncated
-    analysis_results   full tool results, stored once per distinct content (by hash) and
+                       its arguments and the hash of its result, the verifier's verdicts
+    analysis_results   tool results exactly as the model was given them (bounded by the
+                       analyst's limits), stored once per distinct content (by hash) and
                        referenced from steps
     analysis_claims    one row per sentence of a finished section: its citations, the
                        verifier's verdict and the evidence rows it checked
@@ -70,7 +70,7 @@ ANALYSIS = (
         created_at TIMESTAMP""", "analyst", "Every step of every attempt, in order.",
         ("analysis_id", "latency_ms", "created_at")),
     _declare("analysis_results", "result_hash VARCHAR, content VARCHAR", "analyst",
-             "Full tool results, once per distinct content."),
+             "Tool results as the model was given them, once per distinct content."),
     _declare("analysis_claims", """
         analysis_id VARCHAR, section_id VARCHAR, attempt INTEGER, claim INTEGER,
         paragraph INTEGER, sentence VARCHAR, citations JSON, verdict VARCHAR,
@@ -163,11 +163,12 @@ class AnalysisStore:
     def interrupted(self, question: str | None, compare: list[str], provider: str,
                     model: str) -> str | None:
         """The newest analysis asking the same of the run (question, runs compared, model)
-        that is still marked running: called by a process that holds the file, so its
-        writer is gone."""
+        that was interrupted (Ctrl-C) or is still marked running: called by a process that
+        holds the file, so its writer is gone."""
         with self.transaction() as con:
             row = con.execute(
-                "SELECT analysis_id FROM analysis_runs WHERE status = 'running' AND "
+                "SELECT analysis_id FROM analysis_runs WHERE status IN ('running', "
+                "'interrupted') AND "
                 "question IS NOT DISTINCT FROM ? AND compare = ?::VARCHAR[] AND "
                 "provider = ? AND model = ? ORDER BY created_at DESC LIMIT 1",
                 [question, compare, provider, model]).fetchone()
