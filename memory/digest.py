@@ -65,8 +65,11 @@ class CrossPlatformDigest:
         self._dirty: set[tuple[int, str]] = set()
 
     def record(self, agent: int, entry: Entry) -> None:
-        """Log one applied action (noise is ignored)."""
-        if entry.action in NOISE:
+        """Log one applied action of a social platform (noise is ignored). Actions on a
+        platform with its own engine (the market's trades) are not the digest's: the
+        driver never records them (that platform has its own context section), so a
+        digest rebuilt from every logged action (`shoal inspect`) skips them too."""
+        if entry.action in NOISE or entry.action not in LABELS:
             return
         per = self.logs.setdefault(agent, {})
         per.setdefault(entry.platform, deque(maxlen=self.keep)).append(entry)

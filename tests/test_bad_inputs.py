@@ -5,6 +5,7 @@ nothing written, and an earlier run left byte for byte as it was."""
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,16 @@ def _write_inputs(case: dict[str, Any], here: Path) -> dict[str, str]:
             "dir": str(here)}
 
 
+def _damaged_copy(run: Path, here: Path, how: str) -> Path:
+    """A copy of `run` under `here` whose trajectory.duckdb is damaged `how` (truncated,
+    flipped, zeros: `tests.test_lifecycle.damage`)."""
+    from tests.test_lifecycle import damage
+
+    copy = Path(shutil.copytree(run, here / "damaged" / run.name))
+    damage(copy / "trajectory.duckdb", how)
+    return copy
+
+
 def _listing(folder: Path) -> list[str]:
     """Everything under `folder` (files and folders), with sizes."""
     return sorted(f"{p.relative_to(folder)} {p.stat().st_size if p.is_file() else '/'}"
@@ -100,6 +111,8 @@ def test_bad_input(case, parent, tmp_path_factory, capsys, monkeypatch):
     monkeypatch.chdir(here)  # a default `runs/` would land here, and be seen
     monkeypatch.delenv("SHOAL_TEST_KEY_THAT_IS_NEVER_SET", raising=False)
     values = {**_write_inputs(case, here), "parent": str(parent["run"])}
+    if "damage" in case:  # {damaged}: a copy of the parent with its trajectory damaged
+        values["damaged"] = str(_damaged_copy(parent["run"], here, case["damage"]))
     argv = [_fill(arg, values) for arg in case["argv"]]
     before = _listing(here)
 

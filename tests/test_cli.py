@@ -98,3 +98,72 @@ def test_internal_error_is_one_line_exit_1(tmp_path, quickstart_dict, capsys, mo
     err = capsys.readouterr().err
     assert "internal error: RuntimeError: simulated failure" in " ".join(err.split())
     assert "second line" not in err and "Traceback" not in err
+
+
+def test_debug_works_after_the_command_too(tmp_path, quickstart_dict, capsys, monkeypatch):
+    """issue 26 item 18: the hint says "run with --debug"; `shoal run X --debug` takes it
+    as `shoal --debug run X` does (the traceback is shown), and without it there is none."""
+    import sim.engine.driver
+
+    def boom(self):
+        raise RuntimeError("simulated failure")
+
+    monkeypatch.setattr(sim.engine.driver.RoundDriver, "step", boom)
+    path = write_config(tmp_path / "c.yaml", {**quickstart_dict, "rounds": 2,
+                                              "population": {"size": 50}})
+    for argv in (["run", str(path), "--quiet", "--debug"],
+                 ["--debug", "run", str(path), "--quiet"],
+                 ["run", str(path), "--quiet"]):
+        assert main([*argv, "--out", str(tmp_path / "runs")]) == 1
+        err = capsys.readouterr().err
+        assert ("Traceback" in err) == ("--debug" in argv), argv
+        assert "RuntimeError: simulated failure" in err
+    assert main(["runs", str(tmp_path / "runs"), "--debug"]) == 0
+
+
+def test_run_takes_a_name(tmp_path, quickstart_dict, capsys):
+    """issue 26 item 18: `shoal run --name NAME`, as `shoal fork` has: the run id's prefix
+    and the run's recorded name."""
+    import json
+
+    path = write_config(tmp_path / "c.yaml", {**quickstart_dict, "rounds": 2,
+                                              "population": {"size": 50}})
+    out = tmp_path / "runs"
+    assert main(["run", str(path), "--name", "what_if", "--out", str(out), "--quiet"]) == 0
+    (run,) = out.iterdir()
+    assert run.name.startswith("what_if-")
+    assert json.loads((run / "run.json").read_text())["name"] == "what_if"
+
+
+def test_a_ray_run_prints_none_of_rays_own_notices(tmp_path, quickstart_dict):
+    """issue 26 item 18: Shoal's own Ray start keeps Ray's token-authentication notice and
+    its "Started a local Ray instance" line out of the command's output."""
+    path = write_config(tmp_path / "c.yaml", {**quickstart_dict, "rounds": 2,
+                                              "population": {"size": 50}})
+    result = subprocess.run(
+        [sys.executable, "-m", "sim.cli", "run", str(path), "--executor", "ray",
+         "--shards", "1", "--out", str(tmp_path / "runs"), "--quiet"],
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    for noise in ("Token authentication", "Started a local Ray instance", "INFO worker"):
+        assert noise not in result.stderr + result.stdout, result.stderr
+
+
+def test_a_damage_error_no_library_named_is_still_exit_2(tmp_path, capsys, monkeypatch):
+    """issue 26 item 12: a DuckDB error saying a file is damaged that reaches the command
+    line unnamed (a read outside the lineage readers) is exit 2 naming the run's
+    trajectory file, not an internal error with DuckDB's checksum text."""
+    import duckdb
+
+    import sim.analysis.report
+
+    def damaged_read(*args, **kwargs):
+        raise duckdb.Error("Corrupt database file: computed checksum 1 does not match "
+                           "stored checksum 2 in block at location 3")
+
+    monkeypatch.setattr(sim.analysis.report, "write_report", damaged_read)
+    (tmp_path / "run").mkdir()
+    assert main(["report", str(tmp_path / "run")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{tmp_path / 'run' / 'trajectory.duckdb'}: damaged (a block's checksum" in err
+    assert "stored checksum" not in err and "internal error" not in err

@@ -112,15 +112,48 @@ def test_shoal_compare_prints_tables_and_writes_a_png(runs, tmp_path, capsys):
 
 
 def test_shoal_compare_one_topic_and_errors(runs, tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # the default PNG goes to the current folder
+    monkeypatch.chdir(tmp_path)  # the default PNG goes next to the runs, not here
     assert main(["compare", str(runs.root), str(runs.posting), "--topic",
                  "nuclear_power"]) == 0
-    text = capsys.readouterr().out
-    assert "nuclear_power" in text and "carbon_tax" not in text
-    assert (tmp_path / "compare.png").stat().st_size > 0
+    captured = capsys.readouterr()
+    assert "nuclear_power" in captured.out and "carbon_tax" not in captured.out
+    png = Path(captured.err.split("plot → ")[1].split()[0])
+    assert png.parent == runs.root.parent and png.stat().st_size > 0
+    assert not (tmp_path / "compare.png").exists()
     root, same, missing = str(runs.root), str(runs.same), str(tmp_path / "missing")
     for args, message in (([root, same, "--topic", "nope"], "not a topic of these runs"),
                           ([root, missing], "no such run directory"),
                           ([root], "at least two runs")):
         assert main(["compare", *args]) == 2
+        assert message in capsys.readouterr().err
+
+
+def test_compare_writes_next_to_the_runs_and_never_replaces_a_plot_silently(
+        runs, tmp_path, capsys, monkeypatch):
+    """issue 26 item 18: without --out the plot goes next to the first run (its output
+    folder), not into the current folder; a plot already there is kept and the new one
+    numbered; --out naming an existing file replaces it and says so; --out must be a .png
+    in an existing folder (exit 2, checked before anything is printed)."""
+    import shutil
+
+    folder = tmp_path / "runs"
+    a, b = (Path(shutil.copytree(r, folder / r.name)) for r in (runs.root, runs.posting))
+    here = tmp_path / "elsewhere"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    assert main(["compare", str(a), str(b)]) == 0
+    first = (folder / "compare.png").read_bytes()
+    assert main(["compare", str(b), str(a)]) == 0
+    assert (folder / "compare.png").read_bytes() == first
+    assert (folder / "compare-2.png").stat().st_size > 0
+    assert list(here.iterdir()) == []
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"plot → {folder / 'compare.png'}" in err
+    assert f"plot → {folder / 'compare-2.png'}" in err and "replaced" not in err
+
+    assert main(["compare", str(a), str(b), "--out", str(folder / "compare.png")]) == 0
+    assert "(replaced the file there, as --out asked)" in capsys.readouterr().err
+    for out, message in (("plot.txt", "--out plot.txt: the plot is a PNG"),
+                         ("no/such/p.png", "--out no/such/p.png: no such folder")):
+        assert main(["compare", str(a), str(b), "--out", out]) == 2
         assert message in capsys.readouterr().err

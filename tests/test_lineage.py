@@ -233,3 +233,47 @@ def test_a_run_being_written_is_read_from_its_live_mirror(tmp_path):
             pd.testing.assert_frame_equal(read_table(run, table), before[table], obj=table)
         live = read_table(run, "beliefs", "topic = 'carbon_tax' AND round = 5")
         assert len(live) == 200
+
+
+def test_runs_whose_lineage_loops_are_listed_not_lost(family, tmp_path, capsys):
+    """issue 26 item 14: a run whose run.json names itself as its parent (or two runs that
+    name each other) still appears in `shoal runs`, at the top level, with a warning naming
+    the file; other runs are listed as before."""
+    for run in (family.root, family.same, family.changed):
+        shutil.copytree(run, tmp_path / run.name)
+    selfish, a, b = (tmp_path / r.name for r in (family.root, family.same, family.changed))
+    for run, parent in ((selfish, selfish), (a, b), (b, a)):
+        data = json.loads((run / "run.json").read_text())
+        data["lineage"] = {**(data.get("lineage") or {}), "parent_run_id": parent.name,
+                           "fork_round": 2, "parent_posts": 0}
+        (run / "run.json").write_text(json.dumps(data))
+    assert {e.dir.root for e in run_tree(tmp_path)} == {selfish, a, b}
+    capsys.readouterr()
+    assert main(["runs", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    lines = [ln for ln in captured.out.splitlines() if "quickstart-" in ln]
+    assert len(lines) == 3
+    (mine,) = [ln for ln in lines if selfish.name in ln]
+    assert "from itself at round 2" in mine
+    err = " ".join(captured.err.split())
+    assert f"{selfish / 'run.json'}: lineage loops: its parent is itself" in err
+    assert f"{a / 'run.json'}: lineage loops: its parent {b.name} leads back to" in err
+
+
+def test_inspect_a_round_of_a_fork_before_its_fork_round(family, capsys):
+    """issue 26 item 18: `shoal inspect` of a fork at a round its history takes from an
+    ancestor says whose round it is and shows the context that ancestor built (its own
+    rounds are inspected as before)."""
+    def inspect(run: Path, round_: int) -> tuple[str, str]:
+        assert main(["inspect", str(run), "--agent", "3", "--round", str(round_)]) == 0
+        captured = capsys.readouterr()
+        return captured.out, " ".join(captured.err.split())
+
+    capsys.readouterr()
+    for round_, owner in ((3, family.root), (K + 1, family.same)):
+        out, err = inspect(family.chain, round_)
+        assert (f"round {round_} of {family.chain.name}'s history belongs to {owner.name}, "
+                f"the run it was forked from") in err
+        assert out == inspect(owner, round_)[0]
+    out, err = inspect(family.chain, K + 3)
+    assert "belongs to" not in err and "=== SYSTEM ===" in out

@@ -251,3 +251,18 @@ def test_bare_yes_and_no_are_outcome_names(quickstart_dict, tmp_path):
     assert first.outcome_names() == ["yes", "no"]
     assert (first.resolution.rule.if_true, first.resolution.rule.if_false) == ("no", "yes")
     assert second.resolution.outcome == "yes"
+
+
+def test_inspect_an_agent_of_a_market_run(market_run, capsys):
+    """issue 26 item 13: `shoal inspect` on a market run rebuilds the digest from every
+    logged action, trades included; it shows what the driver built (the digest holds the
+    social platforms' actions, not trades) instead of failing with KeyError: 'buy'."""
+    traders = query(market_run / "trajectory.duckdb",
+                    "SELECT DISTINCT agent FROM actions WHERE platform = 'market' AND "
+                    "action IN ('buy', 'sell') AND status = 'ok' AND round < 3 ORDER BY 1")
+    assert traders, "no trade before round 3 to rebuild"
+    for agent in (2, traders[0][0]):
+        assert main(["inspect", str(market_run), "--agent", str(agent), "--round", "3"]) == 0
+        text = capsys.readouterr().out
+        assert "=== SYSTEM ===" in text and "=== OBSERVATION ===" in text
+        assert "you bought" not in text and "'buy'" not in text

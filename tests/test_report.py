@@ -350,3 +350,68 @@ def test_report_with_an_analysis_renders_its_verdicts_in_chromium(browser, small
     assert browser.evaluate("document.scripts.length") == 0
     assert browser.problems() == {"console": [], "exceptions": [], "log": [], "dialogs": [],
                                   "requests": []}
+
+
+# ---------------------------------------------------------------------- issue 26
+
+
+def test_a_fork_round_that_is_not_a_number_is_exit_2_naming_the_field(small_run, tmp_path,
+                                                                      capsys):
+    """issue 26 item 12: a fork whose run.json says `fork_round: "three"` makes `shoal
+    report` exit 2 naming the file and the field, not fail with exit 1."""
+    fork = fork_run(small_run, 2, ForkPlan(), out=tmp_path, name="odd")
+    fork.close()
+    meta = json.loads(fork.dir.meta.read_text())
+    meta["lineage"]["fork_round"] = "three"
+    fork.dir.meta.write_text(json.dumps(meta))
+    capsys.readouterr()
+    assert main(["report", str(fork.dir.root), "--out", str(tmp_path / "r.html")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert (f"{fork.dir.meta}: lineage.fork_round: must be a whole number >= 0, got "
+            "'three'") in err
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_report_of_a_run_being_written_reads_its_live_mirror(tmp_path, capsys):
+    """issue 26 item 14: with `output.live_parquet: true`, `shoal report` of a run whose
+    file a writer holds is written from the mirror, as the refusal message promises (the
+    analysis section, which the mirror does not have, is left out)."""
+    from tests.test_lineage import held
+
+    data = yaml.safe_load((CONFIGS / "quickstart.yaml").read_text())
+    cfg = make_config(data, tmp_path / "runs", population={**data["population"], "size": 100},
+                      rounds=3, output={"live_parquet": True})
+    run = run_config(cfg).dir.root
+    with held(run / "trajectory.duckdb"):
+        capsys.readouterr()
+        assert main(["report", str(run), "--out", str(tmp_path / "live.html")]) == 0
+    page = (tmp_path / "live.html").read_text()
+    assert "100 × 3" in page and 'id="analysis"' not in page
+
+
+def test_report_names_the_summarizer_in_words(report_file):
+    """issue 26 item 18: the config highlights say which summariser compacts memory, in
+    words, not as the config's mapping."""
+    page = report_file.read_text()
+    assert "extractive summarizer (no model" in page
+    assert "{&#x27;kind&#x27;" not in page and "{'kind'" not in page
+
+
+def test_llm_cost_section_leaves_a_stopped_rounds_calls_out_of_failures_and_fallbacks():
+    """issue 26 item 17: the requests of a round that stopped (outcome round_stopped) were
+    neither failed turns nor fallbacks: the section counts them apart; their tokens are
+    still counted."""
+    calls = pd.DataFrame({
+        "round": [1, 2, 2, 2], "agent": [0, 0, 1, 1], "platform": ["twitter"] * 4,
+        "model": ["m1"] * 4, "prompt_tokens": [100, 100, 100, 100],
+        "completion_tokens": [10, 10, 0, 0], "latency_ms": [50.0] * 4, "retries": [0] * 4,
+        "status": ["ok", "ok", "unreachable", "unreachable"],
+        "outcome": ["post", "like", "round_stopped", "round_stopped"],
+        "fallback_reason": [None, None, "unreachable", "unreachable"],
+        "cost_usd": [0.001] * 4,
+    })
+    page = llm_html(calls, {})
+    assert "2 (2 HTTP requests, 2 turns)" in page
+    assert "failed calls</th><td>0" in page and "fallbacks</th><td>0" in page
+    assert "2 requests of round(s) 2, which got no answer" in page
+    assert "400 prompt + 20 completion" in page and "$0.0040" in page

@@ -236,3 +236,47 @@ def test_resuming_a_finished_run_changes_no_byte(on_disk, capsys):
     assert main(["resume", str(on_disk), "--quiet"]) == 0
     assert "is finished" in capsys.readouterr().err.replace("\n", " ")
     assert digest() == before
+
+
+def test_a_closed_simulation_says_so_when_stepped(tmp_path):
+    """issue 26 item 18: `sim.step()` or `sim.run()` after `close()` is an InputError that
+    says the simulation is closed and how to go on, not "Event loop is closed" with a
+    coroutine never awaited."""
+    import warnings
+
+    sim = Simulation.from_yaml(CONFIGS / "quickstart.yaml", out=None, overrides=SMALL)
+    sim.step()
+    sim.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (a never-awaited coroutine would warn)
+        with pytest.raises(InputError, match="is closed, and it was held in memory"):
+            sim.step()
+        with pytest.raises(InputError, match="is closed"):
+            sim.run(2)
+    with Simulation.from_yaml(CONFIGS / "quickstart.yaml", out=tmp_path,
+                              overrides=SMALL) as disk:
+        disk.step()
+    with pytest.raises(InputError, match=r"is closed: Simulation.resume\("):
+        disk.step()
+
+
+def test_running_past_the_last_round_warns_and_returns_a_short_value(recwarn):
+    """issue 26 item 18: `sim.run(100)` with 6 rounds left runs them, warns that only 6
+    were left (RoundsWarning), and returns the rounds' stats as a list shown in one line
+    (not a screenful in a notebook cell); once finished, `run(n)` warns that nothing is
+    left; a negative count is an InputError."""
+    from sim.runs.simulation import RoundsWarning
+
+    with Simulation.from_yaml(CONFIGS / "quickstart.yaml", out=None, overrides=SMALL) as sim:
+        with pytest.warns(RoundsWarning, match=r"has 6 round\(s\) left of its 6; running "
+                                               r"rounds 1\.\.6"):
+            stats = sim.run(100)
+        assert sim.finished and [s.round for s in stats] == [1, 2, 3, 4, 5, 6]
+        shown = repr(stats)
+        assert shown.startswith("<6 round(s) run: 1..6, ") and "\n" not in shown
+        assert len(shown) < 80
+        with pytest.warns(RoundsWarning, match="nothing to run"):
+            assert sim.run(1) == []
+        assert sim.run() == []  # to the end: already there, nothing to say
+        with pytest.raises(InputError, match="whole number >= 0"):
+            sim.run(-1)

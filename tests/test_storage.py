@@ -4,6 +4,7 @@ stopped."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -67,3 +68,24 @@ def test_full_disk_stops_then_resume_gives_identical_tables(tmp_path, small_conf
         run_dir = Path(shutil.copytree(run_dir, tmp_path / "moved" / run_dir.name))
     assert main(["resume", str(run_dir), "--quiet"]) == 0
     assert tables_differ(reference / "trajectory.duckdb", run_dir / "trajectory.duckdb") == []
+
+
+def test_resume_while_the_disk_is_still_full_exits_2_and_changes_nothing(
+        tmp_path, small_config, small_disk, capsys):
+    """issue 26 item 12: `shoal resume` of a run stopped by a full disk, with the disk
+    still full, exits 2 saying so (which round is safe, the command to run once there is
+    room), not 1 with a bare OSError; run.json still says stopped, and no stray file is
+    left."""
+    assert main(["run", str(small_config), "--out", str(small_disk), "--quiet"]) == 2
+    (run_dir,) = small_disk.iterdir()
+    before = sorted(p.name for p in run_dir.iterdir())
+    capsys.readouterr()
+
+    assert main(["resume", str(run_dir), "--quiet"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"no space left on the device of {run_dir}, so the run cannot be resumed yet" in err
+    assert f"`shoal resume {run_dir}` continues the run" in err
+    assert "internal error" not in err and "Errno" not in err
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["status"] == "stopped"
+    assert sorted(p.name for p in run_dir.iterdir()) == before

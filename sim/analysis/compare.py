@@ -284,6 +284,27 @@ def comparison_tables(cmp: Comparison) -> list[Table]:
             *([markets] if markets is not None else [])]
 
 
+def plot_path(out: str | Path | None, cmp: Comparison | None = None) -> Path:
+    """Where `shoal compare` writes its plot: `out` (a .png in an existing folder), or by
+    default `compare.png` next to the first run of `cmp` (in its output folder), numbered
+    (`compare-2.png`, ...) rather than replacing a plot already there."""
+    if out is not None:
+        path = Path(out)
+        if path.suffix.lower() != ".png":
+            raise InputError(f"--out {out}: the plot is a PNG; give a .png file name")
+        if not path.parent.is_dir():
+            raise InputError(f"--out {out}: no such folder {path.parent}")
+        return path
+    if cmp is None:
+        raise ValueError("plot_path: give `out`, or the comparison to write next to")
+    folder = cmp.reference.dir.root.parent
+    path, n = folder / "compare.png", 1
+    while path.exists():
+        n += 1
+        path = folder / f"compare-{n}.png"
+    return path
+
+
 def plot_comparison(cmp: Comparison, path: str | Path) -> Path:
     """A PNG: per topic, mean ± sd per run over rounds; then acting agents per round.
     Dashed vertical lines mark fork rounds (labelled with the runs forked there)."""

@@ -32,12 +32,14 @@ from sim.analysis import plots
 from sim.analysis.notebook import open_run
 from sim.analysis.runs import Run
 from sim.core.errors import InputError
+from sim.store.lineage import being_written
 from sim.store.llm_usage import Usage
 from sim.store.run_dir import RunDir, engine_version
 
 TOP_POSTS = 10
 TOP_CASCADES = 5
 STAGES = ("schedule", "observe", "context", "decide", "apply", "update", "log")
+STOPPED = "round_stopped"  # `llm_calls.outcome` of the calls of a round that stopped
 
 
 def _json(value: object) -> object:
@@ -150,7 +152,10 @@ footer { margin-top: 40px; font-size: 12px; color: #72777c; }
 
 
 def _analysed(data: Run) -> bool:
-    return data.path is not None and not data.analyses.empty
+    # A run still being written has no analysis yet (`shoal analyse` waits for it), and
+    # its file is the writer's: it is read from its live mirror, which has none.
+    return (data.path is not None and not being_written(data.dir)
+            and not data.analyses.empty)
 
 
 def analysis_section(data: Run) -> str:
@@ -280,9 +285,26 @@ def config_highlights(cfg: dict) -> list[tuple[str, str]]:
         ("follow graph", (cfg.get("graph") or {}).get("kind", "?")),
         ("belief update", update.get("rule", "?") if isinstance(update, dict) else update),
         ("agents", llm_agents_line(cfg)),
-        ("memory", f"{(cfg.get('memory') or {}).get('summarizer', '?')} summarizer"),
+        ("memory", summarizer_line(cfg)),
         ("interventions", f"{len(cfg.get('interventions') or [])} scheduled"),
     ]
+
+
+def summarizer_line(cfg: dict) -> str:
+    """The memory summariser in words: its kind, and its model or settings."""
+    section = (cfg.get("memory") or {}).get("summarizer")
+    kind = section.get("kind") if isinstance(section, dict) else section
+    if kind is None:
+        return "?"
+    if kind == "extractive":
+        return "extractive summarizer (no model: the most salient items, in full sentences)"
+    if kind == "llm":
+        provider = (cfg.get("llm") or {}).get("summarizer_provider")
+        return "llm summarizer (summaries written by " + (
+            f"provider {provider})" if provider else "the LLM provider)")
+    settings = ", ".join(f"{k} {v}" for k, v in section.items() if k != "kind") \
+        if isinstance(section, dict) else ""
+    return f"{kind} summarizer" + (f" ({settings})" if settings else "")
 
 
 def llm_agents_line(cfg: dict) -> str:
@@ -567,21 +589,33 @@ def llm_html(calls: pd.DataFrame | None, config: dict) -> str:
     if calls is None or calls.empty:
         return _p("no LLM calls")
     cost = llm_cost(calls, config)
-    usage = Usage.of(calls)
+    outcome = _col(calls, "outcome").fillna("").astype(str)
+    # The calls of a round that stopped (no answer at all) stay logged, but that round was
+    # dropped and run again: they neither failed a turn nor fell back one. Their tokens
+    # and cost were spent, and count.
+    stopped = outcome == STOPPED
+    spent = Usage.of(calls)
+    usage = Usage.of(calls[~stopped])
     status = _col(calls, "status").fillna("").astype(str)
-    last = _col(calls, "outcome").fillna("").astype(str) != "retried"
+    last = (outcome != "retried") & ~stopped
     failed = last & (status != "ok") & (status != "")  # calls without an answer
     reason = _col(calls, "fallback_reason").fillna("").astype(str)
     # a turn's calls all carry its fallback reason: count turns, not calls
     turn = [c for c in ("round", "agent", "platform") if c in calls]
-    fell = calls[reason != ""]
-    reasons = (fell.assign(_r=reason[reason != ""].str.split(":").str[0])
+    fell = calls[(reason != "") & ~stopped]
+    reasons = (fell.assign(_r=reason[fell.index].str.split(":").str[0])
                .drop_duplicates(turn or None)["_r"].value_counts())
-    latency = _numbers(calls, "latency_ms")
+    latency = _numbers(calls[~stopped], "latency_ms")
+    stopped_rounds = sorted({int(r) for r in _numbers(calls[stopped], "round").dropna()})
     pairs = [
         ("calls", f"{usage.calls:,} ({usage.requests:,} HTTP requests, {usage.turns:,} "
                   "turns)"),
-        ("tokens", f"{usage.prompt_tokens:,} prompt + {usage.completion_tokens:,} "
+        *([("stopped rounds", f"{int(stopped.sum()):,} requests of round(s) "
+                              f"{', '.join(map(str, stopped_rounds))}, which got no answer "
+                              "and stopped the run: nothing of them was applied (not "
+                              "counted in the calls, failures and fallbacks here; their "
+                              "tokens and cost are)")] if stopped.any() else []),
+        ("tokens", f"{spent.prompt_tokens:,} prompt + {spent.completion_tokens:,} "
                    "completion"),
         ("failed calls", f"{usage.failed:,}" + (" (" + ", ".join(
             f"{k}: {v}" for k, v in status[failed].value_counts().items()) + ")"

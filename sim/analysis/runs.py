@@ -137,7 +137,8 @@ class Run(ForkInfo):
 
     @property
     def status(self) -> str:
-        """created, running, resumed, finished, or interrupted (see `shoal runs`)."""
+        """created, running, resumed, finished, stopped, interrupted or damaged (see
+        `shoal runs`, docs/forks.md)."""
         if self.live:
             return str(self.meta.get("status", "?"))
         return run_status(self.dir, self.meta)

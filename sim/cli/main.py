@@ -1,7 +1,9 @@
 """The `shoal` command line.
 
 Exit codes: 0 done; 2 bad config or input (the message names the field, file or line);
-1 internal error (one line; `--debug` shows the traceback); 130 interrupted.
+3 an LLM provider gave no answer; 4 an analysis finished only in part (`shoal analyse`);
+5 the planted fact was lost (`shoal diagnose-memory`); 1 internal error (one line; `--debug`
+shows the traceback); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from sim.config.loading import locate
 from sim.core.errors import InputError, ProviderDown
 from sim.store.run_dir import engine_version
 
+FACT_LOST = 5  # `shoal diagnose-memory`: the planted fact did not reach the agents
+
 
 def _overrides(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     """CLI flags as `--set`-style overrides, so they validate like the YAML, and how a
@@ -32,11 +36,12 @@ def _overrides(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     for flag, key in (("executor", "executor.kind"), ("shards", "executor.shards"),
                       ("address", "executor.address"), ("placement", "executor.placement"),
                       ("seed", "seed"),
-                      ("rounds", "rounds"), ("out", "output.dir")):
+                      ("rounds", "rounds"), ("out", "output.dir"), ("name", "name")):
         value = getattr(args, flag, None)
         if value is not None:
             # Text flags are quoted: `--out 2024` is a folder name, not a number.
-            shown = (json.dumps(value) if flag in ("executor", "address", "placement", "out")
+            shown = (json.dumps(value) if flag in ("executor", "address", "placement", "out",
+                                                   "name")
                      else value)
             sets.append(f"{key}={shown}")
             labels[sets[-1]] = f"--{flag} {value}"
@@ -57,6 +62,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     out.print(yaml.safe_dump(resolved_dict(cfg), sort_keys=False), end="", markup=False,
               highlight=False)
     console.print(f"[green]ok[/]: {args.config} is valid")
+    for note in cfg.notes():  # valid, but not what it says (a sample larger than its pool)
+        console.print(f"[yellow]warning[/]: {escape(str(locate(cfg, InputError(note))))}",
+                      highlight=False)
     return 0
 
 
@@ -141,10 +149,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from sim.store.lineage import run_tree
+    from sim.store.run_dir import clean_unfinished
 
     entries = run_tree(args.folder)
+    unfinished = clean_unfinished(args.folder)
     if not entries:
         console.print(f"no runs in {args.folder}")
+        _print_unfinished(args.folder, unfinished)
         return 0
     table = Table(box=None)
     table.add_column("run", no_wrap=True,
@@ -154,34 +165,71 @@ def cmd_runs(args: argparse.Namespace) -> int:
     for e in entries:
         name = "  " * (e.depth - 1) + "└ " + e.dir.run_id if e.depth else e.dir.run_id
         forked = ""
-        if e.parent_run_id is not None:
+        if e.parent_run_id == e.dir.run_id:
+            forked = f"from itself at round {e.fork_round}"
+        elif e.parent_run_id is not None:
             forked = f"at round {e.fork_round}" if e.depth else \
                 f"from {e.parent_run_id} at round {e.fork_round}"
         created = str(e.meta.get("created_at", ""))[:19].replace("T", " ")
         done = "?" if e.rounds_done is None else e.rounds_done
         table.add_row(name, forked, e.status, f"{done}/{e.meta.get('rounds', '?')}", created)
     print_whole(table)
+    for e in entries:
+        if e.problem is not None:
+            console.print(f"[yellow]warning[/]: {escape(e.problem)}", highlight=False)
+    _print_unfinished(args.folder, unfinished)
     return 0
+
+
+def _print_unfinished(folder: str, unfinished) -> None:
+    """What `shoal runs` found of run directories whose making did not finish."""
+    where = f"{folder.rstrip('/')}/"
+    for name in unfinished.removed:
+        console.print(f"removed {escape(where + name)}: a run directory whose making was "
+                      "stopped (its process died before it was whole; nothing of it is a "
+                      "run)", highlight=False)
+    for name in unfinished.left:
+        console.print(f"[yellow]could not remove[/] {escape(where + name)}: a run directory "
+                      "whose making was stopped; delete it", highlight=False)
+    for name in unfinished.in_progress:
+        console.print(f"being made now: {escape(where + name)} (listed once it is whole)",
+                      highlight=False)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Compare runs with the first: beliefs, first divergence, activity; write a plot."""
-    from sim.analysis.compare import compare_runs, comparison_tables, plot_comparison
+    from sim.analysis.compare import (
+        compare_runs,
+        comparison_tables,
+        plot_comparison,
+        plot_path,
+    )
 
     cmp = compare_runs(args.runs, topic=args.topic)
+    path = plot_path(args.out, cmp)  # (checked before anything is printed)
+    replaced = path.exists()
     for table in comparison_tables(cmp):
         print_whole(table)
         out.print()
-    path = plot_comparison(cmp, args.out)
-    console.print(f"plot → {path}")
+    plot_comparison(cmp, path)
+    console.print(f"plot → {path}" + (" (replaced the file there, as --out asked)"
+                                      if replaced else ""), highlight=False)
     return 0
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     """Print the exact system text and observation of an agent in a round."""
     from sim.runs.inspect import inspect_agent
+    from sim.store.run_dir import open_run_dir
 
-    for item in inspect_agent(args.run, args.agent, args.round, args.platform):
+    own = open_run_dir(args.run).run_id
+    items = inspect_agent(args.run, args.agent, args.round, args.platform)
+    if items and items[0].run_id != own:
+        console.print(f"round {args.round} of {own}'s history belongs to {items[0].run_id}, "
+                      f"the run it was forked from (its own rounds start after round "
+                      f"{items[0].fork_round}): shown from {items[0].run_id}",
+                      highlight=False)
+    for item in items:
         a = item.assembled
         how = "got" if item.acted else "would get (it did not act there this round)"
         check = "" if item.feed_matches_log is None else (
@@ -276,7 +324,7 @@ def cmd_diagnose_memory(args: argparse.Namespace) -> int:
         mark = "[green]yes[/]" if stage.ok else "[red]no[/]"
         console.print(f"  {stage.stage:9} {mark}  {escape(stage.detail)}")
     out.print(f"verdict: {result.verdict}", markup=False)
-    return 0 if result.first_failure is None else 3
+    return 0 if result.first_failure is None else FACT_LOST
 
 
 def _drive(sim, quiet: bool, start: float) -> int:
@@ -379,6 +427,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run a simulation")
     _add_config_flags(p)
+    p.add_argument("--name", help="name of the run (the prefix of its run id; default: the "
+                                  "config's name)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
 
@@ -419,7 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="compare runs (e.g. a parent and its forks)")
     p.add_argument("runs", nargs="+", metavar="RUN",
                    help="run directories (or run ids under runs/); the first is the reference")
-    p.add_argument("--out", default="compare.png", help="PNG to write (default: compare.png)")
+    p.add_argument("--out", metavar="FILE.png",
+                   help="PNG to write (default: compare.png next to the first run, "
+                        "numbered rather than replacing one there)")
     p.add_argument("--topic", help="compare only this topic")
     p.set_defaults(func=cmd_compare)
 
@@ -431,7 +483,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("diagnose-memory",
-                       help="plant a fact and report whether memory carries it to later rounds")
+                       help="plant a fact and report whether memory carries it to later rounds",
+                       description="Plant a fact and report whether memory carries it to "
+                                   "later rounds. Exit code 0: the fact reached the agents; "
+                                   f"{FACT_LOST}: it was lost (the stage is named).")
     _add_config_flags(p)
     p.add_argument("--plant-round", type=int, default=5)
     p.add_argument("--check-round", type=int, default=50)
@@ -523,7 +578,21 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_flags(p)
     p.set_defaults(func=cmd_check)
     add_graph_parsers(sub)
+    _debug_anywhere(sub)
     return parser
+
+
+def _debug_anywhere(sub: argparse._SubParsersAction) -> None:
+    """`--debug` after the command too (`shoal run X --debug`), as the error messages
+    suggest it: every subcommand takes it (set only when given, so `shoal --debug run X`
+    still counts)."""
+    for p in dict.fromkeys(sub.choices.values()):  # (aliases repeat a parser)
+        if "--debug" not in p._option_string_actions:
+            p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                           help="show tracebacks on errors")
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _debug_anywhere(action)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -533,8 +602,16 @@ def main(argv: list[str] | None = None) -> int:
     return _guarded(args.func, args, args.debug)
 
 
+def _check_paths(args: argparse.Namespace) -> None:
+    """Path flags that name nothing: `--out ''` would write into the current folder."""
+    out_flag = getattr(args, "out", None)
+    if isinstance(out_flag, str) and not out_flag.strip():
+        raise InputError(f"--out {out_flag!r}: empty; give a folder or file name")
+
+
 def _guarded(func: Callable[[argparse.Namespace], int], args, debug: bool) -> int:
     try:
+        _check_paths(args)
         return func(args)
     except InputError as exc:
         console.print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
@@ -548,11 +625,34 @@ def _guarded(func: Callable[[argparse.Namespace], int], args, debug: bool) -> in
     except Exception as exc:
         if debug:
             traceback.print_exc()
+        if (damage := _damaged_file(exc, args)) is not None:  # (a read no library named)
+            console.print(f"[red]error[/]: {escape(damage)}", highlight=False)
+            return 2
         first = str(exc).splitlines()[0] if str(exc) else ""
         console.print(f"[red]internal error[/]: {type(exc).__name__}: {escape(first)}"
                       + ("" if debug else "  (run with --debug for the traceback)"),
                       highlight=False)
         return 1
+
+
+def _damaged_file(exc: Exception, args: argparse.Namespace) -> str | None:
+    """The message for a DuckDB error that says a file is damaged, naming the run's
+    trajectory file (None for any other error). The libraries name the file where they
+    read one; this catches a read that did not."""
+    if not type(exc).__module__.lstrip("_").startswith("duckdb"):
+        return None
+    from sim.store.trajectory import damage_reason, damaged
+
+    reason = damage_reason(exc)
+    if reason is None:
+        return None
+    run = getattr(args, "run", None)
+    if not isinstance(run, str):
+        return f"a trajectory file is damaged ({reason})"
+    from pathlib import Path
+
+    folder = Path(run) if Path(run).is_dir() else Path("runs") / run
+    return damaged(folder / "trajectory.duckdb", reason)
 
 
 if __name__ == "__main__":

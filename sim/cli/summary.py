@@ -5,12 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import duckdb
+import pandas as pd
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
 from sim.store.checkpoints import CheckpointStore
 from sim.store.llm_usage import Usage
+
+STOPPED = "round_stopped"  # `llm_calls.outcome` of the calls of a round that stopped
 
 
 def _checkpoints_line(store: CheckpointStore) -> str:
@@ -56,9 +59,17 @@ def summarize(root: Path, wall_seconds: float | None = None, rounds_run: int | N
         cols = [c for c in ("round", "agent", "platform", "status", "outcome",
                             "fallback_reason", "prompt_tokens", "completion_tokens", "cache",
                             "saved_usd", "wait_ms") if c in _columns(con, "llm_calls")]
-        usage = Usage.of(con.execute(f"SELECT {', '.join(cols)} FROM llm_calls").df())
-        cost, latency = con.execute("SELECT coalesce(sum(cost_usd), 0), "
-                                    "coalesce(median(latency_ms), 0) FROM llm_calls").fetchone()
+        calls = con.execute(f"SELECT {', '.join(cols)} FROM llm_calls").df()
+        # The calls of a round that stopped (no answer at all) stay logged, but that round
+        # was dropped and run again: its calls neither failed a turn nor fell back one.
+        stopped = _text(calls, "outcome") == STOPPED
+        usage = Usage.of(calls[~stopped])
+        spent = Usage.of(calls)  # tokens of every request sent, the stopped ones too
+        counted = f" FILTER (WHERE outcome IS DISTINCT FROM '{STOPPED}')" \
+            if "outcome" in cols else ""
+        cost, latency = con.execute(f"SELECT coalesce(sum(cost_usd), 0), coalesce("
+                                    f"median(latency_ms){counted}, 0) FROM llm_calls"
+                                    ).fetchone()
         waited = (con.execute("SELECT count(*) FILTER (WHERE wait_ms > 0), "
                               "coalesce(sum(wait_ms), 0) FROM llm_calls").fetchone()
                   if "wait_ms" in cols else (0, 0.0))
@@ -79,14 +90,20 @@ def summarize(root: Path, wall_seconds: float | None = None, rounds_run: int | N
                                 if db.with_suffix(".duckdb.wal").exists() else 0)
     head.add_row("trajectory", f"{db}  ({size / 1e6:.1f} MB)")
     head.add_row("checkpoints", _checkpoints_line(CheckpointStore(Path(root) / "checkpoints")))
-    if usage.requests:
+    if spent.requests:
         retried = f" ({usage.requests:,} HTTP requests)" if usage.retries else ""
         head.add_row("LLM calls", f"{usage.calls:,} calls{retried}, {usage.failed:,} failed, "
                                   f"{usage.invalid:,} invalid replies; {usage.turns:,} turns, "
                                   f"{usage.fallbacks:,} fell back; median latency "
                                   f"{latency:.0f} ms")
-        head.add_row("LLM tokens, cost", f"{usage.prompt_tokens:,} prompt + "
-                                         f"{usage.completion_tokens:,} completion tokens, "
+        if stopped.any():
+            rounds = sorted({int(r) for r in calls.loc[stopped, "round"].dropna()})
+            head.add_row("LLM stopped", f"{int(stopped.sum()):,} requests of round(s) "
+                                        f"{', '.join(map(str, rounds))}, which got no answer "
+                                        "and stopped the run: nothing of them was applied "
+                                        "(not counted above; their tokens and cost are)")
+        head.add_row("LLM tokens, cost", f"{spent.prompt_tokens:,} prompt + "
+                                         f"{spent.completion_tokens:,} completion tokens, "
                                          f"about ${cost:.4f}")
         if usage.cache_hits or usage.cache_misses:
             head.add_row("LLM cache", f"{usage.cache_hits:,} hits, {usage.cache_misses:,} "
@@ -123,6 +140,11 @@ def summarize(root: Path, wall_seconds: float | None = None, rounds_run: int | N
                        "✓" if resolved == outcome else "")
         parts += [mk, Text("")]
     return Group(*parts)
+
+
+def _text(df: pd.DataFrame, col: str) -> pd.Series:
+    """A text column with missing values (or a missing column) as ""."""
+    return df[col].fillna("").astype(str) if col in df else pd.Series("", index=df.index)
 
 
 def _columns(con, table: str) -> set[str]:

@@ -130,6 +130,7 @@ class LocalExecutor(Executor):
 
 
 PROBE_TIMEOUT_S = 3.0  # a GCS that exists answers a TCP connect at once
+RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 
 def _no_cluster(address: str, why: str) -> InputError:
@@ -179,15 +180,22 @@ def ensure_ray(address: str | None) -> bool:
         return False
     if address:
         probe_ray_address(address)
+    # Ray's notices about itself are not Shoal's output: its INFO lines ("Started a local
+    # Ray instance") go (logging_level), and so does the notice that token authentication
+    # is on (a warning about a default, on every start); its other warnings and its errors
+    # still show.
+    logging.getLogger(RAY_AUTH_LOGGER).setLevel(logging.ERROR)
+    quiet = {"include_dashboard": False, "log_to_driver": False,
+             "logging_level": logging.WARNING}
     try:
         if address:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+            ray.init(address=address, **quiet)
         else:
             # a local instance serves this machine only: its node address is loopback.
             # 'local': a new instance even if this machine runs a cluster (`ray start`
             # leaves its address where a bare ray.init would join it, num_cpus refused)
-            ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False,
-                     log_to_driver=False, _node_ip_address="127.0.0.1")
+            ray.init(address="local", num_cpus=os.cpu_count() or 1,
+                     _node_ip_address="127.0.0.1", **quiet)
     except ConnectionError as exc:
         if not address:
             raise InputError(f"cannot start a local Ray instance: {exc}") from None

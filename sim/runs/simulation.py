@@ -19,20 +19,23 @@ anything is written.
 from __future__ import annotations
 
 import contextlib
+import numbers
 import os
 import shutil
+import warnings
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 
 from agents.profiles import USERNAME_CHARS, profile_fixes_table, repeated_ids, username_fixes
 from sim.config import Config, config_hash, load_config, parse_config, resolved_dict
 from sim.config.llm import check_api_keys
-from sim.core.errors import InputError, NumericError, ProviderDown, StorageFull
+from sim.core.errors import InputError, NumericError, ProviderDown, StorageFull, out_of_space
 from sim.core.faults import crash_point
 from sim.engine.driver import RoundDriver, RoundStats
 from sim.engine.executors import Executor, make_executor
@@ -51,14 +54,22 @@ from sim.engine.round_log import (
     posts_tables,
     topics_table,
 )
-from sim.engine.surveys import survey_table
+from sim.engine.surveys import check_samples, sample_notes, sample_sizes, survey_table
 from sim.llm.cache import CacheMiss, CacheSpec, cache_spec
 from sim.llm.endpoints import Endpoints
 from sim.runs.fork_plan import ForkPlan, fork_config
 from sim.store.checkpoints import CheckpointError, CheckpointStore, MemoryCheckpoints
 from sim.store.lineage import LiveRun, MissingTableError, lineage
 from sim.store.live_mirror import LiveMirror
-from sim.store.run_dir import RunDir, engine_version, new_run_id, open_run_dir
+from sim.store.run_dir import (
+    RunDir,
+    clean_unfinished,
+    creating_path,
+    engine_version,
+    lock_creation,
+    new_run_id,
+    open_run_dir,
+)
 from sim.store.tables import file_tables
 from sim.store.trajectory import TrajectoryStore
 from sim.store.writer import RoundWriter
@@ -143,6 +154,8 @@ class Simulation:
         world = build_world(cfg)
         check_settings(cfg)
         check_against_population(cfg, world)
+        check_samples(world)
+        samples = sample_sizes(world)  # recorded in run.json; a sample cut short is noted
         fired = fire_due(world, 0)  # posts seeded at round 0
         lineage = lineage or {}
         run_id = new_run_id(cfg.name)
@@ -159,11 +172,12 @@ class Simulation:
                 checkpoints.write(checkpoint(world))
                 sim = cls(world, store, checkpoints, _new_meta(cfg, run_id, lineage, 0),
                           engine=engine)
-                sim.notes = _setup_notes(world)
+                sim.notes = _setup_notes(world) + sample_notes(samples)
                 return sim
             run_dir = _make_run_dir(folder, cfg, lineage, lambda store, checkpoints, run_id: (
                 _write_setup(store, world, run_id, lineage, fired),
-                checkpoints.write(checkpoint(world))), run_id=run_id)
+                checkpoints.write(checkpoint(world))), run_id=run_id,
+                meta={"surveys": samples} if samples else None)
         except BaseException:
             engine.stop()
             raise
@@ -171,7 +185,7 @@ class Simulation:
         if cfg.output.live_parquet:
             LiveMirror(run_dir.root).start(store, cfg.platforms.names())
         sim = cls(world, store, run_dir.checkpoints, run_dir.read_meta(), run_dir, engine)
-        sim.notes = _setup_notes(world)
+        sim.notes = _setup_notes(world) + sample_notes(samples)
         return sim
 
     @classmethod
@@ -197,13 +211,33 @@ class Simulation:
         if notes:
             notes.append(f"resuming from round {world.round}, the newest intact checkpoint")
         check_api_keys(world.cfg)
-        store = TrajectoryStore(run_dir.db)  # fails if another process holds the run
         last = world.round
-        if last < world.cfg.rounds or notes:  # a finished, intact run is left untouched
-            store.truncate_after(last, world.posts.n)
-            run_dir.checkpoints.truncate_after(last)
-            LiveMirror(run_dir.root).truncate_after(last)
-            run_dir.write_meta(status="resumed", rounds_done=last)
+        try:
+            store = TrajectoryStore(run_dir.db)  # fails if another process holds the run
+        except (StorageFull, duckdb.Error) as exc:  # (replaying its WAL needs room)
+            raise _no_room_to_resume(run_dir, last, exc) or exc from None
+        try:
+            store.verify()  # every block read once: damage is found before anything changes
+            meta = run_dir.read_meta()
+            if last < world.cfg.rounds or notes:  # a finished, intact run is left untouched
+                store.truncate_after(last, world.posts.n)
+                run_dir.checkpoints.truncate_after(last)
+                LiveMirror(run_dir.root).truncate_after(last)
+                run_dir.write_meta(status="resumed", rounds_done=last)
+            elif meta.get("status") != "finished":  # killed after its last checkpoint
+                notes.append(f"run.json said {meta.get('status')!r}, but all "
+                             f"{world.cfg.rounds} rounds are committed and checkpointed: "
+                             "marked finished")
+                run_dir.write_meta(status="finished", rounds_done=last,
+                                   finished_at=datetime.now().isoformat())
+        except (OSError, duckdb.Error) as exc:
+            with contextlib.suppress(Exception):
+                store.con.close()
+            raise _no_room_to_resume(run_dir, last, exc) or exc from None
+        except BaseException:
+            with contextlib.suppress(Exception):
+                store.con.close()
+            raise
         sim = cls(world, store, run_dir.checkpoints, run_dir.read_meta(), run_dir)
         sim.notes = notes
         return sim
@@ -265,8 +299,20 @@ class Simulation:
         if self.dir is not None:
             self.dir.write_meta(**fields)
 
+    def _check_open(self) -> None:
+        """A closed simulation has no engine or writer left: say so, and how to go on."""
+        if not self._closed:
+            return
+        if self.dir is None:
+            raise InputError(f"{self.run_id} is closed, and it was held in memory: it is "
+                             "gone; make a new Simulation (save one before closing it to "
+                             "keep it)")
+        raise InputError(f"{self.run_id} is closed: Simulation.resume({str(self.dir.root)!r}) "
+                         "reopens it to run on")
+
     def step(self) -> RoundStats:
         """Run the next round (its tables are committed in the background: `flush`)."""
+        self._check_open()
         if self.finished:
             raise InputError(f"{self.run_id}: all {self.cfg.rounds} rounds have run")
         driver = self.driver()
@@ -291,12 +337,24 @@ class Simulation:
         return stats
 
     def run(self, rounds: int | None = None,
-            on_round: Callable[[RoundStats], None] | None = None) -> list[RoundStats]:
+            on_round: Callable[[RoundStats], None] | None = None) -> RoundsRun:
         """Run `rounds` more rounds (default: to the last configured one); returns their
-        stats. `on_round(stats)` after each."""
+        stats (a list, shown in one line). Asked for more rounds than remain, it runs to
+        the last one and warns (`RoundsWarning`). `on_round(stats)` after each."""
+        self._check_open()
+        if rounds is not None and (isinstance(rounds, bool)
+                                   or not isinstance(rounds, numbers.Integral) or rounds < 0):
+            raise InputError(f"run({rounds!r}): the number of rounds must be a whole number "
+                             ">= 0 (or None: to the last round)")
         last = self.cfg.rounds if rounds is None else min(self.cfg.rounds,
                                                           self.round + rounds)
-        stats = []
+        if rounds is not None and self.round + rounds > last:
+            left = last - self.round
+            warnings.warn(f"run({rounds}): {self.run_id} has {left} round(s) left of its "
+                          f"{self.cfg.rounds}" + (f"; running rounds {self.round + 1}.."
+                                                  f"{last}" if left else "; nothing to run"),
+                          RoundsWarning, stacklevel=2)
+        stats = RoundsRun()
         while self.round < last:
             stats.append(self.step())
             if on_round is not None:
@@ -318,7 +376,8 @@ class Simulation:
         record it: run.json may not fit either)."""
         where = self.dir.root if self.dir is not None else "memory"
         last = self.checkpoints.latest()
-        exc.args = (f"no space left on the device of {where}: round {last} is the last "
+        full = getattr(exc, "device_of", None) or where  # (the LLM cache's own folder)
+        exc.args = (f"no space left on the device of {full}: round {last} is the last "
                     "round saved whole, and safe; free some space, then "
                     f"`shoal resume {where}` continues the run",)
         with contextlib.suppress(OSError):
@@ -458,6 +517,37 @@ class Simulation:
 # ---------------------------------------------------------------------- helpers
 
 
+class RoundsWarning(UserWarning):
+    """`Simulation.run(n)` was asked for more rounds than the run has left."""
+
+
+class RoundsRun(list):
+    """The stats of the rounds one `Simulation.run` call ran (a list of `RoundStats`),
+    shown in one line: a notebook cell that ends with `sim.run(...)` prints a summary, not
+    a list of every round."""
+
+    def __repr__(self) -> str:
+        if not self:
+            return "<no rounds run>"
+        return (f"<{len(self)} round(s) run: {self[0].round}..{self[-1].round}, "
+                f"{sum(s.n_actions for s in self):,} actions>")
+
+    def _repr_pretty_(self, printer, cycle: bool) -> None:  # IPython's display
+        printer.text(repr(self))
+
+
+def _no_room_to_resume(run_dir: RunDir, last: int, exc: BaseException
+                       ) -> StorageFull | None:
+    """A full disk met while a resume prepared the run, as the error that says so (None
+    for any other error): the run is as it was, round `last` is safe."""
+    if not (isinstance(exc, StorageFull) or out_of_space(exc)):
+        return None
+    return StorageFull(f"no space left on the device of {run_dir.root}, so the run cannot "
+                       f"be resumed yet: round {last} is the last round saved whole, and "
+                       f"safe; free some space, then `shoal resume {run_dir.root}` "
+                       "continues the run")
+
+
 class Engine:
     """What runs a simulation's agents: the executor and the LLM endpoints it calls
     (loopback servers it started are stopped with it)."""
@@ -544,13 +634,15 @@ def _make_run_dir(folder: Path, cfg: Config, lineage: dict,
                   rounds_done: int | None = None) -> RunDir:
     """A new run directory under `folder`, made whole or not at all: it is built under a
     hidden temporary name (config, trajectory filled by `fill`, checkpoints, run.json
-    last) and renamed into place; any failure removes it."""
+    last), locked while it is made, and renamed into place; any failure removes it. Such
+    folders that a killed process left in `folder` are removed first."""
     run_id = run_id or new_run_id(cfg.name)
     if folder.exists() and not folder.is_dir():
         # (output.dir: `locate` names --out or the config line that set it)
         raise InputError(f"output.dir: {folder} is a file, not a folder")
     final = RunDir(folder / run_id)
-    tmp = RunDir(folder / f".{run_id}.creating")
+    tmp = RunDir(creating_path(folder, run_id))
+    clean_unfinished(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         tmp.root.mkdir()
@@ -559,7 +651,9 @@ def _make_run_dir(folder: Path, cfg: Config, lineage: dict,
     except OSError as exc:
         raise InputError(f"output.dir: cannot create a run directory in {folder}: "
                          f"{exc.strerror or exc}") from None
+    lock = None
     try:
+        lock = lock_creation(tmp.root)
         tmp.config.write_text(_yaml(resolved_dict(cfg)))
         store = TrajectoryStore(tmp.db, cfg.platforms.names())
         try:
@@ -576,6 +670,9 @@ def _make_run_dir(folder: Path, cfg: Config, lineage: dict,
     except BaseException:
         shutil.rmtree(tmp.root, ignore_errors=True)
         raise
+    finally:
+        if lock is not None:
+            os.close(lock)
     return final
 
 

@@ -25,12 +25,13 @@ import duckdb
 import pandas as pd
 
 from sim.core.errors import InputError
+from sim.store.checkpoints import CheckpointError
 from sim.store.graph import GRAPH_TABLES, SCENARIO_DIR, GraphReader
 from sim.store.live_mirror import LiveMirror
 from sim.store.run_dir import RunDir, open_run_dir
 from sim.store.schema import schema
 from sim.store.tables import TABLES, TableSpec, file_tables
-from sim.store.trajectory import trajectory_problem
+from sim.store.trajectory import damage_reason, damaged, header_damage, trajectory_problem
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,8 @@ def lineage(run: str | Path) -> list[Segment]:
     info = run_dir.read_meta().get("lineage") or {}
     while info.get("parent_run_id"):
         # An ancestor contributes no more than any fork below it took.
-        last_round = _smaller(last_round, int(info["fork_round"]))
-        n_posts = _smaller(n_posts, int(info["parent_posts"]))
+        last_round = _smaller(last_round, _count(run_dir, info, "fork_round"))
+        n_posts = _smaller(n_posts, _count(run_dir, info, "parent_posts"))
         run_dir = parent_dir(run_dir, info)
         if run_dir.root.resolve() in seen:
             raise InputError(f"{run}: its lineage loops back to {run_dir.run_id}")
@@ -87,6 +88,16 @@ def lineage(run: str | Path) -> list[Segment]:
 
 def _smaller(a: int | None, b: int) -> int:
     return b if a is None else min(a, b)
+
+
+def _count(run_dir: RunDir, info: dict, key: str) -> int:
+    """A whole number >= 0 of a fork's lineage in run.json (InputError naming the file and
+    field if it is anything else: the history cannot be cut without it)."""
+    value = info.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InputError(f"{run_dir.meta}: lineage.{key}: must be a whole number >= 0, got "
+                         f"{value!r}; the run's history before its fork cannot be read")
+    return value
 
 
 def fork_rounds(run: str | Path) -> list[int]:
@@ -146,15 +157,20 @@ def _read_segment(segment: Segment, table: str, where: str | None,
     """One segment's rows of a table, in its declared order. `own`: a connection to use
     instead of opening the segment's file."""
     with (_own(own) if own is not None else _connect(segment.dir, table)) as con:
-        specs = file_tables(con)
-        spec = specs.get(table)
-        if spec is None:
-            return _Read(None, None, set(specs))
-        conditions = [c for c in (segment.condition(spec), where and f"({where})") if c]
-        sql = f"SELECT * FROM {table}"
-        if conditions:
-            sql += " WHERE " + " AND ".join(conditions)
-        return _Read(con.sql(f"{sql} ORDER BY {spec.order}").df(), spec, set(specs))
+        try:
+            specs = file_tables(con)
+            spec = specs.get(table)
+            if spec is None:
+                return _Read(None, None, set(specs))
+            conditions = [c for c in (segment.condition(spec), where and f"({where})") if c]
+            sql = f"SELECT * FROM {table}"
+            if conditions:
+                sql += " WHERE " + " AND ".join(conditions)
+            return _Read(con.sql(f"{sql} ORDER BY {spec.order}").df(), spec, set(specs))
+        except duckdb.Error as exc:  # a block whose bytes changed, a file cut short
+            if segment.dir is None or (reason := damage_reason(exc)) is None:
+                raise
+            raise InputError(damaged(segment.dir.db, reason)) from None
 
 
 @contextmanager
@@ -229,24 +245,40 @@ class RunEntry(ForkInfo):
     dir: RunDir
     meta: dict
     depth: int
-    status: str  # run.json's, or "interrupted" if it says running but no process writes it
+    status: str  # see `run_status`
     rounds_done: int | None  # the last checkpointed round (what a resume continues from)
+    problem: str | None = None  # what makes it `damaged`, or a lineage that loops
 
 
 def run_tree(folder: str | Path) -> list[RunEntry]:
     """The runs under an output folder, depth first: each root (oldest first), then its
-    forks below it. A run whose run.json is damaged is listed with the status `damaged`;
-    folders without one are not runs."""
+    forks below it. A run whose run.json or trajectory is damaged is listed with the status
+    `damaged` and the `problem`; a run whose lineage loops (its parent is itself, or one
+    of its forks) is listed as a root with the `problem`; folders without a run.json are
+    not runs."""
     root = Path(folder)
     if not root.is_dir():
         raise InputError(f"{folder}: no such folder")
-    # (hidden folders are run directories still being made, or left by a killed creator)
+    # (hidden folders are run directories still being made, or left by a killed creator:
+    # `sim.store.run_dir.clean_unfinished`)
     metas = {p.name: meta for p in sorted(root.iterdir())
              if not p.name.startswith(".") and (meta := _read_meta(p)) is not None}
+
+    def parent_of(run_id: str) -> str | None:
+        parent = (metas[run_id].get("lineage") or {}).get("parent_run_id")
+        return parent if parent in metas else None
+
+    loops: dict[str, str] = {}  # runs whose chain of parents comes back to a run of it
+    for run_id in metas:
+        chain, at = [run_id], parent_of(run_id)
+        while at is not None and at not in chain:
+            chain.append(at)
+            at = parent_of(at)
+        if at is not None:
+            loops[run_id] = at
     children: dict[str | None, list[str]] = defaultdict(list)
-    for run_id, meta in metas.items():
-        parent = (meta.get("lineage") or {}).get("parent_run_id")
-        children[parent if parent in metas else None].append(run_id)
+    for run_id in metas:
+        children[None if run_id in loops else parent_of(run_id)].append(run_id)
 
     def created(run_id: str) -> tuple[str, str]:
         return str(metas[run_id].get("created_at", "")), run_id
@@ -256,8 +288,15 @@ def run_tree(folder: str | Path) -> list[RunEntry]:
     def visit(run_id: str, depth: int) -> None:
         run_dir, meta = RunDir(root / run_id), metas[run_id]
         latest = run_dir.checkpoints.latest()
+        problem = run_problem(run_dir)
+        if problem is None and run_id in loops:
+            parent = parent_of(run_id)
+            problem = f"{run_dir.meta}: lineage loops: " + (
+                "its parent is itself" if parent == run_id else
+                f"its parent {parent} leads back to {loops[run_id]}")
         entries.append(RunEntry(run_dir, meta, depth, run_status(run_dir, meta),
-                                meta.get("rounds_done") if latest is None else latest))
+                                meta.get("rounds_done") if latest is None else latest,
+                                problem))
         for child in sorted(children[run_id], key=created):
             visit(child, depth + 1)
 
@@ -266,14 +305,44 @@ def run_tree(folder: str | Path) -> list[RunEntry]:
     return entries
 
 
+def run_problem(run_dir: RunDir) -> str | None:
+    """Why a run is `damaged` (its run.json or its trajectory file), as far as can be seen
+    without reading the trajectory's tables; None if nothing is seen."""
+    try:
+        run_dir.read_meta()
+    except InputError as exc:
+        return str(exc)
+    if not run_dir.db.is_file():
+        return f"{run_dir.db}: missing"
+    if (why := header_damage(run_dir.db)) is not None:
+        return damaged(run_dir.db, why)
+    return None
+
+
 def run_status(run_dir: RunDir, meta: dict) -> str:
-    """run.json's status, except that a run marked running (or resumed) whose trajectory
-    no process holds was interrupted: `shoal resume` continues it."""
+    """run.json's status, except that: a run whose run.json or trajectory is damaged is
+    `damaged`; a run marked running (or resumed) whose trajectory no process holds was
+    `interrupted` (`shoal resume` continues it), or `finished` if its last round is
+    checkpointed (it was killed after that: `shoal resume` then marks it finished)."""
+    if run_problem(run_dir) is not None:
+        return "damaged"
     status = str(meta.get("status", "?"))
-    if status in ("running", "resumed") and run_dir.db.is_file() \
-            and not being_written(run_dir):
-        return "interrupted"
+    if status in ("running", "resumed") and not being_written(run_dir):
+        return "finished" if _all_checkpointed(run_dir) else "interrupted"
     return status
+
+
+def _all_checkpointed(run_dir: RunDir) -> bool:
+    """Whether the last configured round (as the effective config of the newest
+    checkpoint says: an intervention may change it) has its checkpoint."""
+    store = run_dir.checkpoints
+    latest = store.latest()
+    if latest is None:
+        return False
+    try:
+        return latest >= int(store.meta(latest)["config"]["rounds"])
+    except (CheckpointError, KeyError, TypeError, ValueError):
+        return False
 
 
 def being_written(run_dir: RunDir) -> bool:
@@ -283,6 +352,8 @@ def being_written(run_dir: RunDir) -> bool:
         duckdb.connect(str(run_dir.db), read_only=True).close()
     except (duckdb.IOException, duckdb.ConnectionException) as exc:
         return _held_by_writer(exc)
+    except duckdb.Error:  # (a damaged file: no writer holds it)
+        return False
     return False
 
 

@@ -5,14 +5,23 @@
         run.json             id, config hash, status, rounds done, lineage
         trajectory.duckdb    the trajectory (sim.store.trajectory)
         checkpoints/         logs and states (sim.store.checkpoints)
+
+A run directory is made under a hidden name, `.<run_id>.creating`, and renamed into place
+once whole. The process making it holds an exclusive lock (flock) on that folder until the
+rename, so a hidden folder whose lock is free was left by a process that died while making
+it: `clean_unfinished` removes those.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import secrets
+import shutil
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from datetime import datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -23,6 +32,8 @@ from sim.core.errors import InputError
 from sim.store.checkpoints import CheckpointStore
 
 DB_NAME = "trajectory.duckdb"
+CREATING = ".creating"  # the suffix of a run directory being made (after a leading ".")
+EMPTY_GRACE_S = 60.0  # an empty one this young may be between its mkdir and its lock
 _META_LOCK = threading.Lock()
 
 
@@ -71,7 +82,11 @@ class RunDir:
             data = json.loads(self.meta.read_text()) if self.meta.exists() else {}
             data.update(fields)
             tmp = self.meta.with_suffix(".tmp")
-            tmp.write_text(json.dumps(data, indent=2, default=str))
+            try:
+                tmp.write_text(json.dumps(data, indent=2, default=str))
+            except OSError:  # (a full disk: run.json stays as it was, no stray half file)
+                tmp.unlink(missing_ok=True)
+                raise
             tmp.replace(self.meta)
 
     def read_meta(self) -> dict:
@@ -99,14 +114,99 @@ def new_run_id(name: str) -> str:
 
 
 def open_run_dir(path: str | Path) -> RunDir:
-    """A run directory given by path (or by id under runs/), checked to look like one."""
+    """A run directory given by path (or by id under runs/), checked to look like one: a
+    run.json that parses and a trajectory file whose header is whole (InputError naming
+    what is wrong)."""
     p = Path(path)
     if not p.is_dir() and (Path("runs") / p).is_dir():
         p = Path("runs") / p
     run_dir = RunDir(p)
     if not p.is_dir():
         raise InputError(f"{path}: no such run directory")
+    if is_creating(p):
+        raise InputError(f"{path}: not a run: a run directory whose making did not finish "
+                         "(the process making it was stopped, or is still at it); "
+                         f"`shoal runs {p.parent}` removes it once nothing is making it; "
+                         "run the command that made it again")
     if not run_dir.meta.is_file() or not run_dir.db.is_file():
         raise InputError(f"{path}: not a Shoal run directory (no run.json or {DB_NAME})")
     run_dir.read_meta()  # a damaged run.json is found before anything touches the run
+    from sim.store.trajectory import damaged, header_damage  # (DuckDB: loaded when used)
+
+    if (why := header_damage(run_dir.db)) is not None:
+        raise InputError(damaged(run_dir.db, why))
     return run_dir
+
+
+# ---------------------------------------------------------------------- being made
+
+
+def creating_path(folder: Path, run_id: str) -> Path:
+    """Where a run directory is made before it is renamed to `folder/run_id`."""
+    return folder / f".{run_id}{CREATING}"
+
+
+def is_creating(path: Path) -> bool:
+    """Whether a path is the hidden name of a run directory being made."""
+    return path.name.startswith(".") and path.name.endswith(CREATING)
+
+
+def lock_creation(root: Path) -> int:
+    """Take the lock that says `root` is being made by this process; returns the file
+    descriptor that holds it (close it once the folder is renamed or removed: the kernel
+    releases it too if the process dies)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # (a cleaner may hold it for a moment: wait)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@dataclass
+class Unfinished:
+    """The hidden folders of run directories being made in an output folder: those left
+    by a process that died making them (removed, or still there if removing failed) and
+    those a live process is making now."""
+
+    removed: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)
+    in_progress: list[str] = field(default_factory=list)
+
+
+def clean_unfinished(folder: str | Path) -> Unfinished:
+    """Remove the run directories of `folder` whose making was stopped: a hidden
+    `.<run_id>.creating` folder whose lock no process holds. One whose lock is held is
+    being made now and stays; so does an empty one younger than a minute (its maker may
+    not have locked it yet)."""
+    found = Unfinished()
+    root = Path(folder)
+    if not root.is_dir():
+        return found
+    for path in sorted(root.iterdir()):
+        if not is_creating(path):
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:  # renamed into place (or removed) meanwhile, or not a folder
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                found.in_progress.append(path.name)
+                continue
+            try:
+                if os.stat(path).st_ino != os.fstat(fd).st_ino:
+                    continue  # renamed into place, and another folder took the name
+            except FileNotFoundError:
+                continue
+            if not os.listdir(fd) and time.time() - os.fstat(fd).st_mtime < EMPTY_GRACE_S:
+                found.in_progress.append(path.name)
+                continue
+            shutil.rmtree(path, ignore_errors=True)  # (still holding its lock)
+            (found.left if path.exists() else found.removed).append(path.name)
+        finally:
+            os.close(fd)
+    return found

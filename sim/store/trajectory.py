@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,6 +26,8 @@ def connect(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnect
     try:
         return duckdb.connect(str(path), read_only=read_only)
     except duckdb.Error as exc:
+        if out_of_space(exc):  # (opening replays the WAL into the file)
+            raise StorageFull(f"no space left on the device of {path}") from None
         raise InputError(trajectory_problem(path, exc)) from None
 
 
@@ -39,7 +42,74 @@ def trajectory_problem(path: str | Path, exc: duckdb.Error) -> str:
                 "connection (con.close())")
     if "not a valid duckdb database" in text.lower():
         return f"{path}: damaged, or not a Shoal trajectory (not a DuckDB database)"
+    if (damage := damage_reason(exc)) is not None:
+        return damaged(path, damage)
     return f"{path}: cannot be opened: {text.splitlines()[0]}"
+
+
+# What DuckDB says when a file's bytes are not what it wrote, in words for the user.
+_DAMAGE = (("checksum", "a block's checksum does not match: bytes were changed after they "
+                        "were written"),
+           ("corrupt", "DuckDB finds it corrupt"),
+           ("could not read enough bytes", "cut short: it ends before the data it lists"),
+           ("not a valid duckdb database", "not a DuckDB database"))
+_HEADER = 4096  # DuckDB: a main header, then two database headers, 4 kB each
+
+
+def damage_reason(exc: BaseException | str) -> str | None:
+    """Why a DuckDB error says a file is damaged, in words (None: it says something
+    else, such as a lock held by another process)."""
+    text = str(exc).lower()
+    return next((why for key, why in _DAMAGE if key in text), None)
+
+
+def damaged(path: str | Path, reason: str) -> str:
+    """The message for a damaged trajectory file: which file, why, what to do."""
+    return (f"{path}: damaged ({reason}); the run cannot be read from it: restore the file "
+            "from a copy, or run the config again")
+
+
+def header_damage(path: str | Path) -> str | None:
+    """What the first 12 kB of a trajectory file show wrong, without opening it in DuckDB
+    (cheap enough for every run of a folder): not a DuckDB file (overwritten, zeroed), or
+    shorter than the blocks its newest header lists (cut off). None: nothing seen (bytes
+    changed inside a block are found only when the block is read)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(3 * _HEADER)
+            size = f.seek(0, 2)
+    except OSError:
+        return None  # (unreadable, not damaged: opening it says why)
+    if len(head) < 12 or head[8:12] != b"DUCK":
+        return "not a DuckDB database: its header is gone"
+    if len(head) < 3 * _HEADER:
+        return "cut short: it ends inside its header"
+    # Each database header: checksum, iteration, meta block, free list, block count,
+    # block size (little-endian 64-bit); the one with the higher iteration is current.
+    headers = [struct.unpack_from("<6Q", head, _HEADER * i) for i in (1, 2)]
+    _, _, _, _, blocks, block_size = max(headers, key=lambda h: h[1])
+    if block_size & (block_size - 1) or not 4096 <= block_size <= 1 << 30:
+        return None  # a layout this check does not know: leave it to DuckDB
+    needed = 3 * _HEADER + blocks * block_size
+    # (DuckDB trims free blocks off the end after writing the header, whose count still
+    # lists them: a file shorter by whole blocks can be whole; DuckDB finds it if not)
+    if size < needed and (size - 3 * _HEADER) % block_size:
+        return (f"cut short: {size:,} bytes of the {needed:,} its header lists; it ends "
+                "before the data it lists")
+    return None
+
+
+def verify(con: duckdb.DuckDBPyConnection, path: str | Path) -> None:
+    """Read every column of every table of an open trajectory, so that DuckDB checks every
+    block's checksum: an InputError naming the file if one is damaged."""
+    try:
+        for (table,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE "
+                                    "database_name = current_database()").fetchall():
+            con.execute(f'SELECT min(hash(COLUMNS(*))) FROM "{table}"').fetchall()
+    except duckdb.Error as exc:
+        if (reason := damage_reason(exc)) is None:
+            raise
+        raise InputError(damaged(path, reason)) from None
 
 
 class TrajectoryStore:
@@ -50,10 +120,18 @@ class TrajectoryStore:
     def __init__(self, path: str | Path, platforms: Sequence[str] | None = None):
         self.path = Path(path) if str(path) != ":memory:" else None
         self.con = connect(path)
-        if platforms is not None:
-            self.con.execute(schema(platforms))
-        else:
-            self._upgrade()
+        try:
+            if platforms is not None:
+                self.con.execute(schema(platforms))
+            else:
+                self._upgrade()
+        except duckdb.Error as exc:
+            self.con.close()
+            if out_of_space(exc):
+                raise StorageFull(f"no space left on the device of {path}") from None
+            if (reason := damage_reason(exc)) is not None:
+                raise InputError(damaged(path, reason)) from None
+            raise
 
     def _upgrade(self) -> None:
         """What a file written by an older release lacks, added: declared tables it does
@@ -68,6 +146,11 @@ class TrajectoryStore:
             for name, kind, default in columns if table in present else ():
                 self.con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {kind} "
                                  f"DEFAULT {default}")
+
+    def verify(self) -> None:
+        """Read every block of the file once: an InputError naming it if one is damaged
+        (`verify`)."""
+        verify(self.con, self.path or ":memory:")
 
     def insert(self, table: str, data: pa.Table) -> None:
         """Bulk insert an Arrow table (columns in schema order)."""
