@@ -131,10 +131,19 @@ def test_bad_input(case, parent, tmp_path_factory, capsys, monkeypatch):
 
 
 def test_corpus_is_broad():
-    """The corpus keeps its breadth: enough cases, unique ids, each expecting something."""
+    """The corpus keeps its breadth: unique ids, each expecting something, and at least
+    five cases for every command `shoal` has."""
+    import argparse
+
+    from sim.cli.main import build_parser
+
     ids = [c["id"] for c in CASES]
     assert len(ids) >= 110 and len(set(ids)) == len(ids)
     assert all(c["expect"] for c in CASES)
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    commands = {p.prog.split()[-1] for p in sub.choices.values()}  # (aliases: once)
+    per = {c: sum(case["argv"][0] == c for case in CASES) for c in commands}
+    assert {c: n for c, n in per.items() if n < 5} == {}
 
 
 def test_parent_run_is_untouched(parent):

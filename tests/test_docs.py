@@ -175,10 +175,7 @@ SKIP: dict[tuple[str, str], str] = {
     ("docs/graph.md", "[--agents"): "a synopsis (brackets mark optional flags), not a command",
 }
 # documented commands that fail: (page, piece of the command) → why (a bug to route)
-XFAIL: dict[tuple[str, str], str] = {
-    ("docs/analyst.md", "skeptics"):
-        "docs/analyst.md selects a group `skeptics` that no shipped config has (exit 2)",
-}
+XFAIL: dict[tuple[str, str], str] = {}
 
 
 # --- the commands of the docs ---------------------------------------------------------------

@@ -629,6 +629,11 @@ def faults_from(args: argparse.Namespace, servers: int = 1) -> list[Faults]:
                     raise ValueError(f"--{f.name.replace('_', '-')}: {len(value)} values for "
                                      f"{servers} servers; give one, or one per server")
                 value = value[i if len(value) > 1 else 0]
+                flag = f"--{f.name.replace('_', '-')} {value:g}"
+                if f.name.endswith("_rate") and not 0 <= value <= 1:
+                    raise ValueError(f"{flag}: a share, between 0 and 1")
+                if value < 0:
+                    raise ValueError(f"{flag}: must be >= 0")
             values[f.name] = value
         out.append(Faults(**values))
     return out
@@ -672,6 +677,10 @@ def serve(args: argparse.Namespace) -> int:
     n = args.servers
     if n < 1:
         print(f"error: --servers {n}: must be at least 1", file=sys.stderr)
+        return 2
+    if not 0 <= args.port <= 65535 - (n - 1 if args.port else 0):
+        print(f"error: --port {args.port}: a port is 0..65535 (0: any free one)"
+              + (f"; {n} servers need {n} ports from it" if n > 1 else ""), file=sys.stderr)
         return 2
     if args.prefix_cache_blocks < 1:
         print(f"error: --prefix-cache-blocks {args.prefix_cache_blocks}: must be at least 1",

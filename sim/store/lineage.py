@@ -256,7 +256,13 @@ def run_tree(folder: str | Path) -> list[RunEntry]:
     `damaged` and the `problem`; a run whose lineage loops (its parent is itself, or one
     of its forks) is listed as a root with the `problem`; folders without a run.json are
     not runs."""
+    if not str(folder).strip():
+        raise InputError("the output folder is empty; give the folder that holds the runs "
+                         "(e.g. runs)")
     root = Path(folder)
+    if root.is_file():
+        raise InputError(f"{folder}: is a file, not a folder; give the output folder that "
+                         "holds the runs")
     if not root.is_dir():
         raise InputError(f"{folder}: no such folder")
     # (hidden folders are run directories still being made, or left by a killed creator:
