@@ -18,9 +18,8 @@ import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-
-from agents.actions import ActionBatch
-from agents.llm_tools import (
+from shoal.agents.actions import ActionBatch
+from shoal.agents.llm_tools import (
     WRITES,
     Parsed,
     Valid,
@@ -29,13 +28,13 @@ from agents.llm_tools import (
     tools,
     validate,
 )
-from agents.observation import PlatformView, Prompt
-from beliefs.stance import estimate_stance
-from sim.config import Config
-from sim.core.errors import InputError
-from sim.core.vocabulary import SOURCE, STANCE_METHOD, ActionType
-from sim.llm.cache import CacheCorrupt, CachedChat, CacheMiss, ResponseCache
-from sim.llm.chat import Attempt, ChatModel, ChatReply, ChatRequest, call_rows, chat_model
+from shoal.agents.observation import PlatformView, Prompt
+from shoal.beliefs.stance import estimate_stance
+from shoal.config import Config
+from shoal.core.errors import InputError
+from shoal.core.vocabulary import SOURCE, STANCE_METHOD, ActionType
+from shoal.llm.cache import CacheCorrupt, CachedChat, CacheMiss, ResponseCache
+from shoal.llm.chat import Attempt, ChatModel, ChatReply, ChatRequest, call_rows, chat_model
 
 
 @dataclass

@@ -16,10 +16,9 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-
-from sim.core.vocabulary import ACTION_NAMES, ActionType
-from sim.llm.chat import strip_reasoning
-from sim.platforms.spec import spec
+from shoal.core.vocabulary import ACTION_NAMES, ActionType
+from shoal.llm.chat import strip_reasoning
+from shoal.platforms.spec import spec
 
 _POST_ARG = {"type": "integer", "description": "the id shown as [post N] in your feed"}
 _TEXT_ARG = {"type": "string", "description": "what you write, in your own voice"}

@@ -13,12 +13,11 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 import numpy as np
-
-from agents.actions import ActionBatch
-from agents.observation import PlatformView
-from sim.config import Config
-from sim.core.counter_rng import CounterRNG
-from sim.core.registry import POLICIES
+from shoal.agents.actions import ActionBatch
+from shoal.agents.observation import PlatformView
+from shoal.config import Config
+from shoal.core.counter_rng import CounterRNG
+from shoal.core.registry import POLICIES
 
 
 class Policy(ABC):

@@ -15,9 +15,8 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-
-from sim.config import Config
-from sim.core.state import State
+from shoal.config import Config
+from shoal.core.state import State
 
 _MBTI = [a + b + c + d for a in "EI" for b in "SN" for c in "TF" for d in "JP"]
 _PROFESSIONS = [
@@ -41,7 +40,7 @@ _TEMPERAMENTS = [
 
 
 def _names(kind: str) -> list[str]:
-    text = resources.files("agents").joinpath(f"data/{kind}_names.txt").read_text("utf-8")
+    text = resources.files("shoal.agents").joinpath(f"data/{kind}_names.txt").read_text("utf-8")
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 

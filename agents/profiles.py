@@ -36,10 +36,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 import yaml
-
-from agents.population import Population
-from sim.config import Config, TopicSpec
-from sim.core.errors import InputError
+from shoal.agents.population import Population
+from shoal.config import Config, TopicSpec
+from shoal.core.errors import InputError
 
 # MiroShark BeliefState.from_profile; unlike MiroShark, an unknown label is an error, not 0.
 STANCE_LABELS: dict[str, float] = {

@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
-from beliefs.render import stance_lines
-from memory.context import Assembled, Line, Section, assemble, inline, quote
-from sim.platforms.spec import spec as platform_spec
+from shoal.beliefs.render import stance_lines
+from shoal.memory.context import Assembled, Line, Section, assemble, inline, quote
+from shoal.platforms.spec import spec as platform_spec
 
 INTERVIEW = "interview"  # the pseudo-platform of `shoal interview`
 INTERVIEW_LABEL = "social media"

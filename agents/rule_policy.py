@@ -13,17 +13,16 @@ from typing import Literal
 
 import numpy as np
 from pydantic import Field
-
-from agents.actions import ActionBatch
-from agents.observation import PlatformView
-from agents.policy import Policy
-from agents.post_text import PostWriter
-from sim.config import TopicSpec
-from sim.config.base import Strict
-from sim.core.counter_rng import CounterRNG, Purpose
-from sim.core.registry import POLICIES
-from sim.core.vocabulary import ActionType
-from sim.platforms.spec import spec
+from shoal.agents.actions import ActionBatch
+from shoal.agents.observation import PlatformView
+from shoal.agents.policy import Policy
+from shoal.agents.post_text import PostWriter
+from shoal.config import TopicSpec
+from shoal.config.base import Strict
+from shoal.core.counter_rng import CounterRNG, Purpose
+from shoal.core.registry import POLICIES
+from shoal.core.vocabulary import ActionType
+from shoal.platforms.spec import spec
 
 _RESPONSE = {ActionType.QUOTE: "quote", ActionType.REPLY: "reply", ActionType.COMMENT: "comment"}
 

@@ -11,19 +11,18 @@ import asyncio
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from agents.actions import ActionBatch
-from agents.llm_policy import LLMPolicy
-from agents.observation import DecisionRequest, Prompt
-from agents.policy import build_policy
-from agents.population import Population
-from agents.prompt import ContextInputs, FeedItem, build_context, section_specs
-from memory.context import Line, accounting_rows
-from memory.prefix_reuse import PrefixReuse, PromptUsage
-from sim.config import Config
-from sim.core.counter_rng import CounterRNG
-from sim.llm.cache import CacheSpec, ResponseCache
-from sim.platforms.spec import spec as platform_spec
+from shoal.agents.actions import ActionBatch
+from shoal.agents.llm_policy import LLMPolicy
+from shoal.agents.observation import DecisionRequest, Prompt
+from shoal.agents.policy import build_policy
+from shoal.agents.population import Population
+from shoal.agents.prompt import ContextInputs, FeedItem, build_context, section_specs
+from shoal.config import Config
+from shoal.core.counter_rng import CounterRNG
+from shoal.llm.cache import CacheSpec, ResponseCache
+from shoal.memory.context import Line, accounting_rows
+from shoal.memory.prefix_reuse import PrefixReuse, PromptUsage
+from shoal.platforms.spec import spec as platform_spec
 
 
 @dataclass

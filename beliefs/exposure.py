@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-
-from sim.core.keys import pack, unique_sorted
-from sim.core.state import State, concat, last_value_per_key
+from shoal.core.keys import pack, unique_sorted
+from shoal.core.state import State, concat, last_value_per_key
 
 
 class ExposureHistory:

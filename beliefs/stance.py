@@ -36,8 +36,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-
-from beliefs.topics import TopicMatcher
+from shoal.beliefs.topics import TopicMatcher
 
 STRONG, PLAIN, WEAK = 0.9, 0.5, 0.25
 NEGATION_WINDOW = 3  # words between a negator and the cue it flips

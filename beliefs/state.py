@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from sim.core.state import State
+from shoal.core.state import State
 
 
 @dataclass

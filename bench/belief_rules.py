@@ -32,15 +32,14 @@ from pathlib import Path
 
 import numpy as np
 from pydantic import TypeAdapter
-
-from beliefs.exposure import ExposureHistory
-from beliefs.rules import Exposures, UpdateContext, make_rule
-from beliefs.state import BeliefState
-from beliefs.trust import TrustStore
-from sim.config import BeliefRule
-from sim.core.counter_rng import CounterRNG
-from sim.core.follow_graph import FollowGraph
-from sim.core.posts import NewPosts, PostStore
+from shoal.beliefs.exposure import ExposureHistory
+from shoal.beliefs.rules import Exposures, UpdateContext, make_rule
+from shoal.beliefs.state import BeliefState
+from shoal.beliefs.trust import TrustStore
+from shoal.config import BeliefRule
+from shoal.core.counter_rng import CounterRNG
+from shoal.core.follow_graph import FollowGraph
+from shoal.core.posts import NewPosts, PostStore
 
 ROOT = Path(__file__).resolve().parents[1]
 UNIT = 100_000

@@ -3,7 +3,7 @@
 For N in {10k, 100k}: run the quick-start model (configs/quickstart.yaml) for R rounds,
 read every round's checkpoint cost from its state metadata (bytes of log + state, ms to
 write), then fork the run at round K = R/2 (restore the world, hard-link the checkpoint,
-create the fork's directory: `sim.runs.fork.fork_run`, no rounds run) and compare with the
+create the fork's directory: `shoal.runs.fork.fork_run`, no rounds run) and compare with the
 baseline a fork replaces: replaying rounds 1..K from scratch (the measured time of those
 rounds in the parent run). Also the time `shoal resume` needs to restore the last round.
 
@@ -32,11 +32,10 @@ import zipfile
 from pathlib import Path
 
 import duckdb
-
-import sim.engine.driver as driver_module
-from sim.config import load_config
-from sim.runs.fork import fork_run
-from sim.runs.simulation import Simulation
+import shoal.engine.driver as driver_module
+from shoal.config import load_config
+from shoal.runs.fork import fork_run
+from shoal.runs.simulation import Simulation
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -46,8 +46,8 @@ LEGS = (  # name, executor overrides, on the test cluster
 
 def one(config: str, overrides: list[str]) -> dict:
     """Run the config once in this process; its timings as a dict (printed as JSON)."""
-    from sim.config import load_config
-    from sim.runs.simulation import Simulation
+    from shoal.config import load_config
+    from shoal.runs.simulation import Simulation
 
     with tempfile.TemporaryDirectory() as out:
         cfg = load_config(config, [*overrides, f"output.dir={json.dumps(out)}"])

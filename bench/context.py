@@ -21,11 +21,10 @@ import time
 from pathlib import Path
 
 import duckdb
-
-from memory.tokens import encoding
-from sim.config import load_config
-from sim.runs.inspect import inspect_agent
-from sim.runs.simulation import Simulation
+from shoal.config import load_config
+from shoal.memory.tokens import encoding
+from shoal.runs.inspect import inspect_agent
+from shoal.runs.simulation import Simulation
 
 ROOT = Path(__file__).resolve().parents[1]
 

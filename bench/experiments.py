@@ -9,7 +9,7 @@ agent independently with probability 1/2; no position reaches the clip at 1). Th
 treatment's effect on the mean position is then 0.3·K/N with K ~ Binomial(N, 1/2): its
 expectation, the true average effect, is exactly 0.15. The control arm has no change.
 
-Each experiment (`sim.runs.experiment`, on Ray, as `shoal experiment` runs it) has
+Each experiment (`shoal.runs.experiment`, on Ray, as `shoal experiment` runs it) has
 `--replicates` replicates; the `--experiments` experiments use disjoint, fixed seed sets
 (experiment i: seeds i·R .. i·R + R − 1). Reported: the share of experiments whose 95%
 t-interval, and whose 95% percentile-bootstrap interval, of the mean paired difference in
@@ -38,12 +38,11 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-
-from sim.analysis.experiments import bootstrap_interval
-from sim.analysis.metrics import t_interval
-from sim.core.counter_rng import CounterRNG, Purpose
-from sim.engine.executors import ensure_ray
-from sim.runs.experiment import plan_experiment, run_experiment, start_experiment
+from shoal.analysis.experiments import bootstrap_interval
+from shoal.analysis.metrics import t_interval
+from shoal.core.counter_rng import CounterRNG, Purpose
+from shoal.engine.executors import ensure_ray
+from shoal.runs.experiment import plan_experiment, run_experiment, start_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIFT, FRACTION = 0.3, 0.5

@@ -56,17 +56,16 @@ from datetime import datetime
 from pathlib import Path
 
 import numpy as np
-
-from memory.graph.extract import OfflineExtractor
-from memory.graph.ingest import (
+from shoal.memory.knowledge.extract import OfflineExtractor
+from shoal.memory.knowledge.ingest import (
     RoundActivity,
     TopicNames,
     apply_activity,
     extract_activity,
     ingest_document,
 )
-from memory.graph.model import KnowledgeGraph
-from memory.graph.retrieval import FactIndex, tokens
+from shoal.memory.knowledge.model import KnowledgeGraph
+from shoal.memory.knowledge.retrieval import FactIndex, tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPICS = TopicNames(["carbon_tax"], ["the carbon tax"], [["carbon tax", "carbon levy"]])
@@ -420,7 +419,7 @@ def one_paragraph(names: list[str], chars: int) -> str:
 def init_cpu(brief: Path, out: Path) -> float:
     """CPU seconds (user + system) of one `shoal init BRIEF --out OUT` child process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-m", "sim.cli", "init", str(brief), "--out", str(out),
+    subprocess.run([sys.executable, "-m", "shoal.cli", "init", str(brief), "--out", str(out),
                     "--force"], cwd=ROOT, check=True, capture_output=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)

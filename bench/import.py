@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sim.runs.importer import import_simulation  # noqa: E402
+from shoal.runs.importer import import_simulation  # noqa: E402
 
 STANCES = ("strongly_supportive", "supportive", "neutral", "observer", "opposing",
            "strongly_opposing")

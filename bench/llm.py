@@ -8,7 +8,7 @@ would need. Reported per run:
 - round time / ideal, and the decide step alone / ideal (the decide step is the calls;
   the rest of a round is feeds, context assembly, apply, update and logging);
 - a baseline in the same run: the same number of calls with the same concurrency through
-  the same chat model (`sim.llm.chat.chat_model`), one prompt body replayed, no engine:
+  the same chat model (`shoal.llm.chat.chat_model`), one prompt body replayed, no engine:
   what this machine's HTTP stack and server reach;
 - engine CPU time per call (this process only; the server runs in its own process), and
   the driver's own CPU per call (`rounds.driver_cpu_ms`: its main thread, so without the
@@ -54,11 +54,10 @@ import time
 from pathlib import Path
 
 import duckdb
-
-from sim.config import load_config
-from sim.engine.executors import new_event_loop
-from sim.llm.chat import ChatRequest, chat_model
-from sim.runs.simulation import Simulation
+from shoal.config import load_config
+from shoal.engine.executors import new_event_loop
+from shoal.llm.chat import ChatRequest, chat_model
+from shoal.runs.simulation import Simulation
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -149,8 +148,8 @@ def measure_cost(received: list[dict]) -> dict:
     prompts of the agents in the server's record; the two must agree."""
     import re
 
-    from memory.prefix_reuse import PrefixReuse
-    from memory.tokens import encoding
+    from shoal.memory.prefix_reuse import PrefixReuse
+    from shoal.memory.tokens import encoding
 
     def pieces(text: str) -> list[str]:  # the assembled pieces (split at section headers)
         parts = text.split("\n\n## ")

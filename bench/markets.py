@@ -22,9 +22,8 @@ from pathlib import Path
 
 import duckdb
 import yaml
-
-from sim.config import parse_config
-from sim.runs.simulation import Simulation
+from shoal.config import parse_config
+from shoal.runs.simulation import Simulation
 
 ROOT = Path(__file__).resolve().parents[1]
 

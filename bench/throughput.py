@@ -44,9 +44,8 @@ from datetime import datetime
 from pathlib import Path
 
 import numpy as np
-
-from sim.config import load_config
-from sim.runs.simulation import Simulation
+from shoal.config import load_config
+from shoal.runs.simulation import Simulation
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

@@ -1,6 +1,6 @@
 """Throughput of this checkout against another checkout of Shoal, in the same run.
 
-Each version runs the same configs through its own CLI (`python -m sim.cli run`) in a
+Each version runs the same configs through its own CLI (`python -m shoal.cli run`) in a
 subprocess with its source tree first on `PYTHONPATH`, alternating versions so that both
 see the same machine load; the figure is the rate of the rounds after the first
 (agent-steps per second from the `rounds` table's commit times, so start-up, round 0 and
@@ -38,7 +38,7 @@ def rate(tree: Path, config: Path, overrides: list[str]) -> float:
     with tempfile.TemporaryDirectory(prefix="shoal-bench-") as out:
         sets = [a for o in overrides for a in ("--set", o)]
         env = {**os.environ, "PYTHONPATH": str(tree)}
-        subprocess.run([sys.executable, "-m", "sim.cli", "run", str(config), *sets,
+        subprocess.run([sys.executable, "-m", "shoal.cli", "run", str(config), *sets,
                         "--executor", "local", "--out", out, "--quiet"], cwd=tree, env=env,
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         (run,) = Path(out).iterdir()

@@ -19,9 +19,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Literal
 
-from memory.tokens import count, truncate
-from sim.config.base import Strict
-from sim.core.registry import SUMMARIZERS
+from shoal.config.base import Strict
+from shoal.core.registry import SUMMARIZERS
+from shoal.memory.tokens import count, truncate
 
 
 @dataclass

@@ -24,7 +24,7 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 
-from memory.tokens import count, count_many, truncate
+from shoal.memory.tokens import count, count_many, truncate
 
 HEADER = "## "
 

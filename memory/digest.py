@@ -10,7 +10,7 @@ inspect`), since it is a function of the agent's logged actions.
 
 Checkpoints journal it (`take_changes`): a round's segment holds, for each (agent,
 platform) log that changed, what was appended and how many old entries fell off
-(sim.core.state.KeyedJournal), not every kept entry again.
+(shoal.core.state.KeyedJournal), not every kept entry again.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from memory.context import Line, quote
-from sim.core.state import KeyedJournal, State, queue_changes, queue_values, replay_queues
-from sim.platforms.spec import label
+from shoal.core.state import KeyedJournal, State, queue_changes, queue_values, replay_queues
+from shoal.memory.context import Line, quote
+from shoal.platforms.spec import label
 
 LABELS = {
     "post": "you posted", "repost": "you reposted a post by {who}",

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from memory.compaction import Item, Summarizer, chunks
-from memory.tokens import count, truncate
-from sim.config.base import Strict
-from sim.core.registry import SUMMARIZERS
-from sim.llm.chat import CallLog, ChatRequest, SyncChat, call_rows, chat_model
-from sim.llm.endpoints import LOOPBACK
+from shoal.config.base import Strict
+from shoal.core.registry import SUMMARIZERS
+from shoal.llm.chat import CallLog, ChatRequest, SyncChat, call_rows, chat_model
+from shoal.llm.endpoints import LOOPBACK
+from shoal.memory.compaction import Item, Summarizer, chunks
+from shoal.memory.tokens import count, truncate
 
 MARKER = "Shoal memory compaction"  # the loopback server answers these calls differently
 ROUND = (f"{MARKER}. Summarise what happened in one round of a social-media simulation "

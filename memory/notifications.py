@@ -6,7 +6,7 @@ Like the digest, they are kept live only for agents whose context is built; an e
 is dropped once the agent has had a turn on that platform after it happened (it was
 shown then). Entries are plain tuples, so they checkpoint as JSON; checkpoints journal
 them (`take_changes`): a round's segment holds, for each queue that changed, what was
-queued and how many notices were dropped (sim.core.state.KeyedJournal).
+queued and how many notices were dropped (shoal.core.state.KeyedJournal).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from memory.context import Line, quote
-from sim.core.state import KeyedJournal, State, queue_changes, queue_values, replay_queues
+from shoal.core.state import KeyedJournal, State, queue_changes, queue_values, replay_queues
+from shoal.memory.context import Line, quote
 
 REPLIES = frozenset({"reply", "comment", "quote"})
 REACTIONS = {"like": "liked", "upvote": "upvoted", "downvote": "downvoted",

@@ -30,9 +30,8 @@ from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
-
-from memory.tokens import count, encoding
-from sim.core.state import State, decode_texts, encode_texts
+from shoal.core.state import State, decode_texts, encode_texts
+from shoal.memory.tokens import count, encoding
 
 _LINE = re.compile(r"(?<=\n)(?=\S)")  # where cl100k always ends a piece of text
 

@@ -9,7 +9,7 @@ merges its line into the narrative. Until a summary is ready a fallback line sta
 Everything carries provenance (rounds and post ids covered), is logged to the `memory`
 table, and is part of every checkpoint, pending work included. The checkpoint is a journal
 (`take_changes`): a round's segment holds the items, summaries and jobs that changed in it
-(sim.core.state.KeyedJournal), not the whole window again.
+(shoal.core.state.KeyedJournal), not the whole window again.
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-
-from memory.compaction import CompactionWorker, Item, Job, Summarizer
-from memory.context import Line
-from sim.core.state import KeyedJournal, State
+from shoal.core.state import KeyedJournal, State
+from shoal.memory.compaction import CompactionWorker, Item, Job, Summarizer
+from shoal.memory.context import Line
 
 
 @dataclass

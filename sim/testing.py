@@ -1,8 +1,8 @@
 """The conformance kit: checks every plug-in part must pass, the same ones Shoal's own
 parts pass (tests/test_conformance.py runs them over every registered part).
 
-    from sim.testing import check_belief_rule, check_recommender, check_policy
-    from sim.testing import check_platform, check_intervention
+    from shoal.testing import check_belief_rule, check_recommender, check_policy
+    from shoal.testing import check_platform, check_intervention
 
     def test_my_rule(tmp_path):
         check_belief_rule("my_rule", tmp_path, rate=0.2)
@@ -31,9 +31,8 @@ from typing import Any
 
 import duckdb
 import pandas as pd
-
-from sim.core.registry import BELIEF_RULES, INTERVENTIONS, PLATFORMS, POLICIES, RECOMMENDERS
-from sim.store.tables import TableSpec, file_tables
+from shoal.core.registry import BELIEF_RULES, INTERVENTIONS, PLATFORMS, POLICIES, RECOMMENDERS
+from shoal.store.tables import TableSpec, file_tables
 
 ROUNDS = 4
 STOP = 2  # the round a run is stopped (and resumed) at, and forked at
@@ -60,7 +59,7 @@ def small_config(**sections: Any) -> dict[str, Any]:
 
 def check_belief_rule(name: str, folder: Path, **settings: Any) -> None:
     """A registered belief rule (`beliefs.update.rule: name`, with `settings`)."""
-    from beliefs.rules.base import UpdateRule
+    from shoal.beliefs.rules.base import UpdateRule
 
     _is_a(BELIEF_RULES, name, UpdateRule)
     update = {"rule": name, **_example(BELIEF_RULES, name), **settings}
@@ -70,7 +69,7 @@ def check_belief_rule(name: str, folder: Path, **settings: Any) -> None:
 def check_recommender(name: str, folder: Path, **settings: Any) -> None:
     """A registered recommender, feeding both social platforms; its feeds (the
     `exposures` table) are well formed."""
-    from sim.engine.recommenders import Recommender
+    from shoal.engine.recommenders import Recommender
 
     _is_a(RECOMMENDERS, name, Recommender)
     rec = {"kind": name, **_example(RECOMMENDERS, name), **settings}
@@ -81,7 +80,7 @@ def check_recommender(name: str, folder: Path, **settings: Any) -> None:
 
 def check_policy(name: str, folder: Path, **settings: Any) -> None:
     """A registered policy deciding for every agent; its actions are the platforms'."""
-    from agents.policy import Policy
+    from shoal.agents.policy import Policy
 
     _is_a(POLICIES, name, Policy)
     policy = {"kind": name, **_example(POLICIES, name), **settings}
@@ -91,14 +90,14 @@ def check_policy(name: str, folder: Path, **settings: Any) -> None:
 
 def check_platform(name: str, folder: Path, **settings: Any) -> None:
     """A registered platform (social, or with its own engine) beside the microblog."""
-    from sim.world.platform_engine import PlatformEngine
+    from shoal.world.platform_engine import PlatformEngine
 
     spec = PLATFORMS.get(name).impl
     if spec.engine:
         engine = spec.engine_class()
         assert isinstance(engine, type) and issubclass(engine, PlatformEngine), (
             f"platform {name!r}: its engine {spec.engine} must subclass "
-            "sim.world.platform_engine.PlatformEngine")
+            "shoal.world.platform_engine.PlatformEngine")
     section = {**_example(PLATFORMS, name), **settings}
     platforms = {"twitter": BASE["platforms"]["twitter"], name: section}
     run = check_run(small_config(platforms=platforms), folder)
@@ -124,8 +123,8 @@ def check_intervention(kind: str, folder: Path, **entry: Any) -> None:
 def check_run(config: dict[str, Any], folder: Path, every_check: bool = True) -> Path:
     """The checks every part passes, on a run of `config` (see the module docstring;
     `every_check=False`: the resume only); returns the uninterrupted run's directory."""
-    from sim.config import parse_config
-    from sim.runs.simulation import Simulation
+    from shoal.config import parse_config
+    from shoal.runs.simulation import Simulation
 
     def make(name: str, shards: int = 1) -> Any:
         data = {**copy.deepcopy(config), "executor": {"kind": "local", "shards": shards}}
@@ -215,7 +214,7 @@ def _same_after(parent: Path, fork: Path, k: int) -> None:
 
 
 def _fork(run: Path, out: Path) -> Any:
-    from sim.runs.fork import fork_run
+    from shoal.runs.fork import fork_run
 
     return fork_run(run, STOP, out=out, name="conformance-fork")
 
@@ -233,7 +232,7 @@ def _check_finite(run: Path) -> None:
 def _check_feeds(run: Path) -> None:
     """Every feed item: a post made before the round, on that platform, of a kind its
     feeds show (events are pinned to feeds), once per feed, ranks 0.. without gaps."""
-    from sim.platforms.spec import spec
+    from shoal.platforms.spec import spec
 
     shown = _frame(run, """
         SELECT e.round, e.platform::VARCHAR AS platform, e.agent, e.post_id, e.rank,
@@ -255,8 +254,8 @@ def _check_feeds(run: Path) -> None:
 
 def _check_actions(run: Path) -> None:
     """Every decision is an action its platform offers."""
-    from sim.core.vocabulary import ACTION_NAMES
-    from sim.platforms.spec import spec
+    from shoal.core.vocabulary import ACTION_NAMES
+    from shoal.platforms.spec import spec
 
     done = _frame(run, "SELECT DISTINCT platform::VARCHAR AS platform, action::VARCHAR AS "
                        "action FROM actions")

@@ -39,7 +39,7 @@ def write_config(path: Path, data: dict) -> Path:
 @pytest.fixture(scope="module")
 def module_server():
     """A loopback LLM server (seed 0, no faults) shared by a test module."""
-    from sim.llm.server import serve_in_thread
+    from shoal.llm.server import serve_in_thread
 
     s = serve_in_thread(seed=0)
     yield s

@@ -22,8 +22,7 @@ from pathlib import Path
 
 import duckdb
 import yaml
-
-from sim.store.tables import TableSpec, file_tables
+from shoal.store.tables import TableSpec, file_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "data" / "golden_digests.json"
@@ -92,7 +91,7 @@ def run_digests(db: Path) -> dict[str, str]:
 
 def run_case(case: Case, out: Path, executor: str = "local") -> dict[str, str]:
     """Run a case through the CLI into `out`; the digests of its (last) trajectory."""
-    from sim.cli.main import main
+    from shoal.cli.main import main
 
     args = ["run", str(ROOT / case.config), "--out", str(out), "--quiet",
             "--executor", executor]

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import duckdb
 import pandas as pd
-
-from sim.config import Config, parse_config
-from sim.runs.simulation import Simulation
-from sim.store.tables import TableSpec, file_tables
+from shoal.config import Config, parse_config
+from shoal.runs.simulation import Simulation
+from shoal.store.tables import TableSpec, file_tables
 
 
 def make_config(data: dict, out: Path, **overrides) -> Config:
@@ -41,7 +40,7 @@ def query(db: Path, sql: str) -> list[tuple]:
 
 def fork_plan(intervene: Path | None = None, **plan):
     """A ForkPlan (`plan`: its fields), with the entries of an `--intervene` file added."""
-    from sim.runs.fork_plan import ForkPlan, load_interventions
+    from shoal.runs.fork_plan import ForkPlan, load_interventions
 
     if intervene is not None:
         plan.update(interventions=load_interventions(Path(intervene)), source=str(intervene))
@@ -52,7 +51,7 @@ def fork_and_run(parent: Path, fork_round: int, out: Path | None = None,
                  name: str | None = None, **plan) -> Path:
     """Fork `parent` (into its own output folder), run the fork, return its directory.
     `plan`: `intervene` (a file) and the fields of a ForkPlan (sets, seed, schedule)."""
-    from sim.runs.fork import fork_run
+    from shoal.runs.fork import fork_run
 
     with fork_run(parent, fork_round, fork_plan(**plan), out=out, name=name) as sim:
         sim.run()
@@ -110,7 +109,7 @@ def tables_differ(db_a: Path, db_b: Path, asked: bool = False) -> list[str]:
 
 def run_cli(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
     """`shoal ARGS` in a fresh process (its output captured)."""
-    return subprocess.run([sys.executable, "-m", "sim.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "shoal.cli", *args], capture_output=True,
                           text=True, timeout=600, env={**os.environ, **(env or {})})
 
 

@@ -16,14 +16,14 @@ import pandas as pd
 import pytest
 import yaml
 from matplotlib.figure import Figure
+from shoal import open_run, open_runs
+from shoal.analysis import plots
+from shoal.analysis.runs import FRAMES, Run
+from shoal.core.errors import InputError
+from shoal.runs.fork import fork_run
+from shoal.store.lineage import being_written
+from shoal.store.run_dir import RunDir
 
-from sim import open_run, open_runs
-from sim.analysis import plots
-from sim.analysis.runs import FRAMES, Run
-from sim.core.errors import InputError
-from sim.runs.fork import fork_run
-from sim.store.lineage import being_written
-from sim.store.run_dir import RunDir
 from tests.conftest import CONFIGS, write_config
 from tests.helpers import fork_plan, make_config, run_config
 
@@ -218,7 +218,7 @@ def test_reading_a_run_while_it_is_written(tmp_path):
     cfg = write_config(tmp_path / "live.yaml",
                        small(rounds=rounds, output={"dir": str(tmp_path / "runs"),
                                                     "live_parquet": True}))
-    proc = subprocess.Popen([sys.executable, "-m", "sim.cli", "run", str(cfg), "--quiet"],
+    proc = subprocess.Popen([sys.executable, "-m", "shoal.cli", "run", str(cfg), "--quiet"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         path = _wait_for_round(tmp_path / "runs", 3, proc)

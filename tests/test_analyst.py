@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from shoal import open_run
+from shoal.analysis.report import write_report
+from shoal.analyst.citations import numbers, parse_claim, sentences, supports, verify
+from shoal.analyst.tools import Toolbox
+from shoal.cli.main import main
+from shoal.llm.server import Faults, serve_in_thread
+from shoal.store.history_sql import SQLError, query_history
+from shoal.store.traces import ANALYSIS
 
-from sim import open_run
-from sim.analysis.report import write_report
-from sim.analyst.citations import numbers, parse_claim, sentences, supports, verify
-from sim.analyst.tools import Toolbox
-from sim.cli.main import main
-from sim.llm.server import Faults, serve_in_thread
-from sim.store.analysis import ANALYSIS
-from sim.store.history_sql import SQLError, query_history
 from tests.conftest import CONFIGS
 from tests.helpers import (
     fork_and_run,
@@ -127,7 +127,7 @@ def test_killed_analysis_retries_only_unfinished_sections_and_delete_leaves_noth
     parent, _ = herd
     server = serve_in_thread(faults=Faults(latency_ms=150))
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "sim.cli", "analyse", str(parent),
+        proc = subprocess.Popen([sys.executable, "-m", "shoal.cli", "analyse", str(parent),
                                  "--base-url", server.url, "--model", "m", "--parallel", "1"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 120
@@ -247,7 +247,7 @@ def test_history_sql_is_read_only_and_sees_the_lineage(herd):
 
 
 def test_a_run_with_graph_memory_gives_the_analyst_graph_search(tmp_path, monkeypatch):
-    from sim.config import load_config
+    from shoal.config import load_config
 
     scenario = CONFIGS.parent / "examples" / "carbon_levy"
     monkeypatch.chdir(scenario)  # the scenario's paths are relative to its folder
@@ -377,7 +377,7 @@ def test_ctrl_c_stops_at_once_keeps_finished_sections_and_the_same_command_conti
     server = serve_in_thread(script=script)
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "sim.cli", "analyse", str(parent), "--base-url",
+            [sys.executable, "-m", "shoal.cli", "analyse", str(parent), "--base-url",
              server.url, "--model", "m", "--parallel", "1", "--query-timeout", "600"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))

@@ -1,7 +1,7 @@
 """Tests for applying a round's actions (sim.apply.apply_actions): validation reasons,
 counters, trust, engagement, new post ids and parents, against a brute-force Python model.
 
-Feeds come from `sim.observe.observe` with a `random` recommender: the Twitter feed is large
+Feeds come from `shoal.observe.observe` with a `random` recommender: the Twitter feed is large
 enough to hold every post, the Reddit feed holds 4, so both "in feed" and "not in feed"
 targets exist.
 """
@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from agents.actions import ActionBatch
-from agents.observation import PlatformView
-from beliefs.trust import TrustStore
-from sim.config import parse_config
-from sim.core.counter_rng import CounterRNG
-from sim.core.posts import PostKind
-from sim.core.vocabulary import TARGETS_POST, VOTES, ActionType, Reason
-from sim.engine.apply import Applied, apply_actions
-from sim.engine.observe import observe
-from sim.engine.recommenders import make_recommender
-from sim.engine.update import update_trust
-from sim.world.world import World, build_world
+from shoal.agents.actions import ActionBatch
+from shoal.agents.observation import PlatformView
+from shoal.beliefs.trust import TrustStore
+from shoal.config import parse_config
+from shoal.core.counter_rng import CounterRNG
+from shoal.core.posts import PostKind
+from shoal.core.vocabulary import TARGETS_POST, VOTES, ActionType, Reason
+from shoal.engine.apply import Applied, apply_actions
+from shoal.engine.observe import observe
+from shoal.engine.recommenders import make_recommender
+from shoal.engine.update import update_trust
+from shoal.world.world import World, build_world
 
 A = ActionType
 TOPICS = ["alpha", "beta"]

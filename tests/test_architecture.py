@@ -12,31 +12,36 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 
-PACKAGES = ("sim", "agents", "memory", "beliefs")
+# The repository's folders and the package names they install as (pyproject.toml).
+PACKAGES = {"sim": "shoal", "agents": "shoal.agents", "memory": "shoal.memory",
+            "beliefs": "shoal.beliefs"}
 # Each layer and the layers it may import (its own is always allowed). Lowest first.
 BELOW = {
-    "sim.core": set(),
-    "sim.config": {"sim.core"},
-    "sim.store": {"sim.core"},
-    "sim.platforms": {"sim.core", "sim.config"},
-    "sim.llm": {"sim.core", "sim.config"},
-    "beliefs": {"sim.core", "sim.config"},
-    "memory": {"sim.core", "sim.config", "sim.platforms", "sim.llm"},
-    "agents": {"sim.core", "sim.config", "sim.platforms", "sim.llm", "beliefs", "memory"},
-    "sim.analysis": {"sim.core", "sim.store"},
+    "shoal.core": set(),
+    "shoal.config": {"shoal.core"},
+    "shoal.store": {"shoal.core"},
+    "shoal.platforms": {"shoal.core", "shoal.config"},
+    "shoal.llm": {"shoal.core", "shoal.config"},
+    "shoal.beliefs": {"shoal.core", "shoal.config"},
+    "shoal.memory": {"shoal.core", "shoal.config", "shoal.platforms", "shoal.llm"},
+    "shoal.agents": {"shoal.core", "shoal.config", "shoal.platforms", "shoal.llm",
+                     "shoal.beliefs", "shoal.memory"},
+    "shoal.analysis": {"shoal.core", "shoal.store"},
 }
-BELOW["sim.world"] = {"sim.store", "agents", *BELOW["agents"]}
-BELOW["sim.market"] = {"sim.world", *BELOW["sim.world"]}  # loaded by its platform spec
-BELOW["sim.engine"] = {"sim.world", *BELOW["sim.world"]}
-BELOW["sim.runs"] = {"sim.engine", "sim.analysis", *BELOW["sim.engine"]}
-BELOW["sim.analyst"] = {"sim.runs", *BELOW["sim.runs"]}
-BELOW["sim.cli"] = {"sim.analyst", *BELOW["sim.analyst"]}
-BELOW["sim.testing"] = {"sim.runs", *BELOW["sim.runs"]}  # the conformance kit: runs parts
-FACADE = "sim"  # sim/__init__.py: lazy exports of the notebook API only
+BELOW["shoal.world"] = {"shoal.store", "shoal.agents", *BELOW["shoal.agents"]}
+BELOW["shoal.market"] = {"shoal.world", *BELOW["shoal.world"]}  # loaded by its platform spec
+BELOW["shoal.engine"] = {"shoal.world", *BELOW["shoal.world"]}
+BELOW["shoal.runs"] = {"shoal.engine", "shoal.analysis", *BELOW["shoal.engine"]}
+BELOW["shoal.analyst"] = {"shoal.runs", *BELOW["shoal.runs"]}
+BELOW["shoal.cli"] = {"shoal.analyst", *BELOW["shoal.analyst"]}
+BELOW["shoal.testing"] = {"shoal.runs", *BELOW["shoal.runs"]}  # the conformance kit: runs parts
+FACADE = "shoal"  # sim/__init__.py: lazy exports of the notebook API only
 
 
 def module_name(path: Path) -> str:
+    """The name a source file is imported by (sim/core/keys.py: shoal.core.keys)."""
     parts = path.relative_to(ROOT).with_suffix("").parts
+    parts = (*PACKAGES[parts[0]].split("."), *parts[1:])
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -71,17 +76,32 @@ def imports(path: Path, known: set[str]) -> set[str]:
 
 
 def layer(module: str) -> str:
-    """The layer a module belongs to: its sub-package of sim, or its top package."""
+    """The layer a module belongs to: its sub-package of `shoal` (shoal.store, shoal.agents,
+    ...), or the facade `shoal` itself."""
     parts = module.split(".")
-    if parts[0] == "sim":
-        return "sim" if len(parts) == 1 else f"sim.{parts[1]}"
-    return parts[0]
+    return "shoal" if len(parts) == 1 else f"shoal.{parts[1]}"
 
 
 def graph() -> dict[str, set[str]]:
     found = modules()
     known = set(found)
     return {name: imports(path, known) for name, path in found.items()}
+
+
+def test_code_imports_only_the_shoal_namespace():
+    """No import of the repository's folder names (`sim`, `agents`, `memory`, `beliefs`):
+    installed, they exist only as `shoal...`, and `agents` is another package's name."""
+    roots = set(PACKAGES)
+    bad = []
+    for folder in (*PACKAGES, "tests", "bench"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                         [node.module] if isinstance(node, ast.ImportFrom) and node.module
+                         and not node.level else [])
+                bad += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names
+                        if n.split(".")[0] in roots]
+    assert not bad, "imports of folder names instead of shoal...:\n" + "\n".join(bad)
 
 
 def test_every_module_is_in_a_layer():
@@ -141,23 +161,23 @@ def test_no_import_cycles():
 def test_the_checker_sees_imports_inside_functions(tmp_path):
     """A guard on the guard: an import in a function body is found."""
     path = ROOT / "sim" / "analysis" / "runs.py"
-    assert "sim.store.lineage" in imports(path, set(modules()))
-    src = "def f():\n    from sim.engine import driver\n"
+    assert "shoal.store.lineage" in imports(path, set(modules()))
+    src = "def f():\n    from shoal.engine import driver\n"
     fake = ROOT / "sim" / "analysis" / "_probe_.py"
     try:
         fake.write_text(src)
-        assert "sim.engine.driver" in imports(fake, set(modules()))
+        assert "shoal.engine.driver" in imports(fake, set(modules()))
     finally:
         fake.unlink()
 
 
 READ_A_RUN = """
 import sys
-from sim import open_run
+from shoal import open_run
 run = open_run(sys.argv[1])
 assert len(run.beliefs) > 0
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("ray", "httpx")
-               or m.startswith(("sim.engine", "sim.runs", "sim.world", "agents")))
+               or m.startswith(("shoal.engine", "shoal.runs", "shoal.world", "shoal.agents")))
 print(",".join(heavy))
 """
 

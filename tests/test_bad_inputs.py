@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
+from shoal.cli.main import main
 
-from sim.cli.main import main
 from tests.conftest import CONFIGS, ROOT
 
 CASES: list[dict[str, Any]] = [
@@ -135,7 +135,7 @@ def test_corpus_is_broad():
     five cases for every command `shoal` has."""
     import argparse
 
-    from sim.cli.main import build_parser
+    from shoal.cli.main import build_parser
 
     ids = [c["id"] for c in CASES]
     assert len(ids) >= 110 and len(set(ids)) == len(ids)

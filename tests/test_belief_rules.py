@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from agents.observation import PlatformView
-from beliefs.exposure import ExposureHistory
-from beliefs.rules import Exposures, UpdateContext, make_rule
-from beliefs.rules.bounded_confidence import BoundedConfidence, BoundedConfidenceRule
-from beliefs.rules.social_influence import SocialInfluence, SocialInfluenceRule
-from beliefs.state import BeliefState
-from beliefs.trust import TrustStore
-from sim.core.posts import NewPosts, PostStore
-from sim.engine.observe import exposures as gather_exposures
+from shoal.agents.observation import PlatformView
+from shoal.beliefs.exposure import ExposureHistory
+from shoal.beliefs.rules import Exposures, UpdateContext, make_rule
+from shoal.beliefs.rules.bounded_confidence import BoundedConfidence, BoundedConfidenceRule
+from shoal.beliefs.rules.social_influence import SocialInfluence, SocialInfluenceRule
+from shoal.beliefs.state import BeliefState
+from shoal.beliefs.trust import TrustStore
+from shoal.core.posts import NewPosts, PostStore
+from shoal.engine.observe import exposures as gather_exposures
 
 SEEDS = [0, 1, 2, 3, 4, 5]
 N, T = 30, 2

@@ -9,10 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-
-from sim.cli.main import main
-from sim.core.errors import InputError
-from sim.runs.calibrate import (
+from shoal.cli.main import main
+from shoal.core.errors import InputError
+from shoal.runs.calibrate import (
     MIN_ACCEPTED,
     Param,
     calibrate,
@@ -22,6 +21,7 @@ from sim.runs.calibrate import (
     simulate,
     summarise,
 )
+
 from tests.conftest import CONFIGS, write_config
 
 TRUE_RATE = 0.02

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shoal.cli.main import main
+from shoal.runs.simulation import Simulation
+from shoal.world.persistence import restore_world
 
-from sim.cli.main import main
-from sim.runs.simulation import Simulation
-from sim.world.checkpoint import restore_world
 from tests.conftest import write_config
 from tests.helpers import kill_then_resume, make_config, run_cli, run_config, tables_differ
 
@@ -101,7 +101,7 @@ def test_sigkill_at_random_moments(tmp_path, small_dict, reference_db):
     """Kill the process from outside at two arbitrary moments, resume each time."""
     path = write_config(tmp_path / "c.yaml", small_dict)
     out = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "sim.cli", "run", str(path), "--out",
+    proc = subprocess.Popen([sys.executable, "-m", "shoal.cli", "run", str(path), "--out",
                              str(out), "--quiet"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     # Past the imports and setup (the run directory exists: on a loaded machine that can
@@ -114,7 +114,7 @@ def test_sigkill_at_random_moments(tmp_path, small_dict, reference_db):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     (run_dir,) = out.iterdir()
-    second = subprocess.Popen([sys.executable, "-m", "sim.cli", "resume", str(run_dir),
+    second = subprocess.Popen([sys.executable, "-m", "shoal.cli", "resume", str(run_dir),
                                "--quiet"], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     time.sleep(3.5)

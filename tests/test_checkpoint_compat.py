@@ -12,8 +12,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from shoal.cli.main import main
 
-from sim.cli.main import main
 from tests.golden import run_digests
 
 DATA = Path(__file__).parent / "data"
@@ -33,7 +33,7 @@ def old_run(tmp_path) -> Path:
 def new_run(tmp_path) -> Path:
     """The same config run to the end by this release, with the belief rule's parameters of
     the release that made the fixture (the defaults have been calibrated since; the old run
-    keeps its own, see sim.config.upgrade_saved)."""
+    keeps its own, see shoal.config.upgrade_saved)."""
     out = tmp_path / "new"
     assert main(["run", str(CONFIG), "--out", str(out), "--quiet", "--set",
                  "beliefs.update={rule: social_influence, rate: 0.08, anchor: 0}"]) == 0
@@ -83,7 +83,7 @@ def test_an_old_run_forks_like_a_new_one(old_run, new_run, tmp_path):
 def test_an_old_run_forks_in_memory_and_saves(old_run, tmp_path):
     """Tables the old release did not write (e.g. profile_fixes) have no rows to carry:
     an in-memory fork of the resumed old run runs, reads and saves."""
-    from sim import Simulation, open_run
+    from shoal import Simulation, open_run
 
     with Simulation.resume(old_run) as sim:
         fork = sim.fork(2)

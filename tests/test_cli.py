@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
+from shoal.cli.main import main
 
-from sim.cli.main import main
 from tests.conftest import CONFIGS, write_config
 
 
@@ -76,7 +76,7 @@ def test_karate_club_config_runs(tmp_path, quickstart_dict):
 def test_console_script_end_to_end(tmp_path):
     """The installed `shoal` entry point runs a config and exits 0 (subprocess)."""
     result = subprocess.run(
-        [sys.executable, "-m", "sim.cli", "run", str(CONFIGS / "quickstart.yaml"),
+        [sys.executable, "-m", "shoal.cli", "run", str(CONFIGS / "quickstart.yaml"),
          "--rounds", "3", "--out", str(tmp_path), "--quiet"],
         capture_output=True, text=True, timeout=300,
     )
@@ -87,12 +87,13 @@ def test_console_script_end_to_end(tmp_path):
 
 def test_internal_error_is_one_line_exit_1(tmp_path, quickstart_dict, capsys, monkeypatch):
     """An unexpected exception is exit 1 with a one-line message (no traceback)."""
-    import sim.engine.driver
 
     def boom(self):
         raise RuntimeError("simulated failure\nsecond line")
 
-    monkeypatch.setattr(sim.engine.driver.RoundDriver, "step", boom)
+    import shoal.engine.driver
+
+    monkeypatch.setattr(shoal.engine.driver.RoundDriver, "step", boom)
     path = write_config(tmp_path / "c.yaml", {**quickstart_dict, "rounds": 2})
     assert main(["run", str(path), "--out", str(tmp_path / "runs"), "--quiet"]) == 1
     err = capsys.readouterr().err
@@ -103,12 +104,13 @@ def test_internal_error_is_one_line_exit_1(tmp_path, quickstart_dict, capsys, mo
 def test_debug_works_after_the_command_too(tmp_path, quickstart_dict, capsys, monkeypatch):
     """issue 26 item 18: the hint says "run with --debug"; `shoal run X --debug` takes it
     as `shoal --debug run X` does (the traceback is shown), and without it there is none."""
-    import sim.engine.driver
 
     def boom(self):
         raise RuntimeError("simulated failure")
 
-    monkeypatch.setattr(sim.engine.driver.RoundDriver, "step", boom)
+    import shoal.engine.driver
+
+    monkeypatch.setattr(shoal.engine.driver.RoundDriver, "step", boom)
     path = write_config(tmp_path / "c.yaml", {**quickstart_dict, "rounds": 2,
                                               "population": {"size": 50}})
     for argv in (["run", str(path), "--quiet", "--debug"],
@@ -141,7 +143,7 @@ def test_a_ray_run_prints_none_of_rays_own_notices(tmp_path, quickstart_dict):
     path = write_config(tmp_path / "c.yaml", {**quickstart_dict, "rounds": 2,
                                               "population": {"size": 50}})
     result = subprocess.run(
-        [sys.executable, "-m", "sim.cli", "run", str(path), "--executor", "ray",
+        [sys.executable, "-m", "shoal.cli", "run", str(path), "--executor", "ray",
          "--shards", "1", "--out", str(tmp_path / "runs"), "--quiet"],
         capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
@@ -155,13 +157,13 @@ def test_a_damage_error_no_library_named_is_still_exit_2(tmp_path, capsys, monke
     trajectory file, not an internal error with DuckDB's checksum text."""
     import duckdb
 
-    import sim.analysis.report
-
     def damaged_read(*args, **kwargs):
         raise duckdb.Error("Corrupt database file: computed checksum 1 does not match "
                            "stored checksum 2 in block at location 3")
 
-    monkeypatch.setattr(sim.analysis.report, "write_report", damaged_read)
+    import shoal.analysis.report
+
+    monkeypatch.setattr(shoal.analysis.report, "write_report", damaged_read)
     (tmp_path / "run").mkdir()
     assert main(["report", str(tmp_path / "run")]) == 2
     err = " ".join(capsys.readouterr().err.split())

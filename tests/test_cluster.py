@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from shoal.cli.main import main
 
-from sim.cli.main import main
 from tests.cluster import ray_cluster
 from tests.conftest import CONFIGS, ROOT, write_config
 from tests.helpers import tables_differ
@@ -41,7 +41,7 @@ def cluster():
 def shoal(cluster, *args: str, env: dict | None = None, cwd: Path = ROOT
           ) -> subprocess.CompletedProcess:
     """`shoal ARGS` in a fresh process that can join the cluster."""
-    return subprocess.run([sys.executable, "-m", "sim.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "shoal.cli", *args], capture_output=True,
                           text=True, cwd=cwd, env={**cluster.env, **(env or {})}, timeout=300)
 
 
@@ -189,7 +189,7 @@ def test_spread_goes_round_robin_by_cpus_and_auto_counts_cpus():
     """`spread` visits the nodes in passes (a node with c CPUs in the first c passes), the
     driver's node first; `auto` is the CPUs of the nodes with CPUs, `per_node` their
     number; a node without CPUs is left out unless every node is."""
-    from sim.engine.executors import resolve_shards, spread_over, worker_nodes
+    from shoal.engine.executors import resolve_shards, spread_over, worker_nodes
 
     def node(i, cpus, alive=True):
         return {"NodeID": i, "NodeManagerAddress": "10.0.0.1", "Alive": alive,
@@ -209,7 +209,7 @@ def test_spread_goes_round_robin_by_cpus_and_auto_counts_cpus():
 def test_update_puts_the_world_once_for_all_actors():
     """After an intervention the new config and population go to the object store once
     (two puts, whatever the shard count), each actor getting the references."""
-    from sim.engine.executors import RayExecutor
+    from shoal.engine.executors import RayExecutor
 
     class Method:
         def __init__(self, calls):

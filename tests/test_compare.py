@@ -10,8 +10,7 @@ import duckdb
 import pandas as pd
 import pytest
 import yaml
-
-from sim.analysis.compare import (
+from shoal.analysis.compare import (
     ACTIVITY,
     ENGAGEMENT,
     compare_runs,
@@ -19,7 +18,8 @@ from sim.analysis.compare import (
     max_mean_gap,
     per_round_means,
 )
-from sim.cli.main import main
+from shoal.cli.main import main
+
 from tests.conftest import CONFIGS
 from tests.helpers import fork_and_run, make_config, run_config
 

@@ -6,8 +6,7 @@ test plug-in's parts pass the same checks in tests/test_plugins.py."""
 from __future__ import annotations
 
 import pytest
-
-from sim.core.registry import (
+from shoal.core.registry import (
     BELIEF_RULES,
     INTERVENTIONS,
     PLATFORMS,
@@ -15,7 +14,7 @@ from sim.core.registry import (
     RECOMMENDERS,
     load_plugins,
 )
-from sim.testing import (
+from shoal.testing import (
     check_belief_rule,
     check_intervention,
     check_platform,
@@ -55,9 +54,8 @@ def test_the_kit_catches_a_recommender_that_forgets_its_state(tmp_path, monkeypa
     """A stateful recommender whose state is not checkpointed fails the resume check (the
     kit is not a check that cannot fail)."""
     import numpy as np
-
-    from sim.engine.recommenders import Recommender
-    from sim.testing import check_run, small_config
+    from shoal.engine.recommenders import Recommender
+    from shoal.testing import check_run, small_config
 
     class Forgetful(Recommender):
         """Shows the newest posts, skipping as many as it has built feeds before."""

@@ -8,15 +8,15 @@ import json
 
 import numpy as np
 import pytest
+import shoal.memory.tokens as tokens
+from shoal.agents.prompt import ContextInputs, FeedItem, build_context
+from shoal.engine.agent_history import rebuild_history
+from shoal.memory.context import HEADER, Line, Section, assemble, count_joined, quote
+from shoal.memory.digest import CrossPlatformDigest
+from shoal.memory.notifications import Notifications
+from shoal.runs.inspect import inspect_agent
+from shoal.world.persistence import restore_world
 
-import memory.tokens as tokens
-from agents.prompt import ContextInputs, FeedItem, build_context
-from memory.context import HEADER, Line, Section, assemble, count_joined, quote
-from memory.digest import CrossPlatformDigest
-from memory.notifications import Notifications
-from sim.engine.agent_history import rebuild_history
-from sim.runs.inspect import inspect_agent
-from sim.world.checkpoint import restore_world
 from tests.helpers import make_config, query, run_config
 
 SECTION_TITLES = ("## Who you are", "## How to act", "## What you think",
@@ -173,9 +173,8 @@ def test_a_fork_that_starts_tracking_agents_gives_them_their_history(context_run
     starts the fork with the digest and notifications of a run that tracked it from round
     1 (the same model and seed)."""
     import yaml
-
-    from sim.runs.fork import fork_run
-    from sim.runs.fork_plan import ForkPlan
+    from shoal.runs.fork import fork_run
+    from shoal.runs.fork_plan import ForkPlan
 
     data = yaml.safe_load(context_run.dir.config.read_text())
     data["memory"]["context"]["build_for"] = "none"

@@ -5,7 +5,7 @@ The commands are the lines of the fenced ```bash / ```console blocks of README.m
 docs/*.md that invoke `shoal`: `$ shoal ...` in console blocks, `shoal ...` or
 `.venv/bin/shoal ...` in bash blocks (joined over `\\` continuations; of `a && b && shoal
 ...` the `shoal` part). Each is a test case named by its page and line. They run through
-`sim.cli.main.main`, what the `shoal` script calls, in this process (the lines written
+`shoal.cli.main.main`, what the `shoal` script calls, in this process (the lines written
 `.venv/bin/shoal ...` run this venv's script itself), in one working folder laid out like
 the repository (copies of `configs/` and `examples/`), in page order, so a page whose
 commands build on each other (`shoal init`, then `shoal run` of what it wrote) works as it
@@ -258,9 +258,9 @@ class Ran:
 
 
 def _in_process(args: list[str], cwd: Path) -> tuple[int, str]:
-    """`shoal ARGS` run by `sim.cli.main.main` in `cwd`: its exit code (argparse's too)
+    """`shoal ARGS` run by `shoal.cli.main.main` in `cwd`: its exit code (argparse's too)
     and everything it printed."""
-    from sim.cli.main import main
+    from shoal.cli.main import main
 
     printed = io.StringIO()
     here = Path.cwd()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from shoal.cli.main import main
 
-from sim.cli.main import main
 from tests.conftest import CONFIGS
 from tests.helpers import make_config, run_config, tables_differ
 
@@ -137,7 +137,7 @@ def test_different_seed_different_tables(tmp_path, quickstart_dict):
 @pytest.fixture
 def small_world(tmp_path, quickstart_dict):
     """Round 0 of a 100-agent quick start."""
-    from sim.world.world import build_world
+    from shoal.world.world import build_world
 
     return build_world(make_config({**quickstart_dict, "population": {"size": 100}},
                                    tmp_path))
@@ -161,8 +161,8 @@ def test_non_finite_belief_stops_naming_the_rule(small_world, field, bad, what):
     the rule, the first agent and topic, and that the round was not kept."""
     from types import SimpleNamespace
 
-    from sim.core.errors import NumericError
-    from sim.engine.update import check_finite
+    from shoal.core.errors import NumericError
+    from shoal.engine.update import check_finite
 
     applied = SimpleNamespace(trust=_trust_events(0.6))
     check_finite(small_world, applied, 4)  # all finite: nothing happens
@@ -181,8 +181,8 @@ def test_non_finite_trust_stops_naming_the_deltas(small_world, bad):
     trust deltas that produced it."""
     from types import SimpleNamespace
 
-    from sim.core.errors import NumericError
-    from sim.engine.update import check_finite
+    from shoal.core.errors import NumericError
+    from shoal.engine.update import check_finite
 
     with pytest.raises(NumericError) as err:
         check_finite(small_world, SimpleNamespace(trust=_trust_events(bad)), 4)

@@ -16,9 +16,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-
-from sim import open_experiment
-from sim.analysis.experiments import (
+from shoal import open_experiment
+from shoal.analysis.experiments import (
     EFFECTS_FILE,
     EXPERIMENT_FILE,
     MIN_BOOTSTRAP,
@@ -28,10 +27,11 @@ from sim.analysis.experiments import (
     paired_effects,
     render_report,
 )
-from sim.analysis.metrics import student_t_quantile
-from sim.analysis.sweeps import member_metrics
-from sim.cli.main import main
-from sim.store.run_dir import open_run_dir
+from shoal.analysis.metrics import student_t_quantile
+from shoal.analysis.sweeps import member_metrics
+from shoal.cli.main import main
+from shoal.store.run_dir import open_run_dir
+
 from tests.conftest import ROOT, write_config
 from tests.helpers import run_cli, tables_differ
 

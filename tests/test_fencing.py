@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from shoal import open_run
+from shoal.cli.main import main
+from shoal.llm.server import serve_in_thread
 
-from sim import open_run
-from sim.cli.main import main
-from sim.llm.server import serve_in_thread
 from tests.conftest import ROOT
 from tests.helpers import make_config, run_config
 
@@ -55,7 +55,7 @@ def hostile_run(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("fence")
     config = hostile_config(tmp)
     (tmp / "fence.yaml").write_text(yaml.safe_dump(config))
-    proc = subprocess.run([sys.executable, "-m", "sim.cli", "run", str(tmp / "fence.yaml"),
+    proc = subprocess.run([sys.executable, "-m", "shoal.cli", "run", str(tmp / "fence.yaml"),
                            "--out", str(tmp / "runs"), "--quiet"], cwd=ROOT,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -166,7 +166,7 @@ class _Renaming:
     extractor may return)."""
 
     def __init__(self, suffix: str):
-        from memory.graph.extract import OfflineExtractor
+        from shoal.memory.knowledge.extract import OfflineExtractor
 
         self.inner, self.suffix = OfflineExtractor(), suffix
 
@@ -185,8 +185,8 @@ def test_names_from_a_document_reach_labels_and_personas_on_one_line(tmp_path, c
     """issue 26 item 2: topic labels, keywords and persona text that `shoal init` takes
     from a document's names are one line that opens nothing (as profile fields are), and
     the config they are written to passes `shoal check`."""
-    from memory.context import inline
-    from sim.runs.scenario_init import InitOptions, init_scenario
+    from shoal.memory.context import inline
+    from shoal.runs.scenario_init import InitOptions, init_scenario
 
     folder = init_scenario(BIKE, tmp_path / "scenario", _Renaming(INJECT),
                            InitOptions(agents=20, rounds=2))
@@ -204,8 +204,8 @@ def test_names_from_a_document_reach_labels_and_personas_on_one_line(tmp_path, c
 def test_known_names_reach_the_llm_extractor_on_one_line():
     """issue 26 item 2: the topic keywords an LLM extractor is told as known names cannot
     start a line of its system text."""
-    from memory.graph.llm_extractor import LLMExtractor
-    from sim.config.llm import ProviderConfig
+    from shoal.config.llm import ProviderConfig
+    from shoal.memory.knowledge.llm_extractor import LLMExtractor
 
     server = serve_in_thread(seed=1)
     try:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from sim.core.follow_graph import FollowGraph, SortedKeySet, expand_csr, pack, unpack
-from sim.core.keys import first_occurrence, unique_sorted
+from shoal.core.follow_graph import FollowGraph, SortedKeySet, expand_csr, pack, unpack
+from shoal.core.keys import first_occurrence, unique_sorted
 
 SEEDS = [0, 1, 2, 3, 4, 5]
 

@@ -10,10 +10,10 @@ import duckdb
 import pandas as pd
 import pytest
 import yaml
+from shoal.cli.main import main
+from shoal.runs.fork import fork_run
+from shoal.store.tables import TableSpec
 
-from sim.cli.main import main
-from sim.runs.fork import fork_run
-from sim.store.tables import TableSpec
 from tests.helpers import declared, fork_plan, make_config, run_config
 
 K = 5
@@ -102,7 +102,7 @@ def test_fork_with_an_event_differs_only_after_k(parent, tmp_path):
     first = _frame(fork.dir.db, "SELECT min(round) FROM beliefs").iloc[0, 0]
     assert first == K + 1
     # The fork's starting state is the parent's end of K.
-    from sim.world.checkpoint import restore_world
+    from shoal.world.persistence import restore_world
     start, _ = restore_world(fork.dir.checkpoints, K)
     end_k = _frame(parent.dir.db, f"SELECT agent, topic, position FROM beliefs "
                                   f"WHERE round = {K} ORDER BY agent, topic")

@@ -11,17 +11,17 @@ from pathlib import Path
 import duckdb
 import pytest
 import yaml
+from shoal import open_run
+from shoal.cli.main import main
+from shoal.engine.agent_context import context_for
+from shoal.memory.knowledge.communities import detect
+from shoal.memory.knowledge.extract import OfflineExtractor
+from shoal.memory.knowledge.ingest import ingest_document
+from shoal.memory.knowledge.model import KnowledgeGraph
+from shoal.memory.knowledge.retrieval import FactIndex
+from shoal.runs.simulation import Simulation
+from shoal.store.lineage import graph_reader
 
-from memory.graph.communities import detect
-from memory.graph.extract import OfflineExtractor
-from memory.graph.ingest import ingest_document
-from memory.graph.model import KnowledgeGraph
-from memory.graph.retrieval import FactIndex
-from sim import open_run
-from sim.cli.main import main
-from sim.engine.agent_context import context_for
-from sim.runs.simulation import Simulation
-from sim.store.lineage import graph_reader
 from tests.conftest import ROOT, write_config
 from tests.helpers import fork_and_run, kill_then_resume, query, read_table, tables_differ
 
@@ -424,8 +424,8 @@ def _work(text: str, tmp: Path, monkeypatch) -> dict[str, int]:
     and elements of the validity masks made."""
     import sys
 
-    from memory.graph import ingest, model, resolve
-    from sim.runs import scenario_init
+    from shoal.memory.knowledge import ingest, model, resolve
+    from shoal.runs import scenario_init
 
     counts = {"lines": 0, "key_chars": 0, "mask_elements": 0}
     plain_key, plain_visible = model.key, model.KnowledgeGraph.visible

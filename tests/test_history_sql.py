@@ -1,4 +1,4 @@
-"""The read-only SQL over a run's history (sim.store.history_sql): what it refuses, what
+"""The read-only SQL over a run's history (shoal.store.history_sql): what it refuses, what
 it lets through (PIVOT and UNPIVOT read), that it never shows where the files live, and
 its limits (rows, columns, long values, time, memory, cancellation)."""
 
@@ -10,8 +10,7 @@ from pathlib import Path
 import duckdb
 import pytest
 import yaml
-
-from sim.store.history_sql import (
+from shoal.store.history_sql import (
     Cancel,
     Limits,
     SQLError,
@@ -21,6 +20,7 @@ from sim.store.history_sql import (
     query_history,
     select_rows,
 )
+
 from tests.conftest import CONFIGS
 from tests.helpers import make_config, run_config
 

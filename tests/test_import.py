@@ -10,9 +10,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from sim import open_run
-from sim.cli.main import main
+from shoal import open_run
+from shoal.cli.main import main
 
 DATA = Path(__file__).parent / "data" / "import"
 CASES = [("miroshark", "miroshark_sim", 15), ("mirofish", "mirofish_sim", 12)]
@@ -293,8 +292,8 @@ def test_a_failed_import_leaves_no_partial_folder(tmp_path, monkeypatch):
     """issue 26 item 6: the scenario is built in a hidden temporary sibling of `--out`
     and renamed into place; a failure while writing (here: the written config does not
     validate) leaves no `--out` and no temporary folder."""
-    import sim.runs.importer as importer
-    from sim.core.errors import InputError
+    import shoal.runs.importer as importer
+    from shoal.core.errors import InputError
 
     def broken(path, *args, **kwargs):
         raise InputError(f"{path}: broken on purpose")
@@ -309,8 +308,8 @@ def test_a_failed_forced_import_leaves_the_earlier_import_as_it_was(tmp_path, mo
     """issue 26 item 6: `--force` over an earlier import either replaces all of its files
     or none: a failure leaves the earlier import byte for byte (no mixture), and a
     success leaves no stale file of the earlier import (the user's own files stay)."""
-    import sim.runs.importer as importer
-    from sim.core.errors import InputError
+    import shoal.runs.importer as importer
+    from shoal.core.errors import InputError
 
     out = tmp_path / "s"
     assert _import("miroshark", "miroshark_sim", out) == 0
@@ -386,7 +385,7 @@ def test_import_work_grows_linearly_with_agents(tmp_path):
     for every pair of agents: 100 times)."""
     import sys
 
-    from sim.runs.importer import import_simulation
+    from shoal.runs.importer import import_simulation
 
     bench = _bench()
     folders = {n: bench.generate(n, tmp_path / f"src{n}") for n in (200, 2000)}
@@ -414,7 +413,7 @@ def test_a_terminated_import_leaves_nothing(tmp_path, monkeypatch):
     import os
     import signal
 
-    import sim.runs.importer as importer
+    import shoal.runs.importer as importer
 
     class Stopped(Exception):
         """What this test's own handler raises (the code before the fix installed none)."""
@@ -443,8 +442,7 @@ def test_the_influence_graph_draws_each_pair_with_its_probability():
     half of all the weight and agents of weight 0 (never followed). Seeded: the same
     weights give the same graph."""
     import numpy as np
-
-    from sim.runs.importer import influence_follows
+    from shoal.runs.importer import influence_follows
 
     n, degree = 400, 20
     w = np.random.default_rng(5).lognormal(0, 1.5, n)
@@ -484,8 +482,7 @@ def test_import_md_says_shoal_has_a_market_and_offers_the_section(tmp_path):
     `platforms.market` section (emitted as YAML, not formatted into text) that validates
     when added to the imported config."""
     import yaml
-
-    from sim.config import parse_config
+    from shoal.config import parse_config
 
     out = tmp_path / "s"
     assert _import("miroshark", "miroshark_sim", out) == 0
@@ -532,7 +529,7 @@ def test_a_forced_import_that_fails_while_moving_files_in_puts_the_earlier_one_b
     for byte: never a mixture of two imports."""
     import os
 
-    import sim.runs.importer as importer
+    import shoal.runs.importer as importer
 
     out = tmp_path / "s"
     assert _import("miroshark", "miroshark_sim", out) == 0

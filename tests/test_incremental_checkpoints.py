@@ -1,7 +1,7 @@
 """Checkpoints cost what a round changed, not what the run has accumulated.
 
 Round memory, the cross-platform digest and notifications are windows that fill up over a
-run; their checkpoint is a journal (sim.core.state.KeyedJournal), so a late round's
+run; their checkpoint is a journal (shoal.core.state.KeyedJournal), so a late round's
 checkpoint of them is no larger than an early one's, and replaying the journal rebuilds
 them exactly. A small LLM run against the loopback server keeps digests and
 notifications for its LLM agents.
@@ -14,11 +14,10 @@ import random
 from pathlib import Path
 
 import pytest
-
-from sim.config import load_config
-from sim.core.state import KeyedJournal
-from sim.runs.simulation import Simulation
-from sim.world.checkpoint import WINDOWS, checkpoint, restore_world
+from shoal.config import load_config
+from shoal.core.state import KeyedJournal
+from shoal.runs.simulation import Simulation
+from shoal.world.persistence import WINDOWS, checkpoint, restore_world
 
 ROOT = Path(__file__).resolve().parents[1]
 ROUNDS = 25

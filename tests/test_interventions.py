@@ -11,9 +11,9 @@ import sys
 
 import numpy as np
 import pytest
+from shoal.cli.main import main
+from shoal.core.errors import InputError
 
-from sim.cli.main import main
-from sim.core.errors import InputError
 from tests.conftest import write_config
 from tests.helpers import make_config, query, run_config, tables_differ
 
@@ -155,7 +155,7 @@ def test_fires_once_across_a_resume(tmp_path, iv_dict, iv_run, fault):
     path = write_config(tmp_path / "c.yaml", iv_dict)
     out = tmp_path / "runs"
     env = {**os.environ, "SHOAL_FAULT": fault}
-    killed = subprocess.run([sys.executable, "-m", "sim.cli", "run", str(path), "--out",
+    killed = subprocess.run([sys.executable, "-m", "shoal.cli", "run", str(path), "--out",
                              str(out), "--quiet"], env=env, capture_output=True, text=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     (run_dir,) = out.iterdir()

@@ -22,13 +22,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from shoal.agents.llm_tools import tools
+from shoal.beliefs.render import stance_lines
+from shoal.core.errors import ProviderDown
+from shoal.llm.server import serve_in_thread
+from shoal.memory.tokens import count
+from shoal.runs.simulation import Simulation
 
-from agents.llm_tools import tools
-from beliefs.render import stance_lines
-from memory.tokens import count
-from sim.core.errors import ProviderDown
-from sim.llm.server import serve_in_thread
-from sim.runs.simulation import Simulation
 from tests.conftest import CONFIGS, ROOT
 from tests.helpers import make_config, query, read_table, run_config, tables_differ
 
@@ -50,7 +50,7 @@ def llm_dict(url: str, size: int = 120, rounds: int = 5, fraction: float = 0.5) 
 
 def cli(*args: str, env: dict | None = None, timeout: float = 300
         ) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sim.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "shoal.cli", *args], capture_output=True,
                           text=True, cwd=ROOT, env={**os.environ, **(env or {})},
                           timeout=timeout)
 
@@ -300,7 +300,7 @@ def test_a_missing_key_variable_stops_before_anything_is_written(tmp_path):
     path = tmp_path / "nokey.yaml"
     path.write_text(yaml.safe_dump(data))
     env = {k: v for k, v in os.environ.items() if k != "SHOAL_TEST_UNSET_KEY"}
-    proc = subprocess.run([sys.executable, "-m", "sim.cli", "run", str(path), "--out",
+    proc = subprocess.run([sys.executable, "-m", "shoal.cli", "run", str(path), "--out",
                            str(tmp_path / "runs")], capture_output=True, text=True, cwd=ROOT,
                           env=env, timeout=120)
     assert proc.returncode == 2
@@ -372,8 +372,7 @@ def test_a_plugin_providers_own_fields_are_scanned_for_keys():
     """Issue 26 item 9: a chat-model plug-in's provider config inherits the scan: a
     key-shaped value in a field it adds is refused by path, without the value."""
     from pydantic import Field, ValidationError
-
-    from sim.config.llm import ProviderConfig
+    from shoal.config.llm import ProviderConfig
 
     class Regional(ProviderConfig):
         region: str = "eu"
@@ -408,7 +407,7 @@ def test_loopback_servers_die_with_a_killed_run(tmp_path):
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:  # gone, or not ours to read
                 continue
-            if mark in environ.split(b"\0") and b"sim.llm.server" in cmdline:
+            if mark in environ.split(b"\0") and b"shoal.llm.server" in cmdline:
                 found.append(int(pid))
         return found
 

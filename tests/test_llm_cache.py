@@ -19,11 +19,11 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from shoal.core.errors import ConfigError, InputError
+from shoal.llm.cache import entry_sum, request_key
+from shoal.llm.server import Faults, serve_in_thread
+from shoal.runs.simulation import Simulation
 
-from sim.core.errors import ConfigError, InputError
-from sim.llm.cache import entry_sum, request_key
-from sim.llm.server import Faults, serve_in_thread
-from sim.runs.simulation import Simulation
 from tests.conftest import CONFIGS, write_config
 from tests.helpers import (
     fork_and_run,
@@ -359,7 +359,7 @@ def test_a_poisoned_cache_stops_the_replay_naming_file_line_agent_round(referenc
 
 def test_cache_entries_without_a_checksum_are_refused_until_stamped(reference, tmp_path):
     """Issue 26 item 7: entries an older Shoal wrote (no checksum) are refused, naming the
-    file and line and the way out; `python -m sim.llm.cache --stamp FOLDER` (for a folder
+    file and line and the way out; `python -m shoal.llm.cache --stamp FOLDER` (for a folder
     one trusts) adds the checksums, and the replay then gives the recorded run's tables,
     a second file repeating the same answers included (two runs recording alike)."""
     ref_dir, data = reference
@@ -373,9 +373,9 @@ def test_cache_entries_without_a_checksum_are_refused_until_stamped(reference, t
     code, said = _replay(data, folder, tmp_path / "old")
     said = " ".join(said.split())
     assert code == 2 and "written before cache entries carried a checksum" in said, said
-    assert f"of {path}" in said and "python -m sim.llm.cache --stamp FOLDER" in said
+    assert f"of {path}" in said and "python -m shoal.llm.cache --stamp FOLDER" in said
 
-    stamped = subprocess.run([sys.executable, "-m", "sim.llm.cache", "--stamp", str(folder)],
+    stamped = subprocess.run([sys.executable, "-m", "shoal.llm.cache", "--stamp", str(folder)],
                              capture_output=True, text=True, timeout=120)
     assert stamped.returncode == 0, stamped.stderr
     assert f"{len(entries)} entries stamped" in stamped.stdout

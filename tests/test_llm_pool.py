@@ -18,11 +18,11 @@ import time
 import httpx
 import pytest
 import yaml
+from shoal.config.llm import BreakerConfig, EndpointConfig
+from shoal.core.errors import ConfigError
+from shoal.llm.pool import FAILED, NEUTRAL, OK, EndpointPool
+from shoal.llm.server import Faults, serve_in_thread
 
-from sim.config.llm import BreakerConfig, EndpointConfig
-from sim.core.errors import ConfigError
-from sim.llm.pool import FAILED, NEUTRAL, OK, EndpointPool
-from sim.llm.server import Faults, serve_in_thread
 from tests.conftest import CONFIGS, ROOT
 from tests.helpers import make_config, query, read_table, run_config, tables_differ
 
@@ -228,7 +228,7 @@ def test_llm_serve_starts_a_pool(tmp_path):
     each with its own faults; a list of the wrong length is refused."""
     ready = tmp_path / "urls"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sim.cli", "llm-serve", "--port", "0", "--servers", "3",
+        [sys.executable, "-m", "shoal.cli", "llm-serve", "--port", "0", "--servers", "3",
          "--latency-ms", "10,10,300", "--rate-limit-rate", "0,1,0", "--ready-file",
          str(ready)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -250,7 +250,7 @@ def test_llm_serve_starts_a_pool(tmp_path):
         os.kill(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=10)
     assert all(f"loopback LLM server {i} on {u}" in err for i, u in enumerate(urls))
-    bad = subprocess.run([sys.executable, "-m", "sim.cli", "llm-serve", "--port", "0",
+    bad = subprocess.run([sys.executable, "-m", "shoal.cli", "llm-serve", "--port", "0",
                           "--servers", "3", "--latency-ms", "10,20"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--latency-ms: 2 values for 3 servers" in bad.stderr

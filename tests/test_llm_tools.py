@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from agents.llm_tools import (
+from shoal.agents.llm_tools import (
     Parsed,
     json_instructions,
     parse_reply,
@@ -14,8 +13,8 @@ from agents.llm_tools import (
     tools,
     validate,
 )
-from sim.core.vocabulary import ActionType
-from sim.llm.chat import strip_reasoning
+from shoal.core.vocabulary import ActionType
+from shoal.llm.chat import strip_reasoning
 
 TOPICS = ["carbon_tax", "nuclear_power"]
 USERS = {"ana": 0, "bo": 1, "cy": 2}

@@ -1,4 +1,4 @@
-"""Property-based tests (hypothesis) of the automated market makers in `sim.market.makers`.
+"""Property-based tests (hypothesis) of the automated market makers in `shoal.market.makers`.
 
 Every property runs on random markets (2–5 outcomes, initial prices each >= 0.02, random
 depth) after random sequences of buys and sells by a few accounts, where a sell never
@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-
-from sim.market.makers import (
+from shoal.market.makers import (
     LMSR,
     ConstantProduct,
     ConstantProductConfig,

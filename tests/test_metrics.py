@@ -9,8 +9,7 @@ import networkx as nx
 import numpy as np
 import pandas as pd
 import pytest
-
-from sim.analysis import metrics
+from shoal.analysis import metrics
 
 # ---------------------------------------------------------------------- fixtures
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memory.notifications import Notice, Notifications
+from shoal.memory.notifications import Notice, Notifications
 
 
 def test_grouped_per_post_and_dropped_once_seen():

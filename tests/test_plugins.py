@@ -47,7 +47,7 @@ def site(tmp_path_factory) -> Path:
 def shoal(args: list[str], site: Path | None, env: dict | None = None
           ) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(site) if site else "", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "sim.cli", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "shoal.cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True)
 
 
@@ -133,7 +133,7 @@ def test_a_plugin_engines_table_survives_a_kill_after_its_commit(site, tmp_path)
     assert tally["round"].tolist() == list(range(7))  # round 0 and six rounds, each once
     assert tally["running_total"].iloc[-1] == pytest.approx(tally["mean_position"].sum())
     reader = subprocess.run(  # no plug-in on the path: the file's declaration is enough
-        [sys.executable, "-c", "import sys; from sim import open_run; "
+        [sys.executable, "-c", "import sys; from shoal import open_run; "
          "print(len(open_run(sys.argv[1]).table('toy_tally')))", str(runs["killed"])],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": ""}, capture_output=True, text=True)
     assert reader.returncode == 0 and reader.stdout.strip() == "7", reader.stderr

@@ -6,8 +6,7 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 import pytest
-
-from sim.world.graph_init import _barabasi_albert, _undirected
+from shoal.world.follow_init import _barabasi_albert, _undirected
 
 
 @pytest.mark.parametrize(("n", "m", "seed", "mutual"), [

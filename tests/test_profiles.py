@@ -6,10 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from agents.profiles import load_population_file
-from sim.config import Config, parse_config, resolve_paths
-from sim.core.errors import ConfigError, InputError
+from shoal.agents.profiles import load_population_file
+from shoal.config import Config, parse_config, resolve_paths
+from shoal.core.errors import ConfigError, InputError
 
 DATA = Path(__file__).parent / "data" / "profiles"
 TOPICS = [
@@ -334,7 +333,7 @@ def test_suffix_keeps_usernames_to_40_characters(tmp_path):
 
 def test_repeated_user_id_is_kept_in_oasis_formats(tmp_path):
     """OASIS ignores user_id (its agent id is the row): a repeat is kept, not refused."""
-    from agents.profiles import repeated_ids
+    from shoal.agents.profiles import repeated_ids
 
     pop = load(write(tmp_path, "p.csv", TW_HEAD + "7,A,a,p,d,[],0.5\n7,B,b,p,d,[],0.5\n"))
     assert pop.source_id == ["7", "7"] and repeated_ids(pop) == {"7": [0, 1]}
@@ -443,8 +442,7 @@ def run_profiles(tmp_path: Path, profile: Path, capsys) -> tuple[Path, str]:
     """`shoal run` (in process, local executor) of a 3-round config reading `profile`;
     the trajectory file and what was printed."""
     import yaml
-
-    from sim.cli.main import main
+    from shoal.cli.main import main
 
     cfg = {"name": "profiles", "seed": 3, "rounds": 3, "executor": {"kind": "local"},
            "population": {"file": str(profile)}, "topics": TOPICS}

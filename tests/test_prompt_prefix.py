@@ -10,13 +10,13 @@ import random
 import httpx
 import pytest
 import yaml
+from shoal.agents.prompt import INTERVIEW, ContextInputs, FeedItem, build_context
+from shoal.llm.server import BLOCK_TOKENS, PrefixCache, serve_in_thread
+from shoal.memory.context import Line
+from shoal.memory.prefix_reuse import PrefixReuse, reused_tokens
+from shoal.memory.tokens import encoding
+from shoal.runs.simulation import Simulation
 
-from agents.prompt import INTERVIEW, ContextInputs, FeedItem, build_context
-from memory.context import Line
-from memory.prefix_reuse import PrefixReuse, reused_tokens
-from memory.tokens import encoding
-from sim.llm.server import BLOCK_TOKENS, PrefixCache, serve_in_thread
-from sim.runs.simulation import Simulation
 from tests.conftest import CONFIGS
 from tests.helpers import make_config, query, tables_differ
 
@@ -224,9 +224,9 @@ def test_a_cached_answer_keeps_the_cached_tokens_it_was_given():
     recorded, not what the server would say now; a server that says nothing gives None."""
     import asyncio
 
-    from sim.config.llm import ProviderConfig
-    from sim.llm.cache import CachedChat, CacheSpec, ResponseCache
-    from sim.llm.chat import ChatRequest, call_rows, chat_model
+    from shoal.config.llm import ProviderConfig
+    from shoal.llm.cache import CachedChat, CacheSpec, ResponseCache
+    from shoal.llm.chat import ChatRequest, call_rows, chat_model
 
     server = serve_in_thread(seed=0)
     try:

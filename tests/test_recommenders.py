@@ -12,11 +12,10 @@ import math
 
 import numpy as np
 import pytest
-
-from sim.config import parse_config
-from sim.core.counter_rng import CounterRNG
-from sim.core.posts import NewPosts, PostKind
-from sim.engine.recommenders import (
+from shoal.config import parse_config
+from shoal.core.counter_rng import CounterRNG
+from shoal.core.posts import NewPosts, PostKind
+from shoal.engine.recommenders import (
     AlgorithmicBiasFeed,
     AlgorithmicBiasRec,
     FeedContext,
@@ -30,8 +29,8 @@ from sim.engine.recommenders import (
     RandomRec,
     hot_score,
 )
-from sim.world.platform import Platform
-from sim.world.world import World, build_world
+from shoal.world.platform import Platform
+from shoal.world.world import World, build_world
 
 SEEDS = [0, 1, 2, 3]
 TOPICS = ["alpha", "beta"]

@@ -4,10 +4,9 @@ the world for the next round, so no table may be a view of world state."""
 from __future__ import annotations
 
 import numpy as np
-
-from sim.config import parse_config
-from sim.engine.round_log import beliefs_table, initial_follows_table
-from sim.world.world import build_world
+from shoal.config import parse_config
+from shoal.engine.round_log import beliefs_table, initial_follows_table
+from shoal.world.world import build_world
 
 
 def test_tables_do_not_alias_world_state(quickstart_dict):

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from sim.core.rowsets import count_valid, first_valid, newest_per_row, push_newest
+from shoal.core.rowsets import count_valid, first_valid, newest_per_row, push_newest
 
 SEEDS = [0, 1, 2, 3, 4, 5, 6, 7]
 

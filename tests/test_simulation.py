@@ -13,11 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from shoal import open_run
+from shoal.cli.main import main
+from shoal.core.errors import InputError
+from shoal.runs.simulation import Simulation
 
-from sim import open_run
-from sim.cli.main import main
-from sim.core.errors import InputError
-from sim.runs.simulation import Simulation
 from tests.conftest import CONFIGS, ROOT, write_config
 from tests.golden import run_digests
 from tests.helpers import declared
@@ -208,7 +208,7 @@ def test_history_cannot_be_edited(with_news, tmp_path, capsys):
 def test_a_kill_while_the_directory_is_made_leaves_no_run(tmp_path):
     out = tmp_path / "runs"
     env = {**os.environ, "SHOAL_FAULT": "creating:0"}
-    proc = subprocess.run([sys.executable, "-m", "sim.cli", "run",
+    proc = subprocess.run([sys.executable, "-m", "shoal.cli", "run",
                            str(CONFIGS / "quickstart.yaml"), "--set", "population.size=50",
                            "--out", str(out), "--quiet"], cwd=ROOT, env=env,
                           capture_output=True, text=True)
@@ -265,7 +265,7 @@ def test_running_past_the_last_round_warns_and_returns_a_short_value(recwarn):
     were left (RoundsWarning), and returns the rounds' stats as a list shown in one line
     (not a screenful in a notebook cell); once finished, `run(n)` warns that nothing is
     left; a negative count is an InputError."""
-    from sim.runs.simulation import RoundsWarning
+    from shoal.runs.simulation import RoundsWarning
 
     with Simulation.from_yaml(CONFIGS / "quickstart.yaml", out=None, overrides=SMALL) as sim:
         with pytest.warns(RoundsWarning, match=r"has 6 round\(s\) left of its 6; running "

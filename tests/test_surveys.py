@@ -10,16 +10,16 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from shoal import open_run
+from shoal.analysis.surveys import scale_summary, wave_change
+from shoal.cli.main import main
+from shoal.cli.survey import _print
+from shoal.config import parse_config
+from shoal.config.surveys import Survey
+from shoal.core.errors import ConfigError
+from shoal.engine.surveys import rule_responses
+from shoal.runs.simulation import Simulation
 
-from sim import open_run
-from sim.analysis.surveys import scale_summary, wave_change
-from sim.cli.main import main
-from sim.cli.survey import _print
-from sim.config import parse_config
-from sim.config.surveys import Survey
-from sim.core.errors import ConfigError
-from sim.engine.surveys import rule_responses
-from sim.runs.simulation import Simulation
 from tests.conftest import CONFIGS, write_config
 from tests.golden import run_digests
 from tests.helpers import make_config, run_config

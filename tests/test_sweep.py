@@ -10,12 +10,12 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from shoal.analysis.notebook import open_sweep
+from shoal.analysis.sweeps import SUMMARY_FILE, SWEEP_FILE, seed_stats, summarize_members
+from shoal.cli.main import main
+from shoal.core.errors import InputError
+from shoal.runs.sweep import parse_grid, plan_sweep, run_sweep
 
-from sim.analysis.notebook import open_sweep
-from sim.analysis.sweeps import SUMMARY_FILE, SWEEP_FILE, seed_stats, summarize_members
-from sim.cli.main import main
-from sim.core.errors import InputError
-from sim.runs.sweep import parse_grid, plan_sweep, run_sweep
 from tests.conftest import write_config
 from tests.helpers import make_config, query, run_config, tables_differ
 
@@ -77,7 +77,7 @@ def test_eight_seeds_of_the_quick_start_run_on_ray_with_intervals(ray_session, t
     final = pol[(pol["round"] == 5) & (pol["topic"] == "carbon_tax")].sort_values("seed")
     members = sweep.members.sort_values("seed")
     assert np.allclose(final["bimodality"], members["polarization.carbon_tax"])
-    from sim import open_runs  # the notebook entry point opens a sweep folder the same way
+    from shoal import open_runs  # the notebook entry point opens a sweep folder the same way
 
     assert open_runs(root).beliefs.equals(beliefs)
 

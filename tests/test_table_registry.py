@@ -8,16 +8,16 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from shoal.core.registry import load_plugins
+from shoal.store.schema import schema
+from shoal.store.tables import TABLES, TableRegistry, TableSpec, file_tables, inferred
+from shoal.store.trajectory import TrajectoryStore
 
-from sim.core.registry import load_plugins
-from sim.store.schema import schema
-from sim.store.tables import TABLES, TableRegistry, TableSpec, file_tables, inferred
-from sim.store.trajectory import TrajectoryStore
 from tests.conftest import ROOT
 
 # Where tables are declared (each module declares the tables of the component it serves).
-DECLARING = {"sim/store/tables.py", "sim/store/schema.py", "sim/store/graph.py",
-             "sim/store/analysis.py", "sim/market/tables.py"}
+DECLARING = {"sim/store/tables.py", "sim/store/schema.py", "sim/store/knowledge.py",
+             "sim/store/traces.py", "sim/market/tables.py"}
 
 
 def _hand_lists(path: Path, names: set[str]) -> list[tuple[int, list[str]]]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import os
 
-from sim.core.errors import InputError
-from sim.runs.task_pool import TaskPool
+from shoal.core.errors import InputError
+from shoal.runs.task_pool import TaskPool
 
 
 def _work(n: int) -> int:

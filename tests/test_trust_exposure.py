@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from beliefs.exposure import ExposureHistory
-from beliefs.trust import TrustStore
+from shoal.beliefs.exposure import ExposureHistory
+from shoal.beliefs.trust import TrustStore
 
 SEEDS = [0, 1, 2, 3, 4, 5]
 

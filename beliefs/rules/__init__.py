@@ -1,10 +1,10 @@
 """Belief update rules (docs/beliefs.md, docs/models.md). Each rule registers itself, with
-its config model, in `sim.core.registry.BELIEF_RULES` when its module is imported;
+its config model, in `shoal.core.registry.BELIEF_RULES` when its module is imported;
 `beliefs.update.rule` in a config names one. `make_rule` builds the configured rule."""
 
 from __future__ import annotations
 
-from beliefs.rules import (  # noqa: F401  (importing a rule's module registers it)
+from shoal.beliefs.rules import (  # noqa: F401  (importing a rule's module registers it)
     algorithmic_bias,
     bounded_confidence,
     deffuant,
@@ -14,8 +14,8 @@ from beliefs.rules import (  # noqa: F401  (importing a rule's module registers 
     social_influence,
     voter,
 )
-from beliefs.rules.base import Exposures, UpdateContext, UpdateRule
-from sim.core.registry import BELIEF_RULES
+from shoal.beliefs.rules.base import Exposures, UpdateContext, UpdateRule
+from shoal.core.registry import BELIEF_RULES
 
 
 def make_rule(cfg) -> UpdateRule:

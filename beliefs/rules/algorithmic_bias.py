@@ -23,12 +23,11 @@ from typing import Literal
 
 import numpy as np
 from pydantic import Field
-
-from beliefs.rules.base import Exposures, UpdateContext, UpdateRule
-from beliefs.rules.config import Dynamics, Epsilon
-from beliefs.rules.deffuant import one_sided, symmetric_pairs
-from beliefs.rules.exposure_stances import exposure_stances
-from beliefs.rules.partners import (
+from shoal.beliefs.rules.base import Exposures, UpdateContext, UpdateRule
+from shoal.beliefs.rules.config import Dynamics, Epsilon
+from shoal.beliefs.rules.deffuant import one_sided, symmetric_pairs
+from shoal.beliefs.rules.exposure_stances import exposure_stances
+from shoal.beliefs.rules.partners import (
     Draw,
     conflict_free,
     draws,
@@ -37,8 +36,8 @@ from beliefs.rules.partners import (
     pick_weighted,
     pick_weighted_segments,
 )
-from beliefs.state import BeliefState
-from sim.core.registry import BELIEF_RULES
+from shoal.beliefs.state import BeliefState
+from shoal.core.registry import BELIEF_RULES
 
 _CHUNK_CELLS = 4_000_000  # bound on the distance matrix held at once (32 MB)
 

@@ -6,13 +6,12 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
-
-from beliefs.exposure import ExposureHistory
-from beliefs.state import BeliefState
-from beliefs.trust import TrustStore
-from sim.core.counter_rng import CounterRNG
-from sim.core.follow_graph import FollowGraph
-from sim.core.posts import PostStore
+from shoal.beliefs.exposure import ExposureHistory
+from shoal.beliefs.state import BeliefState
+from shoal.beliefs.trust import TrustStore
+from shoal.core.counter_rng import CounterRNG
+from shoal.core.follow_graph import FollowGraph
+from shoal.core.posts import PostStore
 
 
 @dataclass

@@ -11,10 +11,9 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field
-
-from beliefs.rules.deffuant import Deffuant, DeffuantRule
-from sim.config.base import Strict
-from sim.core.registry import BELIEF_RULES
+from shoal.beliefs.rules.deffuant import Deffuant, DeffuantRule
+from shoal.config.base import Strict
+from shoal.core.registry import BELIEF_RULES
 
 
 class BoundedConfidence(Strict):

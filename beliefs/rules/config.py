@@ -7,8 +7,7 @@ from __future__ import annotations
 from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
-
-from sim.config.base import Strict
+from shoal.config.base import Strict
 
 BeliefMode = Literal["exposures", "encounters", "pairs", "neighbours", "complete"]
 Epsilon = Annotated[float, Field(gt=0, le=2)]

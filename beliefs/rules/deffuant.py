@@ -25,11 +25,10 @@ from typing import Literal
 
 import numpy as np
 from pydantic import Field
-
-from beliefs.rules.base import Exposures, UpdateContext, UpdateRule
-from beliefs.rules.config import Dynamics, Epsilon
-from beliefs.rules.exposure_stances import exposure_stances
-from beliefs.rules.partners import (
+from shoal.beliefs.rules.base import Exposures, UpdateContext, UpdateRule
+from shoal.beliefs.rules.config import Dynamics, Epsilon
+from shoal.beliefs.rules.exposure_stances import exposure_stances
+from shoal.beliefs.rules.partners import (
     encounter_batches,
     living,
     living_followees,
@@ -38,8 +37,8 @@ from beliefs.rules.partners import (
     random_matching,
     random_others,
 )
-from beliefs.state import BeliefState
-from sim.core.registry import BELIEF_RULES
+from shoal.beliefs.state import BeliefState
+from shoal.core.registry import BELIEF_RULES
 
 
 def read_sequentially(x: np.ndarray, stance: np.ndarray, addressed: np.ndarray, eps: float,

@@ -14,12 +14,11 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-
-from beliefs.rules.base import Exposures, UpdateContext, UpdateRule
-from beliefs.rules.config import Averaging
-from beliefs.rules.influences import influences
-from beliefs.state import BeliefState
-from sim.core.registry import BELIEF_RULES
+from shoal.beliefs.rules.base import Exposures, UpdateContext, UpdateRule
+from shoal.beliefs.rules.config import Averaging
+from shoal.beliefs.rules.influences import influences
+from shoal.beliefs.state import BeliefState
+from shoal.core.registry import BELIEF_RULES
 
 
 def average(x: np.ndarray, weight: np.ndarray, weighted: np.ndarray,

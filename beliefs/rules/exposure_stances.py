@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-
-from beliefs.rules.base import Exposures, UpdateContext, UpdateRule
+from shoal.beliefs.rules.base import Exposures, UpdateContext, UpdateRule
 
 
 def exposure_stances(exposures: Exposures, ctx: UpdateContext, skip_seen: bool = False

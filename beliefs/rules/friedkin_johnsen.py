@@ -13,12 +13,11 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import Field
-
-from beliefs.rules.base import Exposures, UpdateContext
-from beliefs.rules.config import Averaging
-from beliefs.rules.degroot import DeGrootRule
-from beliefs.state import BeliefState
-from sim.core.registry import BELIEF_RULES
+from shoal.beliefs.rules.base import Exposures, UpdateContext
+from shoal.beliefs.rules.config import Averaging
+from shoal.beliefs.rules.degroot import DeGrootRule
+from shoal.beliefs.state import BeliefState
+from shoal.core.registry import BELIEF_RULES
 
 
 class FriedkinJohnsen(Averaging):

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from beliefs.rules.base import Exposures, UpdateContext, UpdateRule
-from beliefs.rules.config import Dynamics, Epsilon
-from beliefs.rules.influences import influences
-from beliefs.state import BeliefState
-from sim.core.registry import BELIEF_RULES
+from shoal.beliefs.rules.base import Exposures, UpdateContext, UpdateRule
+from shoal.beliefs.rules.config import Dynamics, Epsilon
+from shoal.beliefs.rules.influences import influences
+from shoal.beliefs.state import BeliefState
+from shoal.core.registry import BELIEF_RULES
 
 
 class HegselmannKrause(Dynamics):

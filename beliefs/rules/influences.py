@@ -18,10 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from beliefs.rules.base import Exposures, UpdateContext
-from beliefs.rules.exposure_stances import exposure_stances
-from beliefs.rules.partners import living, living_followees, random_matching, segment_sum
+from shoal.beliefs.rules.base import Exposures, UpdateContext
+from shoal.beliefs.rules.exposure_stances import exposure_stances
+from shoal.beliefs.rules.partners import living, living_followees, random_matching, segment_sum
 
 
 @dataclass

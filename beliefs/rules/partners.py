@@ -21,9 +21,8 @@ from __future__ import annotations
 from enum import IntEnum
 
 import numpy as np
-
-from beliefs.rules.base import UpdateContext
-from sim.core.counter_rng import CounterRNG, Purpose
+from shoal.beliefs.rules.base import UpdateContext
+from shoal.core.counter_rng import CounterRNG, Purpose
 
 _STRIDE = 1000  # purposes elsewhere are enum + 100·platform + 1000·slot, slots < 10
 

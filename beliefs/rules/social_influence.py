@@ -21,11 +21,10 @@ from typing import Literal
 
 import numpy as np
 from pydantic import Field
-
-from beliefs.rules.base import Exposures, UpdateContext, UpdateRule
-from beliefs.state import BeliefState
-from sim.config.base import Strict
-from sim.core.registry import BELIEF_RULES
+from shoal.beliefs.rules.base import Exposures, UpdateContext, UpdateRule
+from shoal.beliefs.state import BeliefState
+from shoal.config.base import Strict
+from shoal.core.registry import BELIEF_RULES
 
 
 class SocialInfluence(Strict):

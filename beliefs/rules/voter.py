@@ -24,11 +24,10 @@ from typing import Literal
 
 import numpy as np
 from pydantic import Field
-
-from beliefs.rules.base import Exposures, UpdateContext, UpdateRule
-from beliefs.rules.config import Dynamics
-from beliefs.rules.exposure_stances import exposure_stances
-from beliefs.rules.partners import (
+from shoal.beliefs.rules.base import Exposures, UpdateContext, UpdateRule
+from shoal.beliefs.rules.config import Dynamics
+from shoal.beliefs.rules.exposure_stances import exposure_stances
+from shoal.beliefs.rules.partners import (
     Draw,
     draws,
     encounter_batches,
@@ -39,8 +38,8 @@ from beliefs.rules.partners import (
     random_matching,
     random_others,
 )
-from beliefs.state import BeliefState
-from sim.core.registry import BELIEF_RULES
+from shoal.beliefs.state import BeliefState
+from shoal.core.registry import BELIEF_RULES
 
 
 def uniform_choice(mask: np.ndarray, u: np.ndarray) -> np.ndarray:

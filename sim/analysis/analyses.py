@@ -1,4 +1,4 @@
-"""Reading the analyst's reports of a run (the `analysis_*` tables, sim.store.analysis):
+"""Reading the analyst's reports of a run (the `analysis_*` tables, shoal.store.analysis):
 as DataFrames, as Markdown, and as the report's HTML section where each sentence shows
 its verdict and links to the rows it cites."""
 
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import duckdb
 import pandas as pd
-
-from sim.core.errors import InputError
-from sim.store.analysis import ANALYSIS_TABLES, read_tables
-from sim.store.lineage import being_written
-from sim.store.run_dir import RunDir
+from shoal.core.errors import InputError
+from shoal.core.files import write_text
+from shoal.store.lineage import being_written
+from shoal.store.run_dir import RunDir
+from shoal.store.traces import ANALYSIS_TABLES, read_tables
 
 _TAG = re.compile(r"\s*\[(?:post|posts|agent|step|steps)\s+[^\]]*\]", re.IGNORECASE)
 Source = str | Path | duckdb.DuckDBPyConnection  # a trajectory file, or a connection to it
@@ -115,13 +115,7 @@ def to_markdown(frames: dict[str, pd.DataFrame]) -> str:
 def write_markdown(db: Source, analysis_id: str, path: str | Path) -> Path:
     """Write an analysis as Markdown to `path` (atomically)."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(to_markdown(analysis_frames(db, analysis_id)), encoding="utf-8")
-        tmp.replace(path)
-    except BaseException:  # (a full disk: no half-written file is left behind)
-        tmp.unlink(missing_ok=True)
-        raise
+    write_text(path, to_markdown(analysis_frames(db, analysis_id)))
     return path
 
 

@@ -1,7 +1,7 @@
 """Compare runs (typically a parent and its forks): beliefs, activity and engagement, and
 the prediction markets' prices when the runs have markets.
 
-Every run is read with its full history (`sim.lineage.read_table`), so a fork compares
+Every run is read with its full history (`shoal.lineage.read_table`), so a fork compares
 with its parent's rounds before the fork included. The first run is the reference; each
 other run is compared with it over the rounds they both have (0..R, R the last round
 common to all runs). `shoal compare` prints the tables and writes a PNG.
@@ -16,10 +16,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from rich.table import Table
-
-from sim.core.errors import InputError
-from sim.store.lineage import MissingTableError, fork_rounds, lineage, read_table
-from sim.store.run_dir import RunDir
+from shoal.core.errors import InputError
+from shoal.store.lineage import MissingTableError, fork_rounds, lineage, read_table
+from shoal.store.run_dir import RunDir
 
 # Applied actions counted as engagement, by the kind shown (actions of either platform).
 ENGAGEMENT = {

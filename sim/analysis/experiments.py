@@ -1,6 +1,6 @@
 """An experiment directory read for analysis: the outcome metrics of every arm and
 replicate, and the paired effects of each treatment arm against the control
-(`open_experiment`). `shoal experiment` (sim.runs.experiment) makes these folders; the
+(`open_experiment`). `shoal experiment` (shoal.runs.experiment) makes these folders; the
 layout, the metrics and the statistics are described in docs/experiments.md.
 
 Metrics of a run, per round r (rounds 0..R for beliefs, 1..R for activity):
@@ -36,13 +36,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-
-from sim.analysis import metrics, plots
-from sim.analysis.report import CSP, CSS, kv_html, png_uri, table_html
-from sim.analysis.runs import Run
-from sim.core.errors import InputError
-from sim.core.vocabulary import RUN_METRICS
-from sim.store.lineage import LiveRun, read_table
+from shoal.analysis import metrics, plots
+from shoal.analysis.report import CSP, CSS, kv_html, png_uri, table_html
+from shoal.analysis.runs import Run
+from shoal.core.errors import InputError
+from shoal.core.vocabulary import RUN_METRICS
+from shoal.store.lineage import LiveRun, read_table
 
 EXPERIMENT_FILE = "experiment.json"
 UNIT_METRICS_FILE = "metrics.parquet"  # in each arm unit's folder
@@ -313,7 +312,7 @@ class Experiment:
         return self.effects[["arm", "metric", "n", *PAIRING_COLUMNS]]
 
     def run(self, arm: str, replicate: int) -> Run:
-        """One arm's run of one replicate (its full history), as `sim.open_run` gives it."""
+        """One arm's run of one replicate (its full history), as `shoal.open_run` gives it."""
         rows = self.units[(self.units["arm"] == arm) & (self.units["replicate"] == replicate)]
         if rows.empty or rows["status"].iloc[0] != "finished":
             raise InputError(f"{self.root.name}: no finished run of arm {arm!r}, replicate "

@@ -1,4 +1,4 @@
-"""Standard metrics of a run, as plain functions on the DataFrames of `sim.analysis`.
+"""Standard metrics of a run, as plain functions on the DataFrames of `shoal.analysis`.
 
 Every function takes frames with the columns of the analysis API (`run.beliefs`,
 `run.posts`, `run.follows`, `run.exposures`; see docs/analysis.md) and returns a DataFrame

@@ -1,6 +1,6 @@
 """The notebook API: `open_run`, `open_runs` and `open_sweep` (exported by `sim`).
 
-    from sim import open_run, open_runs
+    from shoal import open_run, open_runs
     run = open_run("runs/<run_id>")      # or a run id under runs/
     run.beliefs                          # round, agent, topic, position, confidence
     run.polarization()                   # per round and topic
@@ -16,10 +16,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sim.analysis.runs import Run, Runs
-from sim.analysis.sweeps import SWEEP_FILE, Sweep
-from sim.core.errors import InputError
-from sim.store.lineage import run_tree
+from shoal.analysis.runs import Run, Runs
+from shoal.analysis.sweeps import SWEEP_FILE, Sweep
+from shoal.core.errors import InputError
+from shoal.store.lineage import run_tree
 
 
 def open_run(path: str | Path | Any) -> Run:

@@ -1,4 +1,4 @@
-"""Standard plots of runs, from the frames of `sim.analysis` and the tables of `sim.metrics`.
+"""Standard plots of runs, from the frames of `shoal.analysis` and the tables of `shoal.metrics`.
 
 Every function returns a matplotlib Figure drawn on the Agg canvas (no pyplot state, so it
 works in scripts, tests and servers alike; a notebook shows it as the cell's value), and
@@ -18,8 +18,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.colors import PowerNorm
 from matplotlib.figure import Figure
-
-from sim.analysis import metrics
+from shoal.analysis import metrics
 
 DASHES = ("-", "--", ":", "-.")
 MEASURES = {  # polarization column -> axis label

@@ -2,8 +2,8 @@
 
 The page needs no server, no network and no JavaScript: CSS is inline, plots are PNGs
 embedded as base64 `data:` URIs, and a Content-Security-Policy forbids loading anything
-else. The data comes from the notebook API (`sim.analysis.open_run`), the plots from
-`sim.plots`, so the report shows what a notebook shows. It covers the run's full history
+else. The data comes from the notebook API (`shoal.analysis.open_run`), the plots from
+`shoal.plots`, so the report shows what a notebook shows. It covers the run's full history
 (a fork's report includes its ancestors' rounds before each fork) and holds: a summary (ids,
 lineage, config highlights, agents x rounds, timings, checkpoints), the plots (belief
 distribution, polarization, cascade growth), the top posts, the interventions that
@@ -27,14 +27,14 @@ import numpy as np
 import pandas as pd
 import yaml
 from matplotlib.figure import Figure
-
-from sim.analysis import plots
-from sim.analysis.notebook import open_run
-from sim.analysis.runs import Run
-from sim.core.errors import InputError
-from sim.store.lineage import being_written
-from sim.store.llm_usage import Usage
-from sim.store.run_dir import RunDir, engine_version
+from shoal.analysis import plots
+from shoal.analysis.notebook import open_run
+from shoal.analysis.runs import Run
+from shoal.core.errors import InputError
+from shoal.core.files import write_text
+from shoal.store.lineage import being_written
+from shoal.store.llm_usage import Usage
+from shoal.store.run_dir import RunDir, engine_version
 
 TOP_POSTS = 10
 TOP_CASCADES = 5
@@ -64,14 +64,12 @@ def write_report(run: str | Path, out: str | Path | None = None) -> Path:
         raise InputError(f"--out {out}: the report is HTML; give a .html file name")
     if not path.parent.is_dir():
         raise InputError(f"--out {out}: no such folder {path.parent}")
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(render_report(data), encoding="utf-8")
-    tmp.replace(path)
+    write_text(path, render_report(data))
     return path
 
 
 def render_report(data: Run) -> str:
-    """The whole HTML page of a run (opened with `sim.analysis.open_run`)."""
+    """The whole HTML page of a run (opened with `shoal.analysis.open_run`)."""
     run_id = data.run_id
     sections = [
         ("summary", "Summary", summary_section(data)),
@@ -162,7 +160,7 @@ def analysis_section(data: Run) -> str:
     """The latest analysis by `shoal analyse`: each sentence with its verdict (hover) and
     a footnote with the rows it cites; flagged sentences marked; the count of unverified
     claims first."""
-    from sim.analysis.analyses import analysis_html
+    from shoal.analysis.analyses import analysis_html
 
     return analysis_html(data.analysis())
 
@@ -381,7 +379,7 @@ def checkpoints_html(data: Run) -> str:
 
 
 def plots_section(data: Run) -> str:
-    """The standard plots (`sim.plots`), embedded as PNG data URIs; dashed grey lines
+    """The standard plots (`shoal.plots`), embedded as PNG data URIs; dashed grey lines
     mark the rounds where the history passes to a fork."""
     if data.beliefs.empty:
         return _p("No beliefs logged yet.")

@@ -1,12 +1,12 @@
 """The notebook API: a run's trajectory as pandas DataFrames, its metrics and plots.
 
-    from sim import open_run, open_runs
+    from shoal import open_run, open_runs
     run = open_run("runs/<run_id>")      # or a run id under runs/
     run.beliefs                          # round, agent, topic, position, confidence
     run.polarization()                   # per round and topic
     both = open_runs([parent, fork])     # the same frames, with a `run` column
 
-Frames are read on first use and cached. They are lineage-aware (`sim.lineage.read_table`):
+Frames are read on first use and cached. They are lineage-aware (`shoal.lineage.read_table`):
 a fork's frames hold its parent's rows up to the fork round, then its own. A run that is
 still being written is read from its live Parquet mirror (`output.live_parquet: true`)
 without touching the writer's lock; its frames are a consistent snapshot: the last round
@@ -31,10 +31,9 @@ import duckdb
 import pandas as pd
 import yaml
 from matplotlib.figure import Figure
-
-from sim.analysis import metrics
-from sim.core.errors import InputError
-from sim.store.lineage import (
+from shoal.analysis import metrics
+from shoal.core.errors import InputError
+from shoal.store.lineage import (
     ForkInfo,
     LiveRun,
     MissingTableError,
@@ -42,9 +41,9 @@ from sim.store.lineage import (
     read_table,
     run_status,
 )
-from sim.store.run_dir import RunDir, open_run_dir
-from sim.store.schema import schema
-from sim.store.tables import TABLES, TableSpec, file_tables
+from shoal.store.run_dir import RunDir, open_run_dir
+from shoal.store.schema import schema
+from shoal.store.tables import TABLES, TableSpec, file_tables
 
 # The tables shown as frames (`run.beliefs`, ...), as their declarations say.
 FRAMES = tuple(s.name for s in TABLES if s.frame)
@@ -194,7 +193,7 @@ class Run(ForkInfo):
 
     def table(self, name: str) -> pd.DataFrame:
         """A store table as stored (lineage-aware, cut at `last_round`, enums as strings):
-        any of sim.store.TABLES, e.g. `post_stances`, `topics`, `run`. A table the run's
+        any of shoal.store.TABLES, e.g. `post_stances`, `topics`, `run`. A table the run's
         file does not have (older runs) is an empty frame with the schema's columns."""
         return self._cached(f"table:{name}", lambda: self._snapshot(name))
 
@@ -212,11 +211,11 @@ class Run(ForkInfo):
         return self.table("trades")
 
     def graph(self):
-        """The run's graph memory (`sim.store.graph.GraphReader`, through the lineage):
+        """The run's graph memory (`shoal.store.knowledge.GraphReader`, through the lineage):
         `.relations(as_of=None, include_withdrawn=False)`, `.entities()`, `.episodes()`,
         `.communities()`, `.neighbourhood(name)`, `.history(relation_id)`, all DataFrames.
         Withdrawn relations are left out unless asked for (docs/graph.md)."""
-        from sim.store.graph import GRAPH_TABLES, GraphReader
+        from shoal.store.knowledge import GRAPH_TABLES, GraphReader
 
         return self._cached("graph", lambda: GraphReader(
             {name: self.table(name) for name in GRAPH_TABLES}))
@@ -240,14 +239,14 @@ class Run(ForkInfo):
 
     def market_resolutions(self) -> pd.DataFrame:
         """Resolved markets: market, round, outcome, rule_value, paid."""
-        from sim.analysis.markets import resolutions
+        from shoal.analysis.markets import resolutions
 
         return resolutions(self.table("payouts"))
 
     def market_scores(self) -> pd.DataFrame:
         """Brier and log score per (market, agent) of resolved markets; agent −1 is the
         market's own forecast, its prices at the close (sim/analysis/markets.py)."""
-        from sim.analysis.markets import scores
+        from shoal.analysis.markets import scores
 
         return scores(self.table("forecasts"), self.table("payouts"))
 
@@ -262,26 +261,26 @@ class Run(ForkInfo):
 
     def survey_scales(self) -> pd.DataFrame:
         """Per survey, scale and wave: respondents, mean and sd of the scale score,
-        Cronbach's alpha (`sim.analysis.surveys.scale_summary`)."""
-        from sim.analysis.surveys import scale_summary
+        Cronbach's alpha (`shoal.analysis.surveys.scale_summary`)."""
+        from shoal.analysis.surveys import scale_summary
 
         return scale_summary(self.survey_responses, self.config.get("surveys") or [])
 
     def survey_scores(self) -> pd.DataFrame:
         """Each respondent's scale scores per wave (reverse-coded items, listwise)."""
-        from sim.analysis.surveys import scale_scores
+        from shoal.analysis.surveys import scale_scores
 
         return scale_scores(self.survey_responses, self.config.get("surveys") or [])
 
     def survey_abstention(self) -> pd.DataFrame:
         """Per survey, wave and item: asked, abstained and the rate."""
-        from sim.analysis.surveys import abstention
+        from shoal.analysis.surveys import abstention
 
         return abstention(self.survey_responses)
 
     def survey_change(self) -> pd.DataFrame:
         """Within-respondent change of each scale score between consecutive waves."""
-        from sim.analysis.surveys import wave_change
+        from shoal.analysis.surveys import wave_change
 
         return wave_change(self.survey_responses, self.config.get("surveys") or [])
 
@@ -291,7 +290,7 @@ class Run(ForkInfo):
     def analyses(self) -> pd.DataFrame:
         """The analyst's reports of this run (`shoal analyse`), oldest first: question,
         model, status, claims and unverified claims, cost (read afresh each time)."""
-        from sim.analysis.analyses import analyses
+        from shoal.analysis.analyses import analyses
 
         return analyses(self._own_db())
 
@@ -299,7 +298,7 @@ class Run(ForkInfo):
         """One analysis (default: the latest) as DataFrames: `analysis_runs`,
         `analysis_sections`, `analysis_steps` (every step, with its full tool `result`),
         `analysis_claims` (sentence, citations, verdict, evidence)."""
-        from sim.analysis.analyses import analysis_frames
+        from shoal.analysis.analyses import analysis_frames
 
         return analysis_frames(self._own_db(), analysis_id)
 
@@ -307,7 +306,7 @@ class Run(ForkInfo):
     def interviews(self) -> pd.DataFrame:
         """Every interview answer kept for this run (`shoal interview`): batch, round,
         agent, question, answer, status, context hash, tokens, cost (read afresh)."""
-        from sim.store.analysis import read_tables
+        from shoal.store.traces import read_tables
 
         return read_tables(self._own_db(), ["interviews"])["interviews"]
 
@@ -476,21 +475,21 @@ class Run(ForkInfo):
 
     def plot_beliefs(self, path: str | Path | None = None, bins: int = 40) -> Figure:
         """Belief distribution over rounds, one heatmap per topic (`plots`)."""
-        from sim.analysis import plots
+        from shoal.analysis import plots
 
         return plots.belief_distribution(self.beliefs, bins=bins, path=path,
                                          title=self.run_id)
 
     def plot_polarization(self, path: str | Path | None = None) -> Figure:
         """Polarization measures over rounds, one line per topic (`plots`)."""
-        from sim.analysis import plots
+        from shoal.analysis import plots
 
         return plots.polarization_over_time(self.polarization(), path=path,
                                             title=self.run_id)
 
     def plot_cascades(self, top: int = 5, path: str | Path | None = None) -> Figure:
         """Growth of the `top` largest cascades over rounds (`plots`)."""
-        from sim.analysis import plots
+        from shoal.analysis import plots
 
         return plots.cascade_growth(self.cascade_growth(top=top), path=path,
                                     title=self.run_id)
@@ -602,7 +601,7 @@ class Runs:
     def plot_comparison(self, path: str | Path | None = None,
                         topics: Sequence[str] | None = None) -> Figure:
         """Per topic, each run's mean ± sd over rounds; dashed lines at fork rounds."""
-        from sim.analysis import plots
+        from shoal.analysis import plots
 
         forks = {label: r.fork_rounds for label, r in zip(self.labels, self.runs,
                                                           strict=True)}

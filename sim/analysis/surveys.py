@@ -8,8 +8,7 @@ from itertools import pairwise
 
 import numpy as np
 import pandas as pd
-
-from sim.analysis.metrics import t_interval
+from shoal.analysis.metrics import t_interval
 
 
 def _items(surveys: list[dict]) -> pd.DataFrame:

@@ -1,6 +1,6 @@
 """A sweep directory read for analysis: its members and their metrics, the summary per
 grid point with 95% intervals over seeds, and every frame of the notebook API across the
-finished members (`open_sweep`). `shoal sweep` (sim.runs.sweep) makes these folders; the
+finished members (`open_sweep`). `shoal sweep` (shoal.runs.sweep) makes these folders; the
 layout and the metrics are described there.
 """
 
@@ -13,11 +13,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-
-from sim.analysis import metrics
-from sim.analysis.runs import Run, Runs
-from sim.core.errors import InputError
-from sim.store.lineage import read_table
+from shoal.analysis import metrics
+from shoal.analysis.runs import Run, Runs
+from shoal.core.errors import InputError
+from shoal.store.lineage import read_table
 
 SWEEP_FILE = "sweep.json"
 SUMMARY_FILE = "summary.csv"
@@ -26,7 +25,7 @@ STATS = ("mean", "sd", "ci95_low", "ci95_high")
 
 def member_metrics(run: str | Path) -> dict[str, float]:
     """The summary metrics of one run (see the module docstring; formulas of the belief
-    statistics and the bimodality coefficient in `sim.metrics`)."""
+    statistics and the bimodality coefficient in `shoal.metrics`)."""
     rounds = read_table(run, "rounds")
     last = int(rounds["round"].max()) if len(rounds) else 0
     beliefs = read_table(run, "beliefs", f"round = {last}")  # only the last round is needed
@@ -110,7 +109,7 @@ class Sweep:
     point) are DataFrames; every frame of the notebook API (`sweep.beliefs`,
     `sweep.posts`, `sweep.table("post_stances")`, ...) and every metric
     (`sweep.polarization()`, ...) is the finished members' results concatenated, with the
-    columns `run`, `seed` and the grid keys first. `sweep.runs` is the `sim.analysis.Runs`
+    columns `run`, `seed` and the grid keys first. `sweep.runs` is the `shoal.analysis.Runs`
     underneath; index it by run id for one member's `Run`."""
 
     def __init__(self, root: Path, spec: dict):
@@ -153,7 +152,7 @@ class Sweep:
         if name.startswith("_") or name in ("runs", "spec", "members", "summary", "root"):
             raise AttributeError(name)
         if not hasattr(type(self.runs), name):
-            raise AttributeError(f"a sweep has no {name!r} (nor has sim.analysis.Runs)")
+            raise AttributeError(f"a sweep has no {name!r} (nor has shoal.analysis.Runs)")
         self._some_finished()
         value = getattr(self.runs, name)
         if isinstance(value, pd.DataFrame | pd.Series):

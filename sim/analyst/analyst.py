@@ -3,12 +3,12 @@
 1. **Plan.** One call with the run's facts and the `plan_sections` tool gives the sections
    (an unusable plan falls back to `default_plan`, and the trace says why).
 2. **Sections**, at most `parallel` at a time, each its own bounded loop: the model calls
-   tools (`sim.analyst.tools`) at most `tool_calls` times, then must call `write_section`;
+   tools (`shoal.analyst.tools`) at most `tool_calls` times, then must call `write_section`;
    the section has a deadline. A failed or timed-out section does not stop the others.
 3. **Verification.** Each sentence's citations are resolved and its numbers checked
-   (`sim.analyst.citations`); step citations are checked by re-running the tool call.
+   (`shoal.analyst.citations`); step citations are checked by re-running the tool call.
 4. **Traces.** Every step (model message, tool call with its full result, verdict) is
-   written to the run's `analysis_*` tables as it happens (`sim.store.analysis`). A
+   written to the run's `analysis_*` tables as it happens (`shoal.store.traces`). A
    section that did not finish (failed, timed out, killed) is retried alone with
    `retry_sections`, reusing the finished ones.
 
@@ -45,10 +45,9 @@ from typing import Any
 import duckdb
 import pandas as pd
 import yaml
-
-from sim.analysis.analyses import analyses, analysis_frames, write_markdown
-from sim.analysis.runs import Run
-from sim.analyst.citations import (
+from shoal.analysis.analyses import analyses, analysis_frames, write_markdown
+from shoal.analysis.runs import Run
+from shoal.analyst.citations import (
     Citation,
     Claim,
     citations_json,
@@ -59,7 +58,7 @@ from sim.analyst.citations import (
     supports,
     verify,
 )
-from sim.analyst.prompt import (
+from shoal.analyst.prompt import (
     PLAN_SYSTEM,
     PLAN_TOOL,
     SYSTEM,
@@ -68,16 +67,15 @@ from sim.analyst.prompt import (
     facts,
     parse_plan,
 )
-from sim.analyst.tools import TERMINAL, Toolbox, ToolError, table
-from sim.config import parse_config
-from sim.config.llm import ProviderConfig
-from sim.core.errors import InputError, StorageFull, out_of_space
-from sim.core.faults import crash_point
-from sim.llm.chat import ChatModel, ChatReply, ChatRequest, chat_model, cost
-from sim.llm.endpoints import Endpoints
-from sim.runs.interview import interview_agents, provider_for
-from sim.store.analysis import UNVERIFIED, AnalysisStore, open_for_writing, read_tables
-from sim.store.history_sql import (
+from shoal.analyst.tools import TERMINAL, Toolbox, ToolError, table
+from shoal.config import parse_config
+from shoal.config.llm import ProviderConfig
+from shoal.core.errors import InputError, StorageFull, out_of_space
+from shoal.core.faults import crash_point
+from shoal.llm.chat import ChatModel, ChatReply, ChatRequest, chat_model, cost
+from shoal.llm.endpoints import Endpoints
+from shoal.runs.interview import interview_agents, provider_for
+from shoal.store.history_sql import (
     Cancel,
     Limits,
     QueryResult,
@@ -85,8 +83,9 @@ from sim.store.history_sql import (
     bound_connection,
     select_rows,
 )
-from sim.store.lineage import LiveRun, being_written, lineage
-from sim.store.run_dir import open_run_dir
+from shoal.store.lineage import LiveRun, being_written, lineage
+from shoal.store.run_dir import open_run_dir
+from shoal.store.traces import UNVERIFIED, AnalysisStore, open_for_writing, read_tables
 
 EVIDENCE_ROWS = 10  # rows of a citation kept with the claim (those with the numbers first)
 LABELS = "BCDEFGHIJKLMNOPQRSTUVWXYZ"

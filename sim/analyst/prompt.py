@@ -7,8 +7,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sim.analysis.runs import Run
-from sim.store.history_sql import CATALOG, QueryResult
+from shoal.analysis.runs import Run
+from shoal.store.history_sql import CATALOG, QueryResult
 
 SYSTEM = """You are Shoal's analyst. You write one section of a report on a social \
 simulation run, using tools that read the run's data. Rules:

@@ -1,8 +1,8 @@
 """The analyst's tools: what it may read of a run, each a function of JSON arguments to a
 JSON result, the same call giving the same result (the verifier re-runs them).
 
-Every tool reads through the notebook API (`sim.analysis.open_run`) or read-only SQL over
-the run's history (`sim.store.history_sql`); none writes. A result is a table
+Every tool reads through the notebook API (`shoal.analysis.open_run`) or read-only SQL over
+the run's history (`shoal.store.history_sql`); none writes. A result is a table
 (`columns`, `rows`, `truncated`) plus what was asked, so the rows a sentence cites can be
 shown next to it. A bad argument is a `ToolError`, returned to the model as the tool's
 answer so it can correct itself.
@@ -24,10 +24,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-
-from sim.analysis.runs import Run
-from sim.core.errors import InputError
-from sim.store.history_sql import ELLIPSIS, Cancel, Limits, QueryResult, query_history
+from shoal.analysis.runs import Run
+from shoal.core.errors import InputError
+from shoal.store.history_sql import ELLIPSIS, Cancel, Limits, QueryResult, query_history
 
 MAX_ROWS = 100  # rows a tool returns at most (the SQL tool's default limit)
 MAX_BYTES = 32_000  # a tool result's JSON text at most (UTF-8 bytes; about 8k tokens)
@@ -326,8 +325,8 @@ class Toolbox:
 
     def graph_search(self, args: dict) -> dict:
         """BM25 search over the run's graph memory."""
-        from memory.graph.model import TABLES
-        from memory.graph.retrieval import search_tables
+        from shoal.memory.knowledge.model import TABLES
+        from shoal.memory.knowledge.retrieval import search_tables
 
         reader = self.run.graph()
         limit = min(int(args.get("limit") or 10), 20)

@@ -1,5 +1,5 @@
-"""The `shoal` command line (sim.cli.main)."""
+"""The `shoal` command line (shoal.cli.main)."""
 
-from sim.cli.main import main
+from shoal.cli.main import main
 
 __all__ = ["main"]

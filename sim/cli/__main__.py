@@ -1,7 +1,7 @@
-"""`python -m sim.cli ...`: the same as the `shoal` command."""
+"""`python -m shoal.cli ...`: the same as the `shoal` command."""
 
 import sys
 
-from sim.cli.main import main
+from shoal.cli.main import main
 
 sys.exit(main())

@@ -1,5 +1,5 @@
 """`shoal analyse` and batch `shoal interview --agents`: parsing and printing (the work is
-in sim.analyst and sim.runs.interview, imported when a command runs)."""
+in shoal.analyst and shoal.runs.interview, imported when a command runs)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ import argparse
 
 from rich.markup import escape
 from rich.table import Table
-
-from sim.cli.console import console, out, print_whole
-from sim.core.errors import InputError
+from shoal.cli.console import console, out, print_whole
+from shoal.core.errors import InputError
 
 
 def add_parser(sub) -> None:
@@ -49,7 +48,7 @@ def add_parser(sub) -> None:
 
 def cmd_analyse(args: argparse.Namespace) -> int:
     """`shoal analyse RUN`."""
-    from sim.analyst.analyst import (
+    from shoal.analyst.analyst import (
         AnalysisInterrupted,
         Settings,
         analyse,
@@ -98,8 +97,8 @@ def cmd_analyse(args: argparse.Namespace) -> int:
 
 
 def _list(run: str) -> int:
-    from sim.analysis.analyses import analyses
-    from sim.store.run_dir import open_run_dir
+    from shoal.analysis.analyses import analyses
+    from shoal.store.run_dir import open_run_dir
 
     df = analyses(open_run_dir(run).db)
     if df.empty:
@@ -132,7 +131,7 @@ def _shown(value: object, missing: str = "") -> str:
 
 def interview_many(args: argparse.Namespace) -> int:
     """`shoal interview RUN --agents SELECTOR "question"`."""
-    from sim.runs.interview import interview_agents
+    from shoal.runs.interview import interview_agents
 
     if args.concurrency is not None and args.concurrency < 1:
         raise InputError(f"--concurrency {args.concurrency}: at least 1")

@@ -7,8 +7,7 @@ import math
 
 from rich.markup import escape
 from rich.table import Table
-
-from sim.cli.console import console, out, print_whole
+from shoal.cli.console import console, out, print_whole
 
 
 def add_parser(sub) -> None:
@@ -40,7 +39,7 @@ def add_parser(sub) -> None:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """`shoal calibrate`."""
-    from sim.runs.calibrate import calibrate, parse_param, plot_fit
+    from shoal.runs.calibrate import calibrate, parse_param, plot_fit
 
     params = [parse_param(p) for p in args.param]
 
@@ -66,8 +65,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     for note in result.notes:
         console.print(f"[yellow]warning[/]: {escape(note)}", highlight=False)
     if not args.no_plot:
-        from sim.config import load_config
-        from sim.runs.calibrate import load_target
+        from shoal.config import load_config
+        from shoal.runs.calibrate import load_target
 
         cfg = load_config(args.config, args.set or [])
         target = load_target(args.target, [t.name for t in cfg.topics], cfg.rounds)

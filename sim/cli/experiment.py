@@ -7,9 +7,8 @@ import argparse
 
 from rich.markup import escape
 from rich.table import Table
-
-from sim.cli.console import console, out, print_whole
-from sim.core.errors import InputError
+from shoal.cli.console import console, out, print_whole
+from shoal.core.errors import InputError
 
 
 def add_parser(sub) -> None:
@@ -46,13 +45,13 @@ def effects_table(rows: list[list[str]], headers: list[str]) -> Table:
 
 def cmd_experiment(args: argparse.Namespace) -> int:
     """Plan (or reopen) an experiment, run its units on Ray, print the effects."""
-    from sim.analysis.experiments import (
+    from shoal.analysis.experiments import (
         EFFECT_HEADERS,
         EXPERIMENT_FILE,
         effects_rows,
         small_sample_warnings,
     )
-    from sim.runs.experiment import (
+    from shoal.runs.experiment import (
         plan_experiment,
         reopen_experiment,
         run_experiment,

@@ -17,13 +17,12 @@ from collections.abc import Callable
 
 import yaml
 from rich.markup import escape
-
-from sim.cli.console import console, out, print_whole, progress_bar, stop_between_rounds
-from sim.cli.graph import add_parsers as add_graph_parsers
-from sim.config import load_config, resolved_dict
-from sim.config.loading import locate
-from sim.core.errors import InputError, ProviderDown
-from sim.store.run_dir import engine_version
+from shoal.cli.console import console, out, print_whole, progress_bar, stop_between_rounds
+from shoal.cli.knowledge import add_parsers as add_graph_parsers
+from shoal.config import load_config, resolved_dict
+from shoal.config.loading import locate
+from shoal.core.errors import InputError, ProviderDown
+from shoal.store.run_dir import engine_version
 
 FACT_LOST = 5  # `shoal diagnose-memory`: the planted fact did not reach the agents
 
@@ -70,7 +69,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run a simulation from a config, with a progress bar and a final summary."""
-    from sim.runs.simulation import Simulation
+    from shoal.runs.simulation import Simulation
 
     cfg = _load(args)
     start = time.perf_counter()
@@ -86,7 +85,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """Continue a run from its last checkpointed round."""
-    from sim.runs.simulation import Simulation
+    from shoal.runs.simulation import Simulation
 
     start = time.perf_counter()
     shards = args.shards
@@ -116,8 +115,8 @@ def cmd_fork(args: argparse.Namespace) -> int:
     """Fork a run at a checkpointed round, with changes, and run the fork."""
     from pathlib import Path
 
-    from sim.runs.fork import fork_run
-    from sim.runs.fork_plan import ForkPlan, describe_schedule, load_interventions
+    from shoal.runs.fork import fork_run
+    from shoal.runs.fork_plan import ForkPlan, describe_schedule, load_interventions
 
     start = time.perf_counter()
     added = load_interventions(Path(args.intervene)) if args.intervene else []
@@ -147,9 +146,8 @@ def cmd_fork(args: argparse.Namespace) -> int:
 def cmd_runs(args: argparse.Namespace) -> int:
     """List the runs of an output folder as a lineage tree (forks under their parents)."""
     from rich.table import Table
-
-    from sim.store.lineage import run_tree
-    from sim.store.run_dir import clean_unfinished
+    from shoal.store.lineage import run_tree
+    from shoal.store.run_dir import clean_unfinished
 
     entries = run_tree(args.folder)
     unfinished = clean_unfinished(args.folder)
@@ -198,7 +196,7 @@ def _print_unfinished(folder: str, unfinished) -> None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Compare runs with the first: beliefs, first divergence, activity; write a plot."""
-    from sim.analysis.compare import (
+    from shoal.analysis.compare import (
         compare_runs,
         comparison_tables,
         plot_comparison,
@@ -219,8 +217,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     """Print the exact system text and observation of an agent in a round."""
-    from sim.runs.inspect import inspect_agent
-    from sim.store.run_dir import open_run_dir
+    from shoal.runs.inspect import inspect_agent
+    from shoal.store.run_dir import open_run_dir
 
     own = open_run_dir(args.run).run_id
     items = inspect_agent(args.run, args.agent, args.round, args.platform)
@@ -258,10 +256,10 @@ def cmd_interview(args: argparse.Namespace) -> int:
     if (args.agent is None) == (args.agents is None):
         raise InputError("give --agent ID (one agent) or --agents SELECTOR (many)")
     if args.agents is not None:
-        from sim.cli.analyse import interview_many
+        from shoal.cli.analyse import interview_many
 
         return interview_many(args)
-    from sim.runs.interview import interview
+    from shoal.runs.interview import interview
 
     result = interview(args.run, args.agent, args.question, args.round, args.base_url,
                        args.model, args.api_key_env)
@@ -284,7 +282,7 @@ def cmd_interview(args: argparse.Namespace) -> int:
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     """Predict a config's LLM calls, tokens and cost with a dry run."""
-    from sim.runs.estimate import estimate
+    from shoal.runs.estimate import estimate
 
     cfg = _load(args)
     try:
@@ -309,7 +307,7 @@ def cmd_diagnose_memory(args: argparse.Namespace) -> int:
     """Plant a fact, run with compaction, report created / retained / injected."""
     from pathlib import Path
 
-    from sim.runs.memory_diagnostic import DEFAULT_FACT, diagnose
+    from shoal.runs.memory_diagnostic import DEFAULT_FACT, diagnose
 
     cfg = _load(args)
     try:
@@ -331,7 +329,7 @@ def _drive(sim, quiet: bool, start: float) -> int:
     """Run the remaining rounds with a progress bar, then print the summary; always close
     the simulation. Ctrl-C stops at the end of the running round, committed and
     checkpointed, and says how to continue."""
-    from sim.cli.summary import open_hint, summarize
+    from shoal.cli.summary import open_hint, summarize
 
     first = sim.round
     try:
@@ -371,7 +369,7 @@ def _drive(sim, quiet: bool, start: float) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """`shoal report RUN [--out FILE.html]`."""
-    from sim.analysis.report import write_report
+    from shoal.analysis.report import write_report
 
     path = write_report(args.run, args.out)
     console.print(f"report → {path} ({path.stat().st_size / 1e3:,.0f} kB)")
@@ -380,14 +378,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """`shoal sweep CONFIG --seeds N [--grid key=v1,v2 ...]`."""
-    from sim.cli.sweep import sweep
+    from shoal.cli.sweep import sweep
 
     return sweep(args)
 
 
 def cmd_import(args: argparse.Namespace) -> int:
     """`shoal import miroshark|mirofish DIR --out SCENARIO_DIR [--force]`."""
-    from sim.runs.importer import import_simulation
+    from shoal.runs.importer import import_simulation
 
     rep = import_simulation(args.source, args.dir, args.out, force=args.force)
     console.print(f"imported {rep.agents} agents, {rep.rounds} rounds, platforms "
@@ -523,7 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_estimate)
 
     p = sub.add_parser("llm-serve", help="run Shoal's loopback OpenAI-compatible LLM server")
-    from sim.llm.server import add_arguments, serve
+    from shoal.llm.server import add_arguments, serve
 
     add_arguments(p)
     p.set_defaults(func=serve)
@@ -553,10 +551,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no per-member lines")
     p.set_defaults(func=cmd_sweep)
 
-    from sim.cli.analyse import add_parser as add_analyse_parser  # (a light module)
-    from sim.cli.calibrate import add_parser as add_calibrate_parser  # (a light module)
-    from sim.cli.experiment import add_parser as add_experiment_parser  # (a light module)
-    from sim.cli.survey import add_parser as add_survey_parser  # (a light module)
+    from shoal.cli.analyse import add_parser as add_analyse_parser  # (a light module)
+    from shoal.cli.calibrate import add_parser as add_calibrate_parser  # (a light module)
+    from shoal.cli.experiment import add_parser as add_experiment_parser  # (a light module)
+    from shoal.cli.survey import add_parser as add_survey_parser  # (a light module)
 
     add_analyse_parser(sub)
     add_survey_parser(sub)
@@ -641,7 +639,7 @@ def _damaged_file(exc: Exception, args: argparse.Namespace) -> str | None:
     read one; this catches a read that did not."""
     if not type(exc).__module__.lstrip("_").startswith("duckdb"):
         return None
-    from sim.store.trajectory import damage_reason, damaged
+    from shoal.store.trajectory import damage_reason, damaged
 
     reason = damage_reason(exc)
     if reason is None:

@@ -9,9 +9,8 @@ import pandas as pd
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
-
-from sim.store.checkpoints import CheckpointStore
-from sim.store.llm_usage import Usage
+from shoal.store.checkpoints import CheckpointStore
+from shoal.store.llm_usage import Usage
 
 STOPPED = "round_stopped"  # `llm_calls.outcome` of the calls of a round that stopped
 

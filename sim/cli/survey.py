@@ -7,9 +7,8 @@ import math
 
 from rich.markup import escape
 from rich.table import Table
-
-from sim.cli.console import console, out, print_whole
-from sim.core.errors import InputError
+from shoal.cli.console import console, out, print_whole
+from shoal.core.errors import InputError
 
 
 def add_parser(sub) -> None:
@@ -29,7 +28,7 @@ def add_parser(sub) -> None:
 
 def cmd_survey(args: argparse.Namespace) -> int:
     """`shoal survey RUN`."""
-    from sim.analysis.notebook import open_run
+    from shoal.analysis.notebook import open_run
 
     if args.concurrency is not None and args.concurrency < 1:
         raise InputError(f"--concurrency {args.concurrency}: at least 1")
@@ -37,7 +36,7 @@ def cmd_survey(args: argparse.Namespace) -> int:
     if not run.config.get("surveys"):
         raise InputError(f"{run.run_id}: the run's config has no surveys")
     if not args.results_only and (run.config.get("llm") or args.base_url):
-        from sim.runs.survey import survey_llm_agents
+        from shoal.runs.survey import survey_llm_agents
 
         asked = survey_llm_agents(args.run, args.base_url, args.model, args.api_key_env,
                                   args.concurrency).asked

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 from rich.table import Table
-
-from sim.analysis.sweeps import LEVEL, SUMMARY_FILE, SWEEP_FILE
-from sim.cli.console import console, out, print_whole
-from sim.runs.sweep import plan_sweep, run_sweep
+from shoal.analysis.sweeps import LEVEL, SUMMARY_FILE, SWEEP_FILE
+from shoal.cli.console import console, out, print_whole
+from shoal.runs.sweep import plan_sweep, run_sweep
 
 
 def summary_table(summary: pd.DataFrame, grid_keys: list[str]) -> Table:

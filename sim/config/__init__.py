@@ -1,10 +1,10 @@
 """The run configuration (docs/config.md): the `Config` model and how it is read.
 
-    from sim.config import load_config, parse_config
+    from shoal.config import load_config, parse_config
     cfg = load_config("configs/quickstart.yaml", ["population.size=500"])
 """
 
-from sim.config.loading import (
+from shoal.config.loading import (
     apply_overrides,
     config_hash,
     load_config,
@@ -14,9 +14,9 @@ from sim.config.loading import (
     upgrade_saved,
     validation_problems,
 )
-from sim.config.model import BeliefRule, Config, MemoryConfig, TopicSpec
-from sim.config.selector import Selector
-from sim.core.errors import ConfigError
+from shoal.config.model import BeliefRule, Config, MemoryConfig, TopicSpec
+from shoal.config.selector import Selector
+from shoal.core.errors import ConfigError
 
 __all__ = ["BeliefRule", "Config", "ConfigError", "MemoryConfig", "Selector", "TopicSpec",
            "apply_overrides", "config_hash", "load_config", "parse_config",

@@ -2,7 +2,7 @@
 registered part (a belief rule, a recommender, a platform's settings, ...).
 
 A part field is validated by the config model its part registered with
-(sim.core.registry): a belief rule's parameters are checked by the rule's own model,
+(shoal.core.registry): a belief rule's parameters are checked by the rule's own model,
 whether the rule ships with Shoal or comes from a plug-in. Models build their validation
 schema on first use (`defer_build`), so the registries load then, not at import.
 """
@@ -21,9 +21,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import core_schema
-
-from sim.core.distributions import Distribution, as_distribution
-from sim.core.registry import Registry
+from shoal.core.distributions import Distribution, as_distribution
+from shoal.core.registry import Registry
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
 

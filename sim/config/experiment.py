@@ -12,7 +12,7 @@ config by a treatment, compared in pairs over replicated seeds.
         news_at_5: {interventions: {move: {news: 5}}}
         double_stance: {overrides: {interventions.news.stance.carbon_tax: 0.8}}
 
-`shoal run` ignores the section; `shoal experiment` (sim.runs.experiment) runs it. What an
+`shoal run` ignores the section; `shoal experiment` (shoal.runs.experiment) runs it. What an
 arm may change is what a fork may change; that check needs the fork machinery and is made
 when the experiment is planned, with every problem named by its path in this section.
 """
@@ -23,9 +23,8 @@ import re
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
-
-from sim.config.base import Name, Strict
-from sim.core.vocabulary import outcome_metrics
+from shoal.config.base import Name, Strict
+from shoal.core.vocabulary import outcome_metrics
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z0-9_\-]+)*$")
 BASE = "base"  # the unit name of a replicate's shared base run; no arm may take it

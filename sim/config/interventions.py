@@ -3,8 +3,8 @@
 An entry fires once, at the boundary between rounds `round − 1` and `round` (round 0 is
 the initial state: entries there fire during setup), so everything it does is part of the
 world that the agents of `round` see. A kind is registered in
-`sim.core.registry.INTERVENTIONS` with its model (here, or in a plug-in) and what firing
-it does (sim.engine.interventions); docs/interventions.md describes them for users.
+`shoal.core.registry.INTERVENTIONS` with its model (here, or in a plug-in) and what firing
+it does (shoal.engine.interventions); docs/interventions.md describes them for users.
 
 Every model derives from `InterventionSpec` and reports its cross-field problems through
 `problems` (topics and groups it names, the round it fires at), so the config checks any
@@ -16,10 +16,9 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
-
-from sim.config.base import Strict
-from sim.config.selector import Selector
-from sim.core.registry import PLATFORMS
+from shoal.config.base import Strict
+from shoal.config.selector import Selector
+from shoal.core.registry import PLATFORMS
 
 Stance = dict[str, Annotated[float, Field(ge=-1, le=1)]]
 
@@ -190,7 +189,7 @@ class SetParams(InterventionSpec):
 
 
 # Config sections a `set` intervention (or a fork's --set) may change mid-run; a platform's
-# changeable fields are listed in sim.config.platforms. The rest (population, topics,
+# changeable fields are listed in shoal.config.platforms. The rest (population, topics,
 # initial conditions, graph, start time, which platforms exist) only shaped round 0.
 MUTABLE_SECTIONS = ("policy", "beliefs", "activity", "executor", "output", "checkpoints",
                     "memory", "llm", "rounds", "seed", "name")
@@ -198,7 +197,7 @@ MUTABLE_SECTIONS = ("policy", "beliefs", "activity", "executor", "output", "chec
 
 def mutable(key: str) -> bool:
     """Whether the dotted config path `key` may change after round 0."""
-    from sim.config.platforms import mutable_fields
+    from shoal.config.platforms import mutable_fields
 
     parts = key.split(".")
     if parts[0] == "platforms":

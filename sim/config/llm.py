@@ -1,6 +1,6 @@
 """The `llm:` section: the chat-model endpoints (providers), which agents use them, and
 what happens when a call fails. A provider's `kind` names a registered chat model
-(`sim.core.registry.CHAT_MODELS`; Shoal's own is `openai`, any OpenAI-compatible
+(`shoal.core.registry.CHAT_MODELS`; Shoal's own is `openai`, any OpenAI-compatible
 endpoint), whose config model derives from `ProviderConfig`."""
 
 from __future__ import annotations
@@ -11,11 +11,10 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
-
-from sim.config.base import Strict, part
-from sim.config.selector import Selector
-from sim.core.errors import InputError
-from sim.core.registry import CHAT_MODELS
+from shoal.config.base import Strict, part
+from shoal.config.selector import Selector
+from shoal.core.errors import InputError
+from shoal.core.registry import CHAT_MODELS
 
 
 def _no_key(value: str) -> str:

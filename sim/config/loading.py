@@ -17,13 +17,12 @@ from typing import Any, NamedTuple
 
 import yaml
 from pydantic import BaseModel, ValidationError
-
-from sim.config.base import PartOf
-from sim.config.llm import check_api_keys, is_secret_name, key_fields, secret_fields
-from sim.config.model import Config
-from sim.config.platforms import PlatformsOf
-from sim.core.errors import ConfigError, InputError
-from sim.core.registry import REGISTRIES
+from shoal.config.base import PartOf
+from shoal.config.llm import check_api_keys, is_secret_name, key_fields, secret_fields
+from shoal.config.model import Config
+from shoal.config.platforms import PlatformsOf
+from shoal.core.errors import ConfigError, InputError
+from shoal.core.registry import REGISTRIES
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

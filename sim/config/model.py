@@ -3,8 +3,8 @@
 Every field here is used by the engine (honest config); an unknown field is an error
 naming its path. Sections that hold a registered part (a belief rule, a recommender, a
 platform, a policy, a summariser, a chat model, an intervention kind) are validated by the
-config model that part registered (sim.config.base.part). Reading YAML files and turning
-validation errors into `file:line: path: problem` lines is sim.config.loading's job.
+config model that part registered (shoal.config.base.part). Reading YAML files and turning
+validation errors into `file:line: path: problem` lines is shoal.config.loading's job.
 """
 
 from __future__ import annotations
@@ -13,16 +13,15 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, PrivateAttr, field_validator, model_validator
-
-from sim.config.base import Dist, Name, Strict, part
-from sim.config.experiment import ExperimentConfig
-from sim.config.interventions import known_platform
-from sim.config.llm import LLMConfig
-from sim.config.platforms import Platforms
-from sim.config.selector import Selector
-from sim.config.surveys import Survey, sample_note
-from sim.core.distributions import Uniform
-from sim.core.registry import BELIEF_RULES, EXTRACTORS, INTERVENTIONS, POLICIES, SUMMARIZERS
+from shoal.config.base import Dist, Name, Strict, part
+from shoal.config.experiment import ExperimentConfig
+from shoal.config.interventions import known_platform
+from shoal.config.llm import LLMConfig
+from shoal.config.platforms import Platforms
+from shoal.config.selector import Selector
+from shoal.config.surveys import Survey, sample_note
+from shoal.core.distributions import Uniform
+from shoal.core.registry import BELIEF_RULES, EXTRACTORS, INTERVENTIONS, POLICIES, SUMMARIZERS
 
 BeliefRule = part(BELIEF_RULES)  # the type of `beliefs.update`
 Policy = part(POLICIES)  # the type of `policy`
@@ -403,7 +402,7 @@ class Config(Strict):
     # Arms compared in pairs by `shoal experiment` (docs/experiments.md); a plain run
     # ignores it, and it is left out of the resolved config when absent.
     experiment: ExperimentConfig | None = None
-    # Where a config read from a file came from (sim.config.loading.Origin): the lines
+    # Where a config read from a file came from (shoal.config.loading.Origin): the lines
     # of its fields, for problems found after validation. Not part of the config.
     _origin: Any = PrivateAttr(default=None)
 

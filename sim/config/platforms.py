@@ -1,5 +1,5 @@
 """The `platforms:` section: one entry per registered platform, each validated by the
-config model its platform registered (sim.platforms). Shoal's own platforms are on unless
+config model its platform registered (shoal.platforms). Shoal's own platforms are on unless
 switched off; a plug-in's platform is off unless the config names it.
 """
 
@@ -15,10 +15,9 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import core_schema
-
-from sim.config.base import Strict, part
-from sim.config.selector import Selector
-from sim.core.registry import PLATFORMS, RECOMMENDERS
+from shoal.config.base import Strict, part
+from shoal.config.selector import Selector
+from shoal.core.registry import PLATFORMS, RECOMMENDERS
 
 
 class PlatformConfig(Strict):

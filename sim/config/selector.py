@@ -3,7 +3,7 @@ agents, an intervention's target, a market's traders.
 
 A selector names explicit `ids`, and/or `groups`, and/or a seeded `fraction` of those;
 every field left out means "no restriction", so an empty selector picks everyone. It is
-resolved against the population by `sim.world.selection.select`, with one rule for every
+resolved against the population by `shoal.world.selection.select`, with one rule for every
 user: an id outside the population or an unknown group is an error naming the field.
 """
 
@@ -12,8 +12,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from pydantic import Field
-
-from sim.config.base import Strict
+from shoal.config.base import Strict
 
 
 class Selector(Strict):
@@ -36,8 +35,7 @@ def parse_selector(text: str, flag: str = "--agents") -> Selector:
     InputError naming `flag` otherwise."""
     import yaml
     from pydantic import ValidationError
-
-    from sim.core.errors import InputError
+    from shoal.core.errors import InputError
 
     text = text.strip()
     if text == "all":

@@ -12,9 +12,8 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field, model_validator
-
-from sim.config.base import Name, Strict
-from sim.config.selector import Selector
+from shoal.config.base import Name, Strict
+from shoal.config.selector import Selector
 
 ItemKind = Literal["likert", "single", "multiple", "numeric", "text"]
 

@@ -21,8 +21,7 @@ import zlib
 from enum import IntEnum
 
 import numpy as np
-
-from sim.core.errors import InputError
+from shoal.core.errors import InputError
 
 _M0 = np.uint64(0xD2511F53)
 _M1 = np.uint64(0xCD9E8D57)

@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-
-from sim.core.keys import SortedKeySet, pack, unpack
-from sim.core.state import State
+from shoal.core.keys import SortedKeySet, pack, unpack
+from shoal.core.state import State
 
 
 class FollowGraph:

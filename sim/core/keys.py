@@ -51,7 +51,7 @@ class SortedKeySet:
     """A set of int64 keys held as one sorted array; all operations are vectorised.
 
     It keeps a journal of the keys it added and removed (`take_changes`), so that its owner
-    can checkpoint it by what changed (sim.core.state)."""
+    can checkpoint it by what changed (shoal.core.state)."""
 
     def __init__(self, keys: np.ndarray | None = None):
         self.keys = (unique_sorted(np.asarray(keys, dtype=np.int64)) if keys is not None

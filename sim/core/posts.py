@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 import numpy as np
-
-from sim.core.state import State, concat, decode_texts, encode_texts
+from shoal.core.state import State, concat, decode_texts, encode_texts
 
 
 class PostKind(IntEnum):

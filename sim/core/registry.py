@@ -11,7 +11,7 @@ entry-point group `shoal.plugins`:
     my_parts = "my_package.shoal_parts"      # a module that registers on import
 
     # my_package/shoal_parts.py
-    from sim.core.registry import BELIEF_RULES
+    from shoal.core.registry import BELIEF_RULES
     @BELIEF_RULES.register("my_rule", config=MyRuleConfig)
     class MyRule(UpdateRule): ...
 
@@ -28,27 +28,27 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
-from sim.core.errors import InputError
+from shoal.core.errors import InputError
 
 ENTRY_POINT_GROUP = "shoal.plugins"
 # Modules holding Shoal's own parts (imported first, in this order). The store's modules
 # declare the trajectory's tables (sim/store/tables.py); the market declares its own.
 BUILTINS = (
-    "sim.store.schema",
-    "sim.store.graph",
-    "sim.store.analysis",
-    "sim.platforms.twitter",
-    "sim.platforms.reddit",
-    "beliefs.rules",
-    "sim.engine.recommenders",
-    "sim.engine.interventions",
-    "memory.compaction",
-    "memory.llm_summarizer",
-    "agents.rule_policy",
-    "sim.llm.openai",
-    "sim.market.makers",
-    "sim.market.platform",
-    "memory.graph.extractors",
+    "shoal.store.schema",
+    "shoal.store.knowledge",
+    "shoal.store.traces",
+    "shoal.platforms.twitter",
+    "shoal.platforms.reddit",
+    "shoal.beliefs.rules",
+    "shoal.engine.recommenders",
+    "shoal.engine.interventions",
+    "shoal.memory.compaction",
+    "shoal.memory.llm_summarizer",
+    "shoal.agents.rule_policy",
+    "shoal.llm.openai",
+    "shoal.market.makers",
+    "shoal.market.platform",
+    "shoal.memory.knowledge.extractors",
 )
 
 

@@ -7,8 +7,7 @@ on the left; the newest id sits in the last column.
 from __future__ import annotations
 
 import numpy as np
-
-from sim.core.keys import unique_sorted
+from shoal.core.keys import unique_sorted
 
 _SHIFT = np.int64(31)
 _LOW = np.int64((1 << 31) - 1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.core.errors import InputError
+from shoal.core.errors import InputError
 
 
 def read_user_text(path: Path, what: str, hint: str) -> str:

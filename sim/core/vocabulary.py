@@ -10,7 +10,7 @@ from enum import IntEnum
 
 class ActionType(IntEnum):
     """Platform actions. Which of them a platform offers is its spec's business
-    (`sim.platforms`); DO_NOTHING is everywhere."""
+    (`shoal.platforms`); DO_NOTHING is everywhere."""
 
     DO_NOTHING = 0
     POST = 1
@@ -66,7 +66,7 @@ SOURCE = {"rule": 0, "llm": 1, "fallback_rule": 2, "fallback_nothing": 3}
 STANCE_METHOD = {"data": 0, "self_report": 1, "lexicon": 2, "none": 3}
 # Outcome metrics an experiment compares (docs/experiments.md): per topic (the state of
 # beliefs at a round) and for the whole run (rates per round). The config names them in
-# `experiment.metrics`; sim.analysis.experiments computes them.
+# `experiment.metrics`; shoal.analysis.experiments computes them.
 TOPIC_METRICS = ("belief_mean", "belief_sd", "polarization")
 RUN_METRICS = ("activity", "engagement")
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from agents.observation import ContextBatch, PlatformView, TurnInputs
-from agents.prompt import (
+from shoal.agents.observation import ContextBatch, PlatformView, TurnInputs
+from shoal.agents.prompt import (
     INTERVIEW,
     ContextInputs,
     FeedItem,
@@ -18,14 +17,14 @@ from agents.prompt import (
     build_context,
     section_specs,
 )
-from beliefs.render import trusted_accounts
-from memory.context import Assembled, Line, quote
-from memory.graph.retrieval import provenance
-from sim.core.counter_rng import CounterRNG
-from sim.core.posts import PostKind
-from sim.core.registry import RECOMMENDERS
-from sim.engine.observe import observe
-from sim.world.interventions import NEWS_AUTHOR
+from shoal.beliefs.render import trusted_accounts
+from shoal.core.counter_rng import CounterRNG
+from shoal.core.posts import PostKind
+from shoal.core.registry import RECOMMENDERS
+from shoal.engine.observe import observe
+from shoal.memory.context import Assembled, Line, quote
+from shoal.memory.knowledge.retrieval import provenance
+from shoal.world.interventions import NEWS_AUTHOR
 
 KIND_NAMES = {k.value: k.name.lower() for k in PostKind}
 
@@ -248,7 +247,7 @@ class AgentContext:
 
 def context_for(world, agent: int, round_: int, platform: str = INTERVIEW) -> AgentContext:
     """The context `agent` gets on `platform` in round `round_`, the world being as it is
-    at the start of that round (`sim.engine.interventions.begin_round` done): the feed is
+    at the start of that round (`shoal.engine.interventions.begin_round` done): the feed is
     the one the platform's recommender builds for the agent, as the driver would. With
     `platform` INTERVIEW: the system text of an interview, no feed."""
     feed = None

@@ -18,9 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-
-from memory.digest import CrossPlatformDigest, Entry
-from memory.notifications import FOLLOW, REACTIONS, REPLIES, Notice, Notifications
+from shoal.memory.digest import CrossPlatformDigest, Entry
+from shoal.memory.notifications import FOLLOW, REACTIONS, REPLIES, Notice, Notifications
 
 _NOTIFYING = sorted(REPLIES | set(REACTIONS) | {FOLLOW})
 _MAX_LISTED_IDS = 20_000  # beyond this, read every action and filter in memory
@@ -111,7 +110,7 @@ def rebuild_history(run: str, world, agents: np.ndarray, before_round: int,
 def _actions(run: str, world, agents: np.ndarray, before_round: int) -> pd.DataFrame:
     """The actions before `before_round` by `agents`, on their posts or at them, in the
     order the driver applied them (round, platform, agent, slot)."""
-    from sim.store.lineage import read_table  # lineage -> run -> driver imports this module
+    from shoal.store.lineage import read_table  # lineage -> run -> driver imports this module
 
     where = f"round < {before_round}"
     mine = np.nonzero(np.isin(world.posts.author, agents))[0]

@@ -12,14 +12,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from agents.actions import ActionBatch
-from agents.observation import PlatformView
-from sim.core.keys import first_occurrence, pack, unique_sorted
-from sim.core.posts import NewPosts, PostKind
-from sim.core.vocabulary import CREATES_POST, TARGETS_POST, TRUST_CAUSES, VOTES, ActionType, Reason
-from sim.world.platform import feed_kinds
-from sim.world.world import World
+from shoal.agents.actions import ActionBatch
+from shoal.agents.observation import PlatformView
+from shoal.core.keys import first_occurrence, pack, unique_sorted
+from shoal.core.posts import NewPosts, PostKind
+from shoal.core.vocabulary import (
+    CREATES_POST,
+    TARGETS_POST,
+    TRUST_CAUSES,
+    VOTES,
+    ActionType,
+    Reason,
+)
+from shoal.world.platform import feed_kinds
+from shoal.world.world import World
 
 _KIND_OF = {ActionType.POST: PostKind.POST, ActionType.REPOST: PostKind.REPOST,
             ActionType.QUOTE: PostKind.QUOTE, ActionType.REPLY: PostKind.REPLY,
@@ -119,7 +125,7 @@ def validate(world: World, actions: ActionBatch, views: dict[int, PlatformView]
 def apply_actions(world: World, actions: ActionBatch, views: list[PlatformView],
                   round_: int) -> Applied:
     """Validate and apply a canonical batch; mutates the world's posts and platforms. The
-    trust events it returns are applied by the update phase (`sim.engine.update`)."""
+    trust events it returns are applied by the update phase (`shoal.engine.update`)."""
     by_code = {v.platform: v for v in views}
     reason = validate(world, actions, by_code)
     ok = reason == Reason.OK

@@ -29,30 +29,26 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-
-from agents.actions import ActionBatch
-from agents.observation import DecisionRequest, PlatformView, Prompt
-from agents.policy import reads_social_features
-from beliefs.rules import Exposures, make_rule
-from memory.context import Assembled, accounting_rows
-from memory.prefix_reuse import PromptUsage
-from memory.tokens import encoding
-from sim.core.counter_rng import CounterRNG
-from sim.core.errors import ProviderDown
-from sim.core.faults import crash_point
-from sim.core.vocabulary import ACTION_NAMES, Reason
-from sim.engine.agent_context import (
+from shoal.agents.actions import ActionBatch
+from shoal.agents.observation import DecisionRequest, PlatformView, Prompt
+from shoal.agents.policy import reads_social_features
+from shoal.beliefs.rules import Exposures, make_rule
+from shoal.core.counter_rng import CounterRNG
+from shoal.core.errors import ProviderDown
+from shoal.core.faults import crash_point
+from shoal.core.vocabulary import ACTION_NAMES, Reason
+from shoal.engine.agent_context import (
     build_context_for,
     context_batches,
     section_specs,
     top_comments,
 )
-from sim.engine.agent_history import AppliedRows, record_actions
-from sim.engine.apply import Applied, apply_all
-from sim.engine.executors import Executor
-from sim.engine.interventions import Fired, begin_round, publish_news
-from sim.engine.observe import decision_request, empty_view, exposures, observe
-from sim.engine.round_log import (
+from shoal.engine.agent_history import AppliedRows, record_actions
+from shoal.engine.apply import Applied, apply_all
+from shoal.engine.executors import Executor
+from shoal.engine.interventions import Fired, begin_round, publish_news
+from shoal.engine.observe import decision_request, empty_view, exposures, observe
+from shoal.engine.round_log import (
     PlatformEnum,
     actions_table,
     agents_table,
@@ -67,16 +63,19 @@ from sim.engine.round_log import (
     posts_tables,
     trust_table,
 )
-from sim.engine.round_record import round_header, round_items
-from sim.engine.schedule import Scheduler, round_start
-from sim.engine.surveys import survey_table
-from sim.engine.update import update_beliefs, update_trust
-from sim.platforms.spec import by_code
-from sim.store.checkpoints import CheckpointStore
-from sim.store.llm_usage import Usage
-from sim.store.writer import RoundPayload, RoundWriter
-from sim.world.checkpoint import checkpoint
-from sim.world.world import World
+from shoal.engine.round_record import round_header, round_items
+from shoal.engine.schedule import Scheduler, round_start
+from shoal.engine.surveys import survey_table
+from shoal.engine.update import update_beliefs, update_trust
+from shoal.memory.context import Assembled, accounting_rows
+from shoal.memory.prefix_reuse import PromptUsage
+from shoal.memory.tokens import encoding
+from shoal.platforms.spec import by_code
+from shoal.store.checkpoints import CheckpointStore
+from shoal.store.llm_usage import Usage
+from shoal.store.writer import RoundPayload, RoundWriter
+from shoal.world.persistence import checkpoint
+from shoal.world.world import World
 
 TIMED = ("schedule", "observe", "context", "decide", "apply", "update")  # `rounds` columns
 STOPPED = "round_stopped"  # the outcome of calls whose round stopped (they stay logged)
@@ -540,7 +539,7 @@ class RoundDriver:
 def round_activity(world: World, r: int, new_posts: np.ndarray):
     """Round r's posts by agents (news excluded), grouped by author in id order: their
     text, ids and mean stance per topic, for the graph memory (a `RoundActivity`)."""
-    from memory.graph.ingest import RoundActivity
+    from shoal.memory.knowledge.ingest import RoundActivity
 
     posts = world.posts
     ids = new_posts[posts.author[new_posts] >= 0] if len(new_posts) else new_posts

@@ -24,13 +24,12 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-
-from agents.observation import DecisionRequest
-from agents.population import Population
-from agents.shard import AgentShard, ShardResult
-from sim.config import Config
-from sim.core.errors import InputError
-from sim.llm.cache import CacheSpec
+from shoal.agents.observation import DecisionRequest
+from shoal.agents.population import Population
+from shoal.agents.shard import AgentShard, ShardResult
+from shoal.config import Config
+from shoal.core.errors import InputError
+from shoal.llm.cache import CacheSpec
 
 log = logging.getLogger(__name__)
 PLACEMENTS = ("spread", "pack")

@@ -16,10 +16,9 @@ from typing import Any
 
 import numpy as np
 import yaml
-
-from agents.population import generate_population
-from sim.config import Config, apply_overrides, parse_config, resolved_dict
-from sim.config.interventions import (
+from shoal.agents.population import generate_population
+from shoal.config import Config, apply_overrides, parse_config, resolved_dict
+from shoal.config.interventions import (
     AddAgents,
     BeliefIntervention,
     EventIntervention,
@@ -30,15 +29,15 @@ from sim.config.interventions import (
     RemoveAgents,
     SetParams,
 )
-from sim.config.selector import Selector
-from sim.core.counter_rng import CounterRNG, Purpose
-from sim.core.errors import ConfigError, InputError
-from sim.core.posts import NewPosts, PostKind
-from sim.core.registry import INTERVENTIONS
-from sim.platforms.spec import spec as platform_spec
-from sim.world.interventions import NEWS_AUTHOR, ActiveEvent
-from sim.world.selection import select
-from sim.world.world import initial_beliefs
+from shoal.config.selector import Selector
+from shoal.core.counter_rng import CounterRNG, Purpose
+from shoal.core.errors import ConfigError, InputError
+from shoal.core.posts import NewPosts, PostKind
+from shoal.core.registry import INTERVENTIONS
+from shoal.platforms.spec import spec as platform_spec
+from shoal.world.interventions import NEWS_AUTHOR, ActiveEvent
+from shoal.world.selection import select
+from shoal.world.world import initial_beliefs
 
 
 @dataclass
@@ -334,7 +333,7 @@ def check_against_population(cfg: Config, world) -> None:
 def _check_growth(cfg: Config, n: int) -> None:
     """The agents `add_agents` entries bring fit: ids are 32-bit and the machine must hold
     them (else the entry fails with a MemoryError mid-run, its directory made)."""
-    from sim.world.world import available_memory, memory_needed
+    from shoal.world.world import available_memory, memory_needed
 
     total, have = n, available_memory()
     for i, spec in enumerate(cfg.interventions):

@@ -4,13 +4,12 @@ rules read. Everything here reads the world as of the end of the previous round.
 from __future__ import annotations
 
 import numpy as np
-
-from agents.observation import DecisionRequest, PlatformView
-from beliefs.rules import Exposures
-from sim.core.counter_rng import CounterRNG
-from sim.core.keys import pack, unique_sorted
-from sim.engine.recommenders import FeedContext, Recommender
-from sim.world.world import World
+from shoal.agents.observation import DecisionRequest, PlatformView
+from shoal.beliefs.rules import Exposures
+from shoal.core.counter_rng import CounterRNG
+from shoal.core.keys import pack, unique_sorted
+from shoal.engine.recommenders import FeedContext, Recommender
+from shoal.world.world import World
 
 
 def platform_view(world: World, name: str, agents: np.ndarray, feed: np.ndarray,

@@ -6,7 +6,7 @@ recommender scans the post table per agent: `following` reads the maintained inb
 `popularity` scores one window of recent posts once per round, `random` samples a window,
 `personalized` ranks a shared candidate pool plus each agent's inbox, and
 `algorithmic_bias` samples a window's newest posts with a bias towards the reader's views.
-Each registers itself, with its config model, in `sim.core.registry.RECOMMENDERS`.
+Each registers itself, with its config model, in `shoal.core.registry.RECOMMENDERS`.
 """
 
 from __future__ import annotations
@@ -17,14 +17,13 @@ from typing import Literal
 
 import numpy as np
 from pydantic import Field
-
-from sim.config.base import Strict
-from sim.core.counter_rng import CounterRNG, Purpose
-from sim.core.posts import PostStore
-from sim.core.registry import RECOMMENDERS
-from sim.core.rowsets import count_valid, first_valid
-from sim.core.state import State
-from sim.world.platform import Platform, feed_kinds
+from shoal.config.base import Strict
+from shoal.core.counter_rng import CounterRNG, Purpose
+from shoal.core.posts import PostStore
+from shoal.core.registry import RECOMMENDERS
+from shoal.core.rowsets import count_valid, first_valid
+from shoal.core.state import State
+from shoal.world.platform import Platform, feed_kinds
 
 
 class FollowingRec(Strict):

@@ -10,12 +10,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-
-from agents.observation import PlatformView
-from sim.config import Config
-from sim.engine.apply import Applied
-from sim.platforms.spec import MAX_CODE, spec
-from sim.store.schema import (
+from shoal.agents.observation import PlatformView
+from shoal.config import Config
+from shoal.engine.apply import Applied
+from shoal.platforms.spec import MAX_CODE, spec
+from shoal.store.schema import (
     ACTION_ENUM,
     FOLLOW_ENUM,
     KIND_ENUM,
@@ -26,7 +25,7 @@ from sim.store.schema import (
     enum_array,
     repeated_topics,
 )
-from sim.world.world import World
+from shoal.world.world import World
 
 
 @dataclass(frozen=True)

@@ -9,16 +9,15 @@ only through `quote`. Opinion is described in words, never numbers.
 from __future__ import annotations
 
 import numpy as np
-
-from memory.context import quote
-from memory.round_memory import MemoryItem, RoundMemory
-from sim.config import MemoryConfig
-from sim.core.posts import PostKind
-from sim.engine.apply import Applied
-from sim.engine.interventions import Fired
-from sim.engine.schedule import round_start
-from sim.platforms.spec import by_code
-from sim.world.interventions import NEWS_AUTHOR
+from shoal.config import MemoryConfig
+from shoal.core.posts import PostKind
+from shoal.engine.apply import Applied
+from shoal.engine.interventions import Fired
+from shoal.engine.schedule import round_start
+from shoal.memory.context import quote
+from shoal.memory.round_memory import MemoryItem, RoundMemory
+from shoal.platforms.spec import by_code
+from shoal.world.interventions import NEWS_AUTHOR
 
 
 def round_header(cfg, round_: int) -> str:

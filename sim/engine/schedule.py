@@ -11,9 +11,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import numpy as np
-
-from sim.config import Config
-from sim.core.counter_rng import CounterRNG, Purpose
+from shoal.config import Config
+from shoal.core.counter_rng import CounterRNG, Purpose
 
 
 def round_start(cfg: Config, round_: int) -> datetime:

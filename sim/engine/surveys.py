@@ -22,10 +22,9 @@ import zlib
 
 import numpy as np
 import pyarrow as pa
-
-from sim.config.surveys import Item, Survey, sample_note
-from sim.core.counter_rng import CounterRNG, Purpose
-from sim.world.selection import select
+from shoal.config.surveys import Item, Survey, sample_note
+from shoal.core.counter_rng import CounterRNG, Purpose
+from shoal.world.selection import select
 
 WITHIN = 0.35  # a multiple-choice option is ticked when the latent answer is this close
 COLUMNS = ("round", "survey", "wave", "agent", "item", "kind", "value", "choice", "text",

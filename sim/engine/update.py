@@ -4,13 +4,12 @@ saw and the engagement its posts drew, then the exposure history (novelty next r
 from __future__ import annotations
 
 import numpy as np
-
-from beliefs.rules import Exposures, UpdateContext, UpdateRule
-from sim.core.counter_rng import CounterRNG
-from sim.core.errors import NumericError
-from sim.core.vocabulary import TRUST_CAUSES
-from sim.engine.apply import Applied
-from sim.world.world import World
+from shoal.beliefs.rules import Exposures, UpdateContext, UpdateRule
+from shoal.core.counter_rng import CounterRNG
+from shoal.core.errors import NumericError
+from shoal.core.vocabulary import TRUST_CAUSES
+from shoal.engine.apply import Applied
+from shoal.world.world import World
 
 
 def update_trust(world: World, applied: Applied) -> None:

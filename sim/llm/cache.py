@@ -24,7 +24,7 @@ two entries of the folders read answer differently are refused (`CacheCorrupt`, 
 the files and lines; the run stops before the round is applied). The sum guards against
 accidental edits, damage and entries swapped between requests; it is no signature: whoever
 can write the folder can write entries that check (docs/llm.md, the trust model).
-`python -m sim.llm.cache --stamp FOLDER` adds sums to the entries of an older Shoal, for a
+`python -m shoal.llm.cache --stamp FOLDER` adds sums to the entries of an older Shoal, for a
 folder one trusts.
 """
 
@@ -45,10 +45,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import orjson
-
-from sim.config.llm import LLMConfig, ProviderConfig
-from sim.core.errors import InputError, StorageFull, out_of_space
-from sim.llm.chat import Attempt, ChatModel, ChatReply, ChatRequest
+from shoal.config.llm import LLMConfig, ProviderConfig
+from shoal.core.errors import InputError, StorageFull, out_of_space
+from shoal.llm.chat import Attempt, ChatModel, ChatReply, ChatRequest
 
 CACHE_FOLDER = "llm_cache"  # in a run directory
 MODES = ("record", "replay", "auto")
@@ -102,7 +101,7 @@ class CacheFull(StorageFull):
 
 _UNTRUSTED = ("remove the file (or its line) you do not trust, or point llm.cache_dir at "
               "a folder only trusted runs write (docs/llm.md, the response cache)")
-_UNSTAMPED = ("if you trust that folder, `python -m sim.llm.cache --stamp FOLDER` adds the "
+_UNSTAMPED = ("if you trust that folder, `python -m shoal.llm.cache --stamp FOLDER` adds the "
               "checksums; otherwise record the answers again (llm.cache: record)")
 
 

@@ -4,7 +4,7 @@ summaries, interviews, and whatever comes later (extraction, the analyst).
 A `ChatModel` takes a `ChatRequest` (messages, tools, sampling options) and returns a
 `ChatReply` (the message, the usage, what happened on the wire), never raising for a
 network or HTTP failure: a failed call is a reply with a status and an error. Models are
-registered parts (`sim.core.registry.CHAT_MODELS`; Shoal's own is `openai`, any
+registered parts (`shoal.core.registry.CHAT_MODELS`; Shoal's own is `openai`, any
 OpenAI-compatible endpoint, the loopback server included); `chat_model` builds the one a
 provider config names. `cost` is the one price formula and `call_rows` the one shape of
 `llm_calls` rows (one per HTTP request), whoever made the call.
@@ -20,8 +20,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.config.llm import ProviderConfig
-from sim.core.registry import CHAT_MODELS
+from shoal.config.llm import ProviderConfig
+from shoal.core.registry import CHAT_MODELS
 
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 

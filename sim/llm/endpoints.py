@@ -5,7 +5,7 @@ loopback server themselves."""
 
 from __future__ import annotations
 
-from sim.config.llm import LLMConfig, ProviderConfig
+from shoal.config.llm import LLMConfig, ProviderConfig
 
 LOOPBACK = "loopback"
 
@@ -24,7 +24,7 @@ class Endpoints:
             return list(provider.base_urls)
         server = self._servers.get(provider.name)
         if server is None:
-            from sim.llm.server import Faults, LoopbackProcess
+            from shoal.llm.server import Faults, LoopbackProcess
 
             server = LoopbackProcess(self.seed, Faults(**provider.loopback.model_dump()))
             self._servers[provider.name] = server

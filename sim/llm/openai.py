@@ -3,7 +3,7 @@
 One `httpx.AsyncClient` per shard and provider (connection reuse), an asyncio semaphore
 holding this shard's share of the provider's concurrency, a timeout per call, and retries
 with exponential backoff and jitter on 429, 5xx, timeouts and connection errors, honouring
-`Retry-After`. Several base URLs form a pool (`sim.llm.pool`): least-loaded routing, limits
+`Retry-After`. Several base URLs form a pool (`shoal.llm.pool`): least-loaded routing, limits
 per endpoint, a circuit breaker; a retry moves to another endpoint. The API key is read
 from the environment variable the config names, sent only in the Authorization header, and
 redacted from every error text.
@@ -20,11 +20,10 @@ import time
 
 import httpx
 import orjson
-
-from sim.config.llm import ProviderConfig
-from sim.core.registry import CHAT_MODELS
-from sim.llm.chat import Attempt, ChatModel, ChatReply, ChatRequest
-from sim.llm.pool import FAILED, NEUTRAL, OK, EndpointPool
+from shoal.config.llm import ProviderConfig
+from shoal.core.registry import CHAT_MODELS
+from shoal.llm.chat import Attempt, ChatModel, ChatReply, ChatRequest
+from shoal.llm.pool import FAILED, NEUTRAL, OK, EndpointPool
 
 RETRYABLE = {408, 409, 425, 429, 500, 502, 503, 504}
 

@@ -20,7 +20,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from sim.config.llm import BreakerConfig, EndpointConfig
+from shoal.config.llm import BreakerConfig, EndpointConfig
 
 # Outcomes of a request, for the breaker: an answer, a failure of the endpoint, or neither
 # (429, a 4xx for the request itself, a cancelled request).

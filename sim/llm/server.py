@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
-
-from sim.llm.loopback_analyst import ANALYST_MARK, analyst_reply
+from shoal.core.files import write_text
+from shoal.llm.loopback_analyst import ANALYST_MARK, analyst_reply
 
 _POST = re.compile(r"\[post (\d+)\] @([\w\-.]+)")
 _MARKET = re.compile(r"\[([A-Za-z][\w\-]*)\]: ([^\n;]*)")  # a market line: [id]: yes 41%, ...
@@ -533,7 +533,7 @@ class LoopbackProcess:
         # `--parent-pid`: the server stops when this process is gone, even if it was
         # killed (SIGKILL runs no cleanup that could stop it).
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "sim.llm.server", "--port", "0", "--seed", str(seed),
+            [sys.executable, "-m", "shoal.llm.server", "--port", "0", "--seed", str(seed),
              "--ready-file", str(ready), "--parent-pid", str(os.getpid()), *options],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
@@ -710,9 +710,7 @@ def serve(args: argparse.Namespace) -> int:
             servers.append(server)
             urls.append(f"http://{host}:{bound}/v1")
         if args.ready_file:  # written whole, then renamed: the reader never sees half
-            tmp = Path(args.ready_file).with_suffix(".tmp")
-            tmp.write_text("\n".join(urls))
-            tmp.replace(args.ready_file)
+            write_text(args.ready_file, "\n".join(urls))
         for i, url in enumerate(urls):
             which = f" {i}" if n > 1 else ""
             print(f"loopback LLM server{which} on {url}"

@@ -17,12 +17,11 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from sim.core.errors import InputError
-from sim.core.state import State
-from sim.core.vocabulary import ActionType, Reason
-from sim.market.config import MarketConfig
-from sim.market.makers import MarketMaker, make_maker
+from shoal.core.errors import InputError
+from shoal.core.state import State
+from shoal.core.vocabulary import ActionType, Reason
+from shoal.market.config import MarketConfig
+from shoal.market.makers import MarketMaker, make_maker
 
 TOLERANCE = 1e-9  # cash or shares a trade may exceed the holding by (floating point)
 

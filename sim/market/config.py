@@ -17,10 +17,9 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
-
-from sim.config.base import Name, Strict, part
-from sim.config.selector import Selector
-from sim.core.registry import MARKET_MAKERS
+from shoal.config.base import Name, Strict, part
+from shoal.config.selector import Selector
+from shoal.core.registry import MARKET_MAKERS
 
 
 class Outcome(Strict):

@@ -18,17 +18,16 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-
-from agents.actions import ActionBatch
-from memory.context import Line, Section, quote
-from sim.core.counter_rng import CounterRNG, Purpose
-from sim.core.state import State
-from sim.core.vocabulary import ActionType, Reason
-from sim.market.book import Books, Trade
-from sim.market.config import MarketConfig, MarketPlatformConfig
-from sim.market.traders import order, subjective
-from sim.platforms.spec import spec
-from sim.world.platform_engine import PlatformEngine, Publish
+from shoal.agents.actions import ActionBatch
+from shoal.core.counter_rng import CounterRNG, Purpose
+from shoal.core.state import State
+from shoal.core.vocabulary import ActionType, Reason
+from shoal.market.book import Books, Trade
+from shoal.market.config import MarketConfig, MarketPlatformConfig
+from shoal.market.traders import order, subjective
+from shoal.memory.context import Line, Section, quote
+from shoal.platforms.spec import spec
+from shoal.world.platform_engine import PlatformEngine, Publish
 
 NAME = "market"
 _MEMBERS = 6  # round-0 generator key of the traders' selection (after the world's 1..5)
@@ -38,7 +37,7 @@ class MarketEngine(PlatformEngine):
     """The prediction market of one run: its books and the bridge's bookkeeping."""
 
     def __init__(self, cfg: MarketPlatformConfig, world):
-        from sim.world.selection import select  # the world's own selection of agents
+        from shoal.world.selection import select  # the world's own selection of agents
 
         self.cfg = cfg
         self.code = spec(NAME).code
@@ -75,7 +74,7 @@ class MarketEngine(PlatformEngine):
     def reconfigure(self, cfg: MarketPlatformConfig) -> None:
         """Take new settings (a `set` intervention or a fork); the markets stay."""
         if [m.model_dump() for m in cfg.markets] != [m.model_dump() for m in self.cfg.markets]:
-            from sim.core.errors import InputError
+            from shoal.core.errors import InputError
 
             raise InputError(f"platforms.{NAME}.markets: markets cannot change during a run "
                              "(a fork may change how traders trade and the bridge)")

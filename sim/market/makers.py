@@ -3,7 +3,7 @@
 A maker quotes a price for each outcome of one market (prices are positive and sum to 1),
 sells shares for cash and buys them back. A share of the outcome that happens pays 1 at
 resolution, so a price reads as the market's probability. Two makers, behind one
-interface, registered in `sim.core.registry.MARKET_MAKERS` with their config models:
+interface, registered in `shoal.core.registry.MARKET_MAKERS` with their config models:
 
 - `lmsr`: Hanson's logarithmic market scoring rule. Cost C(q) = b·ln Σ exp(q_i / b) of the
   outstanding shares q; buying moves q and costs the difference of C. Prices are the
@@ -30,11 +30,10 @@ from typing import Literal
 
 import numpy as np
 from pydantic import Field
-
-from sim.config.base import Strict
-from sim.core.errors import InputError
-from sim.core.registry import MARKET_MAKERS
-from sim.core.state import State
+from shoal.config.base import Strict
+from shoal.core.errors import InputError
+from shoal.core.registry import MARKET_MAKERS
+from shoal.core.state import State
 
 
 class MarketMaker(ABC):

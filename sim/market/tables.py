@@ -4,7 +4,7 @@ inherits them like the engine's own tables (docs/markets.md)."""
 
 from __future__ import annotations
 
-from sim.store.tables import TABLES, TableSpec
+from shoal.store.tables import TABLES, TableSpec
 
 
 def _declare(name: str, columns: str, doc: str) -> TableSpec:

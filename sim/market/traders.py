@@ -33,9 +33,8 @@ Steps 1–3 are vectorised over traders; step 4 runs per order, in canonical ord
 from __future__ import annotations
 
 import numpy as np
-
-from sim.core.vocabulary import ActionType
-from sim.market.config import RuleTrading
+from shoal.core.vocabulary import ActionType
+from shoal.market.config import RuleTrading
 
 
 def beliefs(x: np.ndarray, anchors: np.ndarray, width: float) -> np.ndarray:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from pydantic import Field
-
-from sim.config.base import part
-from sim.config.platforms import PlatformConfig
-from sim.core.posts import PostKind
-from sim.core.registry import RECOMMENDERS
-from sim.core.vocabulary import ActionType as A
-from sim.platforms.spec import PlatformSpec, register
+from shoal.config.base import part
+from shoal.config.platforms import PlatformConfig
+from shoal.core.posts import PostKind
+from shoal.core.registry import RECOMMENDERS
+from shoal.core.vocabulary import ActionType as A
+from shoal.platforms.spec import PlatformSpec, register
 
 
 class RedditConfig(PlatformConfig):

@@ -1,6 +1,6 @@
 """What makes a platform: its spec. The engine, the policies, prompts and the store read
 everything platform-specific from here, so a new platform is a new spec registered in
-`sim.core.registry.PLATFORMS` (with its config model), and no edit elsewhere.
+`shoal.core.registry.PLATFORMS` (with its config model), and no edit elsewhere.
 
 `code` is the platform's number in arrays, random-stream keys and the trajectory's
 platform enum; it is fixed per platform (Shoal's own: 0, 1 and 2) and must be below 10.
@@ -9,7 +9,7 @@ Most platforms are social: feeds of posts, follows, votes, all run by the engine
 phases. A platform that is not (the prediction market) names its `engine`, a class
 ("module:Class") the world builds from the platform's config section; it owns the
 platform's state and takes part in the round through the hooks of
-`sim.world.platform_engine.PlatformEngine`.
+`shoal.world.platform_engine.PlatformEngine`.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from sim.core.errors import InputError
-from sim.core.posts import PostKind
-from sim.core.registry import PLATFORMS
-from sim.core.vocabulary import ActionType
+from shoal.core.errors import InputError
+from shoal.core.posts import PostKind
+from shoal.core.registry import PLATFORMS
+from shoal.core.vocabulary import ActionType
 
 MAX_CODE = 9  # random-stream keys are purpose + 100·code + 1000·slot
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from sim.config.platforms import PlatformConfig
-from sim.core.posts import PostKind
-from sim.core.vocabulary import ActionType as A
-from sim.platforms.spec import PlatformSpec, register
+from shoal.config.platforms import PlatformConfig
+from shoal.core.posts import PostKind
+from shoal.core.vocabulary import ActionType as A
+from shoal.platforms.spec import PlatformSpec, register
 
 
 class TwitterConfig(PlatformConfig):

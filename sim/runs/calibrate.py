@@ -33,16 +33,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import yaml
-
-from sim.config import load_config, resolved_dict
-from sim.core.errors import InputError
-from sim.runs.task_pool import Outcome, TaskPool
+from shoal.config import load_config, resolved_dict
+from shoal.core.errors import InputError
+from shoal.runs.task_pool import Outcome, TaskPool
 
 KINDS = ("mean", "sd", "bimodality", "support", "retest")
 STUDY_FILE, TRIALS_FILE, RESULT_FILE = "study.journal", "trials.csv", "calibration.json"
 # Fewer accepted draws than this give no 90% interval: their 5th and 95th percentiles are
 # (nearly) their smallest and largest value, or one value (the same rule as an
-# experiment's bootstrap interval, sim.analysis.experiments.MIN_BOOTSTRAP).
+# experiment's bootstrap interval, shoal.analysis.experiments.MIN_BOOTSTRAP).
 MIN_ACCEPTED = 5
 
 
@@ -98,7 +97,7 @@ def draw(params: list[Param], seed: int, index: int) -> dict[str, float]:
 
 def position_series(beliefs: pd.DataFrame) -> pd.DataFrame:
     """Every metric of KINDS per round and topic: round, metric, value."""
-    from sim.analysis.metrics import bimodality_coefficient
+    from shoal.analysis.metrics import bimodality_coefficient
 
     rows = []
     first = beliefs[beliefs["round"] == beliefs["round"].min()]
@@ -157,8 +156,8 @@ def load_target(path: str | Path, topics: list[str], rounds: int) -> pd.DataFram
 def simulate(config: str, sets: list[str], seed: int) -> pd.DataFrame:
     """The metric series of one run of `config` with `sets` and `seed`, held in memory
     (the body of a Ray task)."""
-    from sim.analysis.runs import Run
-    from sim.runs.simulation import Simulation
+    from shoal.analysis.runs import Run
+    from shoal.runs.simulation import Simulation
 
     try:
         cfg = load_config(config, [*sets, f"seed={seed}"])

@@ -15,11 +15,11 @@ import json
 import time
 from dataclasses import dataclass
 
-from agents.llm_tools import json_instructions, tools
-from memory.tokens import count
-from sim.config import Config
-from sim.core.errors import InputError
-from sim.runs.simulation import Simulation
+from shoal.agents.llm_tools import json_instructions, tools
+from shoal.config import Config
+from shoal.core.errors import InputError
+from shoal.memory.tokens import count
+from shoal.runs.simulation import Simulation
 
 TYPICAL_COMPLETION = 60  # a tool call with a short post: ~40-90 tokens in practice
 

@@ -1,6 +1,6 @@
 """`shoal experiment`: arms compared in pairs, with common random numbers, on Ray.
 
-A config's `experiment:` section (sim.config.experiment, docs/experiments.md) names arms,
+A config's `experiment:` section (shoal.config.experiment, docs/experiments.md) names arms,
 each a change of the config that a fork could make (config overrides, interventions
 added, removed or moved), a control arm, a branch round k and N replicates. Replicate i
 (seed seed_base + i) is one **base run** of rounds 1..k and one **fork** of it at k per
@@ -41,7 +41,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sim.analysis.experiments import (
+from shoal.analysis.experiments import (
     EXPERIMENT_FILE,
     LEVEL,
     MIN_BOOTSTRAP,
@@ -53,16 +53,17 @@ from sim.analysis.experiments import (
     write_report,
     write_tables,
 )
-from sim.config import Config, load_config, parse_config, resolved_dict
-from sim.config.experiment import BASE, ArmSpec, ExperimentConfig
-from sim.config.interventions import MUTABLE_SECTIONS, mutable
-from sim.config.loading import locate, shown_override
-from sim.config.platforms import mutable_fields
-from sim.core.errors import InputError
-from sim.core.faults import crash_point
-from sim.runs.fork_plan import ForkPlan, Schedule, fork_config
-from sim.runs.sweep import write_json
-from sim.runs.task_pool import Outcome, TaskPool
+from shoal.config import Config, load_config, parse_config, resolved_dict
+from shoal.config.experiment import BASE, ArmSpec, ExperimentConfig
+from shoal.config.interventions import MUTABLE_SECTIONS, mutable
+from shoal.config.loading import locate, shown_override
+from shoal.config.platforms import mutable_fields
+from shoal.core.errors import InputError
+from shoal.core.faults import crash_point
+from shoal.core.files import replacing
+from shoal.runs.fork_plan import ForkPlan, Schedule, fork_config
+from shoal.runs.sweep import write_json
+from shoal.runs.task_pool import Outcome, TaskPool
 
 # Fields no arm may change, and why: they are the experiment's to set.
 _RESERVED = {
@@ -241,8 +242,8 @@ def run_unit(task: dict) -> dict:
     or an arm (a fork of its base at k, or with k = 0 a run of its own) to the end, then
     the arm's metrics per round into metrics.parquet beside its run. Errors come back as
     data, so one failed unit does not stop the experiment."""
-    from sim.runs.fork import fork_run  # a Ray worker imports the engine when it runs one
-    from sim.runs.simulation import Simulation
+    from shoal.runs.fork import fork_run  # a Ray worker imports the engine when it runs one
+    from shoal.runs.simulation import Simulation
 
     start = time.perf_counter()
     folder = Path(task["dir"])
@@ -264,9 +265,8 @@ def run_unit(task: dict) -> dict:
             with sim:
                 sim.run()
                 frame = unit_metrics(sim.reader(), task["metrics"])
-            tmp = folder / (UNIT_METRICS_FILE + ".tmp")
-            frame.to_parquet(tmp, index=False)
-            tmp.replace(folder / UNIT_METRICS_FILE)
+            with replacing(folder / UNIT_METRICS_FILE) as tmp:
+                frame.to_parquet(tmp, index=False)
     except InputError as exc:
         return {"status": "failed", "error": str(exc), "input_error": True,
                 "seconds": time.perf_counter() - start}

@@ -1,11 +1,11 @@
 """Counterfactual forks on disk: a new run that starts from a parent's checkpoint of
-round K, with the changes of a `ForkPlan` (sim.runs.fork_plan).
+round K, with the changes of a `ForkPlan` (shoal.runs.fork_plan).
 
 A fork on disk gets its own run directory with the parent's checkpoint logs of rounds
 0..K hard-linked in (the parent's files stay byte for byte as they were), its own state of
 K, and a trajectory file that holds rounds K+1.. only. Its lineage (parent id and path,
 fork round, parent post count at K, the changes) is in run.json and the `run` table;
-`sim.store.lineage` reads a fork with its parent's prefix. Everything is validated before
+`shoal.store.lineage` reads a fork with its parent's prefix. Everything is validated before
 anything is written.
 """
 
@@ -15,28 +15,27 @@ import json
 from pathlib import Path
 
 import numpy as np
-
-from sim.config import ConfigError, parse_config, upgrade_saved
-from sim.config.llm import check_api_keys
-from sim.config.loading import locate
-from sim.core.errors import InputError
-from sim.engine.agent_history import newly_tracked, rebuild_history
-from sim.engine.interventions import check_against_population
-from sim.engine.round_log import agents_table, topics_table
-from sim.llm.cache import cache_spec
-from sim.runs.fork_plan import ForkPlan, fork_config
-from sim.runs.simulation import (
+from shoal.config import ConfigError, parse_config, upgrade_saved
+from shoal.config.llm import check_api_keys
+from shoal.config.loading import locate
+from shoal.core.errors import InputError
+from shoal.engine.agent_history import newly_tracked, rebuild_history
+from shoal.engine.interventions import check_against_population
+from shoal.engine.round_log import agents_table, topics_table
+from shoal.llm.cache import cache_spec
+from shoal.runs.fork_plan import ForkPlan, fork_config
+from shoal.runs.simulation import (
     Engine,
     Simulation,
     _make_run_dir,
     run_row,
     world_at,
 )
-from sim.store.lineage import lineage as lineage_of
-from sim.store.live_mirror import LiveMirror
-from sim.store.run_dir import RunDir, new_run_id, open_run_dir
-from sim.store.trajectory import TrajectoryStore
-from sim.world.checkpoint import checkpoint
+from shoal.store.lineage import lineage as lineage_of
+from shoal.store.live_mirror import LiveMirror
+from shoal.store.run_dir import RunDir, new_run_id, open_run_dir
+from shoal.store.trajectory import TrajectoryStore
+from shoal.world.persistence import checkpoint
 
 
 def fork_run(parent: str | Path, fork_round: int, plan: ForkPlan | None = None,

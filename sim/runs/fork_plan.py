@@ -1,10 +1,10 @@
 """What a fork changes (docs/forks.md): the config fields that may change mid-run
-(`--set`, `sim.config.interventions.mutable`), the seed of the rounds after K, and the
+(`--set`, `shoal.config.interventions.mutable`), the seed of the rounds after K, and the
 schedule of interventions that have not fired by K: drop one (`--drop NAME|INDEX`), move
 it (`--move NAME|INDEX=ROUND`), edit it (`--set interventions.N.field=...`), replace the
 whole future schedule (`--set 'interventions=[...]'`), add entries (`--intervene FILE`).
 Entries that fired by K are history and stay as they were. A fork on disk
-(sim.runs.fork) and a fork in memory (`Simulation.fork`) both derive their config here.
+(shoal.runs.fork) and a fork in memory (`Simulation.fork`) both derive their config here.
 """
 
 from __future__ import annotations
@@ -16,13 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from sim.config import apply_overrides, parse_config
-from sim.config.interventions import MUTABLE_SECTIONS, mutable
-from sim.config.loading import Origin, read_yaml, shown_override
-from sim.config.model import Config
-from sim.config.platforms import mutable_fields
-from sim.core.errors import InputError
+from shoal.config import apply_overrides, parse_config
+from shoal.config.interventions import MUTABLE_SECTIONS, mutable
+from shoal.config.loading import Origin, read_yaml, shown_override
+from shoal.config.model import Config
+from shoal.config.platforms import mutable_fields
+from shoal.core.errors import InputError
 
 
 @dataclass

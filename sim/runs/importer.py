@@ -44,12 +44,11 @@ from typing import Annotated, Any, Literal
 import numpy as np
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
-
-from agents.profiles import SENTIMENT_WEIGHT, STANCE_LABELS
-from sim.config import load_config, validation_problems
-from sim.config.loading import MAX_DEPTH
-from sim.core.errors import InputError
-from sim.core.text_files import read_user_text
+from shoal.agents.profiles import SENTIMENT_WEIGHT, STANCE_LABELS
+from shoal.config import load_config, validation_problems
+from shoal.config.loading import MAX_DEPTH
+from shoal.core.errors import InputError
+from shoal.core.text_files import read_user_text
 
 Source = Literal["miroshark", "mirofish"]
 SOURCES: tuple[str, ...] = ("miroshark", "mirofish")

@@ -7,7 +7,7 @@ function the driver uses (`context_for`: the feed from the platform's recommende
 breaking news pinned, then the context with the run's own settings). If the agent acted
 in round R, its feed is checked against the `exposures` table. The digest and
 notifications come from the checkpoint when the run kept them live, otherwise from the
-logged actions (`sim.engine.agent_history`: the same function of the same history).
+logged actions (`shoal.engine.agent_history`: the same function of the same history).
 
 A fork's rounds up to its fork round are its parent's (or an earlier ancestor's): such a
 round is inspected in the run that ran it, and `Inspection.run_id` names that run.
@@ -19,15 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-from memory.context import Assembled
-from sim.core.errors import InputError
-from sim.engine.agent_context import context_for
-from sim.engine.agent_history import rebuild_history
-from sim.engine.interventions import begin_round
-from sim.runs.simulation import world_at
-from sim.store.lineage import lineage, read_table
-from sim.store.run_dir import RunDir, open_run_dir
+from shoal.core.errors import InputError
+from shoal.engine.agent_context import context_for
+from shoal.engine.agent_history import rebuild_history
+from shoal.engine.interventions import begin_round
+from shoal.memory.context import Assembled
+from shoal.runs.simulation import world_at
+from shoal.store.lineage import lineage, read_table
+from shoal.store.run_dir import RunDir, open_run_dir
 
 
 @dataclass

@@ -28,23 +28,22 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 from pydantic import ValidationError
-
-from memory.context import Assembled
-from memory.tokens import count
-from sim.config import Config
-from sim.config.llm import ProviderConfig
-from sim.config.selector import Selector, parse_selector
-from sim.core.counter_rng import CounterRNG
-from sim.core.errors import InputError
-from sim.core.faults import crash_point
-from sim.engine.agent_context import context_for
-from sim.llm.chat import Attempt, ChatReply, ChatRequest, chat_model, cost
-from sim.llm.endpoints import Endpoints
-from sim.runs.simulation import world_at
-from sim.store.analysis import AnalysisStore
-from sim.store.lineage import being_written
-from sim.store.run_dir import RunDir, open_run_dir
-from sim.world.selection import select
+from shoal.config import Config
+from shoal.config.llm import ProviderConfig
+from shoal.config.selector import Selector, parse_selector
+from shoal.core.counter_rng import CounterRNG
+from shoal.core.errors import InputError
+from shoal.core.faults import crash_point
+from shoal.engine.agent_context import context_for
+from shoal.llm.chat import Attempt, ChatReply, ChatRequest, chat_model, cost
+from shoal.llm.endpoints import Endpoints
+from shoal.memory.context import Assembled
+from shoal.memory.tokens import count
+from shoal.runs.simulation import world_at
+from shoal.store.lineage import being_written
+from shoal.store.run_dir import RunDir, open_run_dir
+from shoal.store.traces import AnalysisStore
+from shoal.world.selection import select
 
 _SAMPLE = 0x1E7E  # the stream of a selector's fraction, for interviews
 

@@ -15,13 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-
-from sim.config import Config, apply_overrides, parse_config, resolved_dict
-from sim.core.errors import InputError
-from sim.engine.agent_context import context_for
-from sim.engine.interventions import begin_round
-from sim.runs.simulation import Simulation
-from sim.world.checkpoint import restore_world
+from shoal.config import Config, apply_overrides, parse_config, resolved_dict
+from shoal.core.errors import InputError
+from shoal.engine.agent_context import context_for
+from shoal.engine.interventions import begin_round
+from shoal.runs.simulation import Simulation
+from shoal.world.persistence import restore_world
 
 DEFAULT_FACT = "The amber sundial was hidden inside the cracked teapot at the harbour cafe."
 STAGES = ("created", "retained", "injected")

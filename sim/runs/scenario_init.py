@@ -44,17 +44,17 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-
-from memory.context import inline, one_line, quote
-from memory.graph.communities import detect
-from memory.graph.extract import Extractor, keyphrases
-from memory.graph.ingest import TopicNames, ingest_document
-from memory.graph.model import POLARITY, KnowledgeGraph
-from memory.graph.resolve import key
-from sim.core.counter_rng import CounterRNG
-from sim.core.errors import InputError
-from sim.store.graph import write_scenario_graph
-from sim.world.knowledge import read_document
+from shoal.core.counter_rng import CounterRNG
+from shoal.core.errors import InputError
+from shoal.core.files import write_text
+from shoal.memory.context import inline, one_line, quote
+from shoal.memory.knowledge.communities import detect
+from shoal.memory.knowledge.extract import Extractor, keyphrases
+from shoal.memory.knowledge.ingest import TopicNames, ingest_document
+from shoal.memory.knowledge.model import POLARITY, KnowledgeGraph
+from shoal.memory.knowledge.resolve import key
+from shoal.store.knowledge import write_scenario_graph
+from shoal.world.knowledge import read_document
 
 PUBLIC = "public"
 _SLUG = re.compile(r"[^a-z0-9]+")
@@ -529,7 +529,7 @@ def init_scenario(brief: str | Path, out: str | Path | None, extractor: Extracto
 
     found = detect(graph, 1, 0, seed=opts.seed)
     folder.mkdir(parents=True, exist_ok=True)
-    from memory.graph.memory import stamp
+    from shoal.memory.knowledge.memory import stamp
 
     tables = {name: stamp(t, 0) for name, t in {**graph.tables(), **found.tables()}.items()}
     write_scenario_graph(folder, tables)
@@ -560,8 +560,7 @@ def _comment(text: str) -> str:
 def write_calls(folder: Path, rows: list[dict]) -> Path:
     """The extraction's `llm_calls` rows as `graph/llm_calls.parquet`."""
     import duckdb
-
-    from sim.engine.round_log import llm_calls_table
+    from shoal.engine.round_log import llm_calls_table
 
     path = folder / "graph" / "llm_calls.parquet"
     con = duckdb.connect()
@@ -575,7 +574,7 @@ def write_calls(folder: Path, rows: list[dict]) -> Path:
 def _names(kind: str) -> list[str]:
     from importlib import resources
 
-    text = resources.files("agents").joinpath(f"data/{kind}_names.txt").read_text("utf-8")
+    text = resources.files("shoal.agents").joinpath(f"data/{kind}_names.txt").read_text("utf-8")
     return [ln.strip() for ln in text.splitlines() if ln.strip()]
 
 
@@ -655,6 +654,4 @@ def _report(brief: Path, title: str, description: str, topics: TopicNames,
 
 
 def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    write_text(path, text)

@@ -31,21 +31,20 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
-
-from agents.profiles import USERNAME_CHARS, profile_fixes_table, repeated_ids, username_fixes
-from sim.config import Config, config_hash, load_config, parse_config, resolved_dict
-from sim.config.llm import check_api_keys
-from sim.core.errors import InputError, NumericError, ProviderDown, StorageFull, out_of_space
-from sim.core.faults import crash_point
-from sim.engine.driver import RoundDriver, RoundStats
-from sim.engine.executors import Executor, make_executor
-from sim.engine.interventions import (
+from shoal.agents.profiles import USERNAME_CHARS, profile_fixes_table, repeated_ids, username_fixes
+from shoal.config import Config, config_hash, load_config, parse_config, resolved_dict
+from shoal.config.llm import check_api_keys
+from shoal.core.errors import InputError, NumericError, ProviderDown, StorageFull, out_of_space
+from shoal.core.faults import crash_point
+from shoal.engine.driver import RoundDriver, RoundStats
+from shoal.engine.executors import Executor, make_executor
+from shoal.engine.interventions import (
     Fired,
     check_against_population,
     check_settings,
     fire_due,
 )
-from sim.engine.round_log import (
+from shoal.engine.round_log import (
     agents_table,
     beliefs_table,
     initial_follows_table,
@@ -54,14 +53,14 @@ from sim.engine.round_log import (
     posts_tables,
     topics_table,
 )
-from sim.engine.surveys import check_samples, sample_notes, sample_sizes, survey_table
-from sim.llm.cache import CacheMiss, CacheSpec, cache_spec
-from sim.llm.endpoints import Endpoints
-from sim.runs.fork_plan import ForkPlan, fork_config
-from sim.store.checkpoints import CheckpointError, CheckpointStore, MemoryCheckpoints
-from sim.store.lineage import LiveRun, MissingTableError, lineage
-from sim.store.live_mirror import LiveMirror
-from sim.store.run_dir import (
+from shoal.engine.surveys import check_samples, sample_notes, sample_sizes, survey_table
+from shoal.llm.cache import CacheMiss, CacheSpec, cache_spec
+from shoal.llm.endpoints import Endpoints
+from shoal.runs.fork_plan import ForkPlan, fork_config
+from shoal.store.checkpoints import CheckpointError, CheckpointStore, MemoryCheckpoints
+from shoal.store.lineage import LiveRun, MissingTableError, lineage
+from shoal.store.live_mirror import LiveMirror
+from shoal.store.run_dir import (
     RunDir,
     clean_unfinished,
     creating_path,
@@ -70,12 +69,12 @@ from sim.store.run_dir import (
     new_run_id,
     open_run_dir,
 )
-from sim.store.tables import file_tables
-from sim.store.trajectory import TrajectoryStore
-from sim.store.writer import RoundWriter
-from sim.world.checkpoint import checkpoint, restore_world
-from sim.world.frames import WorldFrames
-from sim.world.world import World, build_world, check_memory
+from shoal.store.tables import file_tables
+from shoal.store.trajectory import TrajectoryStore
+from shoal.store.writer import RoundWriter
+from shoal.world.frames import WorldFrames
+from shoal.world.persistence import checkpoint, restore_world
+from shoal.world.world import World, build_world, check_memory
 
 CONFIGURED = "config"  # `out` default: the config's output.dir
 
@@ -442,8 +441,8 @@ class Simulation:
         return self.trajectory.con.cursor()
 
     def open_run(self):
-        """The notebook API's view of this simulation's trajectory (`sim.open_run`)."""
-        from sim.analysis.notebook import open_run
+        """The notebook API's view of this simulation's trajectory (`shoal.open_run`)."""
+        from shoal.analysis.notebook import open_run
 
         return open_run(self)
 

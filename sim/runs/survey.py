@@ -12,17 +12,16 @@ import re
 from dataclasses import dataclass
 
 import pandas as pd
-
-from sim.config.surveys import Item, Survey
-from sim.core.errors import InputError
-from sim.core.faults import crash_point
-from sim.engine.agent_context import context_for
-from sim.llm.chat import strip_reasoning
-from sim.runs.interview import answer_of, ask_all, provider_for
-from sim.runs.simulation import world_at
-from sim.store.analysis import AnalysisStore
-from sim.store.lineage import being_written, read_table
-from sim.store.run_dir import open_run_dir
+from shoal.config.surveys import Item, Survey
+from shoal.core.errors import InputError
+from shoal.core.faults import crash_point
+from shoal.engine.agent_context import context_for
+from shoal.llm.chat import strip_reasoning
+from shoal.runs.interview import answer_of, ask_all, provider_for
+from shoal.runs.simulation import world_at
+from shoal.store.lineage import being_written, read_table
+from shoal.store.run_dir import open_run_dir
+from shoal.store.traces import AnalysisStore
 
 MARK = "Shoal survey"  # the loopback server answers questionnaires that carry it
 
@@ -123,7 +122,7 @@ def survey_llm_agents(run: str, base_url: str | None = None, model: str | None =
     if not llm and base_url is None:
         raise InputError(f"{run_dir.run_id}: the run has no LLM agents (their surveys were "
                          "answered during the run)")
-    from sim.engine.surveys import panel
+    from shoal.engine.surveys import panel
 
     store, asked = AnalysisStore(run_dir.db), []
     for survey in world0.cfg.surveys:

@@ -43,8 +43,7 @@ from typing import Any
 
 import pandas as pd
 import yaml
-
-from sim.analysis.sweeps import (
+from shoal.analysis.sweeps import (
     LEVEL,
     SUMMARY_FILE,
     SWEEP_FILE,
@@ -52,9 +51,10 @@ from sim.analysis.sweeps import (
     members_frame,
     summarize_members,
 )
-from sim.config import Config, load_config, parse_config, resolved_dict
-from sim.core.errors import InputError
-from sim.runs.task_pool import Outcome, TaskPool
+from shoal.config import Config, load_config, parse_config, resolved_dict
+from shoal.core.errors import InputError
+from shoal.core.files import write_text
+from shoal.runs.task_pool import Outcome, TaskPool
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z0-9_\-]+)*$")
 # Not parameters of a member: the seed is the ensemble axis, the rest shape the layout.
@@ -195,7 +195,7 @@ def _member_config(cfg: Config, seed: int, name: str, root: Path) -> dict:
 def run_member(config: dict) -> dict:
     """Run one member to the end and measure it (the body of a Ray task). Errors come back
     as data, so one failed member does not stop the sweep."""
-    from sim.runs.simulation import Simulation  # a Ray worker imports it when it runs one
+    from shoal.runs.simulation import Simulation  # a Ray worker imports it when it runs one
 
     start = time.perf_counter()
     try:
@@ -286,6 +286,4 @@ def _spec(plan: SweepPlan, records: list[dict]) -> dict:
 def write_json(path: Path, data: dict) -> None:
     """Atomic replace, so a reader never sees half a file."""
     with _WRITE_LOCK:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2, default=str))
-        tmp.replace(path)
+        write_text(path, json.dumps(data, indent=2, default=str))

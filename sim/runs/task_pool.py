@@ -13,7 +13,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sim.engine.executors import ensure_ray
+from shoal.engine.executors import ensure_ray
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Checkpoints: everything needed to continue a run from the end of any round.
 
-A checkpoint is made of components' states (sim.core.state): the world composes them, this
+A checkpoint is made of components' states (shoal.core.state): the world composes them, this
 module only writes and reads them. A checkpoint of round K has two parts, under
 `runs/<id>/checkpoints/`:
 
@@ -35,9 +35,9 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
-
-from sim.core.faults import crash_point
-from sim.core.state import State, json_default
+from shoal.core.faults import crash_point
+from shoal.core.files import replacing
+from shoal.core.state import State, json_default
 
 FORMAT = 6  # bump when what a checkpoint holds changes; 4 and 5 are still read
 READS = (4, 5, 6)
@@ -181,9 +181,8 @@ class CheckpointStore:
 
     @staticmethod
     def _atomic(path: Path, write) -> None:
-        tmp = path.with_name(path.name + ".tmp")
-        write(tmp)
-        os.replace(tmp, path)
+        with replacing(path) as tmp:
+            write(tmp)
 
     def prune(self, every: int, keep_last: int | None) -> None:
         """Drop state folders not retained: keep round 0, the latest, and the rounds that

@@ -37,10 +37,9 @@ from typing import Any
 from uuid import UUID
 
 import duckdb
-
-from sim.core.errors import InputError
-from sim.store.lineage import lineage
-from sim.store.tables import file_tables
+from shoal.core.errors import InputError
+from shoal.store.lineage import lineage
+from shoal.store.tables import file_tables
 
 CATALOG = "hist"
 ELLIPSIS = "…"  # ends a cut value

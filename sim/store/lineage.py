@@ -23,15 +23,14 @@ from pathlib import Path
 
 import duckdb
 import pandas as pd
-
-from sim.core.errors import InputError
-from sim.store.checkpoints import CheckpointError
-from sim.store.graph import GRAPH_TABLES, SCENARIO_DIR, GraphReader
-from sim.store.live_mirror import LiveMirror
-from sim.store.run_dir import RunDir, open_run_dir
-from sim.store.schema import schema
-from sim.store.tables import TABLES, TableSpec, file_tables
-from sim.store.trajectory import damage_reason, damaged, header_damage, trajectory_problem
+from shoal.core.errors import InputError
+from shoal.store.checkpoints import CheckpointError
+from shoal.store.knowledge import GRAPH_TABLES, SCENARIO_DIR, GraphReader
+from shoal.store.live_mirror import LiveMirror
+from shoal.store.run_dir import RunDir, open_run_dir
+from shoal.store.schema import schema
+from shoal.store.tables import TABLES, TableSpec, file_tables
+from shoal.store.trajectory import damage_reason, damaged, header_damage, trajectory_problem
 
 
 @dataclass(frozen=True)
@@ -266,7 +265,7 @@ def run_tree(folder: str | Path) -> list[RunEntry]:
     if not root.is_dir():
         raise InputError(f"{folder}: no such folder")
     # (hidden folders are run directories still being made, or left by a killed creator:
-    # `sim.store.run_dir.clean_unfinished`)
+    # `shoal.store.run_dir.clean_unfinished`)
     metas = {p.name: meta for p in sorted(root.iterdir())
              if not p.name.startswith(".") and (meta := _read_meta(p)) is not None}
 

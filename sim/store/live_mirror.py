@@ -9,16 +9,15 @@ or pandas, without touching the writer's lock.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from sim.store.schema import schema
-from sim.store.tables import file_tables
-from sim.store.trajectory import TrajectoryStore
+from shoal.core.files import replacing, write_text
+from shoal.store.schema import schema
+from shoal.store.tables import file_tables
+from shoal.store.trajectory import TrajectoryStore
 
 
 class LiveMirror:
@@ -34,19 +33,15 @@ class LiveMirror:
                 continue
             folder = self.root / name
             folder.mkdir(parents=True, exist_ok=True)
-            final = folder / f"round={round_:06d}.parquet"
-            tmp = folder / f".round={round_:06d}.parquet.tmp"
-            pq.write_table(table, tmp)
-            os.replace(tmp, final)
+            with replacing(folder / f"round={round_:06d}.parquet") as tmp:
+                pq.write_table(table, tmp)
 
     def start(self, store: TrajectoryStore, platforms: Sequence[str]) -> None:
         """Begin the mirror of a new run directory: its schema (the trajectory file's DDL,
         declarations included, so a reader builds the same tables without the plug-ins
         that declared them), then everything the new file holds, as round 0."""
         self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.root / ".schema.sql.tmp"
-        tmp.write_text(schema(platforms))
-        os.replace(tmp, self.root / "schema.sql")
+        write_text(self.root / "schema.sql", schema(platforms))
         self.write(0, {name: store.con.sql(f"SELECT * FROM {name}").to_arrow_table()
                        for name in file_tables(store.con)})
 

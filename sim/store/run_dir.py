@@ -3,8 +3,8 @@
     runs/<run_id>/
         config.yaml          the resolved config
         run.json             id, config hash, status, rounds done, lineage
-        trajectory.duckdb    the trajectory (sim.store.trajectory)
-        checkpoints/         logs and states (sim.store.checkpoints)
+        trajectory.duckdb    the trajectory (shoal.store.trajectory)
+        checkpoints/         logs and states (shoal.store.checkpoints)
 
 A run directory is made under a hidden name, `.<run_id>.creating`, and renamed into place
 once whole. The process making it holds an exclusive lock (flock) on that folder until the
@@ -27,9 +27,9 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import yaml
-
-from sim.core.errors import InputError
-from sim.store.checkpoints import CheckpointStore
+from shoal.core.errors import InputError
+from shoal.core.files import write_text
+from shoal.store.checkpoints import CheckpointStore
 
 DB_NAME = "trajectory.duckdb"
 CREATING = ".creating"  # the suffix of a run directory being made (after a leading ".")
@@ -81,13 +81,8 @@ class RunDir:
         with _META_LOCK:
             data = json.loads(self.meta.read_text()) if self.meta.exists() else {}
             data.update(fields)
-            tmp = self.meta.with_suffix(".tmp")
-            try:
-                tmp.write_text(json.dumps(data, indent=2, default=str))
-            except OSError:  # (a full disk: run.json stays as it was, no stray half file)
-                tmp.unlink(missing_ok=True)
-                raise
-            tmp.replace(self.meta)
+            # (a full disk: run.json stays as it was, no stray half file)
+            write_text(self.meta, json.dumps(data, indent=2, default=str))
 
     def read_meta(self) -> dict:
         """run.json as a dict (InputError naming the file if it is damaged)."""
@@ -131,7 +126,7 @@ def open_run_dir(path: str | Path) -> RunDir:
     if not run_dir.meta.is_file() or not run_dir.db.is_file():
         raise InputError(f"{path}: not a Shoal run directory (no run.json or {DB_NAME})")
     run_dir.read_meta()  # a damaged run.json is found before anything touches the run
-    from sim.store.trajectory import damaged, header_damage  # (DuckDB: loaded when used)
+    from shoal.store.trajectory import damaged, header_damage  # (DuckDB: loaded when used)
 
     if (why := header_damage(run_dir.db)) is not None:
         raise InputError(damaged(run_dir.db, why))

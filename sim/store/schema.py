@@ -12,9 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
-
-from sim.core.posts import PostKind
-from sim.core.vocabulary import (
+from shoal.core.posts import PostKind
+from shoal.core.vocabulary import (
     ACTION_NAMES,
     FOLLOW_OPS,
     REASON_NAMES,
@@ -24,7 +23,7 @@ from sim.core.vocabulary import (
     ActionType,
     Reason,
 )
-from sim.store.tables import PER_PLATFORM, TABLES, TableSpec
+from shoal.store.tables import PER_PLATFORM, TABLES, TableSpec
 
 ACTION_ENUM = tuple(ACTION_NAMES[a] for a in ActionType)
 KIND_ENUM = tuple(k.name.lower() for k in PostKind)

@@ -8,10 +8,10 @@ cutting a run back to its last checkpoint on resume, what a fork copies and inhe
 readers' lineage filters, the live mirror's schema, comparisons.
 
 Shoal's own tables are declared beside the code that owns them (`sim/store/schema.py`,
-`sim/store/graph.py`, `sim/store/analysis.py`, `sim/market/tables.py`); a plug-in declares
+`sim/store/knowledge.py`, `sim/store/traces.py`, `sim/market/tables.py`); a plug-in declares
 its own the same way, from the module its entry point loads:
 
-    from sim.store.tables import TABLES, TableSpec
+    from shoal.store.tables import TABLES, TableSpec
     TABLES.declare(TableSpec("toy_tally", "round INTEGER, agents INTEGER", owner="toy"))
 
 Each declaration is also written into the trajectory file, as its table's comment, so a
@@ -28,8 +28,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Literal
 
 import duckdb
-
-from sim.core.errors import InputError
+from shoal.core.errors import InputError
 
 Lineage = Literal["inherit", "own", "none"]
 # In a declaration's columns: one `on_<platform> BOOLEAN` column per platform of the run.
@@ -160,7 +159,7 @@ class TableRegistry:
     def with_run(self) -> list[TableSpec]:
         """Every table a trajectory file is created with, once every part that may
         declare one (Shoal's own and the installed plug-ins) is loaded."""
-        from sim.core.registry import load_plugins
+        from shoal.core.registry import load_plugins
 
         load_plugins()
         return [s for s in self if s.created == "run"]

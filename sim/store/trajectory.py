@@ -1,7 +1,7 @@
 """The DuckDB trajectory store: one file per run, one transaction per round.
 
 Only the driver writes (one writer, whole rounds). Tables are bulk-inserted from Arrow
-tables, one insert per table per round. The schema is sim.store.schema's (docs/store.md).
+tables, one insert per table per round. The schema is shoal.store.schema's (docs/store.md).
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-
-from sim.core.errors import InputError, StorageFull, out_of_space
-from sim.store.schema import ADDED_COLUMNS, schema
-from sim.store.tables import TABLES, file_tables
+from shoal.core.errors import InputError, StorageFull, out_of_space
+from shoal.store.schema import ADDED_COLUMNS, schema
+from shoal.store.tables import TABLES, file_tables
 
 
 def connect(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:

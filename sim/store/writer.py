@@ -17,11 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
-
-from sim.core.errors import StorageFull, out_of_space
-from sim.core.faults import crash_point
-from sim.store.live_mirror import LiveMirror
-from sim.store.trajectory import TrajectoryStore
+from shoal.core.errors import StorageFull, out_of_space
+from shoal.core.faults import crash_point
+from shoal.store.live_mirror import LiveMirror
+from shoal.store.trajectory import TrajectoryStore
 
 
 @dataclass

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-
-from sim.core.posts import PostKind
-from sim.platforms.spec import by_code
-from sim.world.world import World
+from shoal.core.posts import PostKind
+from shoal.platforms.spec import by_code
+from shoal.world.world import World
 
 
 class WorldFrames:

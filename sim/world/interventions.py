@@ -1,6 +1,6 @@
 """The intervention schedule as world state: which entries have fired, and the breaking-news
 events still pinned to feeds. What each kind does when it fires is the engine's
-(sim.engine.interventions); this is what a checkpoint keeps, so a resume never fires an
+(shoal.engine.interventions); this is what a checkpoint keeps, so a resume never fires an
 entry twice and never skips one."""
 
 from __future__ import annotations
@@ -8,9 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from sim.config import Config
-from sim.core.state import State
+from shoal.config import Config
+from shoal.core.state import State
 
 NEWS_AUTHOR = -1  # the author id of posts by the platforms' news accounts
 

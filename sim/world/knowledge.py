@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sim.config import Config
-from sim.core.errors import InputError
-from sim.core.registry import EXTRACTORS
-from sim.core.state import State
+from shoal.config import Config
+from shoal.core.errors import InputError
+from shoal.core.registry import EXTRACTORS
+from shoal.core.state import State
 
 # The graph modules are imported by the functions that use them: a run without graph
 # memory (most runs) does not pay for compiling the extractor's patterns.
@@ -18,7 +18,7 @@ from sim.core.state import State
 
 def topic_names(cfg: Config) -> Any:
     """How the config's topics appear in text (a `TopicNames`)."""
-    from memory.graph.ingest import TopicNames
+    from shoal.memory.knowledge.ingest import TopicNames
 
     return TopicNames([t.name for t in cfg.topics], [t.label or t.name for t in cfg.topics],
                       [list(t.keywords) for t in cfg.topics])
@@ -33,7 +33,7 @@ def empty_graph_memory(cfg: Config) -> Any:
     """The run's `GraphMemory`, with no rows (None when the config has none)."""
     if not cfg.memory.graph.enabled:
         return None
-    from memory.graph.memory import GraphMemory
+    from shoal.memory.knowledge.memory import GraphMemory
 
     return GraphMemory(topic_names(cfg), make_extractor(cfg), seed=cfg.seed)
 
@@ -43,8 +43,8 @@ def build_graph_memory(cfg: Config) -> Any:
     memory = empty_graph_memory(cfg)
     if memory is None:
         return None
-    from memory.context import one_line
-    from memory.graph.ingest import ingest_document
+    from shoal.memory.context import one_line
+    from shoal.memory.knowledge.ingest import ingest_document
 
     g = cfg.memory.graph
     if g.scenario is not None:
@@ -63,8 +63,8 @@ def scenario_tables(folder: str) -> dict:
     if not (root / "graph").is_dir():
         raise InputError(f"memory.graph.scenario: {folder}: no graph/ folder (make one with "
                          "`shoal init BRIEF` or `shoal graph add DOC --into FOLDER`)")
-    from memory.graph.model import TABLES
-    from sim.store.graph import GraphReader
+    from shoal.memory.knowledge.model import TABLES
+    from shoal.store.knowledge import GraphReader
 
     reader = GraphReader.of_scenario(root)
     return {name: reader.arrow(name) for name in TABLES}

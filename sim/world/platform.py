@@ -1,5 +1,5 @@
 """A platform's state: its members, follow graph, votes and feed indexes (what kind of
-platform it is, its spec, is in sim.platforms).
+platform it is, its spec, is in shoal.platforms).
 
 The platform owns what is specific to it; the post table is shared (global ids). Indexes
 kept here so that feeds never scan the post table:
@@ -17,14 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
-from sim.config.platforms import PlatformConfig
-from sim.core.follow_graph import FollowGraph, expand_csr
-from sim.core.keys import SortedKeySet, pack
-from sim.core.registry import RECOMMENDERS
-from sim.core.rowsets import newest_per_row, push_newest
-from sim.core.state import State
-from sim.platforms.spec import PlatformSpec, spec
+from shoal.config.platforms import PlatformConfig
+from shoal.core.follow_graph import FollowGraph, expand_csr
+from shoal.core.keys import SortedKeySet, pack
+from shoal.core.registry import RECOMMENDERS
+from shoal.core.rowsets import newest_per_row, push_newest
+from shoal.core.state import State
+from shoal.platforms.spec import PlatformSpec, spec
 
 
 def feed_kinds(name: str) -> np.ndarray:

@@ -15,9 +15,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-
-from agents.actions import ActionBatch
-from sim.core.state import State
+from shoal.agents.actions import ActionBatch
+from shoal.core.state import State
 
 # What an engine's `begin_round` may publish to the social feeds: `publish(text, stance,
 # rounds, key)` posts news on every social platform, pinned for `rounds` rounds (`key`: an
@@ -29,9 +28,9 @@ class PlatformEngine(ABC):
     """What a non-social platform does in a round. The world builds it as
     `Engine(config_section, world)`; the driver calls each hook below, for every such
     platform in code order, at the point of the round named. `world` is the driver's world
-    (sim.world.World), `r` the round. Hooks with a body are optional: their defaults do
+    (shoal.world.World), `r` the round. Hooks with a body are optional: their defaults do
     nothing. State an engine keeps across rounds must be in `get_state`, so that a resume
-    and a fork continue exactly (checked by `sim.testing.check_platform`).
+    and a fork continue exactly (checked by `shoal.testing.check_platform`).
 
     Attributes the driver reads: `code` (its spec's code), `members` (bool [N]: who may
     act on it) and `participation` (the share of active members acting in a round).
@@ -66,7 +65,7 @@ class PlatformEngine(ABC):
     @abstractmethod
     def apply(self, world: Any, r: int, actions: ActionBatch) -> np.ndarray:
         """Apply this platform's rows of the round's canonical batch (in order); the
-        reason code (`sim.core.vocabulary.Reason`) of each row."""
+        reason code (`shoal.core.vocabulary.Reason`) of each row."""
 
     def end_round(self, world: Any, r: int, shown: np.ndarray) -> None:  # noqa: B027
         """After the belief update; `shown`: the post ids every feed showed this round."""
@@ -79,7 +78,7 @@ class PlatformEngine(ABC):
         return []
 
     def tables(self, world: Any, r: int) -> dict[str, pa.Table]:
-        """Round r's rows of its own tables (declared in sim.store.tables), by name; also
+        """Round r's rows of its own tables (declared in shoal.store.tables), by name; also
         called at round 0."""
         return {}
 

@@ -1,4 +1,4 @@
-"""Resolving a `Selector` (sim.config.selector) against a population: the one resolver for
+"""Resolving a `Selector` (shoal.config.selector) against a population: the one resolver for
 platform members, LLM agents and intervention targets."""
 
 from __future__ import annotations
@@ -6,10 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-
-from agents.population import Population
-from sim.config.selector import Selector
-from sim.core.errors import InputError
+from shoal.agents.population import Population
+from shoal.config.selector import Selector
+from shoal.core.errors import InputError
 
 
 def select(selector: Selector, population: Population, draws: Callable[[], np.random.Generator],

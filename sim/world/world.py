@@ -15,30 +15,29 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from agents.population import Population, generate_population
-from beliefs.exposure import ExposureHistory
-from beliefs.rules import make_rule
-from beliefs.state import BeliefState
-from beliefs.trust import TrustStore
-from memory.compaction import Summarizer
-from memory.digest import CrossPlatformDigest
-from memory.notifications import Notifications
-from memory.prefix_reuse import PrefixReuse
-from memory.round_memory import MemorySettings, RoundMemory
-from sim.config import Config
-from sim.core.counter_rng import CounterRNG
-from sim.core.errors import InputError
-from sim.core.follow_graph import FollowGraph
-from sim.core.posts import PostStore
-from sim.core.registry import SUMMARIZERS
-from sim.core.text_files import read_user_text
-from sim.platforms.spec import platform_slots, spec
-from sim.world.graph_init import initial_edges
-from sim.world.interventions import Interventions
-from sim.world.knowledge import build_graph_memory
-from sim.world.platform import Platform
-from sim.world.selection import select
+from shoal.agents.population import Population, generate_population
+from shoal.beliefs.exposure import ExposureHistory
+from shoal.beliefs.rules import make_rule
+from shoal.beliefs.state import BeliefState
+from shoal.beliefs.trust import TrustStore
+from shoal.config import Config
+from shoal.core.counter_rng import CounterRNG
+from shoal.core.errors import InputError
+from shoal.core.follow_graph import FollowGraph
+from shoal.core.posts import PostStore
+from shoal.core.registry import SUMMARIZERS
+from shoal.core.text_files import read_user_text
+from shoal.memory.compaction import Summarizer
+from shoal.memory.digest import CrossPlatformDigest
+from shoal.memory.notifications import Notifications
+from shoal.memory.prefix_reuse import PrefixReuse
+from shoal.memory.round_memory import MemorySettings, RoundMemory
+from shoal.platforms.spec import platform_slots, spec
+from shoal.world.follow_init import initial_edges
+from shoal.world.interventions import Interventions
+from shoal.world.knowledge import build_graph_memory
+from shoal.world.platform import Platform
+from shoal.world.selection import select
 
 # Keys of the seeded numpy generators used for round-0 construction.
 _POPULATION, _STANCES, _GRAPH, _MEMBERSHIP, _LLM_AGENTS = 1, 2, 3, 4, 5
@@ -147,7 +146,7 @@ def load_population(cfg: Config) -> Population:
     rng = CounterRNG(cfg.seed).generator(_POPULATION)
     if cfg.population.size is not None:
         return generate_population(cfg, rng)
-    from agents.profiles import load_population_file
+    from shoal.agents.profiles import load_population_file
 
     return load_population_file(cfg, rng)
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-
-from beliefs.rules import Exposures, UpdateContext, make_rule
-from beliefs.state import BeliefState
-from beliefs.trust import TrustStore
-from sim.config import BeliefRule
-from sim.core.counter_rng import CounterRNG
-from sim.core.follow_graph import FollowGraph
-from sim.core.posts import PostStore
+from shoal.beliefs.rules import Exposures, UpdateContext, make_rule
+from shoal.beliefs.state import BeliefState
+from shoal.beliefs.trust import TrustStore
+from shoal.config import BeliefRule
+from shoal.core.counter_rng import CounterRNG
+from shoal.core.follow_graph import FollowGraph
+from shoal.core.posts import PostStore
 
 NO_EXPOSURES = Exposures(np.empty(0, np.int64), np.empty((0, 0), np.int64),
                          np.empty((0, 0), np.int32), np.empty((0, 0), np.int32),

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-
-from beliefs.trust import TrustStore
-from sim.core.follow_graph import FollowGraph
+from shoal.beliefs.trust import TrustStore
+from shoal.core.follow_graph import FollowGraph
 
 
 def strongly_connected_graph(n: int, extra: int, seed: int) -> tuple[FollowGraph, TrustStore]:

@@ -14,8 +14,8 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pytest
+from shoal.cli.main import main
 
-from sim.cli.main import main
 from tests.conftest import CONFIGS
 from tests.validation.harness import clusters
 
@@ -39,7 +39,7 @@ def positions(df: pd.DataFrame, round_: int) -> np.ndarray:
 
 def test_every_rule_has_a_model_config() -> None:
     """One config per registered rule."""
-    from sim.core.registry import BELIEF_RULES
+    from shoal.core.registry import BELIEF_RULES
 
     assert {p.stem for p in MODELS.glob("*.yaml")} == set(BELIEF_RULES.names())
 
@@ -47,8 +47,8 @@ def test_every_rule_has_a_model_config() -> None:
 def test_deffuant_config_splits_into_two_clusters_via_the_console_script(tmp_path) -> None:
     """`shoal run configs/models/deffuant.yaml` (d = 0.2 on [0, 1]): by the last round,
     ⌊1/(2d)⌋ = 2 major clusters (≥ 5 % of agents each, gaps > 0.02), one on each side."""
-    result = subprocess.run([sys.executable, "-m", "sim.cli", "run", str(MODELS / "deffuant.yaml"),
-                             "--out", str(tmp_path), "--quiet"],
+    result = subprocess.run([sys.executable, "-m", "shoal.cli", "run",
+                             str(MODELS / "deffuant.yaml"), "--out", str(tmp_path), "--quiet"],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     df = beliefs(tmp_path)

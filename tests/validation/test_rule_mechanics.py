@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from beliefs.exposure import ExposureHistory
-from beliefs.rules import Exposures, UpdateContext, make_rule
-from beliefs.rules.partners import (
+from shoal.beliefs.exposure import ExposureHistory
+from shoal.beliefs.rules import Exposures, UpdateContext, make_rule
+from shoal.beliefs.rules.partners import (
     Draw,
     conflict_free,
     encounter_batches,
@@ -20,14 +19,15 @@ from beliefs.rules.partners import (
     random_matching,
     random_others,
 )
-from beliefs.state import BeliefState
-from beliefs.trust import TrustStore
-from sim.core.counter_rng import CounterRNG, Purpose
-from sim.core.errors import ConfigError
-from sim.core.follow_graph import FollowGraph
-from sim.core.posts import NewPosts, PostStore
-from sim.core.registry import BELIEF_RULES
-from sim.platforms.spec import MAX_CODE
+from shoal.beliefs.state import BeliefState
+from shoal.beliefs.trust import TrustStore
+from shoal.core.counter_rng import CounterRNG, Purpose
+from shoal.core.errors import ConfigError
+from shoal.core.follow_graph import FollowGraph
+from shoal.core.posts import NewPosts, PostStore
+from shoal.core.registry import BELIEF_RULES
+from shoal.platforms.spec import MAX_CODE
+
 from tests.validation.harness import NO_EXPOSURES, rule_config, run_rule
 from tests.validation.networks import strongly_connected_graph
 
@@ -453,7 +453,7 @@ def test_flags() -> None:
 ])
 def test_config_errors_name_the_field(quickstart_dict, update: dict, message: str) -> None:
     """Bad rule parameters are config errors that name the field and the problem."""
-    from sim.config import parse_config
+    from shoal.config import parse_config
 
     with pytest.raises(ConfigError) as err:
         parse_config({**quickstart_dict, "beliefs": {"update": update}})

@@ -2,9 +2,8 @@
 import sys
 from pathlib import Path
 
-from sim.run import create_run
-
-from sim.config import load_config
+from shoal.config import load_config
+from shoal.run import create_run
 
 out = Path(sys.argv[1])
 cfg = load_config("tests/data/format4_run.yaml", [f"output.dir={out}"])

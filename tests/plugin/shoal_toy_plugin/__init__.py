@@ -8,24 +8,23 @@ from typing import ClassVar, Literal
 import numpy as np
 import pyarrow as pa
 from pydantic import Field
-
-from agents.actions import ActionBatch
-from agents.observation import PlatformView
-from agents.policy import Policy
-from beliefs.rules.base import Exposures, UpdateContext, UpdateRule
-from beliefs.state import BeliefState
-from sim.config.base import Strict, part
-from sim.config.platforms import PlatformConfig
-from sim.config.selector import Selector
-from sim.core.counter_rng import CounterRNG, stream
-from sim.core.posts import PostKind
-from sim.core.registry import BELIEF_RULES, POLICIES, RECOMMENDERS
-from sim.core.state import State
-from sim.core.vocabulary import ActionType as A
-from sim.engine.recommenders import FeedContext, Recommender
-from sim.platforms.spec import PlatformSpec, register
-from sim.store.tables import TABLES, TableSpec
-from sim.world.platform_engine import PlatformEngine
+from shoal.agents.actions import ActionBatch
+from shoal.agents.observation import PlatformView
+from shoal.agents.policy import Policy
+from shoal.beliefs.rules.base import Exposures, UpdateContext, UpdateRule
+from shoal.beliefs.state import BeliefState
+from shoal.config.base import Strict, part
+from shoal.config.platforms import PlatformConfig
+from shoal.config.selector import Selector
+from shoal.core.counter_rng import CounterRNG, stream
+from shoal.core.posts import PostKind
+from shoal.core.registry import BELIEF_RULES, POLICIES, RECOMMENDERS
+from shoal.core.state import State
+from shoal.core.vocabulary import ActionType as A
+from shoal.engine.recommenders import FeedContext, Recommender
+from shoal.platforms.spec import PlatformSpec, register
+from shoal.store.tables import TABLES, TableSpec
+from shoal.world.platform_engine import PlatformEngine
 
 
 class Drift(Strict):

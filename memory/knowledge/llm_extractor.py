@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 
-from memory.context import inline
-from memory.graph.extract import Extraction, Fact, Mention, sentences
-from memory.tokens import count
-from sim.llm.chat import CallLog, ChatRequest, SyncChat, call_rows, chat_model
-from sim.llm.endpoints import LOOPBACK, Endpoints
+from shoal.llm.chat import CallLog, ChatRequest, SyncChat, call_rows, chat_model
+from shoal.llm.endpoints import LOOPBACK, Endpoints
+from shoal.memory.context import inline
+from shoal.memory.knowledge.extract import Extraction, Fact, Mention, sentences
+from shoal.memory.tokens import count
 
 MARKER = "Shoal graph extraction"
 SYSTEM = (f"{MARKER}. Read the user's text and record, with the record_facts tool, the "

@@ -20,9 +20,8 @@ from collections import Counter
 from typing import Protocol
 
 import numpy as np
-
-from memory.context import inline
-from memory.graph.model import Hit, KnowledgeGraph
+from shoal.memory.context import inline
+from shoal.memory.knowledge.model import Hit, KnowledgeGraph
 
 K1, B = 1.2, 0.75
 HUB = 50  # an entity in more relations than this (a topic) does not expand the results

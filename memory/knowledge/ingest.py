@@ -13,9 +13,9 @@ and from the text the facts about others (`observation` relations; the agent's f
 statements are its beliefs already). Source ids are the post ids. A relation already
 visible with the same subject, predicate and object is not added again (its first source
 stands); a polar relation contradicting an older one on the same endpoints withdraws it
-(`memory/graph/model.py`).
+(`memory/knowledge/model.py`).
 
-Extraction is pure text work and may run in the background (`memory/graph/memory.py`);
+Extraction is pure text work and may run in the background (`memory/knowledge/memory.py`);
 resolving into the graph happens here, on the caller's thread, in a fixed order, so the
 same inputs always give the same graph.
 """
@@ -26,10 +26,9 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from memory.graph.extract import Extraction, Extractor, trimmed
-from memory.graph.model import KnowledgeGraph
-from memory.graph.resolve import key, resolve
+from shoal.memory.knowledge.extract import Extraction, Extractor, trimmed
+from shoal.memory.knowledge.model import KnowledgeGraph
+from shoal.memory.knowledge.resolve import key, resolve
 
 UNDECIDED = 0.2  # |mean stance| below this: "is undecided about"
 _PARAGRAPH = re.compile(r"\n\s*\n")

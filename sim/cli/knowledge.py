@@ -8,9 +8,8 @@ from pathlib import Path
 
 from rich.markup import escape
 from rich.table import Table
-
-from sim.cli.console import console, print_whole
-from sim.core.errors import InputError
+from shoal.cli.console import console, print_whole
+from shoal.core.errors import InputError
 
 ROUND_MAX = 2**31 - 1  # rounds are int32 in the graph's tables
 
@@ -71,12 +70,12 @@ def _extractor_flags(p: argparse.ArgumentParser) -> None:
 
 def _extractor(args: argparse.Namespace):
     """The offline extractor, or an LLM one for --llm (its calls counted on exit)."""
-    from memory.graph.extract import OfflineExtractor
+    from shoal.memory.knowledge.extract import OfflineExtractor
 
     if not args.llm:
         return OfflineExtractor()
-    from memory.graph.llm_extractor import LLMExtractor
-    from sim.config.llm import ProviderConfig
+    from shoal.config.llm import ProviderConfig
+    from shoal.memory.knowledge.llm_extractor import LLMExtractor
 
     provider = ProviderConfig(name="extractor", base_urls=[args.llm], model=args.model,
                               api_key_env=args.api_key_env, temperature=0.0,
@@ -97,7 +96,7 @@ def _close(extractor) -> None:
 
 def cmd_init(args: argparse.Namespace) -> int:
     """`shoal init BRIEF [--agents N] [--out DIR] [--seed S] [--llm URL]`."""
-    from sim.runs.scenario_init import (
+    from shoal.runs.scenario_init import (
         MAX_AGENTS,
         MAX_ROUNDS,
         InitOptions,
@@ -134,13 +133,13 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 def cmd_graph_add(args: argparse.Namespace) -> int:
     """`shoal graph add DOC... --into FOLDER`: documents into a scenario's graph."""
-    from memory.context import one_line
-    from memory.graph.communities import detect
-    from memory.graph.ingest import ingest_document
-    from memory.graph.memory import stamp
-    from memory.graph.model import TABLES, KnowledgeGraph
-    from sim.store.graph import GRAPH_TABLES, SCENARIO_DIR, GraphReader, write_scenario_graph
-    from sim.world.knowledge import read_document
+    from shoal.memory.context import one_line
+    from shoal.memory.knowledge.communities import detect
+    from shoal.memory.knowledge.ingest import ingest_document
+    from shoal.memory.knowledge.memory import stamp
+    from shoal.memory.knowledge.model import TABLES, KnowledgeGraph
+    from shoal.store.knowledge import GRAPH_TABLES, SCENARIO_DIR, GraphReader, write_scenario_graph
+    from shoal.world.knowledge import read_document
 
     folder = Path(args.into)
     if args.new and folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
@@ -184,7 +183,7 @@ def cmd_graph_add(args: argparse.Namespace) -> int:
         tables[n] = pa.concat_tables([old[n], new]) if n in old and len(old[n]) else new
     write_scenario_graph(folder, tables)
     if rows:  # the extraction's LLM calls, after any earlier ones
-        from sim.runs.scenario_init import write_calls
+        from shoal.runs.scenario_init import write_calls
 
         earlier = folder / SCENARIO_DIR / "llm_calls.parquet"
         if earlier.exists():
@@ -201,8 +200,8 @@ def cmd_graph_add(args: argparse.Namespace) -> int:
 
 def cmd_graph_show(args: argparse.Namespace) -> int:
     """`shoal graph relations|entities|episodes|communities|search|neighbourhood|history`."""
-    from sim.store.graph import SCENARIO_DIR
-    from sim.store.lineage import graph_reader
+    from shoal.store.knowledge import SCENARIO_DIR
+    from shoal.store.lineage import graph_reader
 
     path = Path(args.path)
     if not path.exists():
@@ -251,8 +250,8 @@ def cmd_graph_show(args: argparse.Namespace) -> int:
 
 def _search(reader, query: str, as_of: int | None, k: int):
     """BM25 over the graph rebuilt in memory (the same validity rule as every reader)."""
-    from memory.graph.model import TABLES
-    from memory.graph.retrieval import search_tables
+    from shoal.memory.knowledge.model import TABLES
+    from shoal.memory.knowledge.retrieval import search_tables
 
     return search_tables({n: reader.arrow(n) for n in TABLES}, query, k, as_of)
 

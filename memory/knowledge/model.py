@@ -3,7 +3,7 @@
 - An **episode** is admitted text kept verbatim, with where it came from: a document and
   the character span, or a round, an agent and the post ids.
 - An **entity** has a canonical name, a type, a summary and aliases (entity resolution
-  folds names that mean the same thing, `memory/graph/resolve.py`).
+  folds names that mean the same thing, `memory/knowledge/resolve.py`).
 - A **relation** is subject –predicate→ object with the fact as text, its kind (`document`:
   read from a document; `observation`: seen in the simulation's activity; `belief`: an
   agent's own expressed position), its source (type and id) and episode, and when it
@@ -16,7 +16,7 @@
 Everything is append-only, so the graph is journaled like the post store: a checkpoint
 keeps the rows a round added, a resume replays them, and a fork keeps its parent's rows
 up to the fork round. The same rows are the run's `graph_*` tables, each row stamped with
-the round whose transaction wrote it (sim/store/graph.py reads them with the same rule in
+the round whose transaction wrote it (sim/store/knowledge.py reads them with the same rule in
 SQL).
 """
 
@@ -28,8 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-
-from sim.core.state import State
+from shoal.core.state import State
 
 KINDS = ("document", "observation", "belief")
 _NEVER = np.iinfo(np.int64).max  # the withdrawal round of a relation never withdrawn

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-
-from memory.graph.model import KnowledgeGraph
+from shoal.memory.knowledge.model import KnowledgeGraph
 
 COMMUNITY_COLUMNS = {"generation": pa.int32(), "community": pa.int32(),
                      "size": pa.int32(), "summary": pa.string(),

@@ -14,13 +14,17 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import pyarrow as pa
-
-from memory.graph.communities import Communities, detect
-from memory.graph.extract import Extraction, Extractor
-from memory.graph.ingest import RoundActivity, TopicNames, apply_activity, extract_activity
-from memory.graph.model import KnowledgeGraph
-from memory.graph.retrieval import FactIndex
-from sim.core.state import State
+from shoal.core.state import State
+from shoal.memory.knowledge.communities import Communities, detect
+from shoal.memory.knowledge.extract import Extraction, Extractor
+from shoal.memory.knowledge.ingest import (
+    RoundActivity,
+    TopicNames,
+    apply_activity,
+    extract_activity,
+)
+from shoal.memory.knowledge.model import KnowledgeGraph
+from shoal.memory.knowledge.retrieval import FactIndex
 
 
 class GraphMemory:

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import networkx as nx
 import numpy as np
-
-from agents.population import Population
-from sim.config.model import (
+from shoal.agents.population import Population
+from shoal.config.model import (
     EdgeListGraph,
     GraphConfig,
     NetworkxGraph,
@@ -19,8 +18,8 @@ from sim.config.model import (
     RandomGraph,
     SmallWorldGraph,
 )
-from sim.core.errors import InputError
-from sim.core.text_files import read_user_text
+from shoal.core.errors import InputError
+from shoal.core.text_files import read_user_text
 
 # Zero-argument networkx generators that make sense as a follow graph.
 NETWORKX_BUILTINS = (

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from sim.config.base import Strict
-from sim.core.errors import InputError
-from sim.core.registry import EXTRACTORS
+from shoal.config.base import Strict
+from shoal.core.errors import InputError
+from shoal.core.registry import EXTRACTORS
 
 
 class OfflineConfig(Strict):
@@ -27,8 +27,8 @@ class LLMExtractorConfig(Strict):
 
 @EXTRACTORS.register("offline", config=OfflineConfig)
 def offline_extractor(cfg: OfflineConfig, llm=None):
-    """The offline extractor (memory/graph/extract.py)."""
-    from memory.graph.extract import OfflineExtractor
+    """The offline extractor (memory/knowledge/extract.py)."""
+    from shoal.memory.knowledge.extract import OfflineExtractor
 
     return OfflineExtractor()
 
@@ -36,7 +36,7 @@ def offline_extractor(cfg: OfflineConfig, llm=None):
 @EXTRACTORS.register("llm", config=LLMExtractorConfig)
 def llm_extractor(cfg: LLMExtractorConfig, llm):
     """The LLM extractor of a config: its `provider`, else the first of `llm.providers`."""
-    from memory.graph.llm_extractor import LLMExtractor
+    from shoal.memory.knowledge.llm_extractor import LLMExtractor
 
     if llm is None or not llm.providers:
         raise InputError("memory.graph.extractor: 'llm' needs an llm section with a provider")

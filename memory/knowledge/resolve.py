@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 
-from memory.context import one_line
-from memory.graph.model import KnowledgeGraph, key
+from shoal.memory.context import one_line
+from shoal.memory.knowledge.model import KnowledgeGraph, key
 
 _ACRONYM = re.compile(r"^(.*\S)\s*\(([A-Z][A-Za-z0-9&]{1,9})\)$")
 

@@ -1,12 +1,12 @@
 """How a `World` becomes a checkpoint, and is rebuilt from one, bit for bit.
 
-The world composes its components' states (sim.core.state): journaled components give the
+The world composes its components' states (shoal.core.state): journaled components give the
 round's log segment (`take_changes`), the others the state at the end of the round
 (`get_state`). Restoring round K replays the logs of rounds 0..K into empty components and
 sets the others from the state of K. Nothing here reaches into a component's fields.
 
 Round memory, the digest and notifications are bounded windows that change every round;
-they are journaled too (sim.core.state.KeyedJournal), unless the world was restored from a
+they are journaled too (shoal.core.state.KeyedJournal), unless the world was restored from a
 checkpoint that kept their whole state (written before they were journaled): then they
 are kept whole in every later state, and restoring takes whichever form the state has.
 """
@@ -14,21 +14,20 @@ are kept whole in every later state, and restoring takes whichever form the stat
 from __future__ import annotations
 
 import numpy as np
-
-from agents.population import Population
-from beliefs.exposure import ExposureHistory
-from beliefs.rules import make_rule
-from beliefs.state import BeliefState
-from beliefs.trust import TrustStore
-from sim.config import Config, parse_config, resolved_dict, upgrade_saved
-from sim.core.follow_graph import FollowGraph
-from sim.core.posts import PostStore
-from sim.core.state import State
-from sim.platforms.spec import platform_slots, spec
-from sim.store.checkpoints import Checkpoint, CheckpointError, CheckpointStore
-from sim.world.knowledge import build_graph_memory, empty_graph_memory
-from sim.world.platform import Platform
-from sim.world.world import World, build_engines
+from shoal.agents.population import Population
+from shoal.beliefs.exposure import ExposureHistory
+from shoal.beliefs.rules import make_rule
+from shoal.beliefs.state import BeliefState
+from shoal.beliefs.trust import TrustStore
+from shoal.config import Config, parse_config, resolved_dict, upgrade_saved
+from shoal.core.follow_graph import FollowGraph
+from shoal.core.posts import PostStore
+from shoal.core.state import State
+from shoal.platforms.spec import platform_slots, spec
+from shoal.store.checkpoints import Checkpoint, CheckpointError, CheckpointStore
+from shoal.world.knowledge import build_graph_memory, empty_graph_memory
+from shoal.world.platform import Platform
+from shoal.world.world import World, build_engines
 
 __all__ = ["CheckpointError", "checkpoint", "restore_world"]
 

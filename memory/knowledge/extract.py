@@ -1,5 +1,5 @@
 """Extraction: from a text to entity mentions and facts, behind one interface with two
-backends (registered in `sim.core.registry.EXTRACTORS` by `memory/graph/extractors.py`):
+backends (registered in `shoal.core.registry.EXTRACTORS` by `memory/knowledge/extractors.py`):
 
 - `offline` (default): no model, no download. Sentences are split with their character
   spans; mentions are capitalised name sequences and acronyms, stakeholder groups from a
@@ -9,7 +9,7 @@ backends (registered in `sim.core.registry.EXTRACTORS` by `memory/graph/extracto
   Union opposes the levy" → Farmers' Union –opposes→ levy), with negation ("does not
   support" → opposes). Keyphrases (for topics, `shoal init`) come from YAKE.
 - `llm`: a tool call (`record_facts`) through the chat-model interface, its calls logged
-  as `llm_calls` rows (`memory/graph/llm_extractor.py`).
+  as `llm_calls` rows (`memory/knowledge/llm_extractor.py`).
 
 Both return `Extraction`s: plain data, no ids; resolution into the graph is the caller's.
 """

@@ -21,8 +21,8 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 import pyarrow as pa
-
-from sim.store.tables import TABLES, TableSpec
+from shoal.core.files import replacing
+from shoal.store.tables import TABLES, TableSpec
 
 
 def _declare(name: str, columns: str, doc: str, **how) -> TableSpec:
@@ -180,9 +180,8 @@ def write_scenario_graph(folder: str | Path, tables: Mapping[str, pa.Table]) -> 
                  "graph_community_members": "generation, community, entity_id",
                  "graph_withdrawals": "relation_id",
                  "graph_aliases": "entity_id, key"}.get(name, "1")
-        tmp = root / f".{name}.parquet"
-        con.execute(f"COPY (SELECT * FROM {name} ORDER BY {order}) TO '{tmp}' "
-                    "(FORMAT parquet)")
-        tmp.replace(root / f"{name}.parquet")
+        with replacing(root / f"{name}.parquet") as tmp:
+            con.execute(f"COPY (SELECT * FROM {name} ORDER BY {order}) TO $path "
+                        "(FORMAT parquet)", {"path": str(tmp)})
     con.close()
     return root

@@ -35,10 +35,9 @@ from typing import Any
 
 import duckdb
 import pandas as pd
-
-from sim.core.errors import InputError
-from sim.store.tables import TABLES, TableSpec
-from sim.store.trajectory import connect
+from shoal.core.errors import InputError
+from shoal.store.tables import TABLES, TableSpec
+from shoal.store.trajectory import connect
 
 
 def _declare(name: str, columns: str, owner: str, doc: str, volatile: tuple[str, ...] = ()

@@ -1,0 +1,34 @@
+"""Files written whole or not at all: a reader (another process, a notebook, a resume
+after a crash) sees the old file or the new one, never half of one.
+
+Every file Shoal replaces while others may read it goes through `replacing`: the writer
+writes a hidden temporary sibling, which is renamed over the file when it is complete (a
+rename within a folder is atomic) and removed if the writing fails (a full disk leaves no
+stray half file)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def replacing(path: str | Path) -> Iterator[Path]:
+    """A temporary sibling of `path` for any writer (text, Parquet, DuckDB's COPY, numpy);
+    renamed over `path` when the block ends, removed if it raises."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Replace `path` with `text` (UTF-8), whole or not at all."""
+    with replacing(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
