@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+
 from shoal.agents.actions import ActionBatch
 from shoal.agents.llm_tools import (
     WRITES,

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
+
 from shoal.core.vocabulary import ACTION_NAMES, ActionType
 from shoal.llm.chat import strip_reasoning
 from shoal.platforms.spec import spec

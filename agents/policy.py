@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 import numpy as np
+
 from shoal.agents.actions import ActionBatch
 from shoal.agents.observation import PlatformView
 from shoal.config import Config

@@ -15,6 +15,7 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+
 from shoal.config import Config
 from shoal.core.state import State
 

@@ -8,6 +8,7 @@ indexing, so writing tens of thousands of posts per round costs milliseconds.
 from __future__ import annotations
 
 import numpy as np
+
 from shoal.beliefs.render import STANCE_BINS, stance_bin
 
 _SIGN_OF_BIN = (1, 1, 0, -1, -1)

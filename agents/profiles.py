@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 import yaml
+
 from shoal.agents.population import Population
 from shoal.config import Config, TopicSpec
 from shoal.core.errors import InputError

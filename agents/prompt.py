@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from shoal.beliefs.render import stance_lines
 from shoal.memory.context import Assembled, Line, Section, assemble, inline, quote
 from shoal.platforms.spec import spec as platform_spec

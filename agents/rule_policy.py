@@ -13,6 +13,7 @@ from typing import Literal
 
 import numpy as np
 from pydantic import Field
+
 from shoal.agents.actions import ActionBatch
 from shoal.agents.observation import PlatformView
 from shoal.agents.policy import Policy

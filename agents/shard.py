@@ -11,6 +11,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from shoal.agents.actions import ActionBatch
 from shoal.agents.llm_policy import LLMPolicy
 from shoal.agents.observation import DecisionRequest, Prompt

@@ -5,6 +5,7 @@ more reliably, and numbers invite it to do arithmetic on them)."""
 from __future__ import annotations
 
 import numpy as np
+
 from shoal.beliefs.trust import TrustStore
 
 # (lower bound, verb): a position >= bound takes the verb; the first match wins.

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+
 from shoal.beliefs.topics import TopicMatcher
 
 STRONG, PLAIN, WEAK = 0.9, 0.5, 0.25

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+
 from shoal.core.keys import pack
 from shoal.core.state import State, concat, last_value_per_key
 

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 from pydantic import TypeAdapter
+
 from shoal.beliefs.exposure import ExposureHistory
 from shoal.beliefs.rules import Exposures, UpdateContext, make_rule
 from shoal.beliefs.state import BeliefState

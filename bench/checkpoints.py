@@ -32,6 +32,7 @@ import zipfile
 from pathlib import Path
 
 import duckdb
+
 import shoal.engine.driver as driver_module
 from shoal.config import load_config
 from shoal.runs.fork import fork_run

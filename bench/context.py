@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import duckdb
+
 from shoal.config import load_config
 from shoal.memory.tokens import encoding
 from shoal.runs.inspect import inspect_agent

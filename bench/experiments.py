@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+
 from shoal.analysis.experiments import bootstrap_interval
 from shoal.analysis.metrics import t_interval
 from shoal.core.counter_rng import CounterRNG, Purpose

@@ -56,6 +56,7 @@ from datetime import datetime
 from pathlib import Path
 
 import numpy as np
+
 from shoal.memory.knowledge.extract import OfflineExtractor
 from shoal.memory.knowledge.ingest import (
     RoundActivity,

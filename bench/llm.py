@@ -54,6 +54,7 @@ import time
 from pathlib import Path
 
 import duckdb
+
 from shoal.config import load_config
 from shoal.engine.executors import new_event_loop
 from shoal.llm.chat import ChatRequest, chat_model

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import duckdb
 import yaml
+
 from shoal.config import parse_config
 from shoal.runs.simulation import Simulation
 

@@ -44,6 +44,7 @@ from datetime import datetime
 from pathlib import Path
 
 import numpy as np
+
 from shoal.config import load_config
 from shoal.runs.simulation import Simulation
 

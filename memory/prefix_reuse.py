@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
+
 from shoal.core.state import State, decode_texts, encode_texts
 from shoal.memory.tokens import count, encoding
 

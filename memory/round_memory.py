@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+
 from shoal.core.state import KeyedJournal, State
 from shoal.memory.compaction import CompactionWorker, Item, Job, Summarizer
 from shoal.memory.context import Line

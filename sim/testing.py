@@ -31,6 +31,7 @@ from typing import Any
 
 import duckdb
 import pandas as pd
+
 from shoal.core.registry import BELIEF_RULES, INTERVENTIONS, PLATFORMS, POLICIES, RECOMMENDERS
 from shoal.store.tables import TableSpec, file_tables
 

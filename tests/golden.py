@@ -22,6 +22,7 @@ from pathlib import Path
 
 import duckdb
 import yaml
+
 from shoal.store.tables import TableSpec, file_tables
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import duckdb
 import pandas as pd
+
 from shoal.config import Config, parse_config
 from shoal.runs.simulation import Simulation
 from shoal.store.tables import TableSpec, file_tables

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 from matplotlib.figure import Figure
+
 from shoal import open_run, open_runs
 from shoal.analysis import plots
 from shoal.analysis.runs import FRAMES, Run
@@ -23,7 +24,6 @@ from shoal.core.errors import InputError
 from shoal.runs.fork import fork_run
 from shoal.store.lineage import being_written
 from shoal.store.run_dir import RunDir
-
 from tests.conftest import CONFIGS, write_config
 from tests.helpers import fork_plan, make_config, run_config
 

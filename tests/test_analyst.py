@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from shoal import open_run
 from shoal.analysis.report import write_report
 from shoal.analyst.citations import numbers, parse_claim, sentences, supports, verify
@@ -23,7 +24,6 @@ from shoal.cli.main import main
 from shoal.llm.server import Faults, serve_in_thread
 from shoal.store.history_sql import SQLError, query_history
 from shoal.store.traces import ANALYSIS
-
 from tests.conftest import CONFIGS
 from tests.helpers import (
     fork_and_run,

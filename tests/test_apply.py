@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from shoal.agents.actions import ActionBatch
 from shoal.agents.observation import PlatformView
 from shoal.beliefs.trust import TrustStore

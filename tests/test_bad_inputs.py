@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
-from shoal.cli.main import main
 
+from shoal.cli.main import main
 from tests.conftest import CONFIGS, ROOT
 
 CASES: list[dict[str, Any]] = [

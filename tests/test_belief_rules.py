@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from shoal.agents.observation import PlatformView
 from shoal.beliefs.exposure import ExposureHistory
 from shoal.beliefs.rules import Exposures, UpdateContext, make_rule

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+
 from shoal.cli.main import main
 from shoal.core.errors import InputError
 from shoal.runs.calibrate import (
@@ -21,7 +22,6 @@ from shoal.runs.calibrate import (
     simulate,
     summarise,
 )
-
 from tests.conftest import CONFIGS, write_config
 
 TRUE_RATE = 0.02

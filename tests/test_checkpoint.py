@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from shoal.cli.main import main
 from shoal.runs.simulation import Simulation
 from shoal.world.persistence import restore_world
-
 from tests.conftest import write_config
 from tests.helpers import kill_then_resume, make_config, run_cli, run_config, tables_differ
 

@@ -12,8 +12,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from shoal.cli.main import main
 
+from shoal.cli.main import main
 from tests.golden import run_digests
 
 DATA = Path(__file__).parent / "data"

@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from shoal.cli.main import main
 
+from shoal.cli.main import main
 from tests.conftest import CONFIGS, write_config
 
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from shoal.cli.main import main
 
+from shoal.cli.main import main
 from tests.cluster import ray_cluster
 from tests.conftest import CONFIGS, ROOT, write_config
 from tests.helpers import tables_differ

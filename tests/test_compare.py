@@ -10,6 +10,7 @@ import duckdb
 import pandas as pd
 import pytest
 import yaml
+
 from shoal.analysis.compare import (
     ACTIVITY,
     ENGAGEMENT,
@@ -19,7 +20,6 @@ from shoal.analysis.compare import (
     per_round_means,
 )
 from shoal.cli.main import main
-
 from tests.conftest import CONFIGS
 from tests.helpers import fork_and_run, make_config, run_config
 

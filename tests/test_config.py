@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 
 import pytest
+
 from shoal.config import config_hash, load_config, parse_config, resolved_dict
 from shoal.core.errors import ConfigError
-
 from tests.conftest import CONFIGS, write_config
 
 

@@ -6,6 +6,7 @@ test plug-in's parts pass the same checks in tests/test_plugins.py."""
 from __future__ import annotations
 
 import pytest
+
 from shoal.core.registry import (
     BELIEF_RULES,
     INTERVENTIONS,
@@ -54,6 +55,7 @@ def test_the_kit_catches_a_recommender_that_forgets_its_state(tmp_path, monkeypa
     """A stateful recommender whose state is not checkpointed fails the resume check (the
     kit is not a check that cannot fail)."""
     import numpy as np
+
     from shoal.engine.recommenders import Recommender
     from shoal.testing import check_run, small_config
 

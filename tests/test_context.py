@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+
 import shoal.memory.tokens as tokens
 from shoal.agents.prompt import ContextInputs, FeedItem, build_context
 from shoal.engine.agent_history import rebuild_history
@@ -16,7 +17,6 @@ from shoal.memory.digest import CrossPlatformDigest
 from shoal.memory.notifications import Notifications
 from shoal.runs.inspect import inspect_agent
 from shoal.world.persistence import restore_world
-
 from tests.helpers import make_config, query, run_config
 
 SECTION_TITLES = ("## Who you are", "## How to act", "## What you think",
@@ -173,6 +173,7 @@ def test_a_fork_that_starts_tracking_agents_gives_them_their_history(context_run
     starts the fork with the digest and notifications of a run that tracked it from round
     1 (the same model and seed)."""
     import yaml
+
     from shoal.runs.fork import fork_run
     from shoal.runs.fork_plan import ForkPlan
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from shoal.core.counter_rng import CounterRNG, Purpose, philox4x32
 
 M32 = 0xFFFFFFFF

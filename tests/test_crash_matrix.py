@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from shoal import open_run
 from shoal.cli.main import main
 from shoal.core.faults import POINTS
-
 from tests.conftest import CONFIGS, ROOT
 from tests.golden import run_digests
 from tests.helpers import declared, query, run_cli, tables_differ

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from shoal.cli.main import main
 
+from shoal.cli.main import main
 from tests.conftest import CONFIGS
 from tests.helpers import make_config, run_config, tables_differ
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import socket
 
 import pytest
-from shoal.cli.main import main
 
+from shoal.cli.main import main
 from tests.conftest import write_config
 
 SMALL = ["--set", "population.size=100", "--rounds", "2"]

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+
 from shoal import open_experiment
 from shoal.analysis.experiments import (
     EFFECTS_FILE,
@@ -31,7 +32,6 @@ from shoal.analysis.metrics import student_t_quantile
 from shoal.analysis.sweeps import member_metrics
 from shoal.cli.main import main
 from shoal.store.run_dir import open_run_dir
-
 from tests.conftest import ROOT, write_config
 from tests.helpers import run_cli, tables_differ
 

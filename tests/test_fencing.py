@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from shoal import open_run
 from shoal.cli.main import main
 from shoal.llm.server import serve_in_thread
-
 from tests.conftest import ROOT
 from tests.helpers import make_config, run_config
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from shoal.core.follow_graph import FollowGraph, SortedKeySet, expand_csr, pack, unpack
 from shoal.core.keys import first_occurrence, unique_sorted
 

@@ -10,10 +10,10 @@ import duckdb
 import pandas as pd
 import pytest
 import yaml
+
 from shoal.cli.main import main
 from shoal.runs.fork import fork_run
 from shoal.store.tables import TableSpec
-
 from tests.helpers import declared, fork_plan, make_config, run_config
 
 K = 5

@@ -11,6 +11,7 @@ from pathlib import Path
 import duckdb
 import pytest
 import yaml
+
 from shoal import open_run
 from shoal.cli.main import main
 from shoal.engine.agent_context import context_for
@@ -21,7 +22,6 @@ from shoal.memory.knowledge.model import KnowledgeGraph
 from shoal.memory.knowledge.retrieval import FactIndex
 from shoal.runs.simulation import Simulation
 from shoal.store.lineage import graph_reader
-
 from tests.conftest import ROOT, write_config
 from tests.helpers import fork_and_run, kill_then_resume, query, read_table, tables_differ
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import duckdb
 import pytest
 import yaml
+
 from shoal.store.history_sql import (
     Cancel,
     Limits,
@@ -20,7 +21,6 @@ from shoal.store.history_sql import (
     query_history,
     select_rows,
 )
-
 from tests.conftest import CONFIGS
 from tests.helpers import make_config, run_config
 

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from shoal import open_run
 from shoal.cli.main import main
 
@@ -442,6 +443,7 @@ def test_the_influence_graph_draws_each_pair_with_its_probability():
     half of all the weight and agents of weight 0 (never followed). Seeded: the same
     weights give the same graph."""
     import numpy as np
+
     from shoal.runs.importer import influence_follows
 
     n, degree = 400, 20
@@ -482,6 +484,7 @@ def test_import_md_says_shoal_has_a_market_and_offers_the_section(tmp_path):
     `platforms.market` section (emitted as YAML, not formatted into text) that validates
     when added to the imported config."""
     import yaml
+
     from shoal.config import parse_config
 
     out = tmp_path / "s"

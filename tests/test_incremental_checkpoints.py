@@ -14,6 +14,7 @@ import random
 from pathlib import Path
 
 import pytest
+
 from shoal.config import load_config
 from shoal.core.state import KeyedJournal
 from shoal.runs.simulation import Simulation

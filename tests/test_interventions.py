@@ -11,9 +11,9 @@ import sys
 
 import numpy as np
 import pytest
+
 from shoal.cli.main import main
 from shoal.core.errors import InputError
-
 from tests.conftest import write_config
 from tests.helpers import make_config, query, run_config, tables_differ
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from shoal import open_run
 from shoal.cli.main import main
 from shoal.core.errors import InputError
 from shoal.store.run_dir import clean_unfinished, lock_creation
-
 from tests.conftest import CONFIGS
 from tests.helpers import run_cli
 
@@ -216,11 +216,11 @@ def test_a_resumed_llm_run_counts_no_fallback_the_tables_do_not_hold(tmp_path):
     failures and fallbacks of the rounds that count (none: `actions` has no fallback row),
     and names the stopped round's requests apart."""
     from rich.console import Console
+
     from shoal.cli.summary import summarize
     from shoal.core.errors import ProviderDown
     from shoal.llm.server import serve_in_thread
     from shoal.runs.simulation import Simulation
-
     from tests.helpers import make_config, query
 
     data = yaml.safe_load((CONFIGS / "llm_quickstart.yaml").read_text())

@@ -18,11 +18,11 @@ import duckdb
 import pandas as pd
 import pytest
 import yaml
+
 from shoal.cli.main import main
 from shoal.core.errors import InputError
 from shoal.store.lineage import fork_rounds, lineage, read_table, run_tree
 from shoal.store.tables import TableSpec
-
 from tests.conftest import CONFIGS
 from tests.helpers import declared, fork_and_run, make_config, run_config
 

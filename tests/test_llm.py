@@ -22,13 +22,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+
 from shoal.agents.llm_tools import tools
 from shoal.beliefs.render import stance_lines
 from shoal.core.errors import ProviderDown
 from shoal.llm.server import serve_in_thread
 from shoal.memory.tokens import count
 from shoal.runs.simulation import Simulation
-
 from tests.conftest import CONFIGS, ROOT
 from tests.helpers import make_config, query, read_table, run_config, tables_differ
 
@@ -372,6 +372,7 @@ def test_a_plugin_providers_own_fields_are_scanned_for_keys():
     """Issue 26 item 9: a chat-model plug-in's provider config inherits the scan: a
     key-shaped value in a field it adds is refused by path, without the value."""
     from pydantic import Field, ValidationError
+
     from shoal.config.llm import ProviderConfig
 
     class Regional(ProviderConfig):

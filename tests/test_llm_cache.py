@@ -19,11 +19,11 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+
 from shoal.core.errors import ConfigError, InputError
 from shoal.llm.cache import entry_sum, request_key
 from shoal.llm.server import Faults, serve_in_thread
 from shoal.runs.simulation import Simulation
-
 from tests.conftest import CONFIGS, write_config
 from tests.helpers import (
     fork_and_run,

@@ -18,11 +18,11 @@ import time
 import httpx
 import pytest
 import yaml
+
 from shoal.config.llm import BreakerConfig, EndpointConfig
 from shoal.core.errors import ConfigError
 from shoal.llm.pool import FAILED, NEUTRAL, OK, EndpointPool
 from shoal.llm.server import Faults, serve_in_thread
-
 from tests.conftest import CONFIGS, ROOT
 from tests.helpers import make_config, query, read_table, run_config, tables_differ
 

@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+
 from shoal import open_run
 from shoal.cli.main import main
 from shoal.core.errors import ConfigError
-
 from tests.conftest import CONFIGS, write_config
 from tests.helpers import (
     declared,

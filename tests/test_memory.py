@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import yaml
+
 from shoal.memory.compaction import ExtractiveSummarizer, Item, chunks
 from shoal.memory.round_memory import MemoryItem, MemorySettings, RoundMemory
 from shoal.memory.tokens import count, encoding
 from shoal.runs.memory_diagnostic import carries, diagnose, key_terms
 from shoal.runs.simulation import Simulation
-
 from tests.conftest import CONFIGS
 from tests.helpers import make_config, query
 

@@ -9,6 +9,7 @@ import networkx as nx
 import numpy as np
 import pandas as pd
 import pytest
+
 from shoal.analysis import metrics
 
 # ---------------------------------------------------------------------- fixtures

@@ -6,6 +6,7 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 import pytest
+
 from shoal.world.follow_init import _barabasi_albert, _undirected
 
 

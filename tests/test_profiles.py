@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from shoal.agents.profiles import load_population_file
 from shoal.config import Config, parse_config, resolve_paths
 from shoal.core.errors import ConfigError, InputError
@@ -442,6 +443,7 @@ def run_profiles(tmp_path: Path, profile: Path, capsys) -> tuple[Path, str]:
     """`shoal run` (in process, local executor) of a 3-round config reading `profile`;
     the trajectory file and what was printed."""
     import yaml
+
     from shoal.cli.main import main
 
     cfg = {"name": "profiles", "seed": 3, "rounds": 3, "executor": {"kind": "local"},

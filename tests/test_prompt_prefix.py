@@ -10,13 +10,13 @@ import random
 import httpx
 import pytest
 import yaml
+
 from shoal.agents.prompt import INTERVIEW, ContextInputs, FeedItem, build_context
 from shoal.llm.server import BLOCK_TOKENS, PrefixCache, serve_in_thread
 from shoal.memory.context import Line
 from shoal.memory.prefix_reuse import PrefixReuse, reused_tokens
 from shoal.memory.tokens import encoding
 from shoal.runs.simulation import Simulation
-
 from tests.conftest import CONFIGS
 from tests.helpers import make_config, query, tables_differ
 

@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 import pytest
+
 from shoal.config import parse_config
 from shoal.core.counter_rng import CounterRNG
 from shoal.core.posts import NewPosts, PostKind

@@ -21,11 +21,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+
 from shoal.analysis.report import llm_html, write_report
 from shoal.cli.main import main
 from shoal.runs.fork import fork_run
 from shoal.runs.fork_plan import ForkPlan
-
 from tests.conftest import CONFIGS
 from tests.helpers import make_config, run_config
 
@@ -317,7 +317,6 @@ def test_report_with_an_analysis_renders_its_verdicts_in_chromium(browser, small
     the page has the Analysis section, both sentences flagged with their evidence linked,
     and it still loads nothing, runs nothing and logs no error."""
     from shoal.llm.server import serve_in_thread
-
     from tests.helpers import query
 
     run = Path(shutil.copytree(small_run, tmp_path / small_run.name))

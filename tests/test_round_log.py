@@ -4,6 +4,7 @@ the world for the next round, so no table may be a view of world state."""
 from __future__ import annotations
 
 import numpy as np
+
 from shoal.config import parse_config
 from shoal.engine.round_log import beliefs_table, initial_follows_table
 from shoal.world.world import build_world

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from shoal.core.rowsets import count_valid, first_valid, newest_per_row, push_newest
 
 SEEDS = [0, 1, 2, 3, 4, 5, 6, 7]

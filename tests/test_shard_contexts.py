@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 import yaml
+
 from shoal.config import parse_config
 from shoal.core.errors import ConfigError
 from shoal.runs.simulation import Simulation
-
 from tests.conftest import CONFIGS
 from tests.helpers import make_config, query, tables_differ
 

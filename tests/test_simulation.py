@@ -13,11 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+
 from shoal import open_run
 from shoal.cli.main import main
 from shoal.core.errors import InputError
 from shoal.runs.simulation import Simulation
-
 from tests.conftest import CONFIGS, ROOT, write_config
 from tests.golden import run_digests
 from tests.helpers import declared

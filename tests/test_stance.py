@@ -14,12 +14,12 @@ import json
 
 import numpy as np
 import pytest
+
 from shoal.agents.post_text import PostWriter
 from shoal.beliefs.render import stance_bin
 from shoal.beliefs.stance import estimate_stance
 from shoal.beliefs.topics import TopicMatcher
 from shoal.config import TopicSpec
-
 from tests.conftest import ROOT
 
 TOPICS = [

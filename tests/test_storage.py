@@ -11,9 +11,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from shoal.cli.main import main
 from shoal.store.run_dir import RunDir
-
 from tests.conftest import write_config
 from tests.helpers import tables_differ
 

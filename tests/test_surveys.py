@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+
 from shoal import open_run
 from shoal.analysis.surveys import scale_summary, wave_change
 from shoal.cli.main import main
@@ -19,7 +20,6 @@ from shoal.config.surveys import Survey
 from shoal.core.errors import ConfigError
 from shoal.engine.surveys import rule_responses
 from shoal.runs.simulation import Simulation
-
 from tests.conftest import CONFIGS, write_config
 from tests.golden import run_digests
 from tests.helpers import make_config, run_config

@@ -10,12 +10,12 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+
 from shoal.analysis.notebook import open_sweep
 from shoal.analysis.sweeps import SUMMARY_FILE, SWEEP_FILE, seed_stats, summarize_members
 from shoal.cli.main import main
 from shoal.core.errors import InputError
 from shoal.runs.sweep import parse_grid, plan_sweep, run_sweep
-
 from tests.conftest import write_config
 from tests.helpers import make_config, query, run_config, tables_differ
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import duckdb
 import pytest
+
 from shoal.core.registry import load_plugins
 from shoal.store.schema import schema
 from shoal.store.tables import TABLES, TableRegistry, TableSpec, file_tables, inferred
 from shoal.store.trajectory import TrajectoryStore
-
 from tests.conftest import ROOT
 
 # Where tables are declared (each module declares the tables of the component it serves).

@@ -23,6 +23,7 @@ from typing import Literal
 
 import numpy as np
 from pydantic import Field
+
 from shoal.beliefs.rules.base import Exposures, UpdateContext, UpdateRule
 from shoal.beliefs.rules.config import Dynamics, Epsilon
 from shoal.beliefs.rules.deffuant import one_sided, symmetric_pairs

@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
+
 from shoal.beliefs.exposure import ExposureHistory
 from shoal.beliefs.state import BeliefState
 from shoal.beliefs.trust import TrustStore

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field
+
 from shoal.beliefs.rules.deffuant import Deffuant, DeffuantRule
 from shoal.config.base import Strict
 from shoal.core.registry import BELIEF_RULES

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
+
 from shoal.config.base import Strict
 
 BeliefMode = Literal["exposures", "encounters", "pairs", "neighbours", "complete"]

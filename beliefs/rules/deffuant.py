@@ -25,6 +25,7 @@ from typing import Literal
 
 import numpy as np
 from pydantic import Field
+
 from shoal.beliefs.rules.base import Exposures, UpdateContext, UpdateRule
 from shoal.beliefs.rules.config import Dynamics, Epsilon
 from shoal.beliefs.rules.exposure_stances import exposure_stances

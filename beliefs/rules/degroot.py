@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
+
 from shoal.beliefs.rules.base import Exposures, UpdateContext, UpdateRule
 from shoal.beliefs.rules.config import Averaging
 from shoal.beliefs.rules.influences import influences

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import Field
+
 from shoal.beliefs.rules.base import Exposures, UpdateContext
 from shoal.beliefs.rules.config import Averaging
 from shoal.beliefs.rules.degroot import DeGrootRule

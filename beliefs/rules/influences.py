@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from shoal.beliefs.rules.base import Exposures, UpdateContext
 from shoal.beliefs.rules.exposure_stances import exposure_stances
 from shoal.beliefs.rules.partners import living, living_followees, random_matching, segment_sum

@@ -21,6 +21,7 @@ from __future__ import annotations
 from enum import IntEnum
 
 import numpy as np
+
 from shoal.beliefs.rules.base import UpdateContext
 from shoal.core.counter_rng import CounterRNG, Purpose
 

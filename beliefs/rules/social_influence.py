@@ -21,6 +21,7 @@ from typing import Literal
 
 import numpy as np
 from pydantic import Field
+
 from shoal.beliefs.rules.base import Exposures, UpdateContext, UpdateRule
 from shoal.beliefs.state import BeliefState
 from shoal.config.base import Strict

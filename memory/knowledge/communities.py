@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+
 from shoal.memory.knowledge.model import KnowledgeGraph
 
 COMMUNITY_COLUMNS = {"generation": pa.int32(), "community": pa.int32(),

@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from shoal.memory.knowledge.extract import Extraction, Extractor, trimmed
 from shoal.memory.knowledge.model import KnowledgeGraph
 from shoal.memory.knowledge.resolve import key, resolve

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import pyarrow as pa
+
 from shoal.core.state import State
 from shoal.memory.knowledge.communities import Communities, detect
 from shoal.memory.knowledge.extract import Extraction, Extractor

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+
 from shoal.core.state import State
 
 KINDS = ("document", "observation", "belief")

@@ -20,6 +20,7 @@ from collections import Counter
 from typing import Protocol
 
 import numpy as np
+
 from shoal.memory.context import inline
 from shoal.memory.knowledge.model import Hit, KnowledgeGraph
 

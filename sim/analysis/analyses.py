@@ -11,6 +11,7 @@ from pathlib import Path
 
 import duckdb
 import pandas as pd
+
 from shoal.core.errors import InputError
 from shoal.core.files import write_text
 from shoal.store.lineage import being_written

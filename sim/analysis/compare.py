@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from rich.table import Table
+
 from shoal.core.errors import InputError
 from shoal.store.lineage import MissingTableError, fork_rounds, lineage, read_table
 from shoal.store.run_dir import RunDir

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+
 from shoal.analysis import metrics, plots
 from shoal.analysis.report import CSP, CSS, kv_html, png_uri, table_html
 from shoal.analysis.runs import Run

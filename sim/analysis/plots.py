@@ -18,6 +18,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.colors import PowerNorm
 from matplotlib.figure import Figure
+
 from shoal.analysis import metrics
 
 DASHES = ("-", "--", ":", "-.")

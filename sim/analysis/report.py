@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 import yaml
 from matplotlib.figure import Figure
+
 from shoal.analysis import plots
 from shoal.analysis.notebook import open_run
 from shoal.analysis.runs import Run

@@ -29,8 +29,8 @@ from typing import Any
 
 import duckdb
 import pandas as pd
-import yaml
 from matplotlib.figure import Figure
+
 from shoal.analysis import metrics
 from shoal.core.errors import InputError
 from shoal.store.lineage import (
@@ -147,7 +147,7 @@ class Run(ForkInfo):
         """The run's resolved config (its config.yaml) as a dict."""
         if self.live:
             return self._cached("config", self.live.config)
-        return self._cached("config", lambda: yaml.safe_load(self.dir.config.read_text()))
+        return self._cached("config", self.dir.read_config)
 
     @property
     def topics(self) -> list[str]:

@@ -8,6 +8,7 @@ from itertools import pairwise
 
 import numpy as np
 import pandas as pd
+
 from shoal.analysis.metrics import t_interval
 
 

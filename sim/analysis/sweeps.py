@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
 from shoal.analysis import metrics
 from shoal.analysis.runs import Run, Runs
 from shoal.core.errors import InputError

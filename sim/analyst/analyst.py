@@ -44,7 +44,7 @@ from typing import Any
 
 import duckdb
 import pandas as pd
-import yaml
+
 from shoal.analysis.analyses import analyses, analysis_frames, write_markdown
 from shoal.analysis.runs import Run
 from shoal.analyst.citations import (
@@ -182,7 +182,7 @@ class Analyst:
         # parent at a time), on threads of its own: a slow query holds up no one else.
         self.sql_con = self.con.cursor()
         run_obj = Run(LiveRun(self.run_dir.run_id, self.con.cursor, self.run_dir.read_meta,
-                              lambda: yaml.safe_load(self.run_dir.config.read_text()),
+                              self.run_dir.read_config,
                               lineage(self.path)[:-1], self.path))
         self.toolbox = Toolbox(run_obj, compared, self._sql, self._interview, s.max_rows,
                                s.max_result_bytes)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
 from shoal.analysis.runs import Run
 from shoal.core.errors import InputError
 from shoal.store.history_sql import ELLIPSIS, Cancel, Limits, QueryResult, query_history

@@ -7,6 +7,7 @@ import math
 
 from rich.markup import escape
 from rich.table import Table
+
 from shoal.cli.console import console, out, print_whole
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.markup import escape
 from rich.table import Table
+
 from shoal.cli.console import console, print_whole
 from shoal.core.errors import InputError
 

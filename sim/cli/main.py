@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import yaml
 from rich.markup import escape
+
 from shoal.cli.console import console, out, print_whole, progress_bar, stop_between_rounds
 from shoal.cli.knowledge import add_parsers as add_graph_parsers
 from shoal.config import load_config, resolved_dict
@@ -146,6 +147,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
 def cmd_runs(args: argparse.Namespace) -> int:
     """List the runs of an output folder as a lineage tree (forks under their parents)."""
     from rich.table import Table
+
     from shoal.store.lineage import run_tree
     from shoal.store.run_dir import clean_unfinished
 

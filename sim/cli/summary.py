@@ -9,6 +9,7 @@ import pandas as pd
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
+
 from shoal.store.checkpoints import CheckpointStore
 from shoal.store.llm_usage import Usage
 

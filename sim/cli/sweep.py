@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 from rich.table import Table
+
 from shoal.analysis.sweeps import LEVEL, SUMMARY_FILE, SWEEP_FILE
 from shoal.cli.console import console, out, print_whole
 from shoal.runs.sweep import plan_sweep, run_sweep

@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import core_schema
+
 from shoal.core.distributions import Distribution, as_distribution
 from shoal.core.registry import Registry
 

@@ -23,6 +23,7 @@ import re
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
+
 from shoal.config.base import Name, Strict
 from shoal.core.vocabulary import outcome_metrics
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
+
 from shoal.config.base import Strict
 from shoal.config.selector import Selector
 from shoal.core.registry import PLATFORMS

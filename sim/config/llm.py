@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
+
 from shoal.config.base import Strict, part
 from shoal.config.selector import Selector
 from shoal.core.errors import InputError

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 import yaml
 from pydantic import BaseModel, ValidationError
+
 from shoal.config.base import PartOf
 from shoal.config.llm import check_api_keys, is_secret_name, key_fields, secret_fields
 from shoal.config.model import Config

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, PrivateAttr, field_validator, model_validator
+
 from shoal.config.base import Dist, Name, Strict, part
 from shoal.config.experiment import ExperimentConfig
 from shoal.config.interventions import known_platform

@@ -15,6 +15,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import core_schema
+
 from shoal.config.base import Strict, part
 from shoal.config.selector import Selector
 from shoal.core.registry import PLATFORMS, RECOMMENDERS

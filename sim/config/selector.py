@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from pydantic import Field
+
 from shoal.config.base import Strict
 
 
@@ -35,6 +36,7 @@ def parse_selector(text: str, flag: str = "--agents") -> Selector:
     InputError naming `flag` otherwise."""
     import yaml
     from pydantic import ValidationError
+
     from shoal.core.errors import InputError
 
     text = text.strip()

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field, model_validator
+
 from shoal.config.base import Name, Strict
 from shoal.config.selector import Selector
 

@@ -21,6 +21,7 @@ import zlib
 from enum import IntEnum
 
 import numpy as np
+
 from shoal.core.errors import InputError
 
 _M0 = np.uint64(0xD2511F53)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+
 from shoal.core.keys import SortedKeySet, pack, unpack
 from shoal.core.state import State
 

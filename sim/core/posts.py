@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 import numpy as np
+
 from shoal.core.state import State, concat, decode_texts, encode_texts
 
 

@@ -7,6 +7,7 @@ on the left; the newest id sits in the last column.
 from __future__ import annotations
 
 import numpy as np
+
 from shoal.core.keys import unique_sorted
 
 _SHIFT = np.int64(31)

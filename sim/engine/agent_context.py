@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from shoal.agents.observation import ContextBatch, PlatformView, TurnInputs
 from shoal.agents.prompt import (
     INTERVIEW,

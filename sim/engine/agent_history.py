@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
 from shoal.memory.digest import CrossPlatformDigest, Entry
 from shoal.memory.notifications import FOLLOW, REACTIONS, REPLIES, Notice, Notifications
 

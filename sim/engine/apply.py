@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from shoal.agents.actions import ActionBatch
 from shoal.agents.observation import PlatformView
 from shoal.core.keys import first_occurrence, pack, unique_sorted

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
 from shoal.agents.actions import ActionBatch
 from shoal.agents.observation import DecisionRequest, PlatformView, Prompt
 from shoal.agents.policy import reads_social_features

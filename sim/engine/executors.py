@@ -24,6 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+
 from shoal.agents.observation import DecisionRequest
 from shoal.agents.population import Population
 from shoal.agents.shard import AgentShard, ShardResult

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import yaml
+
 from shoal.agents.population import generate_population
 from shoal.config import Config, apply_overrides, parse_config, resolved_dict
 from shoal.config.interventions import (

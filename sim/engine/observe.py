@@ -4,6 +4,7 @@ rules read. Everything here reads the world as of the end of the previous round.
 from __future__ import annotations
 
 import numpy as np
+
 from shoal.agents.observation import DecisionRequest, PlatformView
 from shoal.beliefs.rules import Exposures
 from shoal.core.counter_rng import CounterRNG

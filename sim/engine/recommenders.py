@@ -17,6 +17,7 @@ from typing import Literal
 
 import numpy as np
 from pydantic import Field
+
 from shoal.config.base import Strict
 from shoal.core.counter_rng import CounterRNG, Purpose
 from shoal.core.posts import PostStore

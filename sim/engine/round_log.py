@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+
 from shoal.agents.observation import PlatformView
 from shoal.config import Config
 from shoal.engine.apply import Applied

@@ -9,6 +9,7 @@ only through `quote`. Opinion is described in words, never numbers.
 from __future__ import annotations
 
 import numpy as np
+
 from shoal.config import MemoryConfig
 from shoal.core.posts import PostKind
 from shoal.engine.apply import Applied

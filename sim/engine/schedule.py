@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import numpy as np
+
 from shoal.config import Config
 from shoal.core.counter_rng import CounterRNG, Purpose
 

@@ -22,6 +22,7 @@ import zlib
 
 import numpy as np
 import pyarrow as pa
+
 from shoal.config.surveys import Item, Survey, sample_note
 from shoal.core.counter_rng import CounterRNG, Purpose
 from shoal.world.selection import select

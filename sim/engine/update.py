@@ -4,6 +4,7 @@ saw and the engagement its posts drew, then the exposure history (novelty next r
 from __future__ import annotations
 
 import numpy as np
+
 from shoal.beliefs.rules import Exposures, UpdateContext, UpdateRule
 from shoal.core.counter_rng import CounterRNG
 from shoal.core.errors import NumericError

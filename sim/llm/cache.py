@@ -45,6 +45,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import orjson
+
 from shoal.config.llm import LLMConfig, ProviderConfig
 from shoal.core.errors import InputError, StorageFull, out_of_space
 from shoal.llm.chat import Attempt, ChatModel, ChatReply, ChatRequest

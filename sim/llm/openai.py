@@ -20,6 +20,7 @@ import time
 
 import httpx
 import orjson
+
 from shoal.config.llm import ProviderConfig
 from shoal.core.registry import CHAT_MODELS
 from shoal.llm.chat import Attempt, ChatModel, ChatReply, ChatRequest

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
+
 from shoal.core.files import write_text
 from shoal.llm.loopback_analyst import ANALYST_MARK, analyst_reply
 

@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from shoal.core.errors import InputError
 from shoal.core.state import State
 from shoal.core.vocabulary import ActionType, Reason

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
+
 from shoal.config.base import Name, Strict, part
 from shoal.config.selector import Selector
 from shoal.core.registry import MARKET_MAKERS

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+
 from shoal.agents.actions import ActionBatch
 from shoal.core.counter_rng import CounterRNG, Purpose
 from shoal.core.state import State

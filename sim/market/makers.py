@@ -30,6 +30,7 @@ from typing import Literal
 
 import numpy as np
 from pydantic import Field
+
 from shoal.config.base import Strict
 from shoal.core.errors import InputError
 from shoal.core.registry import MARKET_MAKERS

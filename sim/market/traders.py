@@ -33,6 +33,7 @@ Steps 1–3 are vectorised over traders; step 4 runs per order, in canonical ord
 from __future__ import annotations
 
 import numpy as np
+
 from shoal.core.vocabulary import ActionType
 from shoal.market.config import RuleTrading
 

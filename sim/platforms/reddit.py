@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pydantic import Field
+
 from shoal.config.base import part
 from shoal.config.platforms import PlatformConfig
 from shoal.core.posts import PostKind

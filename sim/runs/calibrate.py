@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import yaml
+
 from shoal.config import load_config, resolved_dict
 from shoal.core.errors import InputError
 from shoal.runs.task_pool import Outcome, TaskPool

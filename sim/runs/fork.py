@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+
 from shoal.config import ConfigError, parse_config, upgrade_saved
 from shoal.config.llm import check_api_keys
 from shoal.config.loading import locate

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from shoal.config import apply_overrides, parse_config
 from shoal.config.interventions import MUTABLE_SECTIONS, mutable
 from shoal.config.loading import Origin, read_yaml, shown_override

@@ -44,6 +44,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
 from shoal.agents.profiles import SENTIMENT_WEIGHT, STANCE_LABELS
 from shoal.config import load_config, validation_problems
 from shoal.config.loading import MAX_DEPTH

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from shoal.core.errors import InputError
 from shoal.engine.agent_context import context_for
 from shoal.engine.agent_history import rebuild_history

@@ -28,6 +28,7 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 from pydantic import ValidationError
+
 from shoal.config import Config
 from shoal.config.llm import ProviderConfig
 from shoal.config.selector import Selector, parse_selector

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
 from shoal.config import Config, apply_overrides, parse_config, resolved_dict
 from shoal.core.errors import InputError
 from shoal.engine.agent_context import context_for

@@ -44,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+
 from shoal.core.counter_rng import CounterRNG
 from shoal.core.errors import InputError
 from shoal.core.files import write_text
@@ -560,6 +561,7 @@ def _comment(text: str) -> str:
 def write_calls(folder: Path, rows: list[dict]) -> Path:
     """The extraction's `llm_calls` rows as `graph/llm_calls.parquet`."""
     import duckdb
+
     from shoal.engine.round_log import llm_calls_table
 
     path = folder / "graph" / "llm_calls.parquet"

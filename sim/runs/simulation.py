@@ -31,6 +31,7 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
+
 from shoal.agents.profiles import USERNAME_CHARS, profile_fixes_table, repeated_ids, username_fixes
 from shoal.config import Config, config_hash, load_config, parse_config, resolved_dict
 from shoal.config.llm import check_api_keys

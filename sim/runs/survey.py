@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 import pandas as pd
+
 from shoal.config.surveys import Item, Survey
 from shoal.core.errors import InputError
 from shoal.core.faults import crash_point

@@ -43,6 +43,7 @@ from typing import Any
 
 import pandas as pd
 import yaml
+
 from shoal.analysis.sweeps import (
     LEVEL,
     SUMMARY_FILE,

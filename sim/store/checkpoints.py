@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+
 from shoal.core.faults import crash_point
 from shoal.core.files import replacing
 from shoal.core.state import State, json_default

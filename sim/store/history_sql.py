@@ -37,6 +37,7 @@ from typing import Any
 from uuid import UUID
 
 import duckdb
+
 from shoal.core.errors import InputError
 from shoal.store.lineage import lineage
 from shoal.store.tables import file_tables

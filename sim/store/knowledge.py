@@ -21,6 +21,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 import pyarrow as pa
+
 from shoal.core.files import replacing
 from shoal.store.tables import TABLES, TableSpec
 

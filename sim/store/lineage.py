@@ -23,6 +23,7 @@ from pathlib import Path
 
 import duckdb
 import pandas as pd
+
 from shoal.core.errors import InputError
 from shoal.store.checkpoints import CheckpointError
 from shoal.store.knowledge import GRAPH_TABLES, SCENARIO_DIR, GraphReader

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from shoal.core.files import replacing, write_text
 from shoal.store.schema import schema
 from shoal.store.tables import file_tables

@@ -27,6 +27,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import yaml
+
 from shoal.core.errors import InputError
 from shoal.core.files import write_text
 from shoal.store.checkpoints import CheckpointStore
@@ -96,10 +97,21 @@ class RunDir:
             raise InputError(f"{self.meta}: damaged (not a JSON object)")
         return meta
 
+    def read_config(self) -> dict:
+        """The run's resolved config (config.yaml) as a dict: the one reader of it (an
+        InputError naming the file if it is damaged)."""
+        try:
+            data = yaml.safe_load(self.config.read_text(encoding="utf-8")) or {}
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise InputError(f"{self.config}: cannot be read: {str(exc).splitlines()[0]}"
+                             ) from None
+        if not isinstance(data, dict):
+            raise InputError(f"{self.config}: damaged (not a mapping)")
+        return data
+
     def platform_names(self) -> list[str]:
         """The run's platforms (enabled or not), in code order, as its config lists them."""
-        cfg = yaml.safe_load(self.config.read_text()) or {}
-        return list(cfg.get("platforms") or {})
+        return list(self.read_config().get("platforms") or {})
 
 
 def new_run_id(name: str) -> str:

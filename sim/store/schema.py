@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
+
 from shoal.core.posts import PostKind
 from shoal.core.vocabulary import (
     ACTION_NAMES,

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Literal
 
 import duckdb
+
 from shoal.core.errors import InputError
 
 Lineage = Literal["inherit", "own", "none"]

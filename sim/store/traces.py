@@ -35,6 +35,7 @@ from typing import Any
 
 import duckdb
 import pandas as pd
+
 from shoal.core.errors import InputError
 from shoal.store.tables import TABLES, TableSpec
 from shoal.store.trajectory import connect

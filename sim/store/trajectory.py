@@ -14,6 +14,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+
 from shoal.core.errors import InputError, StorageFull, out_of_space
 from shoal.store.schema import ADDED_COLUMNS, schema
 from shoal.store.tables import TABLES, file_tables

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
+
 from shoal.core.errors import StorageFull, out_of_space
 from shoal.core.faults import crash_point
 from shoal.store.live_mirror import LiveMirror

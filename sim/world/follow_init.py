@@ -8,6 +8,7 @@ from pathlib import Path
 
 import networkx as nx
 import numpy as np
+
 from shoal.agents.population import Population
 from shoal.config.model import (
     EdgeListGraph,

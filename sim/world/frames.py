@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
 from shoal.core.posts import PostKind
 from shoal.platforms.spec import by_code
 from shoal.world.world import World

@@ -14,6 +14,7 @@ are kept whole in every later state, and restoring takes whichever form the stat
 from __future__ import annotations
 
 import numpy as np
+
 from shoal.agents.population import Population
 from shoal.beliefs.exposure import ExposureHistory
 from shoal.beliefs.rules import make_rule

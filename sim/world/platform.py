@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from shoal.config.platforms import PlatformConfig
 from shoal.core.follow_graph import FollowGraph, expand_csr
 from shoal.core.keys import SortedKeySet, pack

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
 from shoal.agents.actions import ActionBatch
 from shoal.core.state import State
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+
 from shoal.agents.population import Population
 from shoal.config.selector import Selector
 from shoal.core.errors import InputError

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from shoal.agents.population import Population, generate_population
 from shoal.beliefs.exposure import ExposureHistory
 from shoal.beliefs.rules import make_rule

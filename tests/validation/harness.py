@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+
 from shoal.beliefs.rules import Exposures, UpdateContext, make_rule
 from shoal.beliefs.state import BeliefState
 from shoal.beliefs.trust import TrustStore

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from shoal.beliefs.trust import TrustStore
 from shoal.core.follow_graph import FollowGraph
 

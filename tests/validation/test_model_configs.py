@@ -14,8 +14,8 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pytest
-from shoal.cli.main import main
 
+from shoal.cli.main import main
 from tests.conftest import CONFIGS
 from tests.validation.harness import clusters
 

@@ -6,8 +6,8 @@ line away, collapse the same debate to consensus."""
 from __future__ import annotations
 
 import pytest
-from shoal.runs.calibrate import simulate
 
+from shoal.runs.calibrate import simulate
 from tests.conftest import CONFIGS
 
 QUICKSTART = str(CONFIGS / "quickstart.yaml")

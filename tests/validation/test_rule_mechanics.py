@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from shoal.beliefs.exposure import ExposureHistory
 from shoal.beliefs.rules import Exposures, UpdateContext, make_rule
 from shoal.beliefs.rules.partners import (
@@ -27,7 +28,6 @@ from shoal.core.follow_graph import FollowGraph
 from shoal.core.posts import NewPosts, PostStore
 from shoal.core.registry import BELIEF_RULES
 from shoal.platforms.spec import MAX_CODE
-
 from tests.validation.harness import NO_EXPOSURES, rule_config, run_rule
 from tests.validation.networks import strongly_connected_graph
 

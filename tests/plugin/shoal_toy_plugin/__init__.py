@@ -8,6 +8,7 @@ from typing import ClassVar, Literal
 import numpy as np
 import pyarrow as pa
 from pydantic import Field
+
 from shoal.agents.actions import ActionBatch
 from shoal.agents.observation import PlatformView
 from shoal.agents.policy import Policy
