@@ -1,7 +1,7 @@
 """Compare runs (typically a parent and its forks): beliefs, activity and engagement, and
 the prediction markets' prices when the runs have markets.
 
-Every run is read with its full history (`shoal.lineage.read_table`), so a fork compares
+Every run is read with its full history (the notebook's `Run`), so a fork compares
 with its parent's rounds before the fork included. The first run is the reference; each
 other run is compared with it over the rounds they both have (0..R, R the last round
 common to all runs). `shoal compare` prints the tables and writes a PNG.
@@ -17,8 +17,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from rich.table import Table
 
+from shoal.analysis.runs import Run
 from shoal.core.errors import InputError
-from shoal.store.lineage import MissingTableError, fork_rounds, lineage, read_table
 from shoal.store.run_dir import RunDir
 
 # Applied actions counted as engagement, by the kind shown (actions of either platform).
@@ -68,45 +68,39 @@ class Comparison:
 
 
 def load_run(run: str | Path, label: str) -> RunData:
-    """Read one run's beliefs, activity and engagement through its lineage. `rounds` is
-    read first and the rest up to its last round, so a run still being written (read
-    from its live mirror) gives whole rounds only."""
-    run_dir = lineage(run)[-1].dir
-    per_round = activity_per_round(run)
-    last = int(per_round.index.max()) if len(per_round) else 0
-    beliefs = read_table(run, "beliefs", f"round <= {last}")
-    beliefs = beliefs[["round", "agent", "topic", "position"]]
-    beliefs = beliefs.assign(topic=beliefs["topic"].astype(str))
+    """Read one run through the notebook's `Run` (its full history, a consistent snapshot:
+    a run still being written, read from its live mirror, gives whole rounds only)."""
+    data = Run(run)
+    if data.dir is None:  # (a path always gives a run directory)
+        raise InputError(f"{run}: not a run directory")
+    per_round = activity_per_round(data)
+    beliefs = data.beliefs[["round", "agent", "topic", "position"]]
     grouped = beliefs.groupby(["round", "topic"], sort=True)["position"]
     stats = pd.DataFrame({"mean": grouped.mean(), "sd": grouped.std(ddof=0)})
-    return RunData(label=label, dir=run_dir, meta=run_dir.read_meta(),
-                   fork_rounds=fork_rounds(run), beliefs=beliefs, stats=stats,
-                   per_round=per_round, prices=price_paths(run, last))
+    return RunData(label=label, dir=data.dir, meta=data.meta, fork_rounds=data.fork_rounds,
+                   beliefs=beliefs, stats=stats, per_round=per_round,
+                   prices=price_paths(data))
 
 
-def price_paths(run: str | Path, last: int) -> pd.DataFrame | None:
+def price_paths(run: Run) -> pd.DataFrame | None:
     """Each market outcome's price per round (columns (market, outcome)), or None for a
-    run without markets (or written before Shoal had them)."""
-    try:
-        rows = read_table(run, "prices", f"round <= {last}")
-    except MissingTableError:
-        return None
+    run without markets."""
+    rows = run.table("prices")
     if rows.empty:
         return None
     wide = rows.pivot_table(index="round", columns=["market", "outcome"], values="price")
-    markets = read_table(run, "markets")  # outcomes in the order the config lists them
+    markets = run.table("markets")  # outcomes in the order the config lists them
     order = [(m, str(o)) for m, outcomes in zip(markets["market"], markets["outcomes"],
                                                 strict=True) for o in outcomes]
     return wide[[c for c in order if c in wide.columns]]
 
 
-def activity_per_round(run: str | Path) -> pd.DataFrame:
+def activity_per_round(run: Run) -> pd.DataFrame:
     """Acting agents and applied actions of each engagement kind, per completed round."""
-    rounds = read_table(run, "rounds")[["round", "n_acting"]].set_index("round")
-    last = int(rounds.index.max()) if len(rounds) else 0
-    actions = read_table(run, "actions", f"status = 'ok' AND round <= {last}")
+    rounds = run.rounds[["round", "n_acting"]].set_index("round")
+    actions = run.actions[run.actions["status"] == "ok"]
     kind_of = {a: kind for kind, names in ENGAGEMENT.items() for a in names}
-    kinds = actions["action"].astype(str).map(kind_of)
+    kinds = actions["action"].map(kind_of)
     counts = (actions.assign(kind=kinds).dropna(subset=["kind"])
               .groupby(["round", "kind"]).size().unstack(fill_value=0))
     table = rounds.rename(columns={"n_acting": ACTIVITY}).join(counts, how="left")
