@@ -44,7 +44,8 @@ def test_the_wheel_holds_only_shoal(wheel):
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"shoal"}
     assert "shoal/agents/shard.py" in names and "shoal/memory/knowledge/model.py" in names
-    assert "shoal/testing.py" in names and any(n.startswith("shoal/agents/data/") for n in names)
+    assert "shoal/testing.py" in names and "shoal/runs/import_ledger.yaml" in names
+    assert any(n.startswith("shoal/agents/data/") for n in names)
 
 
 def test_shoal_and_a_top_level_agents_package_import_side_by_side(wheel, tmp_path):
