@@ -84,6 +84,8 @@ class PartOf:
     def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler
                                      ) -> core_schema.CoreSchema:
         tag = self.registry.tag
+        if tag is None:  # a part is chosen by its registry's tag: a registry without one
+            raise TypeError(f"{self.registry.family}: a part field needs a registry with a tag")
         choices = {name: handler.generate_schema(model) for name, model in self.models().items()}
         union = core_schema.tagged_union_schema(choices, discriminator=tag)
         return core_schema.no_info_before_validator_function(self._tagged, union)

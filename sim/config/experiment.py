@@ -20,7 +20,7 @@ when the experiment is planned, with every problem named by its path in this sec
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
@@ -76,7 +76,7 @@ class ExperimentConfig(Strict):
     metrics: list[str] | None = Field(default=None, min_length=1)
 
     @model_validator(mode="after")
-    def _arms(self):
+    def _arms(self) -> Self:
         if len(self.arms) < 2:
             raise ValueError("arms: an experiment needs at least two arms (a control and a "
                              "treatment)")

@@ -13,7 +13,7 @@ kind, Shoal's or a plug-in's, the same way.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
@@ -140,7 +140,7 @@ class BeliefIntervention(InterventionSpec):
     confidence: float | None = Field(default=None, ge=0, le=1)
 
     @model_validator(mode="after")
-    def _one_change(self):
+    def _one_change(self) -> Self:
         if self.set is not None and self.shift is not None:
             raise ValueError("give 'set' or 'shift', not both")
         if self.set is None and self.shift is None and self.confidence is None:

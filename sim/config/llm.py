@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol, Self
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
-from shoal.config.base import Strict, part
+from shoal.config.base import PartOf, Strict
 from shoal.config.selector import Selector
 from shoal.core.errors import InputError
 from shoal.core.registry import CHAT_MODELS
@@ -123,14 +123,14 @@ class ProviderConfig(Strict):
         return check_urls(v)
 
     @model_validator(mode="after")
-    def _endpoints_match(self):
+    def _endpoints_match(self) -> Self:
         if self.endpoints and [e.url for e in self.endpoints] != self.base_urls:
             raise ValueError("endpoints: must list the same URLs as base_urls, in the same "
                              "order (or leave base_urls out)")
         return self
 
     @model_validator(mode="after")
-    def _distinct_endpoints(self):
+    def _distinct_endpoints(self) -> Self:
         # The same server twice in a pool would get twice its share of the requests, and
         # its limits and breaker would be counted twice over.
         seen: dict[str, int] = {}
@@ -149,7 +149,7 @@ class ProviderConfig(Strict):
         return _no_key(v)
 
     @model_validator(mode="after")
-    def _no_keys_elsewhere(self):
+    def _no_keys_elsewhere(self) -> Self:
         # Fields a chat-model plug-in adds to its provider's config (ours are checked
         # field by field above, so their refusals name their own paths).
         for name in type(self).model_fields:
@@ -309,7 +309,7 @@ class LLMAgentsConfig(Selector):
 class LLMConfig(Strict):
     """LLM agents: providers, who uses them, and what happens when a call fails."""
 
-    providers: list[part(CHAT_MODELS)] = Field(min_length=1)
+    providers: list[Annotated[Any, PartOf(CHAT_MODELS)]] = Field(min_length=1)
     agents: LLMAgentsConfig = Field(default_factory=LLMAgentsConfig)
     fallback: Literal["rule", "nothing"] = "rule"
     round_deadline_s: float = Field(default=120.0, gt=0)
@@ -323,7 +323,7 @@ class LLMConfig(Strict):
         return "off" if v is False else v  # YAML reads a bare `off` as false
 
     @model_validator(mode="after")
-    def _names(self):
+    def _names(self) -> Self:
         names = [p.name for p in self.providers]
         if len(set(names)) != len(names):
             raise ValueError(f"provider names must be unique, got {names}")
@@ -340,7 +340,15 @@ class LLMConfig(Strict):
         return next(p for p in self.providers if p.name == name)
 
 
-def check_api_keys(cfg) -> None:
+class _HasLLM(Protocol):
+    """What `check_api_keys` reads of a config (shoal.config.model.Config, which imports
+    this module, so it cannot be named here)."""
+
+    @property
+    def llm(self) -> LLMConfig | None: ...
+
+
+def check_api_keys(cfg: _HasLLM) -> None:
     """Every provider that names a key variable finds it set (InputError otherwise), so a
     missing key stops a run before it starts, not as 401s in round 1."""
     for i, p in enumerate(cfg.llm.providers if cfg.llm else []):

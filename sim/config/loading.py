@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from shoal.config.base import PartOf
 from shoal.config.llm import check_api_keys, is_secret_name, key_fields, secret_fields
@@ -30,7 +31,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """A SafeLoader that rejects duplicate keys instead of silently keeping the last."""
 
 
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False):
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode,
+                       deep: bool = False) -> dict[Any, Any]:
     seen: set[object] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
@@ -70,6 +72,7 @@ def _line_of(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
             nxt = None
         if nxt is None:
             break
+        assert mark is not None  # both branches that set nxt set its mark with it
         node, line = nxt, mark.line + 1
     return line
 
@@ -102,7 +105,9 @@ def _field_path(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
         if isinstance(part, str) and (
             part.startswith("function-") or part == "[key]"  # (a dict key's own check)
             or (isinstance(data, dict) and (part in (data.get("kind"), data.get("rule"),
-                                                     data.get("dist")) or part in names))
+                                                     data.get("dist"))
+                                            # (names is set above whenever data is a dict)
+                                            or (names is not None and part in names)))
             or isinstance(data, str | int | float)
         ):
             continue
@@ -179,7 +184,7 @@ def _allowed_fields(path: tuple[Any, ...], data: Any) -> list[str]:
     return list(model.model_fields) if model is not None else []
 
 
-def _describe(err: dict[str, Any], path: tuple[Any, ...], data: Any) -> str:
+def _describe(err: ErrorDetails, path: tuple[Any, ...], data: Any) -> str:
     """Turn one pydantic error into 'must be > 0, got -3' style text."""
     kind, ctx, got = err["type"], err.get("ctx") or {}, err.get("input")
     if _may_hold_a_secret(path, got):
@@ -287,6 +292,7 @@ def _merge_alternatives(problems: list[str]) -> list[str]:
         m = _MUST.match(text)
         key = (m["field"], m["got"]) if m else None
         if key in merged:
+            assert m is not None  # key is None when m is, and None is never in merged
             i = merged[key]
             head, _, _ = out[i].rpartition(", got ")
             out[i] = f"{head}, or {m['what']}, got {m['got']}"
@@ -300,7 +306,7 @@ def _merge_alternatives(problems: list[str]) -> list[str]:
 _PATH = re.compile(r"^[A-Za-z_][\w\-]*(\.[\w\-]+)*$")
 
 
-def _at(data: Any, path: tuple) -> Any:
+def _at(data: Any, path: tuple[Any, ...]) -> Any:
     for part in path:
         in_list = isinstance(data, list) and isinstance(part, int) and part < len(data)
         if (isinstance(data, dict) and part in data) or in_list:
@@ -310,7 +316,7 @@ def _at(data: Any, path: tuple) -> Any:
     return data
 
 
-def _blame(path: tuple, overrides: dict[tuple[str, ...], str]) -> str | None:
+def _blame(path: tuple[Any, ...], overrides: dict[tuple[str, ...], str]) -> str | None:
     """The argument (`--set ...`, a flag) that wrote `path` (or a section holding it)."""
     parts = tuple(str(p) for p in path)
     for key, arg in overrides.items():
@@ -574,6 +580,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str],
             raise ConfigError([f"{_quoted(label)}: the value is not valid YAML ({problem}); "
                                "quote it"]) from None
         cur: Any = data
+        part: str | int  # a key, or (in a list) the index it names
         for i, part in enumerate(parts):
             last = i == len(parts) - 1
             if isinstance(cur, list):

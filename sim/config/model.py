@@ -10,11 +10,11 @@ validation errors into `file:line: path: problem` lines is shoal.config.loading'
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BeforeValidator, Field, PrivateAttr, field_validator, model_validator
 
-from shoal.config.base import Dist, Name, Strict, part
+from shoal.config.base import Dist, Name, PartOf, Strict
 from shoal.config.experiment import ExperimentConfig
 from shoal.config.interventions import known_platform
 from shoal.config.llm import LLMConfig
@@ -24,9 +24,9 @@ from shoal.config.surveys import Survey, sample_note
 from shoal.core.distributions import Uniform
 from shoal.core.registry import BELIEF_RULES, EXTRACTORS, INTERVENTIONS, POLICIES, SUMMARIZERS
 
-BeliefRule = part(BELIEF_RULES)  # the type of `beliefs.update`
-Policy = part(POLICIES)  # the type of `policy`
-Intervention = part(INTERVENTIONS)  # the type of an `interventions` entry
+BeliefRule = Annotated[Any, PartOf(BELIEF_RULES)]  # the type of `beliefs.update`
+Policy = Annotated[Any, PartOf(POLICIES)]  # the type of `policy`
+Intervention = Annotated[Any, PartOf(INTERVENTIONS)]  # the type of an `interventions` entry
 
 
 # --------------------------------------------------------------------------- population
@@ -48,7 +48,7 @@ class PopulationConfig(Strict):
     groups: list[GroupSpec] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _size_or_file(self):
+    def _size_or_file(self) -> Self:
         if (self.size is None) == (self.file is None):
             raise ValueError("give exactly one of 'size' (generated personas) or 'file'")
         if self.file is not None and self.groups:
@@ -82,7 +82,7 @@ class TopicSpec(Strict):
         return v
 
     @model_validator(mode="after")
-    def _fill(self):
+    def _fill(self) -> Self:
         if self.label is None:
             self.label = self.name.replace("_", " ")
         if not self.keywords:
@@ -134,7 +134,7 @@ class ActivityConfig(Strict):
 
     @field_validator("hourly")
     @classmethod
-    def _hourly(cls, v):
+    def _hourly(cls, v: Any) -> Any:
         if isinstance(v, list):
             if len(v) != 24:
                 raise ValueError(f"must list 24 hourly multipliers, got {len(v)}")
@@ -143,7 +143,7 @@ class ActivityConfig(Strict):
         return v
 
     @model_validator(mode="after")
-    def _bounds(self):
+    def _bounds(self) -> Self:
         if self.max_active is not None and self.max_active < self.min_active:
             raise ValueError(
                 f"max_active ({self.max_active}) must be >= min_active ({self.min_active})"
@@ -283,7 +283,7 @@ class ExecutorConfig(Strict):
 
     @field_validator("shards", mode="before")
     @classmethod
-    def _shards(cls, v):
+    def _shards(cls, v: Any) -> Any:
         if v in ("auto", "per_node"):
             return v
         if isinstance(v, bool) or not isinstance(v, int):
@@ -336,7 +336,7 @@ class GraphMemoryConfig(Strict):
     scenario: str | None = None  # a scenario folder whose graph/ is loaded at round 0
     documents: list[str] = Field(default_factory=list)  # read into the graph at round 0
     ingest_activity: bool = True  # each round's posts, per agent
-    extractor: part(EXTRACTORS) = Field(default="offline", validate_default=True)
+    extractor: Annotated[Any, PartOf(EXTRACTORS)] = Field(default="offline", validate_default=True)
     retrieve: int = Field(default=5, ge=0, le=50)  # facts per context (0: no section)
     communities_every: int = Field(default=0, ge=0)  # rounds; 0: at the last round only
 
@@ -344,7 +344,8 @@ class GraphMemoryConfig(Strict):
 class MemoryConfig(Strict):
     """Round memory and its compaction (docs/memory.md)."""
 
-    summarizer: part(SUMMARIZERS) = Field(default="extractive", validate_default=True)
+    summarizer: Annotated[Any, PartOf(SUMMARIZERS)] = Field(default="extractive",
+                                                            validate_default=True)
     recent_rounds: int = Field(default=6, ge=1)
     merge_every: int = Field(default=1, ge=1)  # rounds folded into the narrative at once
     detail_items: int = Field(default=8, gt=0)
@@ -408,7 +409,7 @@ class Config(Strict):
     _origin: Any = PrivateAttr(default=None)
 
     @model_validator(mode="after")
-    def _cross(self):
+    def _cross(self) -> Self:
         span = (datetime.max - self.start_time).total_seconds() / 60
         if self.minutes_per_round * self.rounds > span:
             # (named by the field the file sets: a late start_time with the default step)

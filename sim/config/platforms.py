@@ -5,18 +5,19 @@ switched off; a plug-in's platform is off unless the config names it.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
 from pydantic import (
     Field,
     GetCoreSchemaHandler,
+    SerializerFunctionWrapHandler,
     create_model,
     model_serializer,
     model_validator,
 )
 from pydantic_core import core_schema
 
-from shoal.config.base import Strict, part
+from shoal.config.base import PartOf, Strict
 from shoal.config.selector import Selector
 from shoal.core.registry import PLATFORMS, RECOMMENDERS
 
@@ -29,7 +30,8 @@ class PlatformConfig(Strict):
     members: Selector = Field(default_factory=Selector)
     participation: float = Field(default=1.0, ge=0, le=1)
     feed_size: int = Field(default=10, gt=0, le=200)
-    recommender: part(RECOMMENDERS) = Field(default="following", validate_default=True)
+    recommender: Annotated[Any, PartOf(RECOMMENDERS)] = Field(default="following",
+                                                              validate_default=True)
     max_actions_per_round: int = Field(default=1, ge=1, le=10)
 
 
@@ -74,7 +76,7 @@ class PlatformsConfig(Strict):
         return [(n, c) for n, c in self.items() if _social(n)]
 
     @model_validator(mode="after")
-    def _one(self):
+    def _one(self) -> Self:
         if not self.enabled():
             raise ValueError("at least one social platform must be enabled (the market "
                              "trades beside them)" if self.engines() else
@@ -82,7 +84,7 @@ class PlatformsConfig(Strict):
         return self
 
     @model_serializer(mode="wrap")
-    def _present_only(self, handler):
+    def _present_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         return {k: v for k, v in handler(self).items() if v is not None}
 
 

@@ -9,7 +9,7 @@ agents answer through the interview path (`shoal survey RUN`).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -42,7 +42,7 @@ class Item(Strict):
     range: tuple[float, float] = (0.0, 100.0)  # numeric: the answer for −1 and for +1
 
     @model_validator(mode="after")
-    def _fields(self):
+    def _fields(self) -> Self:
         if self.kind in ("likert", "numeric", "single", "multiple") and self.topic is None:
             raise ValueError(f"topic: a {self.kind} item measures a topic; name it")
         if self.kind in ("single", "multiple") and len(self.options) < 2:

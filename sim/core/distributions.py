@@ -6,7 +6,7 @@ number in YAML means a constant.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -29,7 +29,7 @@ class Constant(_Dist):
     dist: Literal["constant"] = "constant"
     value: float
 
-    def _draw(self, rng, n, low, high):
+    def _draw(self, rng: np.random.Generator, n: int, low: float, high: float) -> np.ndarray:
         return np.full(n, self.value, dtype=np.float64)
 
 
@@ -41,12 +41,12 @@ class Uniform(_Dist):
     high: float | None = None
 
     @model_validator(mode="after")
-    def _order(self):
+    def _order(self) -> Self:
         if self.low is not None and self.high is not None and self.low > self.high:
             raise ValueError(f"low must be <= high, got low={self.low}, high={self.high}")
         return self
 
-    def _draw(self, rng, n, low, high):
+    def _draw(self, rng: np.random.Generator, n: int, low: float, high: float) -> np.ndarray:
         lo = low if self.low is None else self.low
         hi = high if self.high is None else self.high
         return rng.uniform(lo, hi, n)
@@ -59,7 +59,7 @@ class Normal(_Dist):
     mean: float = 0.0
     std: float = Field(gt=0)
 
-    def _draw(self, rng, n, low, high):
+    def _draw(self, rng: np.random.Generator, n: int, low: float, high: float) -> np.ndarray:
         return rng.normal(self.mean, self.std, n)
 
 
@@ -70,7 +70,7 @@ class Beta(_Dist):
     a: float = Field(gt=0)
     b: float = Field(gt=0)
 
-    def _draw(self, rng, n, low, high):
+    def _draw(self, rng: np.random.Generator, n: int, low: float, high: float) -> np.ndarray:
         return low + (high - low) * rng.beta(self.a, self.b, n)
 
 
@@ -83,12 +83,12 @@ class Bimodal(_Dist):
     weights: tuple[float, float] = (0.5, 0.5)
 
     @model_validator(mode="after")
-    def _weights(self):
+    def _weights(self) -> Self:
         if min(self.weights) < 0 or abs(sum(self.weights) - 1.0) > 1e-9:
             raise ValueError(f"weights must be >= 0 and sum to 1, got {list(self.weights)}")
         return self
 
-    def _draw(self, rng, n, low, high):
+    def _draw(self, rng: np.random.Generator, n: int, low: float, high: float) -> np.ndarray:
         pick = rng.random(n) < self.weights[0]
         centres = np.where(pick, self.modes[0], self.modes[1])
         return centres + rng.normal(0.0, self.std, n)

@@ -21,7 +21,9 @@ class FollowGraph:
 
     def __init__(self, n_agents: int, src: np.ndarray | None = None, dst: np.ndarray | None = None):
         self.n_agents = int(n_agents)
-        keys = pack(src, dst) if src is not None else None
+        if src is not None and dst is None:  # pack() raised this TypeError on a None dst
+            raise TypeError("FollowGraph: src given without dst")
+        keys = pack(src, dst) if src is not None and dst is not None else None
         self.edges = SortedKeySet(keys)
         self._followees: tuple[np.ndarray, np.ndarray] | None = None
         self._followers: tuple[np.ndarray, np.ndarray] | None = None

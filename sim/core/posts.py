@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from shoal.core.state import State, concat, decode_texts, encode_texts
 
@@ -31,7 +32,7 @@ class PostKind(IntEnum):
 class _Column:
     """A growable 1-D or 2-D numpy column (amortised doubling)."""
 
-    def __init__(self, dtype, width: int | None = None, fill=0):
+    def __init__(self, dtype: DTypeLike, width: int | None = None, fill: float = 0):
         self.dtype, self.width, self.fill = dtype, width, fill
         shape = (16,) if width is None else (16, width)
         self.data = np.full(shape, fill, dtype=dtype)
@@ -147,7 +148,7 @@ class PostStore:
         out["id"] = ids
         return out
 
-    def get(self, name: str, ids: np.ndarray, fill=-1) -> np.ndarray:
+    def get(self, name: str, ids: np.ndarray, fill: float = -1) -> np.ndarray:
         """Column `name` at `ids`, with `fill` where an id is -1 (safe on an empty table)."""
         column = getattr(self, name)
         ids = np.asarray(ids, dtype=np.int64)

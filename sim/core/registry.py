@@ -25,7 +25,7 @@ import importlib
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from shoal.core.errors import InputError
@@ -105,6 +105,8 @@ class Registry:
 
     def create(self, config: Any, *args: Any, **kwargs: Any) -> Any:
         """Build the part a config section names (by its tag): `impl(config, ...)`."""
+        if self.tag is None:  # same TypeError getattr(config, None) raised before
+            raise TypeError(f"{self.family} registry has no tag: create() needs one")
         return self.get(getattr(config, self.tag)).impl(config, *args, **kwargs)
 
     def names(self) -> list[str]:
@@ -170,7 +172,7 @@ def load_plugins() -> list[str]:
     return list(_LOADED)
 
 
-def _load_entry_point(ep) -> None:
+def _load_entry_point(ep: EntryPoint) -> None:
     try:
         obj = ep.load()
         if callable(obj) and not isinstance(obj, type):

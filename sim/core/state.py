@@ -25,7 +25,7 @@ whole state, as before.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any, Protocol, runtime_checkable
@@ -122,7 +122,7 @@ class KeyedJournal:
     def __init__(self) -> None:
         self.values: dict[str, Any] = {}
 
-    def diff(self, values: dict[str, Any], keys: Iterable[str] | None = None) -> dict:
+    def diff(self, values: dict[str, Any], keys: Iterable[str] | None = None) -> dict[str, Any]:
         """The segment that turns the previous mapping into `values` (restricted to
         `keys`, the keys that may have changed, when given)."""
         if keys is None:
@@ -150,7 +150,7 @@ class KeyedJournal:
         return {k: v for k, v in seg.items() if v}
 
     @staticmethod
-    def apply(values: dict[str, Any], segment: dict) -> None:
+    def apply(values: dict[str, Any], segment: dict[str, Any]) -> None:
         """Apply one segment to `values` in place (values are copied, never shared with
         the segment, which a checkpoint kept in memory may hold)."""
         for key in segment.get("del", ()):
@@ -183,7 +183,7 @@ def _copy(value: Any) -> Any:
     return json.loads(json.dumps(value, default=json_default))
 
 
-def _splice(old: Any, new: Any) -> list | None:
+def _splice(old: Any, new: Any) -> list[Any] | None:
     """[dropped, tail] if `new` is `old` without its first `dropped` items plus `tail`,
     and that is shorter than `new` itself; else None."""
     if not (isinstance(old, list) and isinstance(new, list)) or not old or not new:
@@ -195,7 +195,7 @@ def _splice(old: Any, new: Any) -> list | None:
     return None
 
 
-def _merge(old: Any, new: Any) -> list | None:
+def _merge(old: Any, new: Any) -> list[Any] | None:
     """[added, removed] if `old` and `new` are strictly increasing lists of integers
     (sorted sets) and that is shorter than `new`; else None."""
     if not (_sorted_set(old) and _sorted_set(new)):
@@ -215,7 +215,8 @@ def _sorted_set(value: Any) -> bool:
 # and the notifications keep them) journaled under the keys "agent/platform".
 
 
-def queue_changes(journal: KeyedJournal, queues: dict, dirty: set[tuple[int, str]]) -> State:
+def queue_changes(journal: KeyedJournal, queues: Mapping[int, Mapping[str, Iterable[Any]]],
+                  dirty: set[tuple[int, str]]) -> State:
     """The journal segment of the queues named in `dirty` (which is emptied)."""
     keys = {f"{a}/{p}" for a, p in dirty}
     values = {f"{a}/{p}": [list(x.astuple()) for x in queues[a][p]] for a, p in dirty}
@@ -223,20 +224,20 @@ def queue_changes(journal: KeyedJournal, queues: dict, dirty: set[tuple[int, str
     return State(meta=journal.diff(values, keys))
 
 
-def replay_queues(changes: Iterable[State]) -> dict[str, dict[str, list]]:
+def replay_queues(changes: Iterable[State]) -> dict[str, dict[str, list[Any]]]:
     """The {agent: {platform: items}} state (as `get_state` gives it) that replaying the
     segments of `queue_changes` in order makes."""
-    values: dict = {}
+    values: dict[str, Any] = {}
     for change in changes:
         KeyedJournal.apply(values, change.meta)
-    out: dict = {}
+    out: dict[str, dict[str, list[Any]]] = {}
     for key, items in values.items():
         agent, _, platform = key.partition("/")
         out.setdefault(agent, {})[platform] = items
     return out
 
 
-def queue_values(queues: dict) -> dict[str, list]:
+def queue_values(queues: Mapping[int, Mapping[str, Iterable[Any]]]) -> dict[str, list[Any]]:
     """All queues under their journal keys (what a journal restarts from)."""
     return {f"{a}/{p}": [list(x.astuple()) for x in q]
             for a, per in queues.items() for p, q in per.items()}
