@@ -75,11 +75,21 @@ def imports(path: Path, known: set[str]) -> set[str]:
     return out
 
 
+# A feature gathered in one package whose modules sit in the layers their parts belong to.
+FEATURES = {"shoal.surveys": {"config": "shoal.config", "responses": "shoal.engine",
+                              "asking": "shoal.runs", "scores": "shoal.analysis"}}
+
+
 def layer(module: str) -> str:
     """The layer a module belongs to: its sub-package of `shoal` (shoal.store, shoal.agents,
-    ...), or the facade `shoal` itself."""
+    ...), a feature package's module's own layer, or the facade `shoal` itself."""
     parts = module.split(".")
-    return "shoal" if len(parts) == 1 else f"shoal.{parts[1]}"
+    if len(parts) == 1:
+        return "shoal"
+    package = f"shoal.{parts[1]}"
+    if package in FEATURES:  # (the package itself, a docstring, belongs to the lowest)
+        return FEATURES[package].get(parts[2], "shoal.core") if len(parts) > 2 else "shoal.core"
+    return package
 
 
 def graph() -> dict[str, set[str]]:

@@ -12,14 +12,14 @@ import pytest
 import yaml
 
 from shoal import open_run
-from shoal.analysis.surveys import scale_summary, wave_change
 from shoal.cli.main import main
 from shoal.cli.survey import _print
 from shoal.config import parse_config
-from shoal.config.surveys import Survey
 from shoal.core.errors import ConfigError
-from shoal.engine.surveys import rule_responses
 from shoal.runs.simulation import Simulation
+from shoal.surveys.config import Survey
+from shoal.surveys.responses import rule_responses
+from shoal.surveys.scores import scale_summary, wave_change
 from tests.conftest import CONFIGS, write_config
 from tests.golden import run_digests
 from tests.helpers import make_config, run_config

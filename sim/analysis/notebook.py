@@ -29,7 +29,7 @@ def open_run(path: str | Path | Any) -> Run:
 
 
 def open_runs(paths: Iterable[str | Path | Any] | str | Path,
-              labels: Sequence[str] | None = None) -> Runs:
+              labels: Sequence[str] | None = None) -> Runs | Sweep:
     """Several runs as one: `paths` lists run directories (or ids, or Run objects), or
     is one output folder, whose runs are all read (parents before their forks); a sweep
     directory opens as `open_sweep` does, with seed and grid columns. `labels`

@@ -25,7 +25,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pandas as pd
@@ -37,6 +37,7 @@ from shoal.store.lineage import (
     ForkInfo,
     LiveRun,
     MissingTableError,
+    Segment,
     lineage,
     read_table,
     run_status,
@@ -44,6 +45,9 @@ from shoal.store.lineage import (
 from shoal.store.run_dir import RunDir, open_run_dir
 from shoal.store.schema import schema
 from shoal.store.tables import TABLES, TableSpec, file_tables
+
+if TYPE_CHECKING:  # (imported where used: reading a run loads no graph reader)
+    from shoal.store.knowledge import GraphReader
 
 # The tables shown as frames (`run.beliefs`, ...), as their declarations say.
 FRAMES = tuple(s.name for s in TABLES if s.frame)
@@ -109,7 +113,7 @@ class Run(ForkInfo):
             path = reader()
         self.live: LiveRun | None = path if isinstance(path, LiveRun) else None
         self.dir: RunDir | None = None
-        if self.live is None:
+        if not isinstance(path, LiveRun):  # (`live` is None)
             self.dir = open_run_dir(path.root if isinstance(path, RunDir) else path)
         self._cache: dict[str, Any] = {}
 
@@ -122,17 +126,17 @@ class Run(ForkInfo):
     @property
     def run_id(self) -> str:
         """The run's id (its folder name)."""
-        return self.live.run_id if self.live else self.dir.run_id
+        return self.live.run_id if self.live else self._run_dir.run_id
 
     @property
     def path(self) -> Path | None:
         """The run directory (None for a simulation held in memory)."""
-        return self.live.path if self.live else self.dir.root
+        return self.live.path if self.live else self._run_dir.root
 
     @property
-    def meta(self) -> dict:
+    def meta(self) -> dict[str, Any]:
         """run.json (status, rounds done, lineage), read afresh each time."""
-        return self.live.meta() if self.live else self.dir.read_meta()
+        return self.live.meta() if self.live else self._run_dir.read_meta()
 
     @property
     def status(self) -> str:
@@ -140,14 +144,20 @@ class Run(ForkInfo):
         `shoal runs`, docs/forks.md)."""
         if self.live:
             return str(self.meta.get("status", "?"))
-        return run_status(self.dir, self.meta)
+        return run_status(self._run_dir, self.meta)
 
     @property
-    def config(self) -> dict:
+    def config(self) -> dict[str, Any]:
         """The run's resolved config (its config.yaml) as a dict."""
         if self.live:
             return self._cached("config", self.live.config)
-        return self._cached("config", self.dir.read_config)
+        return self._cached("config", self._run_dir.read_config)
+
+    @property
+    def _run_dir(self) -> RunDir:
+        """The run directory of a run not read live (`__init__` sets `dir` or `live`)."""
+        assert self.dir is not None  # `dir` is set whenever `live` is None
+        return self.dir
 
     @property
     def topics(self) -> list[str]:
@@ -160,8 +170,9 @@ class Run(ForkInfo):
         last_round (its rounds used, up to; NA: all) and n_posts (its posts used, ids
         below; NA: all)."""
         def read() -> pd.DataFrame:
-            segments = [*self.live.ancestors, None] if self.live else lineage(self.path)
-            rows = [{"run_id": s.dir.run_id, "path": str(s.dir.root),
+            segments = ([*self.live.ancestors, None] if self.live
+                        else lineage(self._run_dir.root))
+            rows = [{"run_id": _segment_dir(s).run_id, "path": str(_segment_dir(s).root),
                      "last_round": s.last_round, "n_posts": s.n_posts} if s is not None
                     else {"run_id": self.run_id, "path": self.path and str(self.path),
                           "last_round": None, "n_posts": None} for s in segments]
@@ -210,7 +221,7 @@ class Run(ForkInfo):
         before and after, source."""
         return self.table("trades")
 
-    def graph(self):
+    def graph(self) -> GraphReader:
         """The run's graph memory (`shoal.store.knowledge.GraphReader`, through the lineage):
         `.relations(as_of=None, include_withdrawn=False)`, `.entities()`, `.episodes()`,
         `.communities()`, `.neighbourhood(name)`, `.history(relation_id)`, all DataFrames.
@@ -261,26 +272,26 @@ class Run(ForkInfo):
 
     def survey_scales(self) -> pd.DataFrame:
         """Per survey, scale and wave: respondents, mean and sd of the scale score,
-        Cronbach's alpha (`shoal.analysis.surveys.scale_summary`)."""
-        from shoal.analysis.surveys import scale_summary
+        Cronbach's alpha (`shoal.surveys.scores.scale_summary`)."""
+        from shoal.surveys.scores import scale_summary
 
         return scale_summary(self.survey_responses, self.config.get("surveys") or [])
 
     def survey_scores(self) -> pd.DataFrame:
         """Each respondent's scale scores per wave (reverse-coded items, listwise)."""
-        from shoal.analysis.surveys import scale_scores
+        from shoal.surveys.scores import scale_scores
 
         return scale_scores(self.survey_responses, self.config.get("surveys") or [])
 
     def survey_abstention(self) -> pd.DataFrame:
         """Per survey, wave and item: asked, abstained and the rate."""
-        from shoal.analysis.surveys import abstention
+        from shoal.surveys.scores import abstention
 
         return abstention(self.survey_responses)
 
     def survey_change(self) -> pd.DataFrame:
         """Within-respondent change of each scale score between consecutive waves."""
-        from shoal.analysis.surveys import wave_change
+        from shoal.surveys.scores import wave_change
 
         return wave_change(self.survey_responses, self.config.get("surveys") or [])
 
@@ -344,7 +355,7 @@ class Run(ForkInfo):
         """A table through the lineage; an empty typed frame if the run has no such table."""
         try:
             df = (self.live.read(table, where) if self.live
-                  else read_table(self.path, table, where))
+                  else read_table(self._run_dir.root, table, where))
         except (duckdb.CatalogException, MissingTableError):
             df = _empty(table, self._platforms)  # added to the store after this run was made
         return _plain(df, table)
@@ -495,7 +506,14 @@ class Run(ForkInfo):
                                     title=self.run_id)
 
 
-def _as_list(value: Any) -> list:
+def _segment_dir(segment: Segment) -> RunDir:
+    """The run directory of a lineage segment (the run a `LiveRun` writes is no segment of
+    its `ancestors`, so each of them has one)."""
+    assert segment.dir is not None  # only a LiveRun's own segment has none
+    return segment.dir
+
+
+def _as_list(value: Any) -> list[Any]:
     """post_ids of an effect: a list, or a mapping platform → id (events)."""
     if value is None:
         return []
@@ -560,7 +578,7 @@ class Runs:
         return [r.run_id for r in self.runs]
 
     @property
-    def config(self) -> dict[str, dict]:
+    def config(self) -> dict[str, dict[str, Any]]:
         """Each run's resolved config, by label."""
         return {label: r.config for label, r in zip(self.labels, self.runs, strict=True)}
 

@@ -37,7 +37,7 @@ def cmd_survey(args: argparse.Namespace) -> int:
     if not run.config.get("surveys"):
         raise InputError(f"{run.run_id}: the run's config has no surveys")
     if not args.results_only and (run.config.get("llm") or args.base_url):
-        from shoal.runs.survey import survey_llm_agents
+        from shoal.surveys.asking import survey_llm_agents
 
         asked = survey_llm_agents(args.run, args.base_url, args.model, args.api_key_env,
                                   args.concurrency).asked

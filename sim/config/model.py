@@ -20,9 +20,9 @@ from shoal.config.interventions import known_platform
 from shoal.config.llm import LLMConfig
 from shoal.config.platforms import Platforms
 from shoal.config.selector import Selector
-from shoal.config.surveys import Survey, sample_note
 from shoal.core.distributions import Uniform
 from shoal.core.registry import BELIEF_RULES, EXTRACTORS, INTERVENTIONS, POLICIES, SUMMARIZERS
+from shoal.surveys.config import Survey, sample_note
 
 BeliefRule = Annotated[Any, PartOf(BELIEF_RULES)]  # the type of `beliefs.update`
 Policy = Annotated[Any, PartOf(POLICIES)]  # the type of `policy`

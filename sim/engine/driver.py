@@ -66,7 +66,6 @@ from shoal.engine.round_log import (
 )
 from shoal.engine.round_record import round_header, round_items
 from shoal.engine.schedule import Scheduler, round_start
-from shoal.engine.surveys import survey_table
 from shoal.engine.update import update_beliefs, update_trust
 from shoal.memory.context import Assembled, accounting_rows
 from shoal.memory.prefix_reuse import PromptUsage
@@ -75,6 +74,7 @@ from shoal.platforms.spec import by_code
 from shoal.store.checkpoints import CheckpointStore
 from shoal.store.llm_usage import Usage
 from shoal.store.writer import RoundPayload, RoundWriter
+from shoal.surveys.responses import survey_table
 from shoal.world.persistence import checkpoint
 from shoal.world.world import World
 

@@ -11,8 +11,9 @@ resume never fires an entry twice and never skips one.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import yaml
@@ -38,17 +39,17 @@ from shoal.core.registry import INTERVENTIONS
 from shoal.platforms.spec import spec as platform_spec
 from shoal.world.interventions import NEWS_AUTHOR, ActiveEvent
 from shoal.world.selection import select
-from shoal.world.world import initial_beliefs
+from shoal.world.world import World, initial_beliefs
 
 
 @dataclass
 class Fired:
     """What the entries fired at one round did (for the logs and the checkpoint)."""
 
-    rows: list[dict] = field(default_factory=list)  # the interventions table
+    rows: list[dict[str, Any]] = field(default_factory=list)  # the interventions table
     post_ids: list[int] = field(default_factory=list)
     counters: dict[str, list[int]] = field(default_factory=lambda: {"up": [], "down": []})
-    follows: dict[str, list] = field(default_factory=lambda: {
+    follows: dict[str, list[int]] = field(default_factory=lambda: {
         "platform": [], "follower": [], "followee": [], "op": []})
     joined: Any = None  # Population of agents added this round
     config_changed: bool = False
@@ -91,10 +92,11 @@ class InterventionContext:
         return CounterRNG(self.world.cfg.seed).generator(Purpose.INTERVENTION, self.index)
 
 
-def fire_due(world, round_: int) -> Fired:
+def fire_due(world: World, round_: int) -> Fired:
     """Fire every entry due at `round_` (in config order) on `world`; then forget the
     events whose pinning ended before it."""
     schedule = world.interventions
+    assert schedule is not None  # World.__post_init__ makes the schedule
     fired = Fired()
     for i in schedule.due(round_):
         spec = schedule.cfg.interventions[i]
@@ -108,16 +110,17 @@ def fire_due(world, round_: int) -> Fired:
     return fired
 
 
-def begin_round(world, round_: int) -> Fired:
+def begin_round(world: World, round_: int) -> Fired:
     """What happens at the boundary before round `round_`, before anyone acts: the
     interventions due fire, and round memory takes its finished compaction. The driver
     does this each round; so does anything that rebuilds a round (inspect, diagnostics)."""
     fired = fire_due(world, round_)
+    assert world.memory is not None  # World.__post_init__ makes round memory
     world.memory.boundary(round_)
     return fired
 
 
-def resolve_target(target: Selector, world, rng_key: int, where: str) -> np.ndarray:
+def resolve_target(target: Selector, world: World, rng_key: int, where: str) -> np.ndarray:
     """Boolean mask [N] of the agents an entry's target picks (InputError for unknown ids
     or groups, naming `where`.target)."""
     seed = world.cfg.seed
@@ -126,7 +129,7 @@ def resolve_target(target: Selector, world, rng_key: int, where: str) -> np.ndar
                   f"{where}.target")
 
 
-def spec_json(spec: InterventionSpec) -> dict:
+def spec_json(spec: InterventionSpec) -> dict[str, Any]:
     """An entry as logged in the `interventions` table (its name only when it has one)."""
     return spec.model_dump(mode="json", exclude=None if spec.name else {"name"})
 
@@ -138,7 +141,7 @@ def _stance_vector(stance: dict[str, float], topics: list[str]) -> np.ndarray:
     return vec
 
 
-def _inject(world, round_: int, specs: list[PostSpec], kind: PostKind, fired: Fired
+def _inject(world: World, round_: int, specs: list[PostSpec], kind: PostKind, fired: Fired
             ) -> list[int]:
     """Append posts (by agents or the news account) stamped round_ − 1 and index them."""
     stamp = max(round_ - 1, 0)
@@ -153,7 +156,8 @@ def _inject(world, round_: int, specs: list[PostSpec], kind: PostKind, fired: Fi
     for post_id, s in zip(ids.tolist(), specs, strict=True):
         fired.counters["up"] += [post_id] * s.votes.up
         fired.counters["down"] += [post_id] * s.votes.down
-        world.posts.increment({"up": [post_id] * s.votes.up, "down": [post_id] * s.votes.down})
+        world.posts.increment({"up": np.asarray([post_id] * s.votes.up, np.int64),
+                               "down": np.asarray([post_id] * s.votes.down, np.int64)})
         if s.author is not None and kind == PostKind.POST:
             plat = world.platforms[s.platform]
             plat.index_new_posts(np.array([post_id]), np.array([s.author]),
@@ -162,30 +166,44 @@ def _inject(world, round_: int, specs: list[PostSpec], kind: PostKind, fired: Fi
     return ids.tolist()
 
 
-def _check_platform(world, platform: str, where: str) -> None:
+_Fire = TypeVar("_Fire", bound=Callable[..., dict[str, Any]])
+
+
+def _kind(name: str, config: type, **meta: Any) -> Callable[[_Fire], _Fire]:
+    """`INTERVENTIONS.register` as a decorator that keeps the function's type (the
+    registry's `register` is typed to return Any)."""
+    return INTERVENTIONS.register(name, config=config, **meta)
+
+
+def _no_draws() -> np.random.Generator:
+    """The generator of a selector whose fraction is dropped: `select` never asks for it."""
+    raise AssertionError("a selector without a fraction draws nothing")
+
+
+def _check_platform(world: World, platform: str, where: str) -> None:
     if platform not in world.platforms:
         raise InputError(f"{where}.platform: {platform} is not enabled in this run")
 
 
-@INTERVENTIONS.register("post", config=PostIntervention, example={
+@_kind("post", config=PostIntervention, example={
     "platform": "twitter", "text": "A leaked memo.", "stance": {"carbon_tax": 0.5}})
-def _fire_post(ctx: InterventionContext, spec: PostIntervention) -> dict:
+def _fire_post(ctx: InterventionContext, spec: PostIntervention) -> dict[str, Any]:
     _check_platform(ctx.world, spec.platform, ctx.where)
     return {"post_ids": _inject(ctx.world, ctx.round, [spec], PostKind.POST, ctx.fired)}
 
 
-@INTERVENTIONS.register("posts", config=PostsIntervention, example={"items": [
+@_kind("posts", config=PostsIntervention, example={"items": [
     {"platform": "twitter", "text": "One view.", "votes": {"up": 3}},
     {"platform": "reddit", "text": "Another view.", "author": 1}]})
-def _fire_posts(ctx: InterventionContext, spec: PostsIntervention) -> dict:
+def _fire_posts(ctx: InterventionContext, spec: PostsIntervention) -> dict[str, Any]:
     for j, item in enumerate(spec.items):
         _check_platform(ctx.world, item.platform, f"{ctx.where}.items.{j}")
     return {"post_ids": _inject(ctx.world, ctx.round, spec.items, PostKind.POST, ctx.fired)}
 
 
-@INTERVENTIONS.register("event", config=EventIntervention, example={
+@_kind("event", config=EventIntervention, example={
     "text": "Breaking: the levy doubles.", "stance": {"carbon_tax": -0.6}, "duration": 2})
-def _fire_event(ctx: InterventionContext, spec: EventIntervention) -> dict:
+def _fire_event(ctx: InterventionContext, spec: EventIntervention) -> dict[str, Any]:
     world, round_ = ctx.world, ctx.round
     platforms = spec.platforms or list(world.platforms)
     for name in platforms:
@@ -200,9 +218,9 @@ def _fire_event(ctx: InterventionContext, spec: EventIntervention) -> dict:
             "targeted": int(target.sum()) if target is not None else world.n_agents}
 
 
-@INTERVENTIONS.register("beliefs", config=BeliefIntervention, example={
+@_kind("beliefs", config=BeliefIntervention, example={
     "topic": "carbon_tax", "shift": 0.2, "target": {"fraction": 0.5}})
-def _fire_beliefs(ctx: InterventionContext, spec: BeliefIntervention) -> dict:
+def _fire_beliefs(ctx: InterventionContext, spec: BeliefIntervention) -> dict[str, Any]:
     world = ctx.world
     mask = ctx.target(spec.target)
     t = world.topics.index(spec.topic)
@@ -217,18 +235,18 @@ def _fire_beliefs(ctx: InterventionContext, spec: BeliefIntervention) -> dict:
     return {"agents": int(mask.sum())}
 
 
-@INTERVENTIONS.register("remove_agents", config=RemoveAgents, example={
+@_kind("remove_agents", config=RemoveAgents, example={
     "target": {"groups": ["activists"]}})
-def _fire_remove(ctx: InterventionContext, spec: RemoveAgents) -> dict:
+def _fire_remove(ctx: InterventionContext, spec: RemoveAgents) -> dict[str, Any]:
     mask = ctx.target(spec.target)
     newly = mask & ctx.world.alive
     ctx.world.alive[mask] = False
     return {"agents": int(newly.sum())}
 
 
-@INTERVENTIONS.register("add_agents", config=AddAgents, example={
+@_kind("add_agents", config=AddAgents, example={
     "count": 10, "follow": 2})
-def _fire_add(ctx: InterventionContext, spec: AddAgents) -> dict:
+def _fire_add(ctx: InterventionContext, spec: AddAgents) -> dict[str, Any]:
     world, round_, fired = ctx.world, ctx.round, ctx.fired
     cfg = world.cfg
     n0 = world.n_agents
@@ -278,9 +296,9 @@ def _fire_add(ctx: InterventionContext, spec: AddAgents) -> dict:
     return {"agent_ids": [n0, n0 + spec.count - 1]}
 
 
-@INTERVENTIONS.register("set", config=SetParams, example={
+@_kind("set", config=SetParams, example={
     "values": {"policy.post_rate": 0.4}})
-def _fire_set(ctx: InterventionContext, spec: SetParams) -> dict:
+def _fire_set(ctx: InterventionContext, spec: SetParams) -> dict[str, Any]:
     ctx.world.cfg = apply_settings(ctx.world.cfg, spec.values, f"{ctx.where}.values")
     ctx.schedule.cfg = ctx.world.cfg
     ctx.fired.config_changed = True
@@ -308,21 +326,21 @@ def check_settings(cfg: Config) -> None:
                 raise ConfigError([str(exc)]) from None
 
 
-def check_against_population(cfg: Config, world) -> None:
+def check_against_population(cfg: Config, world: World) -> None:
     """Ids and groups named by interventions and by `llm.agents` exist, posts' authors
     too, and their platforms are enabled (InputError otherwise); run before anything is
     written."""
     n = world.n_agents
     if cfg.llm is not None:  # (else an unknown id stops the run at round 1, its directory made)
         select(cfg.llm.agents.model_copy(update={"fraction": None}), world.population,
-               lambda: None, "llm.agents")
+               _no_draws, "llm.agents")
     _check_growth(cfg, n)
     for i, spec in enumerate(cfg.interventions):
         where = f"interventions.{i}"
         for path, selector in spec.selectors(where):
             # ids and groups only: the seeded fraction is drawn when the entry fires
             select(selector.model_copy(update={"fraction": None}), world.population,
-                   lambda: None, path)
+                   _no_draws, path)
         for path, post in getattr(spec, "posts", lambda _: [])(where):
             if post.author is not None and post.author >= n:
                 raise InputError(f"{path}.author: no agent {post.author} (the population "
@@ -352,7 +370,7 @@ def _check_growth(cfg: Config, n: int) -> None:
                              f"{have / 1e9:,.1f} GB available")
 
 
-def publish_news(world, round_: int, fired: Fired, text: str, stance: dict[str, float],
+def publish_news(world: World, round_: int, fired: Fired, text: str, stance: dict[str, float],
                  rounds: int, key: int) -> list[int]:
     """A news post a platform engine publishes (the market's news of a large price move):
     an event on every social platform, stamped like an intervention's posts and pinned to
@@ -361,6 +379,7 @@ def publish_news(world, round_: int, fired: Fired, text: str, stance: dict[str, 
     platforms = list(world.platforms)
     specs = [PostSpec(platform=name, text=text, stance=stance) for name in platforms]
     ids = _inject(world, round_, specs, PostKind.EVENT, fired)
+    assert world.interventions is not None  # World.__post_init__ makes the schedule
     world.interventions.events.append(ActiveEvent(
         index=-1000 - key, post_ids=dict(zip([platform_spec(p).code for p in platforms], ids,
                                              strict=True)),

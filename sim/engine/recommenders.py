@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from shoal.config.base import Strict
 from shoal.core.counter_rng import CounterRNG, Purpose
@@ -377,6 +377,6 @@ class AlgorithmicBiasFeed(Recommender):
         return out
 
 
-def make_recommender(cfg) -> Recommender:
+def make_recommender(cfg: BaseModel) -> Recommender:
     """The recommender for a platform's `recommender` config (any registered one)."""
     return RECOMMENDERS.create(cfg)

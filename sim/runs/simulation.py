@@ -54,7 +54,6 @@ from shoal.engine.round_log import (
     posts_tables,
     topics_table,
 )
-from shoal.engine.surveys import check_samples, sample_notes, sample_sizes, survey_table
 from shoal.llm.cache import CacheMiss, CacheSpec, cache_spec
 from shoal.llm.endpoints import Endpoints
 from shoal.runs.fork_plan import ForkPlan, fork_config
@@ -73,6 +72,7 @@ from shoal.store.run_dir import (
 from shoal.store.tables import file_tables
 from shoal.store.trajectory import TrajectoryStore
 from shoal.store.writer import RoundWriter
+from shoal.surveys.responses import check_samples, sample_notes, sample_sizes, survey_table
 from shoal.world.frames import WorldFrames
 from shoal.world.persistence import checkpoint, restore_world
 from shoal.world.world import World, build_world, check_memory

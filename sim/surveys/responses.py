@@ -23,8 +23,8 @@ import zlib
 import numpy as np
 import pyarrow as pa
 
-from shoal.config.surveys import Item, Survey, sample_note
 from shoal.core.counter_rng import CounterRNG, Purpose
+from shoal.surveys.config import Item, Survey, sample_note
 from shoal.world.selection import select
 
 WITHIN = 0.35  # a multiple-choice option is ticked when the latent answer is this close

@@ -1,7 +1,7 @@
 """`shoal survey RUN`: the LLM agents of a run's survey samples answer the questionnaire,
 each as it was at the end of the wave's round, through the interview path (its exact
 context as system text, the questionnaire as the user message). Rule-based respondents
-were answered during the run (sim/engine/surveys.py). Answers go to `survey_responses`
+were answered during the run (sim/surveys/responses.py). Answers go to `survey_responses`
 with source `llm`; a wave already answered is not asked again.
 """
 
@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from shoal.config.surveys import Item, Survey
 from shoal.core.errors import InputError
 from shoal.core.faults import crash_point
 from shoal.engine.agent_context import context_for
@@ -23,6 +22,7 @@ from shoal.runs.simulation import world_at
 from shoal.store.lineage import being_written, read_table
 from shoal.store.run_dir import open_run_dir
 from shoal.store.traces import AnalysisStore
+from shoal.surveys.config import Item, Survey
 
 MARK = "Shoal survey"  # the loopback server answers questionnaires that carry it
 
@@ -123,7 +123,7 @@ def survey_llm_agents(run: str, base_url: str | None = None, model: str | None =
     if not llm and base_url is None:
         raise InputError(f"{run_dir.run_id}: the run has no LLM agents (their surveys were "
                          "answered during the run)")
-    from shoal.engine.surveys import panel
+    from shoal.surveys.responses import panel
 
     store, asked = AnalysisStore(run_dir.db), []
     for survey in world0.cfg.surveys:
