@@ -143,6 +143,7 @@ def check_run(config: dict[str, Any], folder: Path, every_check: bool = True) ->
         sim.run(STOP)
     with Simulation.resume(sim.dir.root) as resumed:
         resumed.run()
+    assert resumed.dir is not None  # a resumed simulation is a run directory
     _same(whole, resumed.dir.root, f"a run stopped after round {STOP} and resumed")
     if every_check:
         with _fork(whole, folder / "fork") as fork:
@@ -198,8 +199,9 @@ def _same_after(parent: Path, fork: Path, k: int) -> None:
     cons = [duckdb.connect(str(p / "trajectory.duckdb"), read_only=True)
             for p in (parent, fork)]
     try:
-        n_posts = int(cons[0].execute(f"SELECT count(*) FROM posts WHERE round <= {k}")
-                      .fetchone()[0])
+        row = cons[0].execute(f"SELECT count(*) FROM posts WHERE round <= {k}").fetchone()
+        assert row is not None  # count(*) always returns one row
+        n_posts = int(row[0])
         differ = []
         for name, spec in file_tables(cons[0]).items():
             if spec.lineage != "inherit" or not spec.cut:

@@ -280,3 +280,16 @@ def test_running_past_the_last_round_warns_and_returns_a_short_value(recwarn):
         assert sim.run() == []  # to the end: already there, nothing to say
         with pytest.raises(InputError, match="whole number >= 0"):
             sim.run(-1)
+
+
+def test_a_closed_simulation_on_disk_forks_in_memory(tmp_path, on_disk):
+    """`fork()` on a simulation that was closed reads its history from its directory (it
+    used to fail reading the closed run)."""
+    with Simulation.resume(on_disk) as sim:
+        pass
+    fork = sim.fork(3)
+    try:
+        fork.run()
+        assert open_run(fork).beliefs["round"].max() == fork.cfg.rounds
+    finally:
+        fork.close()

@@ -26,7 +26,7 @@ import warnings
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import duckdb
 import numpy as np
@@ -58,7 +58,7 @@ from shoal.llm.cache import CacheMiss, CacheSpec, cache_spec
 from shoal.llm.endpoints import Endpoints
 from shoal.runs.fork_plan import ForkPlan, fork_config
 from shoal.store.checkpoints import CheckpointError, CheckpointStore, MemoryCheckpoints
-from shoal.store.lineage import LiveRun, MissingTableError, lineage
+from shoal.store.lineage import LiveRun, MissingTableError, Segment, lineage, read_table
 from shoal.store.live_mirror import LiveMirror
 from shoal.store.run_dir import (
     RunDir,
@@ -77,10 +77,15 @@ from shoal.world.frames import WorldFrames
 from shoal.world.persistence import checkpoint, restore_world
 from shoal.world.world import World, build_world, check_memory
 
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from shoal.analysis.runs import Run
+
 CONFIGURED = "config"  # `out` default: the config's output.dir
 
 
-def run_row(cfg: Config, run_id: str, lineage: dict) -> dict:
+def run_row(cfg: Config, run_id: str, lineage: dict[str, Any]) -> dict[str, Any]:
     """The `run` table's single row: identity, config, engine and lineage (empty for a
     root run)."""
     return {
@@ -112,7 +117,7 @@ class Simulation:
     driver that runs its rounds."""
 
     def __init__(self, world: World, trajectory: TrajectoryStore,
-                 checkpoints: CheckpointStore | MemoryCheckpoints, meta: dict,
+                 checkpoints: CheckpointStore | MemoryCheckpoints, meta: dict[str, Any],
                  run_dir: RunDir | None = None, engine: Engine | None = None):
         self.world = world
         self.trajectory = trajectory
@@ -136,14 +141,14 @@ class Simulation:
         return cls.create(load_config(path, sets), out=out)
 
     @classmethod
-    def from_dict(cls, data: dict, *, seed: int | None = None, out: Any = CONFIGURED
+    def from_dict(cls, data: dict[str, Any], *, seed: int | None = None, out: Any = CONFIGURED
                   ) -> Simulation:
         """A new simulation of a config given as a mapping (as the YAML would be)."""
         data = {**data, **({"seed": seed} if seed is not None else {})}
         return cls.create(parse_config(data), out=out)
 
     @classmethod
-    def create(cls, cfg: Config, out: Any = CONFIGURED, lineage: dict | None = None,
+    def create(cls, cfg: Config, out: Any = CONFIGURED, lineage: dict[str, Any] | None = None,
                dry_llm: bool = False) -> Simulation:
         """Build round 0 (every input checked first, the executor and any loopback server
         started), then its run directory under `out` (the config's `output.dir` by
@@ -174,10 +179,14 @@ class Simulation:
                           engine=engine)
                 sim.notes = _setup_notes(world) + sample_notes(samples)
                 return sim
-            run_dir = _make_run_dir(folder, cfg, lineage, lambda store, checkpoints, run_id: (
-                _write_setup(store, world, run_id, lineage, fired),
-                checkpoints.write(checkpoint(world))), run_id=run_id,
-                meta={"surveys": samples} if samples else None)
+
+            def fill(store: TrajectoryStore, checkpoints: CheckpointStore, run_id: str
+                     ) -> None:
+                _write_setup(store, world, run_id, lineage, fired)
+                checkpoints.write(checkpoint(world))
+
+            run_dir = _make_run_dir(folder, cfg, lineage, fill, run_id=run_id,
+                                    meta={"surveys": samples} if samples else None)
         except BaseException:
             engine.stop()
             raise
@@ -273,8 +282,11 @@ class Simulation:
                 mirror = (LiveMirror(self.dir.root) if self.dir and self.cfg.output.live_parquet
                           else None)
                 self.writer = RoundWriter(self.trajectory, mirror, self.world.round)
+            # (MemoryCheckpoints has CheckpointStore's interface; RoundDriver names only
+            # CheckpointStore in its annotation)
             self._driver = RoundDriver(self.world, self.engine.executor, self.writer,
-                                       self.checkpoints, on_checkpoint=self._checkpointed,
+                                       cast(CheckpointStore, self.checkpoints),
+                                       on_checkpoint=self._checkpointed,
                                        send_prompts=not self.engine.dry_llm)
         return self._driver
 
@@ -287,7 +299,7 @@ class Simulation:
         """The LLM response cache of this run as it is now (resumed, or forked in memory):
         its own folder and those of the runs it descends from."""
         own = self.dir.root if self.dir is not None else None
-        ancestors = ([s.dir.root for s in lineage(own)[:-1]] if own is not None
+        ancestors = (_roots(lineage(own)[:-1]) if own is not None
                      else self.cache_parents)
         return cache_spec(self.cfg.llm, self.run_id, own, ancestors)
 
@@ -317,10 +329,12 @@ class Simulation:
             raise InputError(f"{self.run_id}: all {self.cfg.rounds} rounds have run")
         driver = self.driver()
         if self.meta.get("status") != "running":
-            self._write_meta(status="running", executor=self.executor.kind,
-                             shards=self.executor.n_shards,
+            executor = self.executor
+            assert executor is not None  # driver() started the engine
+            self._write_meta(status="running", executor=executor.kind,
+                             shards=executor.n_shards,
                              **({"placement": self.cfg.executor.placement}
-                                if self.executor.kind == "ray" else {}))
+                                if executor.kind == "ray" else {}))
         try:
             stats = driver.step()
         except (ProviderDown, NumericError, CacheMiss) as exc:  # the round is dropped, stop
@@ -397,6 +411,7 @@ class Simulation:
             if self.engine is not None:
                 self.engine.stop()
                 self.engine = None
+            assert self.world.memory is not None  # World.__post_init__ makes round memory
             self.world.memory.close()
             if self.world.knowledge is not None:  # its thread, its extractor's connections
                 self.world.knowledge.close()
@@ -437,11 +452,11 @@ class Simulation:
                        lambda: resolved_dict(self.cfg), ancestors,
                        self.dir.root if self.dir else None)
 
-    def _cursor(self):
+    def _cursor(self) -> duckdb.DuckDBPyConnection:
         self.flush()
         return self.trajectory.con.cursor()
 
-    def open_run(self):
+    def open_run(self) -> Run:
         """The notebook API's view of this simulation's trajectory (`shoal.open_run`)."""
         from shoal.analysis.notebook import open_run
 
@@ -450,7 +465,7 @@ class Simulation:
     # ------------------------------------------------------------------ forking, saving
 
     def fork(self, at: int | None = None, *, sets: Iterable[str] = (), seed: int | None = None,
-             interventions: list[dict] | None = None, schedule: Iterable[str] = ()
+             interventions: list[dict[str, Any]] | None = None, schedule: Iterable[str] = ()
              ) -> Simulation:
         """A counterfactual from the end of round `at` (default: now), in memory: the same
         world, with config changes (`sets`: `key=value`), a new `seed`, interventions
@@ -466,7 +481,10 @@ class Simulation:
         cfg, changes, renumber = fork_config(parent_cfg, at, ForkPlan(
             sets=list(sets), seed=seed, interventions=interventions or [],
             schedule=list(schedule)))
-        world, _ = restore_world(self.checkpoints, at, cfg)
+        # (MemoryCheckpoints has CheckpointStore's interface; restore_world names only
+        # CheckpointStore in its annotation)
+        world, _ = restore_world(cast(CheckpointStore, self.checkpoints), at, cfg)
+        assert world.interventions is not None  # World.__post_init__ makes the schedule
         world.interventions.renumber(renumber)
         check_against_population(cfg, world)
         check_api_keys(cfg)
@@ -485,7 +503,7 @@ class Simulation:
         checkpoints.write_state(at, cp.state, cp.meta)
         meta = {**_new_meta(cfg, run_id, {}, at), "origin": origin}
         fork = Simulation(world, store, checkpoints, meta)
-        fork.cache_parents = ([s.dir.root for s in lineage(self.dir.root)] if self.dir
+        fork.cache_parents = (_roots(lineage(self.dir.root)) if self.dir
                               else list(self.cache_parents))  # (its LLM answers are reused)
         return fork
 
@@ -501,12 +519,16 @@ class Simulation:
             shutil.copytree(self.dir.root, final)
             return final
         reader = self.reader()
+        # (held in memory: open, reader() is its LiveRun; closed, reader() raised)
+        assert isinstance(reader, LiveRun)
 
         def fill(store: TrajectoryStore, checkpoints: CheckpointStore, run_id: str) -> None:
             for table in file_tables(store.con):
                 rows = _rows_or_none(reader, table)
                 if rows is not None and len(rows):
                     store.insert(table, pa.Table.from_pandas(rows, preserve_index=False))
+            # a simulation without a run directory keeps its checkpoints in memory
+            assert isinstance(self.checkpoints, MemoryCheckpoints)
             self.checkpoints.save_into(checkpoints)
 
         _make_run_dir(final.parent, self.cfg, {}, fill, run_id=final.name,
@@ -521,7 +543,7 @@ class RoundsWarning(UserWarning):
     """`Simulation.run(n)` was asked for more rounds than the run has left."""
 
 
-class RoundsRun(list):
+class RoundsRun(list[RoundStats]):
     """The stats of the rounds one `Simulation.run` call ran (a list of `RoundStats`),
     shown in one line: a notebook cell that ends with `sim.run(...)` prints a summary, not
     a list of every round."""
@@ -532,7 +554,7 @@ class RoundsRun(list):
         return (f"<{len(self)} round(s) run: {self[0].round}..{self[-1].round}, "
                 f"{sum(s.n_actions for s in self):,} actions>")
 
-    def _repr_pretty_(self, printer, cycle: bool) -> None:  # IPython's display
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # IPython's display
         printer.text(repr(self))
 
 
@@ -574,8 +596,11 @@ class Engine:
                         if p.name == cfg.llm.summarizer_provider}
             else:
                 urls = endpoints.all(cfg.llm)
+            assert world.memory is not None  # World.__post_init__ makes round memory
             summarizer = world.memory.summarizer
-            if urls and cfg.llm.summarizer_provider and hasattr(summarizer, "base_urls"):
+            # (urls is empty without an LLM config: the first branch above)
+            if (urls and cfg.llm is not None and cfg.llm.summarizer_provider
+                    and hasattr(summarizer, "base_urls")):
                 summarizer.base_urls = urls[cfg.llm.summarizer_provider]
             return cls(make_executor(cfg, world.population, urls, cache), endpoints, dry_llm)
         except BaseException:
@@ -621,16 +646,17 @@ def _setup_notes(world: World) -> list[str]:
     return notes
 
 
-def _new_meta(cfg: Config, run_id: str, lineage: dict, rounds_done: int) -> dict:
+def _new_meta(cfg: Config, run_id: str, lineage: dict[str, Any], rounds_done: int
+              ) -> dict[str, Any]:
     return {"run_id": run_id, "name": cfg.name, "config_hash": config_hash(cfg),
             "created_at": datetime.now().isoformat(), "engine": engine_version(),
             "status": "created", "rounds_done": rounds_done, "rounds": cfg.rounds,
             "lineage": lineage}
 
 
-def _make_run_dir(folder: Path, cfg: Config, lineage: dict,
+def _make_run_dir(folder: Path, cfg: Config, lineage: dict[str, Any],
                   fill: Callable[[TrajectoryStore, CheckpointStore, str], object],
-                  run_id: str | None = None, meta: dict | None = None,
+                  run_id: str | None = None, meta: dict[str, Any] | None = None,
                   rounds_done: int | None = None) -> RunDir:
     """A new run directory under `folder`, made whole or not at all: it is built under a
     hidden temporary name (config, trajectory filled by `fill`, checkpoints, run.json
@@ -676,7 +702,7 @@ def _make_run_dir(folder: Path, cfg: Config, lineage: dict,
     return final
 
 
-def _yaml(data: dict) -> str:
+def _yaml(data: dict[str, Any]) -> str:
     import yaml
 
     return yaml.safe_dump(data, sort_keys=False)
@@ -701,7 +727,7 @@ def _setup_tables(world: World, fired: Fired) -> dict[str, pa.Table]:
     }
 
 
-def _write_setup(store: TrajectoryStore, world: World, run_id: str, lineage: dict,
+def _write_setup(store: TrajectoryStore, world: World, run_id: str, lineage: dict[str, Any],
                  fired: Fired) -> None:
     """Round 0 in one transaction: run row, topics, agents, initial beliefs and graph,
     seeded posts and the interventions that made them."""
@@ -712,16 +738,29 @@ def _write_setup(store: TrajectoryStore, world: World, run_id: str, lineage: dic
     store.con.execute("COMMIT")
 
 
-def _rows_or_none(reader: LiveRun, table: str, where: str | None = None):
-    """The rows of `table`, or None if the run (or an ancestor) was written by a version
-    of Shoal without that table: it has no rows of it to copy."""
+def _rows_or_none(reader: LiveRun | RunDir, table: str, where: str | None = None
+                  ) -> pd.DataFrame | None:
+    """The rows of `table` through the run's lineage (a simulation this process holds, or
+    a closed one's directory), or None if the run (or an ancestor) was written by a
+    version of Shoal without that table: it has no rows of it to copy."""
     try:
+        if isinstance(reader, RunDir):
+            return read_table(reader.root, table, where)
         return reader.read(table, where)
     except MissingTableError:
         return None
 
 
-def _copy_prefix(reader: LiveRun, store: TrajectoryStore, at: int,
+def _roots(segments: list[Segment]) -> list[Path]:
+    """The run directories of lineage segments."""
+    roots = []
+    for s in segments:
+        assert s.dir is not None  # every segment `lineage` gives has a directory
+        roots.append(s.dir.root)
+    return roots
+
+
+def _copy_prefix(reader: LiveRun | RunDir, store: TrajectoryStore, at: int,
                  n_posts: int) -> None:
     """Rows of rounds 0..at (posts with ids below `n_posts`) from a run into `store`, of
     every table a fork reads of its parent (as each table's declaration says)."""

@@ -30,10 +30,13 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shoal.core.faults import crash_point
@@ -60,7 +63,7 @@ class Checkpoint:
     round: int
     log: dict[str, State]
     state: dict[str, State]
-    meta: dict = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -149,7 +152,7 @@ class CheckpointStore:
             {"format": FORMAT, "round": round_, "sha256": sums})))
         return sum((self.log_dir / f).stat().st_size for f in sums)
 
-    def write_state(self, round_: int, state: dict[str, State], meta: dict,
+    def write_state(self, round_: int, state: dict[str, State], meta: dict[str, Any],
                     log_bytes: int = 0, started: float | None = None) -> int:
         """Write (or replace) the state of a round atomically; returns its size."""
         started = time.perf_counter() if started is None else started
@@ -175,13 +178,17 @@ class CheckpointStore:
     @staticmethod
     def _npz(path: Path, arrays: dict[str, np.ndarray]) -> int:
         with open(path, "wb") as f:
-            np.savez(f, **arrays)
+            # numpy's stub gives savez an `allow_pickle: bool` keyword beside **kwds, so
+            # mypy rejects any **dict[str, ndarray] (third-party typing gap)
+            np.savez(f, **arrays)  # type: ignore[arg-type]
             f.flush()
             os.fsync(f.fileno())
         return path.stat().st_size
 
     @staticmethod
-    def _atomic(path: Path, write) -> None:
+    def _atomic(path: Path, write: Callable[..., object]) -> None:
+        # `write` is called with the temporary path (typed `...`: mypy cannot infer the
+        # callers' lambdas whose default arguments bind loop variables)
         with replacing(path) as tmp:
             write(tmp)
 
@@ -217,7 +224,7 @@ class CheckpointStore:
         rounds = self.available()
         return rounds[-1] if rounds else None
 
-    def meta(self, r: int) -> dict:
+    def meta(self, r: int) -> dict[str, Any]:
         """The state metadata of round r."""
         path = self.state_dir / _round_name(r) / "meta.json"
         try:
@@ -225,7 +232,7 @@ class CheckpointStore:
         except (OSError, ValueError) as exc:
             raise CheckpointError(f"{path}: cannot be read: {exc}") from None
 
-    def read_state(self, r: int) -> tuple[dict[str, State], dict]:
+    def read_state(self, r: int) -> tuple[dict[str, State], dict[str, Any]]:
         """The components' states at the end of round r, and the checkpoint's metadata."""
         meta = self.meta(r)
         fmt = meta.get("format", 1)
@@ -332,7 +339,8 @@ def _fsync_dir(path: Path) -> None:
 # ---------------------------------------------------------------------- format 4
 
 
-def _log_from_v4(round_: int, a: dict[str, np.ndarray], population) -> dict[str, State]:
+def _log_from_v4(round_: int, a: dict[str, np.ndarray], population: pa.Table | None
+                 ) -> dict[str, State]:
     """A format-4 log segment (flat names, one follows table for every platform) as
     components."""
     posts = {k.removeprefix("posts."): v for k, v in a.items() if k.startswith("posts.")}
@@ -360,7 +368,7 @@ def _log_from_v4(round_: int, a: dict[str, np.ndarray], population) -> dict[str,
     return out
 
 
-def _state_from_v4(a: dict[str, np.ndarray], meta: dict) -> dict[str, State]:
+def _state_from_v4(a: dict[str, np.ndarray], meta: dict[str, Any]) -> dict[str, State]:
     """A format-4 state (flat names, component metadata at the top level) as components."""
     return {
         "beliefs": State(arrays={"position": a["position"], "confidence": a["confidence"]}),
@@ -386,7 +394,7 @@ class MemoryCheckpoints:
 
     def __init__(self) -> None:
         self.logs: dict[int, dict[str, State]] = {}
-        self.states: dict[int, tuple[dict[str, State], dict]] = {}
+        self.states: dict[int, tuple[dict[str, State], dict[str, Any]]] = {}
 
     def write(self, cp: Checkpoint, every: int = 1, keep_last: int | None = None
               ) -> CheckpointStats:
@@ -399,7 +407,8 @@ class MemoryCheckpoints:
                                sum(s.nbytes() for s in cp.state.values()),
                                1e3 * (time.perf_counter() - t))
 
-    def write_state(self, round_: int, state: dict[str, State], meta: dict, *_) -> int:
+    def write_state(self, round_: int, state: dict[str, State], meta: dict[str, Any],
+                    *_: object) -> int:
         """Keep (or replace) the state of a round."""
         self.states[round_] = (state, {**meta, "format": FORMAT, "round": round_,
                                        "log_bytes": 0, "state_bytes": 0, "ms": 0.0})
@@ -424,11 +433,11 @@ class MemoryCheckpoints:
         """The last checkpointed round, or None."""
         return max(self.states) if self.states else None
 
-    def meta(self, r: int) -> dict:
+    def meta(self, r: int) -> dict[str, Any]:
         """The state metadata of round r."""
         return self.states[r][1]
 
-    def read_state(self, r: int) -> tuple[dict[str, State], dict]:
+    def read_state(self, r: int) -> tuple[dict[str, State], dict[str, Any]]:
         """The components' states at the end of round r, and its metadata."""
         if r not in self.states:
             raise CheckpointError(f"no checkpoint of round {r} in memory")

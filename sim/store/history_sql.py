@@ -194,6 +194,7 @@ def attach_history(con: duckdb.DuckDBPyConnection, run: str | Path,
         if own is not None and i == len(segments) - 1:
             catalogs.append(own)
             continue
+        assert seg.dir is not None  # every segment `lineage` gives has a directory
         path = str(seg.dir.db).replace("'", "''")
         con.execute(f"ATTACH '{path}' AS s{i} (READ_ONLY)")
         catalogs.append(f"s{i}")
@@ -309,7 +310,7 @@ def _projection(types: list[str], cell_chars: int) -> str:
 
 @contextmanager
 def _watched(cur: duckdb.DuckDBPyConnection, timeout_s: float | None,
-             cancel: Cancel | None) -> Iterator[dict]:
+             cancel: Cancel | None) -> Iterator[dict[str, bool]]:
     """Interrupt `cur` after `timeout_s` (the state says whether it did), and while
     `cancel` is cancelled."""
     lock = threading.Lock()
@@ -348,7 +349,9 @@ def _paths(cur: duckdb.DuckDBPyConnection) -> list[str]:
                                    "NOT NULL").fetchall():
             p = Path(path).resolve()
             found |= {str(p), str(p.parent), str(p.parent.parent), path}
-        found.add(cur.execute("SELECT current_setting('temp_directory')").fetchone()[0])
+        row = cur.execute("SELECT current_setting('temp_directory')").fetchone()
+        assert row is not None  # a SELECT without FROM always returns one row
+        found.add(row[0])
     except duckdb.Error:
         pass
     found |= {os.path.expanduser("~"), os.getcwd()}

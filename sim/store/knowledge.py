@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pandas as pd
@@ -26,7 +27,7 @@ from shoal.core.files import replacing
 from shoal.store.tables import TABLES, TableSpec
 
 
-def _declare(name: str, columns: str, doc: str, **how) -> TableSpec:
+def _declare(name: str, columns: str, doc: str, **how: Any) -> TableSpec:
     return TABLES.declare(TableSpec(name, columns, "knowledge", doc, **how))
 
 

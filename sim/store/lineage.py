@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pandas as pd
@@ -37,9 +38,11 @@ from shoal.store.trajectory import damage_reason, damaged, header_damage, trajec
 @dataclass(frozen=True)
 class Segment:
     """A run directory and which of its rows belong to a history: rounds up to
-    `last_round` and posts with ids below `n_posts` (None: all of them)."""
+    `last_round` and posts with ids below `n_posts` (None: all of them). `dir` is None
+    only for the run a `LiveRun` is writing, read through its own connection: every
+    segment `lineage` gives has a directory."""
 
-    dir: RunDir
+    dir: RunDir | None
     last_round: int | None = None
     n_posts: int | None = None
 
@@ -51,7 +54,7 @@ class Segment:
         return spec.upto(self.last_round, self.n_posts)
 
 
-def parent_dir(child: RunDir, info: dict) -> RunDir:
+def parent_dir(child: RunDir, info: dict[str, Any]) -> RunDir:
     """The parent of a fork: `parent_path` from its lineage, or the parent's id in the
     fork's own output folder if that path moved."""
     candidates = [child.root.parent / info["parent_run_id"]]
@@ -90,7 +93,7 @@ def _smaller(a: int | None, b: int) -> int:
     return b if a is None else min(a, b)
 
 
-def _count(run_dir: RunDir, info: dict, key: str) -> int:
+def _count(run_dir: RunDir, info: dict[str, Any], key: str) -> int:
     """A whole number >= 0 of a fork's lineage in run.json (InputError naming the file and
     field if it is anything else: the history cannot be cut without it)."""
     value = info.get(key)
@@ -128,6 +131,7 @@ def _history(name: str, segments: list[Segment], table: str, where: str | None,
                              own if i == len(segments) - 1 else None)
         tables |= read.tables
         if read.spec is not None:
+            assert read.rows is not None  # a segment whose file has the table read its rows
             frames.append(read.rows)
         spec = read.spec or TABLES.get(table)
         if spec is not None and spec.lineage != "inherit":
@@ -156,7 +160,13 @@ def _read_segment(segment: Segment, table: str, where: str | None,
                   own: Callable[[], duckdb.DuckDBPyConnection] | None = None) -> _Read:
     """One segment's rows of a table, in its declared order. `own`: a connection to use
     instead of opening the segment's file."""
-    with (_own(own) if own is not None else _connect(segment.dir, table)) as con:
+    if own is not None:
+        opened = _own(own)
+    else:
+        # only a LiveRun's own segment has no directory, and it is read through `own`
+        assert segment.dir is not None
+        opened = _connect(segment.dir, table)
+    with opened as con:
         try:
             specs = file_tables(con)
             spec = specs.get(table)
@@ -225,7 +235,9 @@ def _live_connection(run_dir: RunDir, table: str) -> duckdb.DuckDBPyConnection:
 class ForkInfo:
     """Where a run comes from, read from its `run.json` (`meta`)."""
 
-    meta: dict
+    if TYPE_CHECKING:  # declared read-only: a subclass gives it as a field or a property
+        @property
+        def meta(self) -> dict[str, Any]: ...
 
     @property
     def parent_run_id(self) -> str | None:
@@ -243,7 +255,7 @@ class RunEntry(ForkInfo):
     """A run in an output folder's tree; `depth` 0 for runs whose parent is not there."""
 
     dir: RunDir
-    meta: dict
+    meta: dict[str, Any]
     depth: int
     status: str  # see `run_status`
     rounds_done: int | None  # the last checkpointed round (what a resume continues from)
@@ -325,7 +337,7 @@ def run_problem(run_dir: RunDir) -> str | None:
     return None
 
 
-def run_status(run_dir: RunDir, meta: dict) -> str:
+def run_status(run_dir: RunDir, meta: dict[str, Any]) -> str:
     """run.json's status, except that: a run whose run.json or trajectory is damaged is
     `damaged`; a run marked running (or resumed) whose trajectory no process holds was
     `interrupted` (`shoal resume` continues it), or `finished` if its last round is
@@ -363,7 +375,7 @@ def being_written(run_dir: RunDir) -> bool:
     return False
 
 
-def _read_meta(path: Path) -> dict | None:
+def _read_meta(path: Path) -> dict[str, Any] | None:
     """run.json of a folder, None if it has none, `{"status": "damaged"}` if it does not
     parse."""
     if not (path / "run.json").is_file():
@@ -382,7 +394,7 @@ class LiveRun:
     the lineage segments before it; none for a simulation held in memory)."""
 
     def __init__(self, run_id: str, connect: Callable[[], duckdb.DuckDBPyConnection],
-                 meta: Callable[[], dict], config: Callable[[], dict],
+                 meta: Callable[[], dict[str, Any]], config: Callable[[], dict[str, Any]],
                  ancestors: list[Segment] | None = None, path: Path | None = None):
         self.run_id = run_id
         self.connect = connect

@@ -10,6 +10,7 @@ platform in one round; all its rows carry the turn's fallback reason when it fel
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -32,7 +33,7 @@ class Usage:
     saved_usd: float = 0.0  # what the hits would have cost
 
     @classmethod
-    def of(cls, rows: pd.DataFrame | list[dict]) -> Usage:
+    def of(cls, rows: pd.DataFrame | list[dict[str, Any]]) -> Usage:
         """The usage of `rows` (a DataFrame of `llm_calls` or its row dicts)."""
         df = pd.DataFrame(rows) if isinstance(rows, list) else rows
         if df.empty:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -77,7 +78,7 @@ class RunDir:
         """The run's checkpoint store."""
         return CheckpointStore(self.root / "checkpoints")
 
-    def write_meta(self, **fields) -> None:
+    def write_meta(self, **fields: Any) -> None:
         """Merge fields into run.json (atomic replace; the writer thread updates it too)."""
         with _META_LOCK:
             data = json.loads(self.meta.read_text()) if self.meta.exists() else {}
@@ -85,7 +86,7 @@ class RunDir:
             # (a full disk: run.json stays as it was, no stray half file)
             write_text(self.meta, json.dumps(data, indent=2, default=str))
 
-    def read_meta(self) -> dict:
+    def read_meta(self) -> dict[str, Any]:
         """run.json as a dict (InputError naming the file if it is damaged)."""
         try:
             meta = json.loads(self.meta.read_text())
@@ -97,7 +98,7 @@ class RunDir:
             raise InputError(f"{self.meta}: damaged (not a JSON object)")
         return meta
 
-    def read_config(self) -> dict:
+    def read_config(self) -> dict[str, Any]:
         """The run's resolved config (config.yaml) as a dict: the one reader of it (an
         InputError naming the file if it is damaged)."""
         try:

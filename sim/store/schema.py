@@ -9,6 +9,7 @@ platforms, from the run's own platforms, so the store needs nothing of the engin
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -72,7 +73,7 @@ ADDED_COLUMNS = {"llm_calls": (("cache", "VARCHAR", "'off'"), ("saved_usd", "DOU
                  "rounds": (("prefix_reuse", "DOUBLE", "NULL"), ("driver_cpu_ms", "DOUBLE", "NULL"),
                             ("driver_cpu_ms_per_llm_turn", "DOUBLE", "NULL"))}
 
-def _declare(name: str, columns: str, owner: str, doc: str, **how) -> TableSpec:
+def _declare(name: str, columns: str, owner: str, doc: str, **how: Any) -> TableSpec:
     return TABLES.declare(TableSpec(name, " ".join(columns.split()), owner, doc, **how))
 
 

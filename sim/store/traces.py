@@ -141,8 +141,10 @@ class AnalysisStore:
             if result is not None:
                 key = content_hash(result)
                 step = {**step, "result_hash": key, "result_chars": len(result)}
-                known = con.execute("SELECT count(*) FROM analysis_results WHERE "
-                                    "result_hash = ?", [key]).fetchone()[0]
+                row = con.execute("SELECT count(*) FROM analysis_results WHERE "
+                                  "result_hash = ?", [key]).fetchone()
+                assert row is not None  # count(*) always returns one row
+                known = row[0]
                 if not known:
                     _insert(con, "analysis_results", [{"result_hash": key,
                                                        "content": result}])
@@ -194,12 +196,16 @@ class AnalysisStore:
     def delete(self, analysis_id: str) -> int:
         """Delete an analysis and its whole trace; the number of step rows deleted."""
         with self.transaction() as con:
-            found = con.execute("SELECT count(*) FROM analysis_runs WHERE analysis_id = ?",
-                                [analysis_id]).fetchone()[0]
+            row = con.execute("SELECT count(*) FROM analysis_runs WHERE analysis_id = ?",
+                              [analysis_id]).fetchone()
+            assert row is not None  # count(*) always returns one row
+            found = row[0]
             if not found:
                 raise InputError(f"no analysis {analysis_id!r} in {self.db}")
-            steps = con.execute("SELECT count(*) FROM analysis_steps WHERE analysis_id = ?",
-                                [analysis_id]).fetchone()[0]
+            row = con.execute("SELECT count(*) FROM analysis_steps WHERE analysis_id = ?",
+                              [analysis_id]).fetchone()
+            assert row is not None  # count(*) always returns one row
+            steps = row[0]
             for spec in ANALYSIS:  # (results are shared between analyses: below)
                 if "analysis_id" in spec.column_names:
                     con.execute(f"DELETE FROM {spec.name} WHERE analysis_id = ?",
@@ -246,7 +252,7 @@ def _value(v: Any) -> Any:
 
 
 def read_tables(db: str | Path | duckdb.DuckDBPyConnection, tables: Iterable[str],
-                where: str = "", params: list | None = None) -> dict[str, pd.DataFrame]:
+                where: str = "", params: list[Any] | None = None) -> dict[str, pd.DataFrame]:
     """The named analysis tables of a trajectory file, or of a connection holding it
     (empty frames for those never written), filtered by `where`."""
     out = {}

@@ -11,6 +11,7 @@ import re
 import struct
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -171,7 +172,7 @@ class TrajectoryStore:
             self.con.execute("ROLLBACK")
             raise
 
-    def write_run(self, row: dict) -> None:
+    def write_run(self, row: dict[str, Any]) -> None:
         """The run's single metadata row."""
         self.con.execute(
             "INSERT INTO run VALUES ($run_id, $name, $created_at, $seed, $engine_version, "
@@ -193,7 +194,9 @@ class TrajectoryStore:
 
     def last_round(self) -> int:
         """The last round fully committed (0 if none)."""
-        value = self.con.execute("SELECT max(round) FROM rounds").fetchone()[0]
+        row = self.con.execute("SELECT max(round) FROM rounds").fetchone()
+        assert row is not None  # an aggregate without GROUP BY always returns one row
+        value = row[0]
         return int(value) if value is not None else 0
 
     def close(self) -> None:

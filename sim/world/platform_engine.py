@@ -72,7 +72,7 @@ class PlatformEngine(ABC):
         """After the belief update; `shown`: the post ids every feed showed this round."""
 
     def context_sections(self, world: Any, agent: int, r: int, platform: str,
-                         specs: dict) -> list[Any]:
+                         specs: dict[str, Any]) -> list[Any]:
         """Sections (`memory.context.Section`) for `agent`'s context on `platform`: on a
         social platform, what this platform shows there; on this one, the observation of
         an LLM agent acting on it. `specs`: the config's section settings by name."""
