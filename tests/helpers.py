@@ -14,6 +14,7 @@ import pandas as pd
 from shoal.config import Config, parse_config
 from shoal.runs.simulation import Simulation
 from shoal.store.tables import TableSpec, file_tables
+from shoal.testing import canonical, differing_tables
 
 
 def make_config(data: dict, out: Path, **overrides) -> Config:
@@ -63,23 +64,9 @@ def read_table(db: Path, table: str) -> pd.DataFrame:
     """A whole table, sorted by all its columns, volatile columns dropped."""
     con = duckdb.connect(str(db), read_only=True)
     try:
-        return _canonical(con, file_tables(con)[table])
+        return canonical(con, file_tables(con)[table])
     finally:
         con.close()
-
-
-def _canonical(con: duckdb.DuckDBPyConnection, spec: TableSpec) -> pd.DataFrame:
-    """A table's rows in a canonical order, without the columns its declaration says
-    differ between two runs of one config (timings, ports, ids)."""
-    df = con.sql(f"SELECT * FROM {spec.name}").df()
-    df = df.drop(columns=[c for c in spec.volatile if c in df.columns])
-    for col in df.columns:  # enums come back as categoricals, lists as arrays
-        if isinstance(df[col].dtype, pd.CategoricalDtype):
-            df[col] = df[col].astype(str)
-        elif df[col].dtype == object:
-            df[col] = df[col].map(lambda v: repr(list(v)) if hasattr(v, "__len__")
-                                  and not isinstance(v, str) else v)
-    return df.sort_values(list(df.columns)).reset_index(drop=True)
 
 
 def declared(db: Path) -> dict[str, TableSpec]:
@@ -91,21 +78,8 @@ def declared(db: Path) -> dict[str, TableSpec]:
         con.close()
 
 
-def tables_differ(db_a: Path, db_b: Path, asked: bool = False) -> list[str]:
-    """Names of the tables whose contents differ between two trajectory files: every
-    table of the trajectory either file has (read from the files themselves), a table
-    only one of them has counted as differing. `asked`: also the tables of what was asked
-    of the runs afterwards (analyses, interviews), which are not their trajectory."""
-    cons = [duckdb.connect(str(db), read_only=True) for db in (db_a, db_b)]
-    try:
-        a, b = ({t: s for t, s in file_tables(con).items() if asked or s.lineage != "none"}
-                for con in cons)
-        return sorted(t for t in a.keys() | b.keys()
-                      if t not in a or t not in b
-                      or not _canonical(cons[0], a[t]).equals(_canonical(cons[1], b[t])))
-    finally:
-        for con in cons:
-            con.close()
+# the conformance kit's comparison: every table of the files, volatile columns left out
+tables_differ = differing_tables
 
 
 def run_cli(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
