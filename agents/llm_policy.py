@@ -26,6 +26,7 @@ from shoal.agents.llm_tools import (
     Valid,
     json_instructions,
     parse_reply,
+    platform_actions,
     tools,
     validate,
 )
@@ -36,6 +37,7 @@ from shoal.core.errors import InputError
 from shoal.core.vocabulary import SOURCE, STANCE_METHOD, ActionType
 from shoal.llm.cache import CacheCorrupt, CachedChat, CacheMiss, ResponseCache
 from shoal.llm.chat import Attempt, ChatModel, ChatReply, ChatRequest, call_rows, chat_model
+from shoal.llm.metadata import TURN, meta
 
 
 @dataclass
@@ -93,7 +95,18 @@ class LLMPolicy:
             messages=[{"role": "system", "content": prompt.system},
                       {"role": "user", "content": user}],
             tools=tools_, tool_choice="auto" if tools_ else None,
-            seed=(self.cfg.seed * 1_000_003 + round_ * 7919 + agent) % 2**31)
+            seed=(self.cfg.seed * 1_000_003 + round_ * 7919 + agent) % 2**31,
+            meta=self._meta(prompt, platform, agent, round_))
+
+    def _meta(self, prompt: Prompt, platform: str, agent: int, round_: int) -> dict:
+        """The turn as data (the `shoal` field): who acts, where, what it may do, and what
+        its prompt shows (the posts of its feed, the markets and their outcomes)."""
+        shown = prompt.meta or {}
+        return meta(TURN, agent=agent, username=shown.get("username"), round=round_,
+                    platform=platform, actions=platform_actions(platform),
+                    topics=self.topics, feed=shown.get("feed", []),
+                    markets={m: self.markets[m] for m in shown.get("markets", [])
+                             if m in self.markets})
 
     def _record(self, turn: Turn, view: PlatformView, round_: int) -> None:
         """The rows of the call in flight (its requests so far) into the turn's rows."""

@@ -18,6 +18,7 @@ class Prompt:
     section_tokens: dict[str, int]
     provider: str
     reused_tokens: int | None = None  # of the agent's previous prompt (memory/prefix_reuse.py)
+    meta: dict | None = None  # what it shows, as data (`Assembled.meta`)
 
 
 class TurnInputs(NamedTuple):

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from shoal.beliefs.render import stance_lines
+from shoal.beliefs.render import CONFIDENCE_LABELS, confidence_label, stance_bin, stance_lines
+from shoal.llm.metadata import CONFIDENCES, STANCES
 from shoal.memory.context import Assembled, Line, Section, assemble, inline, quote
 from shoal.platforms.spec import spec as platform_spec
 
@@ -68,6 +69,8 @@ class ContextInputs:
     extra_rules: list[str] = field(default_factory=list)
     extra: list[Section] = field(default_factory=list)  # platform engines' sections
     knowledge: list[Line] | None = None  # graph memory's facts (None: no graph memory)
+    # `beliefs` as data, line for line: {about, stance, confidence} (shoal.llm.metadata)
+    stances: list[dict] = field(default_factory=list)
 
     @classmethod
     def of_agent(cls, population: Any, agent: int, labels: list[str], position: np.ndarray,
@@ -79,7 +82,21 @@ class ContextInputs:
         return cls(name=population.name[agent], username=population.username[agent],
                    bio=population.bio[agent], persona=population.persona[agent],
                    group=population.group_names[group] if group >= 0 else None,
-                   beliefs=stance_lines(labels, position, confidence), **parts)
+                   beliefs=stance_lines(labels, position, confidence),
+                   stances=stance_data(labels, position, confidence), **parts)
+
+
+_CONFIDENCE_WORDS = [words for _, words in CONFIDENCE_LABELS]
+
+
+def stance_data(labels: list[str], position: np.ndarray, confidence: np.ndarray
+                ) -> list[dict]:
+    """The beliefs `stance_lines` words, as data: per topic its label and the bins its
+    stance and confidence fall in (the same functions choose the words)."""
+    bins = stance_bin(np.asarray(position, dtype=float)).tolist()
+    return [{"about": label, "stance": STANCES[b],
+             "confidence": CONFIDENCES[_CONFIDENCE_WORDS.index(confidence_label(float(c)))]}
+            for label, b, c in zip(labels, bins, confidence, strict=True)]
 
 
 @dataclass
@@ -227,5 +244,28 @@ def section_specs(cfg) -> dict[str, SectionSpec]:
 
 def build_context(inp: ContextInputs, budget: int,
                   specs: dict[str, SectionSpec] | None = None) -> Assembled:
-    """The assembled system text and observation of one turn."""
-    return assemble(sections(inp, specs), budget)
+    """The assembled system text and observation of one turn, with what they show as
+    data in `meta` (`shown`)."""
+    parts = sections(inp, specs)
+    assembled = assemble(parts, budget)
+    assembled.meta = shown(inp, parts, assembled)
+    return assembled
+
+
+def shown(inp: ContextInputs, parts: list[Section], assembled: Assembled) -> dict:
+    """What an assembled context shows, as data, from the inputs its lines were made of
+    and the lines the budget kept: the round and platform; who the agent is (`name` None
+    when its line was trimmed); its beliefs (`{about, stance, confidence}`); the posts of
+    its feed (`{post, author}`, in the feed's order) and the markets the observation
+    prices. Requests carry it in their `shoal` field (shoal.llm.metadata)."""
+    kept = assembled.kept_lines
+    persona = kept.get("persona", ())
+    beliefs = [inp.stances[i] for i in kept.get("beliefs", ()) if i < len(inp.stances)]
+    feed = [{"post": int(inp.feed[i].post_id), "author": inp.feed[i].author}
+            for i in kept.get("feed", ())]
+    markets = [str(s.lines[i].provenance["market"])
+               for s in parts if s.part == "observation"
+               for i in kept.get(s.name, ()) if s.lines[i].provenance.get("kind") == "market"]
+    return {"round": inp.round, "platform": inp.platform, "username": inp.username,
+            "name": inline(inp.name) if 0 in persona else None, "beliefs": beliefs,
+            "feed": feed, "markets": list(dict.fromkeys(markets))}

@@ -158,7 +158,7 @@ class AgentShard:
                                              assembled.tokens["total"])
                 built.pieces[agent] = tuple(shared.setdefault(p, p) for p in assembled.pieces)
                 prompts[t.row] = Prompt(assembled.system, assembled.observation,
-                                        assembled.tokens, t.provider, reused)
+                                        assembled.tokens, t.provider, reused, assembled.meta)
             if any(p is not None for p in prompts):
                 view.prompts = prompts
         return built

@@ -121,6 +121,11 @@ class Assembled:
     # after the other, are the tokens of the two texts (`joined_pieces`): what the prefix
     # reuse measure compares (memory/prefix_reuse.py).
     pieces: tuple[str, ...] = ()
+    # The indices of each section's lines that were kept, in order.
+    kept_lines: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # What the texts show, as data, set by whoever built the sections (agents/prompt.py:
+    # the request metadata of a turn, shoal.llm.metadata).
+    meta: dict = field(default_factory=dict)
 
     @property
     def total_tokens(self) -> int:
@@ -231,7 +236,8 @@ def assemble(sections: list[Section], budget: int) -> Assembled:
     system, observation = "\n\n".join(system_parts), "\n\n".join(observation_parts)
     return Assembled(system, observation, tokens, plan.trimmed,
                      {name: len(k) for name, k in plan.keep.items()},
-                     (*system_pieces, *observation_pieces))
+                     (*system_pieces, *observation_pieces),
+                     {name: tuple(sorted(k)) for name, k in plan.keep.items()})
 
 
 def accounting_rows(assembled: Assembled) -> list[tuple[str, int, int | None, str]]:

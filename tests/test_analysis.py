@@ -209,6 +209,7 @@ def test_a_run_made_before_a_table_existed(family, tmp_path):
     assert len(run.beliefs) == AGENTS * 2 * (ROUNDS + 1)
 
 
+@pytest.mark.slow
 def test_reading_a_run_while_it_is_written(tmp_path):
     """`shoal run` in another process with output.live_parquet: while it holds the DuckDB
     file, open_run reads a consistent snapshot (every frame cut at the same last round)

@@ -4,14 +4,18 @@ loopback server answers the plan, the tool calls and the writing; tools read the
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -21,7 +25,8 @@ from shoal.analysis.report import write_report
 from shoal.analyst.citations import numbers, parse_claim, sentences, supports, verify
 from shoal.analyst.tools import Toolbox
 from shoal.cli.main import main
-from shoal.llm.server import Faults, serve_in_thread
+from shoal.llm.metadata import LOOPBACK_MODEL as MODEL  # (Shoal sends it the `shoal` field)
+from shoal.llm.server import RunningServer, serve_in_thread
 from shoal.store.history_sql import SQLError, query_history
 from shoal.store.traces import ANALYSIS
 from tests.conftest import CONFIGS
@@ -52,6 +57,51 @@ def _steps(run: Path, analysis_id: str):
     return open_run(run).analysis(analysis_id)
 
 
+class _Hold:
+    """From its `n`-th chat request on, an in-process loopback server answers none (until
+    `release`): a test stops its client at exactly that point, however slow the machine,
+    where a latency to race would be a wall-clock bet. `reached` is set when the `n`-th
+    request arrives; held ones stay unanswered until the server stops."""
+
+    def __init__(self, server: RunningServer, n: int):
+        self.reached, self.holding, self.count = threading.Event(), True, 0
+        handler = server._handler  # (in this process: the test may wrap its handler)
+        complete = handler.complete
+
+        async def held(*args: Any) -> Any:
+            self.count += 1
+            if self.holding and self.count >= n:
+                self.reached.set()
+                await asyncio.get_running_loop().create_future()  # cancelled at stop()
+            return await complete(*args)
+
+        handler.complete = held
+
+    def release(self) -> None:
+        """Answer the requests that come from now on."""
+        self.holding = False
+
+
+def _wait_while_it_computes(pid: int, cpu_s: float = 1.0) -> None:
+    """Return once process `pid` has spent `cpu_s` more seconds of CPU: a long query is
+    surely running then, whatever the machine's load (a fixed sleep can end before it
+    starts). Without /proc (not Linux), a one-second wait instead."""
+    stat = Path(f"/proc/{pid}/stat")
+    if not stat.exists():
+        time.sleep(1.0)
+        return
+
+    def used() -> float:  # utime + stime: fields 14 and 15, after the ")" of the name
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    start, deadline = used(), time.monotonic() + 120  # (a hang guard, not a speed check)
+    while used() - start < cpu_s:
+        assert time.monotonic() < deadline, f"process {pid} did not compute"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
 def test_analyse_the_herd_run_every_citation_resolves_and_traces_are_whole(herd, tmp_path):
     parent, fork = herd
     md = tmp_path / "analysis.md"
@@ -106,7 +156,7 @@ def test_a_wrong_number_and_a_missing_post_are_flagged_in_the_report(herd, tmp_p
     posts = query(parent / "trajectory.duckdb", "SELECT count(*) FROM posts")[0][0]
     server = serve_in_thread(script=_script(posts))
     try:
-        r = run_cli(["analyse", str(parent), "--base-url", server.url, "--model", "m"])
+        r = run_cli(["analyse", str(parent), "--base-url", server.url, "--model", MODEL])
     finally:
         server.stop()
     assert r.returncode == 0, r.stderr
@@ -125,15 +175,15 @@ def test_a_wrong_number_and_a_missing_post_are_flagged_in_the_report(herd, tmp_p
 def test_killed_analysis_retries_only_unfinished_sections_and_delete_leaves_nothing(
         herd, tmp_path):
     parent, _ = herd
-    server = serve_in_thread(faults=Faults(latency_ms=150))
+    server = serve_in_thread()
+    # plan (1) + overview (3 calls) answered: the 5th request, the next section's first,
+    # is held, so the kill lands there however slow the machine (no race with a latency)
+    hold = _Hold(server, 5)
     try:
         proc = subprocess.Popen([sys.executable, "-m", "shoal.cli", "analyse", str(parent),
-                                 "--base-url", server.url, "--model", "m", "--parallel", "1"],
+                                 "--base-url", server.url, "--model", MODEL, "--parallel", "1"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 120
-        # plan (1) + overview (3 calls) done: the 5th request is the next section's first
-        while len(server.state.requests) < 5 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        assert hold.reached.wait(120), "no 5th request"  # (a hang guard, not a speed check)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         before = open_run(parent).analysis()
@@ -142,9 +192,10 @@ def test_killed_analysis_retries_only_unfinished_sections_and_delete_leaves_noth
         assert list(done_before["section_id"]) == ["overview"]
         assert before["analysis_runs"]["status"].iloc[0] == "interrupted"
         overview_steps = before["analysis_steps"].query("section_id == 'overview'")
+        hold.release()
         server.state.requests.clear()
         assert main(["analyse", str(parent), "--retry-section", "--analysis", analysis_id,
-                     "--base-url", server.url, "--model", "m"]) == 0
+                     "--base-url", server.url, "--model", MODEL]) == 0
         asked = [m["content"] for e in server.state.requests
                  for m in e["request"]["messages"] if m["role"] == "user"]
     finally:
@@ -286,7 +337,7 @@ def _analyse(parent: Path, script: dict, *flags: str, env: dict | None = None
     and the requests the server got."""
     server = serve_in_thread(script=script)
     try:
-        r = run_cli(["analyse", str(parent), "--base-url", server.url, "--model", "m",
+        r = run_cli(["analyse", str(parent), "--base-url", server.url, "--model", MODEL,
                      *flags], env=env)
         return r, list(server.state.requests)
     finally:
@@ -312,6 +363,7 @@ def test_a_runaway_query_is_interrupted_at_the_query_timeout(herd):
     assert list(sections["status"]) == ["done"]
 
 
+@pytest.mark.slow
 def test_a_section_deadline_stops_its_query_and_spares_the_parallel_section(herd):
     """issue 26 item 3: --deadline really cancels: the section's cross join is
     interrupted when its deadline passes (the command ends although the query alone
@@ -365,6 +417,7 @@ def test_the_analyst_sees_the_run_not_where_it_lives(herd):
         assert place not in sent and not any(place in json.dumps(x) for x in results)
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_at_once_keeps_finished_sections_and_the_same_command_continues(
         herd):
     """issue 26 item 3: the first Ctrl-C interrupts the running query: the command ends
@@ -378,14 +431,14 @@ def test_ctrl_c_stops_at_once_keeps_finished_sections_and_the_same_command_conti
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "shoal.cli", "analyse", str(parent), "--base-url",
-             server.url, "--model", "m", "--parallel", "1", "--query-timeout", "600"],
+             server.url, "--model", MODEL, "--parallel", "1", "--query-timeout", "600"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         deadline = time.monotonic() + 120
         # plan, then 2 turns of `first`, then `second` asks for its cross join
         while len(server.state.requests) < 4 and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(1.0)  # the query is under way
+        _wait_while_it_computes(proc.pid)  # the query is under way
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=300)  # (a hang guard, not a speed check)
     finally:
@@ -439,6 +492,7 @@ def small_disk(tmp_path):
             subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
+@pytest.mark.slow
 def test_analyse_on_a_full_disk_exits_2_keeping_what_was_stored(herd, small_disk, capsys):
     """issue 26 item 12: on a full disk `shoal analyse` exits 2 saying so (no internal
     error); the run's tables and the analysis stored before are intact, and with space

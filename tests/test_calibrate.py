@@ -43,6 +43,7 @@ def tiny(tmp_path_factory):
     return config, target
 
 
+@pytest.mark.slow
 def test_a_known_rate_is_recovered_within_its_interval(tiny, tmp_path, ray_session):
     config, target = tiny
     param = parse_param("beliefs.update.rate=0.002:0.2:log")
@@ -62,6 +63,7 @@ def test_a_known_rate_is_recovered_within_its_interval(tiny, tmp_path, ray_sessi
     assert again.trials[param.key].nunique() == 24  # new draws, none repeated
 
 
+@pytest.mark.slow
 def test_extending_a_calibration_continues_with_new_draws(tiny, tmp_path, ray_session,
                                                           capsys):
     """Issue 26 item 16: `--trials 3`, then `--trials 5` into the same `--out` adds draws

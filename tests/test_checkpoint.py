@@ -3,6 +3,7 @@ killed (SIGKILL) anywhere resumes to exactly the tables of an uninterrupted run.
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -88,6 +89,7 @@ def test_restored_world_equals_live_world(tmp_path, small_dict):
 
 @pytest.mark.parametrize("fault", ["mid_round:4", "mid_commit:6", "after_commit:8",
                                    "mid_checkpoint:10", "after_checkpoint:12"])
+@pytest.mark.slow
 def test_sigkill_then_resume_gives_identical_tables(tmp_path, small_dict, reference_db, fault):
     """SIGKILL at a crash point (inside a round, inside the DuckDB transaction, between
     the commit and the checkpoint, inside the checkpoint, after it), then `shoal resume`:
@@ -97,29 +99,41 @@ def test_sigkill_then_resume_gives_identical_tables(tmp_path, small_dict, refere
     assert tables_differ(reference_db, run_dir / "trajectory.duckdb") == []
 
 
+def _last_logged(out: Path) -> int:
+    """The newest round whose checkpoint log (its checksums, written last) is under
+    `out`'s run directory; -1 before there is one."""
+    names = (p.name for p in out.glob("*/checkpoints/log/round-*.json"))
+    return max((int(m[1]) for n in names if (m := re.fullmatch(r"round-(\d{6})\.json", n))),
+               default=-1)
+
+
+def _kill_once_past(proc: subprocess.Popen, out: Path, round_: int) -> None:
+    """SIGKILL `proc` once it has logged a round past `round_`: wherever in the rounds it
+    then is (it goes on while this polls), not by a fixed sleep, which on a loaded machine
+    can end before the process reaches the rounds. A process that ended first is left."""
+    deadline = time.monotonic() + 300  # generous: a hang guard, not a speed check
+    while proc.poll() is None and _last_logged(out) <= round_:
+        assert time.monotonic() < deadline, f"no round past {round_} within the deadline"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+@pytest.mark.slow
 def test_sigkill_at_random_moments(tmp_path, small_dict, reference_db):
-    """Kill the process from outside at two arbitrary moments, resume each time."""
+    """Kill the process from outside at two arbitrary moments in the rounds (the run's,
+    then the resume's), resume each time."""
     path = write_config(tmp_path / "c.yaml", small_dict)
     out = tmp_path / "runs"
     proc = subprocess.Popen([sys.executable, "-m", "shoal.cli", "run", str(path), "--out",
                              str(out), "--quiet"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    # Past the imports and setup (the run directory exists: on a loaded machine that can
-    # take longer than any fixed sleep), then somewhere in the rounds.
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None and not any(
-            (d / "run.json").exists() for d in out.glob("[!.]*")):
-        time.sleep(0.1)
-    time.sleep(1.0)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    _kill_once_past(proc, out, 2)
     (run_dir,) = out.iterdir()
     second = subprocess.Popen([sys.executable, "-m", "shoal.cli", "resume", str(run_dir),
                                "--quiet"], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
-    time.sleep(3.5)
-    second.send_signal(signal.SIGKILL)
-    second.wait()
+    _kill_once_past(second, out, _last_logged(out))  # once the resume has made progress
     final = run_cli(["resume", str(run_dir), "--quiet"])
     assert final.returncode == 0, final.stderr
     assert tables_differ(reference_db, run_dir / "trajectory.duckdb") == []

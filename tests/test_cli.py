@@ -137,6 +137,7 @@ def test_run_takes_a_name(tmp_path, quickstart_dict, capsys):
     assert json.loads((run / "run.json").read_text())["name"] == "what_if"
 
 
+@pytest.mark.slow
 def test_a_ray_run_prints_none_of_rays_own_notices(tmp_path, quickstart_dict):
     """issue 26 item 18: Shoal's own Ray start keeps Ray's token-authentication notice and
     its "Started a local Ray instance" line out of the command's output."""

@@ -81,6 +81,7 @@ def local(config, tmp_path_factory) -> Path:
     return only_run(out)
 
 
+@pytest.mark.slow
 def test_killed_and_resumed_on_the_cluster_the_tables_equal_the_local_run(
         cluster, config, local, tmp_path):  # (cluster first: it starts while local runs)
     """Run on the cluster (shards: auto = one per CPU = 3, spread: one per node), SIGKILL
@@ -132,6 +133,7 @@ def cache_entries(run_dir: Path) -> dict[str, int]:
     return found
 
 
+@pytest.mark.slow
 def test_an_llm_fork_on_the_cluster_equals_the_local_fork(cluster, llm_local, tmp_path):
     """The local LLM run, forked and run on the cluster: one shard per node
     (`shards: per_node`), placement `pack` (Ray's default scheduler), started with a
@@ -159,6 +161,7 @@ def test_an_llm_fork_on_the_cluster_equals_the_local_fork(cluster, llm_local, tm
     assert not (ROOT / "runs" / fork_dir.name).exists()
 
 
+@pytest.mark.slow
 def test_the_cluster_helper_leaves_ray_s_address_file_alone(cluster):
     """A bare `ray.init()` elsewhere on this machine is not pointed at the test cluster
     (Ray's Cluster would write its address to /tmp/ray/ray_current_cluster)."""

@@ -128,6 +128,7 @@ def test_shoal_compare_one_topic_and_errors(runs, tmp_path, capsys, monkeypatch)
         assert message in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_compare_writes_next_to_the_runs_and_never_replaces_a_plot_silently(
         runs, tmp_path, capsys, monkeypatch):
     """issue 26 item 18: without --out the plot goes next to the first run (its output

@@ -27,26 +27,31 @@ load_plugins()
 
 
 @pytest.mark.parametrize("name", BELIEF_RULES.names())
+@pytest.mark.slow
 def test_belief_rule(name, tmp_path):
     check_belief_rule(name, tmp_path)
 
 
 @pytest.mark.parametrize("name", RECOMMENDERS.names())
+@pytest.mark.slow
 def test_recommender(name, tmp_path):
     check_recommender(name, tmp_path)
 
 
 @pytest.mark.parametrize("name", POLICIES.names())
+@pytest.mark.slow
 def test_policy(name, tmp_path):
     check_policy(name, tmp_path)
 
 
 @pytest.mark.parametrize("name", PLATFORMS.names())
+@pytest.mark.slow
 def test_platform(name, tmp_path):
     check_platform(name, tmp_path)
 
 
 @pytest.mark.parametrize("kind", INTERVENTIONS.names())
+@pytest.mark.slow
 def test_intervention_kind(kind, tmp_path):
     check_intervention(kind, tmp_path)
 

@@ -27,6 +27,8 @@ from tests.golden import run_digests
 from tests.helpers import declared, query, run_cli, tables_differ
 from tests.test_surveys import SURVEY
 
+pytestmark = pytest.mark.slow  # dozens of killed and resumed runs: the complete suite's
+
 ROUNDS = 4
 KILLED_AT = 2  # the round a fault fires in (`creating`: round 0, while the run is made)
 FORK_AT = 3  # after the killed round: the fork starts from state the resume rebuilt

@@ -444,6 +444,7 @@ def expected_exit(cmd: DocCommand) -> int:
 
 
 @pytest.mark.parametrize("cmd", [_case(c) for c in COMMANDS])
+@pytest.mark.slow
 def test_documented_command(cmd: DocCommand, workspace: Workspace):
     """The command, resolved and reduced, exits with the code its page shows."""
     ran = workspace.shoal(prepare(resolve(cmd, workspace), workspace))

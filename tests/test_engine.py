@@ -114,6 +114,7 @@ def test_trust_changes_with_interactions(quickstart_db):
     assert _one(quickstart_db, "SELECT count(DISTINCT value) FROM trust")[0] > 5
 
 
+@pytest.mark.slow
 def test_same_seed_same_tables_on_both_executors(tmp_path, ray_session, quickstart_dict):
     """Local with 1 shard, local with 2 and Ray with 3 shards give identical tables."""
     local = run_config(make_config(quickstart_dict, tmp_path / "a"))

@@ -190,6 +190,7 @@ def test_end_values_and_small_samples():
 # ---------------------------------------------------------------------- real experiments
 
 
+@pytest.mark.slow
 def test_an_arm_without_changes_differs_from_the_control_by_exactly_zero(finished):
     """Common random numbers: the arms of a replicate fork one base run, so an arm with no
     change reproduces the control exactly, every metric at every round; the treatment
@@ -241,6 +242,7 @@ def test_an_arm_without_changes_differs_from_the_control_by_exactly_zero(finishe
     assert "http://" not in page and "https://" not in page and "<script" not in page
 
 
+@pytest.mark.slow
 def test_a_killed_experiment_resumes_to_the_tables_of_an_uninterrupted_one(finished,
                                                                           ray_session,
                                                                           tmp_path):
@@ -275,6 +277,7 @@ def test_a_killed_experiment_resumes_to_the_tables_of_an_uninterrupted_one(finis
         assert len([p for p in (root / a.unit).iterdir() if p.is_dir()]) == 1  # no leftovers
 
 
+@pytest.mark.slow
 def test_degenerate_statistics_are_said_in_words(finished):
     """Issue 26 item 18: with n = 2 replicates the bootstrap interval is not estimated:
     "n/a (n = 2)" in the printed table, a warning when planned and with the effects, NaN

@@ -15,8 +15,16 @@ RAY_CASES = {"quickstart", "llm_quickstart", "workload_w", "herd_effect_up",
              "model_social_influence"}
 
 
-@pytest.mark.parametrize("executor", ["local", "ray"])
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+# The quick tier (`-m "not slow"`) keeps the local legs of these: the rule and LLM quick
+# starts, W, and two belief models; every Ray leg and the other local ones are `slow`.
+QUICK_CASES = {"quickstart", "llm_quickstart", "workload_w", "model_degroot",
+               "model_hegselmann_krause"}
+
+
+@pytest.mark.parametrize("executor", ["local", pytest.param("ray", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("case", [
+    pytest.param(c, id=c.name, marks=() if c.name in QUICK_CASES else pytest.mark.slow)
+    for c in CASES])
 def test_tables_match_the_golden_digests(case, executor, tmp_path, request):
     if executor == "ray":
         if case.name not in RAY_CASES:

@@ -117,6 +117,7 @@ def test_activity_relations_cite_posts_of_their_round(graph_run):
     assert gens == [(1, 4), (2, 8)]
 
 
+@pytest.mark.slow
 def test_kill_and_resume_gives_identical_graph_tables(graph_run, graph_dict, tmp_path):
     path = write_config(tmp_path / "c.yaml", graph_dict)
     run = kill_then_resume(path, tmp_path / "runs", "mid_round:6")

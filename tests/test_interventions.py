@@ -149,6 +149,7 @@ def test_injected_agent_post_reaches_followers(iv_run):
 
 
 @pytest.mark.parametrize("fault", ["after_checkpoint:5", "mid_round:6", "after_commit:3"])
+@pytest.mark.slow
 def test_fires_once_across_a_resume(tmp_path, iv_dict, iv_run, fault):
     """Killed right after (or inside the round after) an intervention round, resumed: the
     interventions table and every other table equal the uninterrupted run's."""

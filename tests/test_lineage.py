@@ -87,6 +87,7 @@ def test_lineage_of_a_chain(family):
     assert [s.dir.root for s in lineage(family.root)] == [family.root]
 
 
+@pytest.mark.slow
 def test_no_change_fork_reads_as_its_parent(family):
     """Every history table of the fork (parent prefix + own rows) equals the parent's,
     rows, order and dtypes; the fork's own file holds only rounds after K."""
@@ -100,6 +101,7 @@ def test_no_change_fork_reads_as_its_parent(family):
     assert sorted(rounds.unique()) == list(range(ROUNDS + 1))
 
 
+@pytest.mark.slow
 def test_fork_of_a_fork_reads_root_then_middle_then_own(family):
     """The chain's history is the root's rows <= K, the middle fork's rows K+1..K+2 and
     its own rows after K+2: each round once, none missing, and equal to the root."""
@@ -122,6 +124,7 @@ def test_fork_of_a_fork_reads_root_then_middle_then_own(family):
                                       history(family.root, spec.name), obj=spec.name)
 
 
+@pytest.mark.slow
 def test_changed_fork_differs_only_after_k(family):
     """post_rate 0.5 from K+1: every row of rounds <= K (and every post before the fork)
     equals the parent's; the actions of every round after K differ."""
@@ -217,6 +220,7 @@ def test_a_run_being_written_without_a_mirror_is_a_clear_error(family):
                 "to read it while it runs, or wait for it to finish")
 
 
+@pytest.mark.slow
 def test_a_run_being_written_is_read_from_its_live_mirror(tmp_path):
     """With output.live_parquet the same rows (and dtypes) come from the Parquet mirror
     while another process holds the DuckDB file."""

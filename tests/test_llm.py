@@ -128,6 +128,7 @@ def test_requests_carry_every_context_section(server, tmp_path):
 # ------------------------------------------------------------------ faults
 
 
+@pytest.mark.slow
 def test_a_thousand_agents_survive_injected_faults(tmp_path):
     """10% errors, 5% timeouts, 5% malformed tool calls, 2% empty replies, bursts of 429:
     the run completes, every failure is logged with its reason, no turn or round is lost,
@@ -204,6 +205,7 @@ def test_a_server_without_tools_gets_json_in_text(tmp_path):
 # ------------------------------------------------------------------ determinism
 
 
+@pytest.mark.slow
 def test_same_trajectory_on_ray(reference, module_server, tmp_path, ray_session):
     ref_dir, data = reference
     run = run_config(make_config({**data, "executor": {"kind": "ray", "shards": 2}}, tmp_path))
@@ -262,6 +264,7 @@ def test_unreachable_provider_exits_3_and_says_so(tmp_path):
 # ------------------------------------------------------------------ secrets
 
 
+@pytest.mark.slow
 def test_api_key_never_written(tmp_path):
     """The key goes in the Authorization header (the server refuses requests without
     it) and nowhere else: not the run directory, DuckDB, stdout/stderr or errors."""
@@ -386,6 +389,7 @@ def test_a_plugin_providers_own_fields_are_scanned_for_keys():
     assert "routes.a: looks like an API key" in said and "FAKE" not in said
 
 
+@pytest.mark.slow
 def test_loopback_servers_die_with_a_killed_run(tmp_path):
     """Issue 26 item 14: `shoal run` with `base_urls: [loopback]` killed by SIGKILL (no
     cleanup runs) leaves no loopback server behind: each notices its parent is gone and
@@ -483,6 +487,7 @@ def test_interview_refuses_a_key_given_as_model(reference):
     assert interviews() == before
 
 
+@pytest.mark.slow
 def test_interview_of_a_rule_run_needs_an_endpoint(tmp_path, quickstart_dict):
     quickstart_dict.update(rounds=2, population={"size": 100})
     run = run_config(make_config(quickstart_dict, tmp_path))

@@ -78,6 +78,7 @@ def _reset(server) -> None:
     httpx.post(server.url.replace("/v1", "/_shoal/reset"), timeout=30)
 
 
+@pytest.mark.slow
 def test_a_killed_run_resumes_without_asking_twice(server, reference, tmp_path):
     """SIGKILL after round 3's answers came in, before anything of the round was applied:
     the resumed run re-uses them from the cache, so the server answered every request
@@ -321,7 +322,9 @@ def _replay(ref_data: dict, folder: Path, out: Path) -> tuple[int, str]:
     return proc.returncode, proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("poison", POISONS)
+@pytest.mark.parametrize("poison", [  # one in the quick tier, each a replay of its own
+    p if p == "second_file_repeating_keys" else pytest.param(p, marks=pytest.mark.slow)
+    for p in POISONS])
 def test_a_poisoned_cache_stops_the_replay_naming_file_line_agent_round(reference, tmp_path,
                                                                         poison):
     """Issue 26 item 7: an answer edited in the file (a stance's sign flipped, a post's
@@ -357,6 +360,7 @@ def test_a_poisoned_cache_stops_the_replay_naming_file_line_agent_round(referenc
     assert query(db, "SELECT coalesce(max(round), 0) FROM rounds")[0][0] < int(named[2])
 
 
+@pytest.mark.slow
 def test_cache_entries_without_a_checksum_are_refused_until_stamped(reference, tmp_path):
     """Issue 26 item 7: entries an older Shoal wrote (no checksum) are refused, naming the
     file and line and the way out; `python -m shoal.llm.cache --stamp FOLDER` (for a folder
@@ -402,6 +406,7 @@ def tiny_disk(tmp_path):
             subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
+@pytest.mark.slow
 def test_a_full_cache_disk_stops_the_run_and_keeps_what_was_saved(server, reference,
                                                                   tiny_disk, tmp_path):
     """Issue 26 item 12: `llm.cache_dir` on a disk that fills up: exit 2 saying the disk

@@ -29,6 +29,28 @@ from tests.helpers import make_config, query, read_table, run_config, tables_dif
 RPM = 300  # per endpoint: 5 requests a second, at most 5 banked
 
 
+class FakeClock:
+    """A monotonic clock for a pool that moves only when the pool sleeps or the test says
+    so: waits are exact and none is spent. It starts far from 0, as a real one does."""
+
+    def __init__(self, start: float = 1000.0):
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        await asyncio.sleep(0)  # still yield to the loop, as a real sleep does
+
+    def pool(self, *args, **kwargs) -> EndpointPool:
+        """An EndpointPool reading this clock."""
+        return EndpointPool(*args, clock=self, sleep=self.sleep, **kwargs)
+
+
 def pool_dict(endpoints: list, size: int = 100, rounds: int = 3) -> dict:
     """The LLM quick start, shrunk, its provider a pool of `endpoints`."""
     data = yaml.safe_load((CONFIGS / "llm_quickstart.yaml").read_text())
@@ -59,6 +81,7 @@ def servers():
         s.stop()
 
 
+@pytest.mark.slow
 def test_a_pool_spreads_calls_within_each_endpoints_limits(servers, tmp_path):
     """Every request is logged with its endpoint; each endpoint's requests stay within
     its rpm (from the servers' own logs); waits for the limits are logged; and what the
@@ -95,6 +118,7 @@ def test_a_pool_spreads_calls_within_each_endpoints_limits(servers, tmp_path):
         theirs[decided].sort_values(decided).reset_index(drop=True))
 
 
+@pytest.mark.slow
 def test_the_breaker_takes_out_a_failing_endpoint(tmp_path):
     """One endpoint answers 500 to everything: after `failures` in a row it is out (for a
     cool-down longer than the run), and the run completes on the other two with no turn
@@ -122,9 +146,11 @@ def test_a_tripped_endpoint_is_probed_once_and_restored():
     """The breaker's states, on the pool itself: out after N failures in a row (while
     another endpoint serves), one probe after the cool-down, back on success; the last
     endpoint in service is never taken out."""
+    clock = FakeClock()
+
     async def go() -> None:
-        pool = EndpointPool(["http://a", "http://b"], breaker=BreakerConfig(
-            failures=2, cooldown_s=0.2))
+        pool = clock.pool(["http://a", "http://b"], breaker=BreakerConfig(
+            failures=2, cooldown_s=0.25))
         for _ in range(2):
             a, _ = await pool.acquire(0, 10)
             assert a.url == "http://a"  # agent 0's own, while the pool is idle
@@ -137,7 +163,13 @@ def test_a_tripped_endpoint_is_probed_once_and_restored():
         assert pool.out() == ["http://a"]
         e, _ = await pool.acquire(1, 10)
         pool.release(e, OK)  # b answers again
-        await asyncio.sleep(0.25)  # a's cool-down is over: one probe at a time
+        clock.advance(0.125)  # a is still cooling down: agent 0 goes to b
+        assert pool.out() == ["http://a"]
+        e, waited = await pool.acquire(0, 10)
+        assert e.url == "http://b" and waited == 0.0
+        pool.release(e, OK)
+        clock.advance(0.125)  # a's cool-down is over, to the tick: one probe at a time
+        assert pool.out() == []
         probe, _ = await pool.acquire(0, 10)
         assert probe.url == "http://a" and probe.probing
         other, _ = await pool.acquire(0, 10)
@@ -152,10 +184,13 @@ def test_a_tripped_endpoint_is_probed_once_and_restored():
 def test_least_loaded_routing_and_limits_on_the_pool():
     """A busy endpoint is passed over for an idle one (ties: the caller's own first); an
     endpoint whose bucket is empty makes the caller wait for it or go elsewhere; a
-    Retry-After pauses an endpoint."""
+    Retry-After pauses an endpoint, a caller with nowhere else to go waiting exactly as
+    long as the limits say."""
+    clock = FakeClock()
+
     async def go() -> None:
-        pool = EndpointPool(["http://a", "http://b", "http://c"],
-                            [EndpointConfig(url="http://a", rpm=60), None, None])
+        pool = clock.pool(["http://a", "http://b", "http://c"],
+                          [EndpointConfig(url="http://a", rpm=60), None, None])
         first, _ = await pool.acquire(1, 10)
         second, _ = await pool.acquire(1, 10)
         third, _ = await pool.acquire(1, 10)
@@ -169,12 +204,19 @@ def test_least_loaded_routing_and_limits_on_the_pool():
         e2, _ = await pool.acquire(1, 10)
         assert e2.url == "http://c"  # b is paused
         pool.release(e2, OK)
-        only = EndpointPool(["http://a"], [EndpointConfig(url="http://a", rpm=120)])
-        start = time.monotonic()
+        only = clock.pool(["http://a"], [EndpointConfig(url="http://a", rpm=120)])
+        start = clock()
+        waits = []
         for _ in range(4):  # 2 a second, 2 banked: the 3rd and 4th wait 0.5 s each
             e, waited = await only.acquire(0, 10)
             only.release(e, OK)
-        assert 0.9 <= time.monotonic() - start < 1.5 and waited > 0.4
+            waits.append(waited)
+        assert waits == [0.0, 0.0, 0.5, 0.5] and clock() - start == 1.0
+        e, _ = await only.acquire(0, 10)
+        only.release(e, NEUTRAL, retry_after=2.0)  # a 429 on the only endpoint
+        e, waited = await only.acquire(0, 10)
+        assert waited == 2.0  # the pause, longer than the bucket's 0.5 s, is what it waits
+        only.release(e, OK)
 
     asyncio.run(go())
 
@@ -225,7 +267,9 @@ def test_duplicate_urls_in_a_pool_are_refused_by_path(tmp_path):
 
 def test_llm_serve_starts_a_pool(tmp_path):
     """`shoal llm-serve --servers 3` with a latency and a 429 rate per server: three URLs,
-    each with its own faults; a list of the wrong length is refused."""
+    each with its own faults (the 429s seen, the latencies as each server says it has
+    them: a timed request would be a wall-clock check); a list of the wrong length is
+    refused."""
     ready = tmp_path / "urls"
     proc = subprocess.Popen(
         [sys.executable, "-m", "shoal.cli", "llm-serve", "--port", "0", "--servers", "3",
@@ -239,17 +283,16 @@ def test_llm_serve_starts_a_pool(tmp_path):
         assert len(urls) == 3 and len(set(urls)) == 3
         assert all(u.startswith("http://127.0.0.1:") for u in urls)
         body = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
-        statuses, times = [], []
-        for url in urls:
-            start = time.monotonic()
-            statuses.append(httpx.post(f"{url}/chat/completions", json=body,
-                                       timeout=10).status_code)
-            times.append(time.monotonic() - start)
-        assert statuses == [200, 429, 200] and times[2] > 0.2 > times[0]
+        statuses = [httpx.post(f"{url}/chat/completions", json=body, timeout=10).status_code
+                    for url in urls]
+        assert statuses == [200, 429, 200]
     finally:
         os.kill(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=10)
-    assert all(f"loopback LLM server {i} on {u}" in err for i, u in enumerate(urls))
+    assert [ln for ln in err.splitlines() if ln.startswith("loopback")] == [
+        f"loopback LLM server 0 on {urls[0]} (latency_ms=10)",
+        f"loopback LLM server 1 on {urls[1]} (latency_ms=10, rate_limit_rate=1)",
+        f"loopback LLM server 2 on {urls[2]} (latency_ms=300)"]
     bad = subprocess.run([sys.executable, "-m", "shoal.cli", "llm-serve", "--port", "0",
                           "--servers", "3", "--latency-ms", "10,20"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)

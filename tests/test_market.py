@@ -103,6 +103,7 @@ def test_bridge_is_logged_both_ways(market_run):
         assert kinds_of == [("event",)]
 
 
+@pytest.mark.slow
 def test_kill_and_resume_gives_identical_tables(market_run, market_dict, tmp_path):
     path = write_config(tmp_path / "c.yaml", market_dict)
     run_dir = kill_then_resume(path, tmp_path / "runs", "mid_round:9")
@@ -182,6 +183,7 @@ def test_llm_traders_over_http(llm_market):
 
 
 @pytest.mark.parametrize("case", ["rule", "llm"])
+@pytest.mark.slow
 def test_same_tables_on_ray(case, market_run, market_dict, llm_market, tmp_path, ray_session):
     """Invariant 1 with a market: the Ray executor (two shards) gives the local tables."""
     ref, data = (market_run, market_dict) if case == "rule" else llm_market

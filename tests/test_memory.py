@@ -27,6 +27,7 @@ def _base(**over) -> dict:
 
 
 
+@pytest.mark.slow
 def test_200_rounds_stay_within_budget_and_flat(tmp_path):
     """Every assembled turn of a 200-round run fits the budget, and once memory has
     filled (a few rounds past the recent window) the per-turn size stops growing."""
@@ -176,7 +177,8 @@ def test_a_fallback_line_shows_while_a_summary_is_pending():
 
 
 @pytest.mark.parametrize(("plant_as", "check", "verdict"), [
-    ("event", 150, "injected"), ("post", 40, "lost at retained")])
+    pytest.param("event", 150, "injected", marks=pytest.mark.slow),  # 150 rounds
+    ("post", 40, "lost at retained")])
 def test_diagnostic_names_the_stage(tmp_path, plant_as, check, verdict):
     """A pinned breaking-news fact planted at round 5 still reaches every agent at round
     150; the same fact as an unpinned news post is merged away, and the diagnostic says

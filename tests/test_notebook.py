@@ -46,6 +46,7 @@ def test_the_stored_notebook_is_clean():
     assert all(c.get("execution_count") is None for c in nb.cells if c.cell_type == "code")
 
 
+@pytest.mark.slow
 def test_the_notebook_runs_and_shows_metrics_and_plots(kernel):
     """Every cell runs (nbclient raises on the first error); the run, each metric and the
     four plots appear in the outputs."""

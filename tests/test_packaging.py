@@ -48,6 +48,7 @@ def test_the_wheel_holds_only_shoal(wheel):
     assert any(n.startswith("shoal/agents/data/") for n in names)
 
 
+@pytest.mark.slow
 def test_shoal_and_a_top_level_agents_package_import_side_by_side(wheel, tmp_path):
     """Both installed into one site folder (as into one venv): `import agents` is the other
     package's, `shoal.agents` is Shoal's, and a run works."""

@@ -51,6 +51,7 @@ def shoal(args: list[str], site: Path | None, env: dict | None = None
                           capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_a_config_using_the_plugins_parts_runs(site, tmp_path):
     path = tmp_path / "plugged.yaml"
     path.write_text(yaml.safe_dump(CONFIG))
@@ -78,6 +79,7 @@ def test_a_config_using_the_plugins_parts_runs(site, tmp_path):
         assert after == pytest.approx(0.8 * before, abs=1e-9)
 
 
+@pytest.mark.slow
 def test_a_plugin_policy_decides_for_the_agents(site, tmp_path):
     """policy.kind names the plug-in's policy, and it is what runs: every action is its
     post, carrying the author's position at the time."""
@@ -109,6 +111,7 @@ def test_without_the_plugin_its_names_are_errors(tmp_path):
     assert "toot" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_a_plugin_engines_table_survives_a_kill_after_its_commit(site, tmp_path):
     """The tally platform's engine declares `toy_tally` through the table registry: it is
     created with the file, a kill between round 3's commit and its checkpoint is resumed
@@ -139,6 +142,7 @@ def test_a_plugin_engines_table_survives_a_kill_after_its_commit(site, tmp_path)
     assert reader.returncode == 0 and reader.stdout.strip() == "7", reader.stderr
 
 
+@pytest.mark.slow
 def test_the_plugins_parts_pass_the_conformance_kit(site, tmp_path):
     """Every part of the toy plug-in passes the checks Shoal's own parts pass (the echo
     recommender keeps state, so its resume check needs its get_state/set_state)."""

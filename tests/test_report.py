@@ -330,7 +330,8 @@ def test_report_with_an_analysis_renders_its_verdicts_in_chromium(browser, small
             {"tool_calls": [{"name": "write_section", "arguments": {"text": text}}]}]}
     server = serve_in_thread(script=script)
     try:
-        assert main(["analyse", str(run), "--base-url", server.url, "--model", "m"]) == 0
+        assert main(["analyse", str(run), "--base-url", server.url, "--model",
+                     "shoal-loopback"]) == 0
     finally:
         server.stop()
     page = write_report(run, tmp_path / "report.html")

@@ -38,6 +38,7 @@ def driver_run(module_server, tmp_path_factory, ray_session):
     return sim.dir
 
 
+@pytest.mark.slow
 def test_shard_contexts_give_the_driver_tables_on_ray(driver_run, module_server, tmp_path,
                                                       ray_session):
     """Every trajectory table (context and llm_calls included, prefix reuse too) is the
@@ -55,6 +56,7 @@ def test_shard_contexts_give_the_driver_tables_on_ray(driver_run, module_server,
     assert trimmed > 0 and events > 0 and reuse >= 2
 
 
+@pytest.mark.slow
 def test_shard_contexts_resume_with_the_same_prefix_reuse(driver_run, module_server, tmp_path,
                                                           ray_session):
     """Stopped after round 1 and resumed (new shards, told each agent's previous prompt by
@@ -67,6 +69,7 @@ def test_shard_contexts_resume_with_the_same_prefix_reuse(driver_run, module_ser
     assert tables_differ(driver_run.db, again.dir.db) == []
 
 
+@pytest.mark.slow
 def test_driver_cpu_time_is_in_rounds(driver_run):
     """Each round has the driver's CPU time and, with LLM turns, its share per turn."""
     rows = query(driver_run.db, "SELECT r.round, r.driver_cpu_ms, r.driver_cpu_ms_per_llm_turn,"

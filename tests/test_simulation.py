@@ -156,6 +156,7 @@ def _same_after(a: Path, b: Path, k: int) -> bool:
 
 @pytest.mark.parametrize("how", [["--drop", "news"], ["--drop", "1"],
                                  ["--set", f"interventions={yaml.safe_dump([])}"]])
+@pytest.mark.slow
 def test_a_fork_without_the_news_is_the_run_configured_without_it(with_news, tmp_path, how):
     data, run = with_news
     assert main(["fork", str(run), "--round", "4", *how, "--out", str(tmp_path / "f"),
@@ -166,6 +167,7 @@ def test_a_fork_without_the_news_is_the_run_configured_without_it(with_news, tmp
     assert open_run(fork).interventions["kind"].tolist() == ["post"]  # round 0's, inherited
 
 
+@pytest.mark.slow
 def test_the_herd_effect_counterfactual_the_natural_way(tmp_path):
     """The herd-effect study as a user first writes it: the upvoted posts scheduled in the
     config itself. Forking before they arrive and dropping them gives exactly the run
@@ -183,6 +185,7 @@ def test_the_herd_effect_counterfactual_the_natural_way(tmp_path):
     assert not _same_after(with_votes, without, 10)
 
 
+@pytest.mark.slow
 def test_moving_the_news_is_the_run_configured_with_it_later(with_news, tmp_path, capsys):
     data, run = with_news
     assert main(["fork", str(run), "--round", "4", "--move", "news=8", "--out",

@@ -19,6 +19,8 @@ from tests.helpers import tables_differ
 
 ROUNDS = 12
 
+pytestmark = pytest.mark.slow  # a run filling a small disk, then resumed
+
 
 @pytest.fixture
 def small_config(tmp_path, quickstart_dict) -> Path:

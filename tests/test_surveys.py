@@ -127,6 +127,7 @@ def test_the_response_model_gives_the_ordered_logit_probabilities():
     assert not other["value"].equals(again["value"])
 
 
+@pytest.mark.slow
 def test_llm_agents_answer_through_the_interview_path(tmp_path):
     data = yaml.safe_load((CONFIGS / "llm_quickstart.yaml").read_text())
     data["surveys"] = [{**SURVEY, "waves": [1, 2], "sample": {}}]

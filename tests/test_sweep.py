@@ -32,6 +32,7 @@ def _only_dir(folder):
     return root
 
 
+@pytest.mark.slow
 def test_eight_seeds_of_the_quick_start_run_on_ray_with_intervals(ray_session, tmp_path,
                                                                   quickstart_file, capsys):
     """The issue's check: 8 seeds of the (shrunk) quick start on Ray; 8 finished members,
@@ -82,6 +83,7 @@ def test_eight_seeds_of_the_quick_start_run_on_ray_with_intervals(ray_session, t
     assert open_runs(root).beliefs.equals(beliefs)
 
 
+@pytest.mark.slow
 def test_a_grid_gives_one_summary_row_per_point_and_members_are_normal_runs(
         ray_session, tmp_path, quickstart_dict, quickstart_file):
     """2 grid points x 2 seeds: 2 summary rows with the grid values; a member is the same

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from shoal.core.errors import InputError
 from shoal.runs.task_pool import TaskPool
+
+pytestmark = pytest.mark.slow  # Ray's tasks: a Ray instance to start
 
 
 def _work(n: int) -> int:

@@ -12,6 +12,7 @@ import json
 
 from shoal.llm.chat import CallLog, ChatRequest, SyncChat, call_rows, chat_model
 from shoal.llm.endpoints import LOOPBACK, Endpoints
+from shoal.llm.metadata import EXTRACTION, meta
 from shoal.memory.context import inline
 from shoal.memory.knowledge.extract import Extraction, Fact, Mention, sentences
 from shoal.memory.tokens import count
@@ -53,7 +54,9 @@ class LLMExtractor:
         self._n = 0
         self.round = 0  # the round the calls are for (llm_calls rows)
 
-    def _ask(self, text: str, known: dict[str, str]) -> tuple[dict | None, str]:
+    def _ask(self, shown: str, known: dict[str, str], text: str) -> tuple[dict | None, str]:
+        """The `record_facts` arguments for `shown` (`text` as its author wrote it, for the
+        `shoal` field), or None and why not."""
         if self._chat is None:
             urls = self.base_urls
             if LOOPBACK in urls:
@@ -64,8 +67,9 @@ class LLMExtractor:
         # can start a line of the system text.
         hint = f"\nKnown names: {', '.join(inline(k) for k in sorted(known))}" if known else ""
         request = ChatRequest(messages=[{"role": "system", "content": SYSTEM + hint},
-                                        {"role": "user", "content": text}],
-                              tools=[TOOL], tool_choice="auto", temperature=0.0)
+                                        {"role": "user", "content": shown}],
+                              tools=[TOOL], tool_choice="auto", temperature=0.0,
+                              meta=meta(EXTRACTION, text=text))
         reply = self._chat.chat(request, key=self._n)
         self._n += 1
         args, error = None, reply.error
@@ -81,7 +85,7 @@ class LLMExtractor:
             if args is None and not error:
                 error = "no record_facts tool call in the reply"
         for row in call_rows(reply, self.provider, round_=self.round, agent=None,
-                             platform="graph", estimated_prompt_tokens=count(SYSTEM + text),
+                             platform="graph", estimated_prompt_tokens=count(SYSTEM + shown),
                              outcome="record_facts" if args is not None else "invalid"):
             if args is None:
                 row["error"] = row.get("error") or error
@@ -95,7 +99,7 @@ class LLMExtractor:
         for i, text in enumerate(texts):
             author = authors[i] if authors else None
             shown = f"(written by {author})\n{text}" if author else text
-            args, _ = self._ask(shown, known)
+            args, _ = self._ask(shown, known, text)
             out.append(_extraction(text, args or {}, author))
         return out
 

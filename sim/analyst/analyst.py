@@ -66,6 +66,7 @@ from shoal.analyst.prompt import (
     default_plan,
     facts,
     parse_plan,
+    run_facts,
 )
 from shoal.analyst.tools import TERMINAL, Toolbox, ToolError, table
 from shoal.config import parse_config
@@ -74,6 +75,7 @@ from shoal.core.errors import InputError, StorageFull, out_of_space
 from shoal.core.faults import crash_point
 from shoal.llm.chat import ChatModel, ChatReply, ChatRequest, chat_model, cost
 from shoal.llm.endpoints import Endpoints
+from shoal.llm.metadata import ANALYST, meta
 from shoal.runs.interview import interview_agents, provider_for
 from shoal.store.history_sql import (
     Cancel,
@@ -196,11 +198,23 @@ class Analyst:
         self.urls: list[str] = list(provider.base_urls)  # loopback resolved when started
         self.sections_done = 0  # in this process (a crash point counts them)
         self.model: ChatModel | None = None
+        self._facts: dict[str, Any] | None = None  # the run's facts as data (run_facts)
 
     def facts(self) -> str:
         """The run's facts, as every request states them."""
         return facts(self.toolbox.run, self.toolbox.compare, self.question,
-                     self.toolbox.sql_fn)
+                     self.toolbox.sql_fn, self._fact_data())
+
+    def _fact_data(self) -> dict[str, Any]:
+        if self._facts is None:
+            self._facts = run_facts(self.toolbox.run, self.toolbox.compare, self.question)
+        return self._facts
+
+    def _meta(self, section: str | None) -> dict[str, Any]:
+        """The `shoal` field of a plan request (`section` None) or a section's requests:
+        the same facts their text states, as data."""
+        return meta(ANALYST, call="plan" if section is None else "section", section=section,
+                    **self._fact_data())
 
     # ------------------------------------------------------------ plumbing
 
@@ -253,7 +267,7 @@ class Analyst:
         """The sections to write (the model's plan, else the default plan)."""
         request = ChatRequest(messages=[{"role": "system", "content": PLAN_SYSTEM},
                                         {"role": "user", "content": run_facts}],
-                              tools=[PLAN_TOOL], tool_choice="required")
+                              tools=[PLAN_TOOL], tool_choice="required", meta=self._meta(None))
         reply = await self._chat(request)
         problem = ""
         sections = None
@@ -326,10 +340,12 @@ class Analyst:
                                 {"role": "user", "content": user}]
         specs = self.toolbox.specs()
         final = [s for s in specs if s["function"]["name"] == TERMINAL]
+        about = self._meta(sec.id)
         for _ in range(budget + 3):  # every turn makes a call or ends; a few to spare
             forced = counter["calls"] >= budget
             reply = await self._chat(ChatRequest(messages=messages,
-                                                 tools=final if forced else specs))
+                                                 tools=final if forced else specs,
+                                                 meta=about))
             counter["step"] += 1
             await self._step(sec.id, attempt, counter["step"], "model",
                              content=json.dumps(reply.message), status=reply.status,

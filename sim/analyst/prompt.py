@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from shoal.analysis.runs import Run
 from shoal.store.history_sql import CATALOG, QueryResult
@@ -79,32 +80,47 @@ def parse_plan(args: object) -> list[Section]:
     return out
 
 
-def facts(run: Run, compare: dict[str, Run], question: str | None,
-          sql: Callable[[str, int], QueryResult]) -> str:
-    """The run's facts, one per line (the section and plan requests start with them)."""
+def run_facts(run: Run, compare: dict[str, Run], question: str | None) -> dict[str, Any]:
+    """The facts `facts` states that are data the loopback analyst plans from (the
+    requests' `shoal` field, shoal.llm.metadata): the topics as [name, label], the last
+    round, how many interventions fired, the compared runs' labels, how many relations
+    the graph memory holds, the question (None without one)."""
     cfg = run.config
-    topics = ", ".join(f"{t.get('name')} ({t.get('label') or t.get('name')})"
-                       for t in cfg.get("topics") or [])
+    said = " ".join(question.split()) if question else ""
+    return {"topics": [[str(t.get("name")), str(t.get("label") or t.get("name"))]
+                       for t in cfg.get("topics") or []],
+            "last_round": int(run.last_round), "interventions": len(run.interventions),
+            "compared": list(compare), "graph_memory": len(run.table("graph_relations")),
+            "question": said or None}
+
+
+def facts(run: Run, compare: dict[str, Run], question: str | None,
+          sql: Callable[[str, int], QueryResult], data: dict[str, Any] | None = None) -> str:
+    """The run's facts, one per line (the section and plan requests start with them);
+    `data`: their `run_facts`, when the caller has them."""
+    cfg = run.config
+    data = run_facts(run, compare, question) if data is None else data
+    topics = ", ".join(f"{name} ({label})" for name, label in data["topics"])
     fired = run.interventions
     iv = ("none" if fired.empty else "; ".join(
         f"round {int(r.round)} {r.kind}" for r in fired.head(20).itertuples()))
-    graph = run.table("graph_relations")
+    relations = data["graph_memory"]
     prices = run.prices
     lines = [
         f"Run: {run.run_id} ({cfg.get('name')})",
         f"Agents: {len(run.agents)}",
-        f"Last round: {run.last_round}",
+        f"Last round: {data['last_round']}",
         f"Minutes per round: {cfg.get('minutes_per_round')}",
         f"Topics: {topics}",
         f"Platforms: {', '.join(run.config.get('platforms') or {})}",
         f"Interventions fired: {iv}",
-        f"Graph memory: {'yes (' + str(len(graph)) + ' relations)' if len(graph) else 'no'}",
+        f"Graph memory: {'yes (' + str(relations) + ' relations)' if relations else 'no'}",
         f"Markets: {'yes' if not prices.empty else 'no'}",
         "Compared runs: " + (", ".join(f"{label} = {r.run_id}" for label, r in compare.items())
                              or "none"),
     ]
-    if question:
-        lines.append(f"Question: {' '.join(question.split())}")
+    if data["question"]:
+        lines.append(f"Question: {data['question']}")
     lines.append("Tables (for sql): " + table_columns(sql))
     return "\n".join(lines)
 

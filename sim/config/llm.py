@@ -102,6 +102,9 @@ class ProviderConfig(Strict):
     price_completion_per_mtok: float = Field(default=0.0, ge=0)
     extra_body: dict[str, Any] = Field(default_factory=dict)
     loopback: LoopbackConfig = Field(default_factory=LoopbackConfig)
+    # Whether requests carry the `shoal` field (structured metadata for the loopback
+    # server, shoal.llm.metadata); None: only to the loopback server.
+    shoal_field: bool | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -336,7 +336,7 @@ class RoundDriver:
             reused = rnd.stats.prompts.measure(self.world.prompts, agent, assembled.pieces,
                                                assembled.tokens["total"])
         return Prompt(assembled.system, assembled.observation, assembled.tokens, provider,
-                      reused)
+                      reused, assembled.meta)
 
     def decide(self, rnd: Round) -> None:
         """One call per shard; the round stops here, before anything applies, if no LLM

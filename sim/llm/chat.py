@@ -28,7 +28,9 @@ _THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 
 @dataclass
 class ChatRequest:
-    """One chat call. Options left at None take the provider's settings."""
+    """One chat call. Options left at None take the provider's settings. `meta` is what
+    the call is about as data (`shoal.llm.metadata`): sent as the body's `shoal` field to
+    the providers that take it, never part of the response cache's key."""
 
     messages: list[dict]
     tools: list[dict] | None = None
@@ -36,6 +38,7 @@ class ChatRequest:
     temperature: float | None = None
     max_tokens: int | None = None
     seed: int | None = None
+    meta: dict[str, Any] | None = None
 
 
 @dataclass
@@ -96,7 +99,8 @@ class ChatModel(ABC):
 
     def body(self, request: ChatRequest) -> dict:
         """What is sent for `request`: the provider's model and sampling settings unless
-        the request sets them (the response cache's key is made of it)."""
+        the request sets them (the response cache's key is made of it; a model that sends
+        the `shoal` field adds it to this when it sends)."""
         p = self.provider
         body: dict = {"model": p.model,
                       "temperature": p.temperature if request.temperature is None

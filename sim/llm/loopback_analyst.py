@@ -1,74 +1,70 @@
 """The loopback server's analyst: deterministic replies to `shoal analyse`'s requests, so
 the whole pipeline (plan, tool calls, writing, verification, traces) runs without a model.
 
-A plan request (the `plan_sections` tool) gets sections chosen from the run facts the
-request states (interventions, compared runs, graph memory, a question). A section request
-gets a fixed sequence of tool calls for its section id, then a `write_section` whose
-sentences quote numbers from the tool results it received and cite them, so every
-citation resolves. A script (`shoal llm-serve --script FILE`, JSON
-`{"plan" | section id: [message, ...]}`) replaces the n-th reply of a conversation with
-its n-th message (`{"content": ...}` or `{"tool_calls": [{"name", "arguments"}]}`), for
-tests of what the verifier catches.
+A plan request gets sections chosen from the run facts its `shoal` field carries
+(interventions fired, compared runs, graph memory, a question). A section request gets a
+fixed sequence of tool calls for its section id, then a `write_section` whose sentences
+quote numbers from the tool results it received and cite them, so every citation
+resolves. Nothing is read from the requests' wording: the field says which call it is, and
+the tool results are the messages of role `tool`. A script (`shoal llm-serve --script
+FILE`, JSON `{"plan" | section id: [message, ...]}`) replaces the n-th reply of a
+conversation with its n-th message (`{"content": ...}` or `{"tool_calls": [{"name",
+"arguments"}]}`), for tests of what the verifier catches.
 """
 
 from __future__ import annotations
 
 import json
 import random
-import re
-
-ANALYST_MARK = "You are Shoal's analyst"
 
 
-def analyst_reply(request: dict, rng: random.Random, script: dict | None = None) -> dict:
-    """The assistant message for an analyst request."""
+def analyst_reply(request: dict, meta: dict, rng: random.Random,
+                  script: dict | None = None) -> dict:
+    """The assistant message for an analyst request (`meta`: its `shoal` field)."""
     messages = request.get("messages", [])
-    user = next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
     tools = [(t.get("function") or {}).get("name") for t in request.get("tools") or []]
-    section = "plan" if "plan_sections" in tools else _field(user, "Section id") or "?"
+    section = "plan" if meta.get("call") == "plan" else str(meta.get("section") or "?")
     turn = sum(1 for m in messages if m.get("role") == "assistant")
     scripted = (script or {}).get(section) or []
     if turn < len(scripted):
         return _message(scripted[turn], rng)
     if section == "plan":
-        return _call(rng, "plan_sections", {"sections": _plan(user)})
+        return _call(rng, "plan_sections", {"sections": _plan(meta)})
     results = [json.loads(m["content"]) for m in messages if m.get("role") == "tool"]
-    calls = _calls(section, user)
+    calls = _calls(section, meta)
     forced = tools == ["write_section"]  # the tool budget is spent
     if len(results) < len(calls) and not forced:
         name, args = calls[len(results)]
         return _call(rng, name, args)
-    return _call(rng, "write_section", {"text": _write(section, user, results)})
+    return _call(rng, "write_section", {"text": _write(section, meta, results)})
 
 
-def _field(text: str, name: str) -> str:
-    m = re.search(rf"^{re.escape(name)}: (.*)$", text, re.MULTILINE)
-    return m.group(1).strip() if m else ""
+def _topic(meta: dict) -> tuple[str, str]:
+    """The run's first topic: its name and label ("" and "" without topics)."""
+    topics = meta.get("topics") or [("", "")]
+    name, label = topics[0]
+    return str(name), str(label)
 
 
-def _topics(user: str) -> list[tuple[str, str]]:
-    return re.findall(r"(\w+) \(([^)]*)\)", _field(user, "Topics"))
-
-
-def _plan(user: str) -> list[dict]:
+def _plan(meta: dict) -> list[dict]:
     sections = [("overview", "What happened", "The run in numbers: agents, rounds, posts."),
                 ("opinion", "Opinion dynamics", "How positions moved and polarised."),
                 ("engagement", "Engagement", "The posts that drew the most engagement.")]
-    if _field(user, "Interventions fired") not in ("", "none"):
+    if meta.get("interventions"):
         sections.append(("interventions", "Interventions", "What the interventions did."))
-    if _field(user, "Compared runs") not in ("", "none"):
+    if meta.get("compared"):
         sections.append(("forks", "The counterfactuals", "How the compared runs diverge."))
-    if _field(user, "Graph memory").startswith("yes"):
+    if meta.get("graph_memory"):
         sections.append(("knowledge", "What the graph memory holds", "Facts it kept."))
-    if _field(user, "Question"):
+    if meta.get("question"):
         sections.append(("question", "The question", "Answer the question asked."))
     return [{"id": i, "title": t, "brief": b} for i, t, b in sections]
 
 
-def _calls(section: str, user: str) -> list[tuple[str, dict]]:
-    topic = (_topics(user) or [("", "")])[0]
-    last = int(_field(user, "Last round") or 0)
-    compared = re.findall(r"(\w) = ", _field(user, "Compared runs"))
+def _calls(section: str, meta: dict) -> list[tuple[str, dict]]:
+    topic = _topic(meta)
+    last = int(meta.get("last_round") or 0)
+    compared = [str(c) for c in meta.get("compared") or ()]
     return {
         "overview": [("sql", {"query": "SELECT count(*) AS posts, count(DISTINCT author) "
                               "AS authors FROM posts WHERE author >= 0"}),
@@ -82,16 +78,16 @@ def _calls(section: str, user: str) -> list[tuple[str, dict]]:
                                   "topic": topic[0]})],
         "knowledge": [("graph_search", {"query": topic[1] or topic[0], "limit": 3})],
         "question": [("interview", {"agents": [0, 1, 2], "round": last,
-                                    "question": _field(user, "Question")})],
+                                    "question": str(meta.get("question") or "")})],
     }.get(section, [])
 
 
-def _write(section: str, user: str, results: list[dict]) -> str:
+def _write(section: str, meta: dict, results: list[dict]) -> str:
     """Sentences built from the results' rows, each citing the step it quotes."""
     ok = [r for r in results if "error" not in r]
     if not ok:
         return "The tools returned nothing to report for this section."
-    first, label = ok[0], (_topics(user) or [("", "the topic")])[0][1]
+    first, label = ok[0], _topic(meta)[1] if meta.get("topics") else "the topic"
     rows = [dict(zip(first.get("columns", []), r, strict=False)) for r in first.get("rows", [])]
     step = first.get("step", 1)
     if section == "overview" and rows and len(ok) > 1:

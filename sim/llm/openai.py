@@ -24,6 +24,8 @@ import orjson
 from shoal.config.llm import ProviderConfig
 from shoal.core.registry import CHAT_MODELS
 from shoal.llm.chat import Attempt, ChatModel, ChatReply, ChatRequest
+from shoal.llm.endpoints import LOOPBACK
+from shoal.llm.metadata import FIELD, LOOPBACK_MODEL
 from shoal.llm.pool import FAILED, NEUTRAL, OK, EndpointPool
 
 RETRYABLE = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -67,6 +69,16 @@ class StripedTransport(httpx.AsyncBaseTransport):
             await pool.aclose()
 
 
+def sends_field(provider: ProviderConfig) -> bool:
+    """Whether requests to `provider` carry the `shoal` field (shoal.llm.metadata): as its
+    `shoal_field` says, else only when it is the loopback server (every base URL
+    `loopback`, or its model `shoal-loopback`, the one a `shoal llm-serve` started apart
+    lists). Other servers may refuse unknown fields (OpenAI does) or log each one."""
+    if provider.shoal_field is not None:
+        return provider.shoal_field
+    return provider.model == LOOPBACK_MODEL or all(u == LOOPBACK for u in provider.base_urls)
+
+
 @CHAT_MODELS.register("openai", config=ProviderConfig)
 class OpenAIChat(ChatModel):
     """An OpenAI-compatible chat-completions endpoint (or several), for one shard."""
@@ -91,6 +103,7 @@ class OpenAIChat(ChatModel):
             self._headers.append((b"Authorization", f"Bearer {self._key}".encode()))
         self._timeout = httpx.Timeout(provider.timeout_s).as_dict()
         self._targets: dict[str, httpx.URL] = {}
+        self._field = sends_field(provider)  # the `shoal` field: the loopback server's
 
     def _client(self) -> StripedTransport:
         # Created lazily inside the running loop (a Ray actor and a test loop differ).
@@ -148,6 +161,11 @@ class OpenAIChat(ChatModel):
         # orjson: about a tenth of the stdlib's CPU per body, and encoded once for retries.
         content = orjson.dumps(self.body(request))
         tokens = len(content) / 4  # about a token per 4 bytes: what the tpm bucket is charged
+        if self._field and request.meta is not None:
+            # The `shoal` field, last: the bytes before it are the body every other server
+            # is sent (orjson writes no whitespace, so this is the object with the field).
+            content = b"%s,%s:%s}" % (content[:-1], orjson.dumps(FIELD),
+                                      orjson.dumps(request.meta))
         async with self._sem:
             start = time.perf_counter()  # latency excludes waiting for a concurrency slot
             avoid = None

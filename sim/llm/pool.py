@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from shoal.config.llm import BreakerConfig, EndpointConfig
@@ -86,15 +87,21 @@ class Endpoint:
 
 
 class EndpointPool:
-    """The endpoints of one provider for one caller (a shard's chat model)."""
+    """The endpoints of one provider for one caller (a shard's chat model). `clock` and
+    `sleep` are the time the limits and the breaker read and how a caller waits for an
+    endpoint: the real ones, or a test's fake clock (exact waits, none spent)."""
 
     def __init__(self, urls: list[str], limits: list[EndpointConfig | None] | None = None,
-                 breaker: BreakerConfig | None = None, shards: int = 1):
+                 breaker: BreakerConfig | None = None, shards: int = 1,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[object]] = asyncio.sleep):
         limits = limits if limits is not None and len(limits) == len(urls) else [None] * len(urls)
         share = max(1, shards)
+        self.clock, self.sleep = clock, sleep
+        now = clock()
         self.endpoints = [
-            Endpoint(url, TokenBucket(lim.rpm / share) if lim and lim.rpm else None,
-                     TokenBucket(lim.tpm / share) if lim and lim.tpm else None)
+            Endpoint(url, TokenBucket(lim.rpm / share, stamp=now) if lim and lim.rpm else None,
+                     TokenBucket(lim.tpm / share, stamp=now) if lim and lim.tpm else None)
             for url, lim in zip(urls, limits, strict=True)]
         self.breaker = breaker or BreakerConfig()
 
@@ -103,10 +110,10 @@ class EndpointPool:
         """The endpoint for a request of about `tokens` tokens (`avoid`: the endpoint the
         previous attempt failed on, passed over if another is usable), once it is ready,
         and the seconds spent waiting for it. Release it with `release`."""
-        start = time.monotonic()
+        start = self.clock()
         waited = False
         while True:
-            now = time.monotonic()
+            now = self.clock()
             chosen, delay = self._pick(key, tokens, avoid, now)
             if chosen is not None:
                 if chosen.rpm is not None:
@@ -117,7 +124,7 @@ class EndpointPool:
                 chosen.probing = bool(chosen.out_until)  # half-open: this is the probe
                 return chosen, (now - start) if waited else 0.0
             waited = True
-            await asyncio.sleep(delay)
+            await self.sleep(delay)
 
     def _pick(self, key: int, tokens: float, avoid: str | None, now: float
               ) -> tuple[Endpoint | None, float]:
@@ -138,7 +145,7 @@ class EndpointPool:
         """A request on `endpoint` ended (`outcome`: OK, FAILED or NEUTRAL); `retry_after`
         pauses the endpoint; `tokens_used` (the server's count) corrects the estimate
         taken from its token bucket."""
-        now = time.monotonic()
+        now = self.clock()
         endpoint.in_flight -= 1
         if endpoint.tpm is not None and tokens_used is not None:
             endpoint.tpm.take(tokens_used - tokens_taken, now)
@@ -158,5 +165,5 @@ class EndpointPool:
 
     def out(self) -> list[str]:
         """The URLs the breaker has out of service now."""
-        now = time.monotonic()
+        now = self.clock()
         return [e.url for e in self.endpoints if e.out_until > now]

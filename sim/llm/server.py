@@ -6,12 +6,18 @@ for the run; `--servers 3 --latency-ms 50,50,400` starts a pool). Replies are a 
 function of the request body and the seed: the same prompts give the same actions, on any
 executor, across a resume, whichever endpoint of a pool answers. Faults are drawn per
 attempt (the client's `X-Shoal-Attempt` header), so a retry can meet a different one.
-Replies exercise every action the request's tools allow, using real post ids and
-usernames from the observation; without tools they are JSON in text (sometimes fenced,
-sometimes after a `<think>` block), or prose for an interview. Faults: HTTP 500, a stall
-longer than the client's timeout, a malformed tool call, 429 with Retry-After, an empty
-reply (reasoning models). Requests are recorded (GET /_shoal/requests) so tests can read
-exactly what an agent was sent.
+
+What a request is about (an agent's turn and what its feed shows, an interview and the
+agent's beliefs, a survey's items, a summary, an extraction, the analyst's run facts) is
+read from its `shoal` field (`shoal.llm.metadata`), which Shoal's client sends to this
+server, never from the prompt's wording: rewording a prompt changes no answer's meaning.
+Of the rest of a request only the generic fields are read: the tools (what may be called),
+the messages' roles (a repair, the analyst's tool results). Replies exercise every action
+the tools allow, using real post ids and usernames; without tools they are JSON in text
+(sometimes fenced, sometimes after a `<think>` block), or prose for an interview. Faults:
+HTTP 500, a stall longer than the client's timeout, a malformed tool call, 429 with
+Retry-After, an empty reply (reasoning models). Requests are recorded (GET
+/_shoal/requests) so tests can read exactly what an agent was sent.
 
 Each server also reports what a prefix cache would have reused, as vLLM's automatic prefix
 caching does (`usage.prompt_tokens_details.cached_tokens`): the prompt as the server sees
@@ -43,11 +49,18 @@ from pathlib import Path
 import orjson
 
 from shoal.core.files import write_text
-from shoal.llm.loopback_analyst import ANALYST_MARK, analyst_reply
+from shoal.llm.loopback_analyst import analyst_reply
+from shoal.llm.metadata import (
+    ANALYST,
+    EXTRACTION,
+    FIELD,
+    INTERVIEW,
+    LOOPBACK_MODEL,
+    SUMMARY,
+    SURVEY,
+    without_field,
+)
 
-_POST = re.compile(r"\[post (\d+)\] @([\w\-.]+)")
-_MARKET = re.compile(r"\[([A-Za-z][\w\-]*)\]: ([^\n;]*)")  # a market line: [id]: yes 41%, ...
-_OUTCOME = re.compile(r"([\w\-]+) \d+%")
 WEIGHTS = {"post": 0.2, "like": 0.22, "upvote": 0.22, "repost": 0.1, "quote": 0.07,
            "reply": 0.1, "comment": 0.12, "downvote": 0.06, "follow": 0.07, "unfollow": 0.02,
            "do_nothing": 0.08, "buy": 0.5, "sell": 0.3}
@@ -136,6 +149,9 @@ class LoopbackState:
         self.lock = threading.Lock()
         self.started = time.monotonic()
         self.served = 0
+        # `shoal llm-serve` says once that a request came without the `shoal` field (its
+        # client is not Shoal's, or Shoal was not told this is the loopback server)
+        self.hint_unmarked = False
 
     def log(self, entry: dict) -> None:
         with self.lock:
@@ -160,22 +176,22 @@ def _text(rng: random.Random, topics: list[str]) -> tuple[str, dict]:
     return text, ({topic: x} if topics else {})
 
 
-def decide(request: dict, rng: random.Random) -> tuple[str, dict]:
-    """An action name and arguments for a chat request, exercising every allowed action."""
+def decide(request: dict, meta: dict, rng: random.Random) -> tuple[str, dict]:
+    """An action name and arguments for an agent's turn, exercising every allowed action,
+    from what the `shoal` field says the agent is shown (`meta`; {} without one): its
+    feed's post ids and authors, the markets and their outcomes, the topics. The choices
+    are the request's tools, or without tools the platform's actions."""
     tools = request.get("tools") or []
     names = [t["function"]["name"] for t in tools] or [
-        n for n in WEIGHTS if n in json.dumps(request.get("messages", []))]
-    user = next((m.get("content") or "" for m in reversed(request.get("messages", []))
-                 if m.get("role") == "user"), "")
-    feed = _POST.findall(user)
-    topics = []
-    for t in tools:
-        props = t["function"]["parameters"].get("properties", {})
-        topics = topics or list(props.get("stance", {}).get("properties", {}))
-    if not topics:
-        m = re.search(r"mapping ([\w, ]+) to a number", user)
-        topics = [s.strip() for s in m.group(1).split(",")] if m else []
-    markets = {m: _OUTCOME.findall(rest) for m, rest in _MARKET.findall(user)}
+        n for n in WEIGHTS if n in (meta.get("actions") or ())]
+    # A repair (the model has answered once already) shows no feed: its last message says
+    # what was wrong, so the answer is one that needs none.
+    repair = any(m.get("role") == "assistant" for m in request.get("messages", []))
+    feed = [] if repair else [(int(p["post"]), str(p["author"]))
+                              for p in meta.get("feed") or ()]
+    markets = {} if repair else {str(m): [str(o) for o in outcomes]
+                                 for m, outcomes in (meta.get("markets") or {}).items()}
+    topics = [str(t) for t in meta.get("topics") or ()]
     usable = [n for n in names if n in WEIGHTS and (
         feed or n in ("post", "do_nothing") or (markets and n in ("buy", "sell")))]
     if not usable:
@@ -183,7 +199,7 @@ def decide(request: dict, rng: random.Random) -> tuple[str, dict]:
     name = rng.choices(usable, weights=[WEIGHTS[n] for n in usable])[0]
     args: dict = {}
     if name in ("like", "upvote", "downvote", "repost", "quote", "reply", "comment"):
-        args["post_id"] = int(rng.choice(feed)[0])
+        args["post_id"] = rng.choice(feed)[0]
     if name in ("follow", "unfollow"):
         args["username"] = rng.choice(feed)[1]
     if name in ("post", "quote", "reply", "comment"):
@@ -202,26 +218,25 @@ def decide(request: dict, rng: random.Random) -> tuple[str, dict]:
 
 def reply(request: dict, rng: random.Random, malformed: bool, empty: bool,
           script: dict | None = None) -> dict:
-    """The assistant message for a request (`script`: the analyst's scripted replies)."""
-    system = next((m.get("content") or "" for m in request.get("messages", [])
-                   if m.get("role") == "system"), "")
-    if "Shoal memory compaction" in system:  # the LLM summariser
-        user = request["messages"][-1].get("content") or ""
-        first = next((ln for ln in user.splitlines() if ln.strip()), "Nothing happened.")
-        return {"role": "assistant", "content": first[:400]}
+    """The assistant message for a request (`script`: the analyst's scripted replies).
+    What the request is about comes from its `shoal` field, never from its wording: a
+    request without one is answered as a turn when it has tools, else as a question to
+    someone of no known views."""
+    meta = request.get(FIELD)
+    meta = meta if isinstance(meta, dict) else {}
+    kind = meta.get("kind")
+    if kind == SUMMARY:  # the LLM summariser
+        return {"role": "assistant", "content": _summary(meta)}
+    if kind == EXTRACTION:  # graph memory's LLM extractor
+        return _record_facts(str(meta.get("text") or ""), rng)
+    if kind == ANALYST:
+        return analyst_reply(request, meta, rng, script)
+    if kind == SURVEY:
+        return {"role": "assistant", "content": json.dumps(_survey_answers(meta))}
+    if kind == INTERVIEW or (kind is None and not request.get("tools")):
+        return {"role": "assistant", "content": _interview_answer(meta)}
+    name, args = decide(request, meta, rng)
     tools = request.get("tools")
-    if any((t.get("function") or {}).get("name") == "record_facts" for t in tools or []):
-        return _record_facts(request, rng)  # graph memory's LLM extractor
-    if ANALYST_MARK in system:
-        return analyst_reply(request, rng, script)
-    user = next((m.get("content") or "" for m in reversed(request.get("messages", []))
-                 if m.get("role") == "user"), "")
-    if user.startswith(SURVEY_MARK):
-        return {"role": "assistant", "content": json.dumps(_survey_answers(system, user))}
-    if not tools and b"exactly one JSON object" not in orjson.dumps(
-            request.get("messages", [])):  # an interview
-        return {"role": "assistant", "content": _interview_answer(system)}
-    name, args = decide(request, rng)
     if malformed:
         if rng.random() < 0.5:
             args = "{'post_id': oops"  # not JSON
@@ -247,63 +262,72 @@ def reply(request: dict, rng: random.Random, malformed: bool, empty: bool,
     return {"role": "assistant", "content": text}
 
 
-def _interview_answer(system: str) -> str:
-    """An interview answer in the first person, from the agent's own beliefs as its system
-    text states them ("On the carbon tax: you support it; ...")."""
-    who = re.search(r"You are ([^(\n]+?) \(@", system)
-    views = re.findall(r"^On ([^:\n]+): ([^\n]+)", system, re.MULTILINE)
-    if not views:
+def _summary(meta: dict) -> str:
+    """A compaction's "summary": the first line of what it was given."""
+    lines = (ln for t in meta.get("texts") or () for ln in str(t).splitlines())
+    return next((ln for ln in lines if ln.strip()), "Nothing happened.")[:400]
+
+
+# The loopback's own words for a stance and a confidence (`shoal.llm.metadata`), in the
+# first person, and the position a stance stands for in a survey answer.
+STANCE_WORDS = {"strongly_support": "I strongly support it", "support": "I support it",
+                "undecided": "I am undecided", "oppose": "I oppose it",
+                "strongly_oppose": "I strongly oppose it"}
+CONFIDENCE_WORDS = {"very_sure": "I am very sure of this",
+                    "fairly_confident": "I am fairly confident",
+                    "not_sure": "I am not entirely sure",
+                    "uncertain": "I am genuinely uncertain and open to persuasion"}
+POSITIONS = {"strongly_support": 0.8, "support": 0.4, "undecided": 0.0, "oppose": -0.4,
+             "strongly_oppose": -0.8}
+
+
+def _view(belief: dict) -> str:
+    """A belief in the first person: "I support it; I am fairly confident"."""
+    return (f"{STANCE_WORDS.get(belief.get('stance'), 'I am undecided')}; "
+            f"{CONFIDENCE_WORDS.get(belief.get('confidence'), 'I am not entirely sure')}")
+
+
+def _interview_answer(meta: dict) -> str:
+    """An interview answer in the first person, from the beliefs the agent's system text
+    states (so answers differ by agent)."""
+    beliefs = meta.get("beliefs") or []
+    if not beliefs:
         return "Speaking for myself: I have not made up my mind."
-    said = "; ".join(f"on {topic}, {_first_person(view.rstrip('.'))}" for topic, view in views)
-    name = f"I am {who.group(1)}, and " if who else ""
+    said = "; ".join(f"on {b.get('about')}, {_view(b)}" for b in beliefs)
+    name = f"I am {meta['name']}, and " if meta.get("name") else ""
     return f"Speaking for myself: {name}{said}."
 
 
-SURVEY_MARK = "Shoal survey"
-_STANCES = (("strongly support", 0.8), ("strongly oppose", -0.8), ("support", 0.4),
-            ("oppose", -0.4), ("undecided", 0.0))
-_ITEM = re.compile(r"^- (\w[\w\-]*) \((likert 1-(\d+)|numeric ([-\d.]+) to ([-\d.]+)|single choice|"
-                   r"multiple choice|free text)(?:[^)]*?, about ([^,:)]+))?([^)]*)\): ",
-                   re.MULTILINE)
-
-
-def _survey_answers(system: str, user: str) -> dict:
-    """A questionnaire answered from the agent's beliefs as its system text states them
-    (strongly oppose −0.8 … strongly support 0.8): Likert and numeric items as rule-based
+def _survey_answers(meta: dict) -> dict:
+    """A questionnaire answered from the beliefs the agent's system text states (strongly
+    oppose −0.8 … strongly support 0.8): Likert and numeric items as rule-based
     respondents answer without noise; a choice is the listed option at that position."""
-    views = {t.strip(): v for t, v in re.findall(r"^On ([^:\n]+): ([^\n]+)", system,
-                                                  re.MULTILINE)}
+    views = {b.get("about"): b for b in meta.get("beliefs") or []}
 
-    def position(topic: str | None) -> float:
-        view = views.get((topic or "").strip(), "")
-        return next((x for phrase, x in _STANCES if phrase in view), 0.0)
+    def position(about: str | None) -> float:
+        return POSITIONS.get((views.get(about) or {}).get("stance"), 0.0)
 
     out: dict = {}
-    for m in _ITEM.finditer(user):
-        item, kind, points, lo, hi, topic, rest = m.groups()
-        x = position(topic)
-        if kind.startswith("likert"):
-            k = int(points)
-            z = -x if "reverse" in rest else x
+    for it in meta.get("items") or []:
+        item, kind = it.get("id"), it.get("kind")
+        x = position(it.get("about"))
+        if kind == "likert":
+            k = int(it.get("points") or 5)
+            z = -x if it.get("reverse") else x
             out[item] = int(min(k, max(1, (z + 1) / 2 * k // 1 + 1)))
-        elif kind.startswith("numeric"):
-            out[item] = round(float(lo) + (float(hi) - float(lo)) * (x + 1) / 2, 2)
-        elif kind in ("single choice", "multiple choice"):
+        elif kind == "numeric":
+            lo, hi = (float(v) for v in it.get("range") or (0.0, 100.0))
+            out[item] = round(lo + (hi - lo) * (x + 1) / 2, 2)
+        elif kind in ("single", "multiple"):
             # the options as listed (assumed ordered from against to for): the one at
             # the agent's position
-            options = [o.strip() for o in rest.split(":", 1)[-1].split(";") if o.strip()]
+            options = [str(o) for o in it.get("options") or ()]
             pick = options[round((x + 1) / 2 * (len(options) - 1))] if options else None
-            out[item] = pick if kind == "single choice" else [pick] if pick else []
+            out[item] = pick if kind == "single" else [pick] if pick else []
         else:
-            view = next(iter(views.values()), "I have not made up my mind.")
-            out[item] = _first_person(view)
+            first = next(iter(views.values()), None)
+            out[item] = f"{_view(first)}." if first else "I have not made up my mind."
     return out
-
-
-def _first_person(text: str) -> str:
-    for a, b in (("you are", "I am"), ("you're", "I'm"), ("your", "my"), ("you", "I")):
-        text = re.sub(rf"\b{a}\b", b, text, flags=re.IGNORECASE)
-    return text
 
 
 _NAME = re.compile(r"\b[A-Z][\w'’-]*(?:\s+(?:of|the|for)?\s*[A-Z][\w'’-]*)*")
@@ -312,12 +336,10 @@ _SIDES = (("oppos", "opposes"), ("reject", "opposes"), ("critici", "opposes"),
           ("propos", "proposes"), ("announc", "proposes"))
 
 
-def _record_facts(request: dict, rng: random.Random) -> dict:
-    """A `record_facts` call for the text of an extraction request: capitalised names as
-    entities, and per sentence naming two of them a fact between the first two (its
+def _record_facts(text: str, rng: random.Random) -> dict:
+    """A `record_facts` call for the text an extraction request reads: capitalised names
+    as entities, and per sentence naming two of them a fact between the first two (its
     predicate from the verb, else "related to"). Deterministic, like every reply."""
-    text = next((m.get("content") or "" for m in reversed(request.get("messages", []))
-                 if m.get("role") == "user"), "")
     skip = {"The", "A", "An", "I", "It", "This", "We", "They"}
     entities, facts = [], []
     for sentence in re.split(r"(?<=[.!?])\s+", text):
@@ -381,7 +403,7 @@ class LoopbackServer:
         """Status, JSON payload and extra headers for one request."""
         state = self.state
         if method == "GET" and path.rstrip("/").endswith("/models"):
-            return 200, {"object": "list", "data": [{"id": "shoal-loopback",
+            return 200, {"object": "list", "data": [{"id": LOOPBACK_MODEL,
                                                       "object": "model"}]}, {}
         if method == "GET" and path.startswith("/_shoal/requests"):
             with state.lock:
@@ -399,19 +421,29 @@ class LoopbackServer:
         if state.key and headers.get("authorization") != f"Bearer {state.key}":
             state.log({**refused, "fault": "401"})
             return 401, {"error": {"message": "invalid API key"}}, {}
-        if state.faults.reject_tools and b'"tools"' in body:
-            state.log({**refused, "fault": "400"})
-            return 400, {"error": {"message": "this model does not support tools"}}, {}
         try:
             request = orjson.loads(body)
         except orjson.JSONDecodeError:
             state.log({**refused, "fault": "400"})
             return 400, {"error": {"message": "request body is not JSON"}}, {}
+        if state.faults.reject_tools and "tools" in request:
+            state.log({**refused, "fault": "400"})
+            return 400, {"error": {"message": "this model does not support tools"}}, {}
+        if FIELD in request:  # the answer is drawn from the body as other servers see it
+            body = orjson.dumps(without_field(request))
+        elif state.hint_unmarked:
+            state.hint_unmarked = False
+            print(f"note: a request without the `{FIELD}` field: it is answered knowing "
+                  "nothing of the agent or its feed; have Shoal ask for the model "
+                  f"{LOOPBACK_MODEL} or set the provider's shoal_field: true (docs/llm.md)",
+                  file=sys.stderr, flush=True)
         return await self.complete(request, body, attempt)
 
     async def complete(self, request: dict, body: bytes, attempt: str
                        ) -> tuple[int, dict, dict]:
-        """A chat completion, or an injected fault."""
+        """A chat completion, or an injected fault. `body`: the request's bytes without
+        the `shoal` field (Shoal's client writes it last, after the bytes every other
+        server is sent), which the faults and the reply are drawn from."""
         state, f = self.state, self.state.faults
         # Faults and the delay are drawn per attempt (a retry can meet another fault); the
         # answer is a function of the body alone, whichever attempt or endpoint (with
@@ -695,6 +727,8 @@ def serve(args: argparse.Namespace) -> int:
     states = [LoopbackState(faults[i], args.seed, _record_path(args.record, i, n), key=key,
                             script=script, prefix_blocks=args.prefix_cache_blocks)
               for i in range(n)]
+    for state in states:
+        state.hint_unmarked = True
 
     async def main() -> None:
         servers, urls = [], []

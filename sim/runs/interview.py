@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -38,6 +39,7 @@ from shoal.core.faults import crash_point
 from shoal.engine.agent_context import context_for
 from shoal.llm.chat import Attempt, ChatReply, ChatRequest, chat_model, cost
 from shoal.llm.endpoints import Endpoints
+from shoal.llm.metadata import INTERVIEW, meta
 from shoal.memory.context import Assembled
 from shoal.memory.tokens import count
 from shoal.runs.simulation import world_at
@@ -226,12 +228,24 @@ def _agent_ids(world, agents: Selector | list[int]) -> list[int]:
     return list(dict.fromkeys(agents))
 
 
+def asked(agent: int, context: Assembled, kind: str = INTERVIEW, **fields: Any
+          ) -> dict[str, Any]:
+    """The `shoal` field of a question to `agent` in `context` (shoal.llm.metadata): who
+    is asked, in which round, and the beliefs its system text states; `fields` add what
+    the question is (a survey's items)."""
+    shown = context.meta
+    return meta(kind, agent=agent, round=shown.get("round"), name=shown.get("name"),
+                beliefs=shown.get("beliefs", []), **fields)
+
+
 def ask_all(providers: dict[int, ProviderConfig], contexts: dict[int, Assembled],
             question: str, seed: int, concurrency: int | None,
-            deadline_s: float | None, stop: Callable[[], bool] | None = None
+            deadline_s: float | None, stop: Callable[[], bool] | None = None,
+            about: Callable[[int, Assembled], dict[str, Any]] = asked
             ) -> dict[int, ChatReply]:
     """Every agent's reply; calls not answered by the deadline are `deadline` replies,
-    those cut short by `stop()` are `stopped` replies."""
+    those cut short by `stop()` are `stopped` replies. `about(agent, context)`: the
+    request's `shoal` field (default: an interview's)."""
     endpoints = Endpoints(seed)
 
     async def run_all() -> dict[int, ChatReply]:
@@ -242,7 +256,8 @@ def ask_all(providers: dict[int, ProviderConfig], contexts: dict[int, Assembled]
         attempts: dict[int, list[Attempt]] = {a: [] for a in providers}
         tasks = {a: asyncio.create_task(models[providers[a].name].chat(
             ChatRequest(messages=[{"role": "system", "content": contexts[a].system},
-                                  {"role": "user", "content": question}]), a, attempts[a]))
+                                  {"role": "user", "content": question}],
+                        meta=about(a, contexts[a])), a, attempts[a]))
             for a in providers}
         try:
             stopped = await _wait(set(tasks.values()), deadline_s, stop)

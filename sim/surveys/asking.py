@@ -17,14 +17,15 @@ from shoal.core.errors import InputError
 from shoal.core.faults import crash_point
 from shoal.engine.agent_context import context_for
 from shoal.llm.chat import strip_reasoning
-from shoal.runs.interview import answer_of, ask_all, provider_for
+from shoal.llm.metadata import SURVEY
+from shoal.runs.interview import answer_of, ask_all, asked, provider_for
 from shoal.runs.simulation import world_at
 from shoal.store.lineage import being_written, read_table
 from shoal.store.run_dir import open_run_dir
 from shoal.store.traces import AnalysisStore
 from shoal.surveys.config import Item, Survey
 
-MARK = "Shoal survey"  # the loopback server answers questionnaires that carry it
+MARK = "Shoal survey"
 
 
 @dataclass
@@ -55,6 +56,15 @@ def questionnaire(survey: Survey, labels: dict[str, str]) -> str:
             how = "free text, one or two sentences"
         lines.append(f"- {it.id} ({how}): {it.text}")
     return "\n".join(lines)
+
+
+def items_data(survey: Survey, labels: dict[str, str]) -> list[dict]:
+    """The questionnaire's items as data, as `questionnaire` words them (the requests'
+    `shoal` field): id, kind, the topic's label (`about`), a Likert item's points and
+    direction, a numeric item's range, a choice item's options."""
+    return [{"id": it.id, "kind": it.kind, "about": labels[it.topic] if it.topic else None,
+             "points": it.points, "reverse": it.reverse, "range": list(it.range),
+             "options": [o.label for o in it.options]} for it in survey.items]
 
 
 def parse_answers(text: str, survey: Survey) -> dict[str, object] | None:
@@ -157,8 +167,10 @@ def _ask(world, survey: Survey, wave: int, round_: int, ids: list[int], base_url
     world.memory.boundary(round_ + 1)
     contexts = {a: context_for(world, a, round_ + 1).assembled for a in ids}
     world.memory.close()
+    items = items_data(survey, labels)
     replies = ask_all(chosen, contexts, questionnaire(survey, labels), world.cfg.seed,
-                      concurrency, None)
+                      concurrency, None,
+                      about=lambda a, context: asked(a, context, SURVEY, items=items))
     rows = []
     for a in ids:
         text, status, _ = answer_of(replies[a])

@@ -44,6 +44,7 @@ def test_every_rule_has_a_model_config() -> None:
     assert {p.stem for p in MODELS.glob("*.yaml")} == set(BELIEF_RULES.names())
 
 
+@pytest.mark.slow
 def test_deffuant_config_splits_into_two_clusters_via_the_console_script(tmp_path) -> None:
     """`shoal run configs/models/deffuant.yaml` (d = 0.2 on [0, 1]): by the last round,
     ⌊1/(2d)⌋ = 2 major clusters (≥ 5 % of agents each, gaps > 0.02), one on each side."""
