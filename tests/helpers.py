@@ -6,6 +6,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
@@ -99,3 +101,21 @@ def kill_then_resume(config: Path, out: Path, fault: str) -> Path:
     assert resumed.returncode == 0, resumed.stderr
     return run_dir
 
+
+@contextmanager
+def small_disk(folder: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` (e.g. "3m") mounted at `folder`/disk, to fill up: needs root, so
+    the test is skipped without it; unmounted afterwards (lazily if still held)."""
+    import pytest
+
+    mount = folder / "disk"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                           str(mount)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs to fill (needs root): {made.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mount)], capture_output=True)

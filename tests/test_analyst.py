@@ -38,6 +38,9 @@ from tests.helpers import (
     run_config,
     tables_differ,
 )
+from tests.helpers import (
+    small_disk as mounted,
+)
 
 
 @pytest.fixture(scope="module")
@@ -479,17 +482,8 @@ def test_interview_selector_beyond_the_population_is_refused_before_expanding(he
 @pytest.fixture
 def small_disk(tmp_path):
     """A 16 MB tmpfs (needs root; skipped otherwise), unmounted afterwards."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs to fill (needs root): {made.stderr.strip()}")
-    try:
+    with mounted(tmp_path, "16m") as mount:
         yield mount
-    finally:
-        if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
 @pytest.mark.slow

@@ -26,34 +26,18 @@ from shoal.testing import (
 load_plugins()
 
 
-@pytest.mark.parametrize("name", BELIEF_RULES.names())
+# every registered part of every family, with the kit's check for its family
+PARTS = [(check, name) for registry, check in (
+    (BELIEF_RULES, check_belief_rule), (RECOMMENDERS, check_recommender),
+    (POLICIES, check_policy), (PLATFORMS, check_platform),
+    (INTERVENTIONS, check_intervention)) for name in registry.names()]
+
+
 @pytest.mark.slow
-def test_belief_rule(name, tmp_path):
-    check_belief_rule(name, tmp_path)
-
-
-@pytest.mark.parametrize("name", RECOMMENDERS.names())
-@pytest.mark.slow
-def test_recommender(name, tmp_path):
-    check_recommender(name, tmp_path)
-
-
-@pytest.mark.parametrize("name", POLICIES.names())
-@pytest.mark.slow
-def test_policy(name, tmp_path):
-    check_policy(name, tmp_path)
-
-
-@pytest.mark.parametrize("name", PLATFORMS.names())
-@pytest.mark.slow
-def test_platform(name, tmp_path):
-    check_platform(name, tmp_path)
-
-
-@pytest.mark.parametrize("kind", INTERVENTIONS.names())
-@pytest.mark.slow
-def test_intervention_kind(kind, tmp_path):
-    check_intervention(kind, tmp_path)
+@pytest.mark.parametrize("check, name", PARTS,
+                         ids=[f"{c.__name__.removeprefix('check_')}-{n}" for c, n in PARTS])
+def test_every_part_passes_the_kit(check, name, tmp_path):
+    check(name, tmp_path)
 
 
 def test_the_kit_catches_a_recommender_that_forgets_its_state(tmp_path, monkeypatch):

@@ -35,6 +35,9 @@ from tests.helpers import (
     run_config,
     tables_differ,
 )
+from tests.helpers import (
+    small_disk as mounted,
+)
 
 # What a hit changes in its row: the cache says so, it cost nothing and saved the price.
 CACHE_ACCOUNTING = ["cache", "cost_usd", "saved_usd"]
@@ -393,17 +396,8 @@ def test_cache_entries_without_a_checksum_are_refused_until_stamped(reference, t
 @pytest.fixture
 def tiny_disk(tmp_path):
     """A 8 kB tmpfs (needs root; skipped otherwise), unmounted afterwards."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs to fill (needs root): {made.stderr.strip()}")
-    try:
+    with mounted(tmp_path, "8k") as mount:
         yield mount
-    finally:
-        if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ import pytest
 from shoal.cli.main import main
 from shoal.store.run_dir import RunDir
 from tests.conftest import write_config
+from tests.helpers import small_disk as mounted
 from tests.helpers import tables_differ
 
 ROUNDS = 12
@@ -32,17 +33,8 @@ def small_config(tmp_path, quickstart_dict) -> Path:
 @pytest.fixture
 def small_disk(tmp_path):
     """A 3 MB tmpfs (needs root; skipped otherwise), unmounted afterwards."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs to fill (needs root): {made.stderr.strip()}")
-    try:
+    with mounted(tmp_path, "3m") as mount:
         yield mount
-    finally:
-        if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(mount)], capture_output=True)  # still held
 
 
 def test_full_disk_stops_then_resume_gives_identical_tables(tmp_path, small_config,
