@@ -90,11 +90,9 @@ def _plain(df: pd.DataFrame, table: str) -> pd.DataFrame:
     return df
 
 
-class Run(ForkInfo):
-    """One run's trajectory as DataFrames (see the module docstring): a run directory, a
-    run id under runs/, or a `Simulation` (one held in memory is read from its in-memory
-    database). Every table declared as a frame is a property of its name (generated
-    below from the declarations: `run.beliefs` is `run.table("beliefs")`)."""
+class Frames:
+    """The frames `Run` and `Runs` generate from the table declarations (set below; named
+    here for readers and type checkers)."""
 
     agents: pd.DataFrame
     actions: pd.DataFrame
@@ -106,6 +104,13 @@ class Run(ForkInfo):
     context: pd.DataFrame
     interventions: pd.DataFrame
     llm_calls: pd.DataFrame
+
+
+class Run(ForkInfo, Frames):
+    """One run's trajectory as DataFrames (see the module docstring): a run directory, a
+    run id under runs/, or a `Simulation` (one held in memory is read from its in-memory
+    database). Every table declared as a frame is a property of its name (generated
+    below from the declarations: `run.beliefs` is `run.table("beliefs")`)."""
 
     def __init__(self, path: str | Path | RunDir | LiveRun | Any):
         reader = getattr(path, "reader", None)
@@ -522,7 +527,7 @@ def _as_list(value: Any) -> list[Any]:
     return list(value)
 
 
-class Runs:
+class Runs(Frames):
     """Several runs read together: every frame is the runs' frames concatenated, with a
     `run` column first (the run's label: its id unless labels were given). Metrics compute
     per run. Index by position or label to get one `Run`."""
@@ -530,17 +535,7 @@ class Runs:
     # Generated below from FRAMES and METRICS: each frame property concatenates the runs'
     # frames; each metric method concatenates the runs' results.
     rounds: pd.DataFrame
-    agents: pd.DataFrame
     posts: pd.DataFrame
-    actions: pd.DataFrame
-    exposures: pd.DataFrame
-    beliefs: pd.DataFrame
-    trust: pd.DataFrame
-    follows: pd.DataFrame
-    memory: pd.DataFrame
-    context: pd.DataFrame
-    interventions: pd.DataFrame
-    llm_calls: pd.DataFrame
     belief_stats: Callable[..., pd.DataFrame]
     polarization: Callable[..., pd.DataFrame]
     group_distance: Callable[..., pd.DataFrame]

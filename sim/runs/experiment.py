@@ -63,7 +63,7 @@ from shoal.core.faults import crash_point
 from shoal.core.files import replacing
 from shoal.runs.fork_plan import ForkPlan, Schedule, fork_config
 from shoal.runs.sweep import write_json
-from shoal.runs.task_pool import Outcome, TaskPool
+from shoal.runs.task_pool import Outcome, TaskPool, failure
 
 # Fields no arm may change, and why: they are the experiment's to set.
 _RESERVED = {
@@ -267,12 +267,8 @@ def run_unit(task: dict) -> dict:
                 frame = unit_metrics(sim.reader(), task["metrics"])
             with replacing(folder / UNIT_METRICS_FILE) as tmp:
                 frame.to_parquet(tmp, index=False)
-    except InputError as exc:
-        return {"status": "failed", "error": str(exc), "input_error": True,
-                "seconds": time.perf_counter() - start}
     except Exception as exc:  # recorded in experiment.json; the driver reports it
-        return {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
-                "seconds": time.perf_counter() - start}
+        return failure(exc, start)
     return {"status": "finished", "run": f"{folder.name}/{sim.dir.run_id}",
             "seconds": time.perf_counter() - start}
 

@@ -55,7 +55,7 @@ from shoal.analysis.sweeps import (
 from shoal.config import Config, load_config, parse_config, resolved_dict
 from shoal.core.errors import InputError
 from shoal.core.files import write_text
-from shoal.runs.task_pool import Outcome, TaskPool
+from shoal.runs.task_pool import Outcome, TaskPool, failure
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z0-9_\-]+)*$")
 # Not parameters of a member: the seed is the ensemble axis, the rest shape the layout.
@@ -203,12 +203,8 @@ def run_member(config: dict) -> dict:
         with Simulation.create(parse_config(config)) as run:
             run.run()
         metrics = member_metrics(run.dir.root)
-    except InputError as exc:
-        return {"status": "failed", "error": str(exc), "input_error": True,
-                "seconds": time.perf_counter() - start}
     except Exception as exc:  # recorded in sweep.json; the driver reports it
-        return {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
-                "seconds": time.perf_counter() - start}
+        return failure(exc, start)
     return {"status": "finished", "run": run.dir.run_id, "seconds": time.perf_counter() - start,
             "rounds": run.world.round, "metrics": metrics}
 

@@ -9,10 +9,12 @@ the caller decides what a failure means. Ctrl-C cancels what is running.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from shoal.core.errors import InputError
 from shoal.engine.executors import ensure_ray
 
 
@@ -81,6 +83,14 @@ class TaskPool:
                 return
             (ref,), _ = ray.wait(list(self._pending), num_returns=1)
             done(self._pending.pop(ref), outcome(ref))
+
+
+def failure(exc: Exception, started: float) -> dict[str, Any]:
+    """A run task's own record of why it failed (an InputError: the user's to fix), as
+    sweeps and experiments keep it; `started`: its `time.perf_counter()` at the start."""
+    shown = str(exc) if isinstance(exc, InputError) else f"{type(exc).__name__}: {exc}"
+    return {"status": "failed", "error": shown, "input_error": isinstance(exc, InputError),
+            "seconds": time.perf_counter() - started}
 
 
 def outcome(ref: Any) -> Outcome:

@@ -52,6 +52,16 @@ def _round_name(r: int) -> str:
     return f"round-{r:06d}"
 
 
+def retained(rounds: list[int], every: int, keep_last: int | None) -> set[int]:
+    """The checkpointed `rounds` (ascending) whose states are kept: round 0, the latest, and
+    the multiples of `every` (only the last `keep_last` of those, if set)."""
+    if not rounds:
+        return set()
+    wanted = [r for r in rounds if r % every == 0 and r != 0]
+    if keep_last is not None:
+        wanted = wanted[-keep_last:]
+    return {0, rounds[-1], *wanted}
+
 class CheckpointError(Exception):
     """A checkpoint that cannot be read (missing, damaged or inconsistent files)."""
 
@@ -196,12 +206,7 @@ class CheckpointStore:
         """Drop state folders not retained: keep round 0, the latest, and the rounds that
         are multiples of `every` (only the last `keep_last` of those, if set)."""
         rounds = self.available()
-        if not rounds:
-            return
-        wanted = [r for r in rounds if r % every == 0 and r != 0]
-        if keep_last is not None:
-            wanted = wanted[-keep_last:]
-        keep = {0, rounds[-1], *wanted}
+        keep = retained(rounds, every, keep_last)
         for r in rounds:
             if r not in keep:
                 shutil.rmtree(self.state_dir / _round_name(r), ignore_errors=True)
@@ -417,12 +422,7 @@ class MemoryCheckpoints:
     def prune(self, every: int, keep_last: int | None) -> None:
         """Forget states not retained (the rule of `CheckpointStore.prune`)."""
         rounds = self.available()
-        if not rounds:
-            return
-        wanted = [r for r in rounds if r % every == 0 and r != 0]
-        if keep_last is not None:
-            wanted = wanted[-keep_last:]
-        for r in set(rounds) - {0, rounds[-1], *wanted}:
+        for r in set(rounds) - retained(rounds, every, keep_last):
             del self.states[r]
 
     def available(self) -> list[int]:
