@@ -1,7 +1,9 @@
 """Throughput of this checkout against another checkout of Shoal, in the same run.
 
-Each version runs the same configs through its own CLI (`python -m shoal.cli run`) in a
-subprocess with its source tree first on `PYTHONPATH`, alternating versions so that both
+Each version runs the same configs through its own CLI in a subprocess with its own source
+first on `PYTHONPATH` (a checkout from before the `shoal` namespace: its tree and `python -m
+sim.cli`; one after it: a tree of links named as the installed package, and `python -m
+shoal.cli`), alternating versions so that both
 see the same machine load; the figure is the rate of the rounds after the first
 (agent-steps per second from the `rounds` table's commit times, so start-up, round 0 and
 the first round's warm-up are outside it). Medians over `--repeat` pairs; the ratio is
@@ -33,15 +35,31 @@ CASES = {  # name: (config, overrides)
 }
 
 
+def entry(tree: Path, links: Path) -> tuple[str, Path]:
+    """The CLI module of the checkout at `tree` and the folder to put first on the path."""
+    if "shoal.agents" not in (tree / "pyproject.toml").read_text():
+        return "sim.cli", tree  # (before the namespace: the folders are the packages)
+    package = links / "shoal"
+    if not package.exists():  # the installed layout, as links into the checkout
+        package.mkdir(parents=True)
+        for item in (tree / "sim").iterdir():
+            (package / item.name).symlink_to(item)
+        for folder in ("agents", "memory", "beliefs"):
+            (package / folder).symlink_to(tree / folder)
+    return "shoal.cli", links
+
+
 def rate(tree: Path, config: Path, overrides: list[str]) -> float:
     """Agent-steps per second of rounds 2..R of one run by the checkout at `tree`."""
     with tempfile.TemporaryDirectory(prefix="shoal-bench-") as out:
         sets = [a for o in overrides for a in ("--set", o)]
-        env = {**os.environ, "PYTHONPATH": str(tree)}
-        subprocess.run([sys.executable, "-m", "shoal.cli", "run", str(config), *sets,
-                        "--executor", "local", "--out", out, "--quiet"], cwd=tree, env=env,
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        (run,) = Path(out).iterdir()
+        module, path = entry(tree, Path(out) / "links")
+        env = {**os.environ, "PYTHONPATH": str(path)}
+        subprocess.run([sys.executable, "-m", module, "run", str(config), *sets,
+                        "--executor", "local", "--out", str(Path(out) / "runs"), "--quiet"],
+                       cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        (run,) = (Path(out) / "runs").iterdir()
         con = duckdb.connect(str(run / "trajectory.duckdb"), read_only=True)
         try:
             n = con.execute("SELECT count(*) FROM agents").fetchone()[0]
