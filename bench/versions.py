@@ -35,6 +35,10 @@ CASES = {  # name: (config, overrides)
 }
 
 
+# the folders installed as sub-packages of `shoal` (pyproject.toml's package-dir)
+SUBPACKAGES = {"agents": "agents", "memory": "memory", "beliefs": "beliefs"}
+
+
 def entry(tree: Path, links: Path) -> tuple[str, Path]:
     """The CLI module of the checkout at `tree` and the folder to put first on the path."""
     if "shoal.agents" not in (tree / "pyproject.toml").read_text():
@@ -44,8 +48,8 @@ def entry(tree: Path, links: Path) -> tuple[str, Path]:
         package.mkdir(parents=True)
         for item in (tree / "sim").iterdir():
             (package / item.name).symlink_to(item)
-        for folder in ("agents", "memory", "beliefs"):
-            (package / folder).symlink_to(tree / folder)
+        for folder, name in SUBPACKAGES.items():
+            (package / name).symlink_to(tree / folder)
     return "shoal.cli", links
 
 
