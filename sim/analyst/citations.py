@@ -25,6 +25,7 @@ post's text; "…" may stand for left-out words) are supported by it. Verdicts:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -144,16 +145,21 @@ def _quoted(text: str, evidence: list[dict]) -> str:
     return "".join(kept) + text[at:]
 
 
-def _strings(obj: Any) -> Iterator[str]:
-    """Every string inside a JSON value."""
-    if isinstance(obj, str):
-        yield obj
-    elif isinstance(obj, dict):
+def _leaves(obj: Any) -> Iterator[Any]:
+    """Every value inside a JSON value that is not a list or an object."""
+    if isinstance(obj, dict):
         for v in obj.values():
-            yield from _strings(v)
+            yield from _leaves(v)
     elif isinstance(obj, list | tuple):
         for v in obj:
-            yield from _strings(v)
+            yield from _leaves(v)
+    else:
+        yield obj
+
+
+def _strings(obj: Any) -> Iterator[str]:
+    """Every string inside a JSON value."""
+    return (v for v in _leaves(obj) if isinstance(v, str))
 
 
 def parse_claim(sentence: str) -> Claim:
@@ -202,23 +208,16 @@ def supports(value: float, decimals: int, percent: bool, evidence: list[float]) 
 
 
 def numeric_values(obj: Any) -> Iterator[float]:
-    """Every number inside a JSON value (booleans excluded)."""
-    if isinstance(obj, bool) or obj is None:
-        return
-    if isinstance(obj, int | float):
-        if not (isinstance(obj, float) and math.isnan(obj)):
-            yield float(obj)
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from numeric_values(v)
-    elif isinstance(obj, list | tuple):
-        for v in obj:
-            yield from numeric_values(v)
-    elif isinstance(obj, str):
-        try:
-            yield float(obj)
-        except ValueError:
-            return
+    """Every number inside a JSON value (booleans excluded; numeric strings included)."""
+    for v in _leaves(obj):
+        if isinstance(v, bool) or v is None:
+            continue
+        if isinstance(v, int | float):
+            if not (isinstance(v, float) and math.isnan(v)):
+                yield float(v)
+        elif isinstance(v, str):
+            with contextlib.suppress(ValueError):
+                yield float(v)
 
 
 # A resolver: the evidence of a citation ({"columns", "rows", ...}), or None if it does
