@@ -96,10 +96,6 @@ def stream(name: str) -> int:
     return number
 
 
-def claimed_streams() -> dict[str, int]:
-    """The named streams claimed in this process, by name."""
-    return {name: number for number, name in sorted(_CLAIMED.items())}
-
 
 class CounterRNG:
     """Keyed draws: `uniform(round, purpose, agents, n)` is the same for an agent wherever

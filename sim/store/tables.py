@@ -153,10 +153,6 @@ class TableRegistry:
     def __contains__(self, name: str) -> bool:
         return name in self._specs
 
-    def owned_by(self, owner: str) -> list[TableSpec]:
-        """The tables a component writes."""
-        return [s for s in self if s.owner == owner]
-
     def with_run(self) -> list[TableSpec]:
         """Every table a trajectory file is created with, once every part that may
         declare one (Shoal's own and the installed plug-ins) is loaded."""
