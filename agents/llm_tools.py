@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shoal.core.language import DEFAULT, templates
 from shoal.core.vocabulary import ACTION_NAMES, ActionType
 from shoal.llm.chat import strip_reasoning
 from shoal.platforms.spec import spec
@@ -47,25 +48,25 @@ TRADES = {"buy", "sell"}
 WRITES = {"post", "quote", "reply", "comment"}
 
 
-def _params(name: str, topics: list[str]) -> dict:
+def _params(name: str, topics: list[str], language: str = DEFAULT) -> dict:
     _, required, _ = ACTIONS[name]
+    words = templates(language)  # the descriptions' language (the schema is the same)
     props: dict = {}
     if "post_id" in required:
-        props["post_id"] = _POST_ARG
+        props["post_id"] = {**_POST_ARG, "description": words("tools.post_id")}
     if "text" in required:
-        props["text"] = _TEXT_ARG
+        props["text"] = {**_TEXT_ARG, "description": words("tools.text")}
         props["stance"] = {
-            "type": "object", "description": "optional: your position on each topic this "
-            "post takes a side on, from -1 (strongly against) to 1 (strongly for)",
+            "type": "object", "description": words("tools.stance"),
             "properties": {t: {"type": "number", "minimum": -1, "maximum": 1} for t in topics},
             "additionalProperties": False}
     if "username" in required:
-        props["username"] = _USER_ARG
+        props["username"] = {**_USER_ARG, "description": words("tools.username")}
     if name in TRADES:
-        props["market"] = {"type": "string", "description": "the market's id, as in [id]"}
-        props["outcome"] = {"type": "string", "description": "the outcome's name"}
+        props["market"] = {"type": "string", "description": words("tools.market")}
+        props["outcome"] = {"type": "string", "description": words("tools.outcome")}
         props["amount"] = {"type": "number", "exclusiveMinimum": 0,
-                           "description": "cash to spend (buy) or shares to sell (sell)"}
+                           "description": words("tools.amount")}
     if name == "do_nothing":
         props["reason"] = {"type": "string"}
     return {"type": "object", "properties": props, "required": required}
@@ -76,26 +77,24 @@ def platform_actions(platform: str) -> list[str]:
     return [ACTION_NAMES[a] for a in spec(platform).actions]
 
 
-def tools(platform: str, topics: list[str]) -> list[dict]:
-    """OpenAI-style tool definitions for the platform's actions."""
-    return [{"type": "function", "function": {"name": name, "description": ACTIONS[name][2],
-                                              "parameters": _params(name, topics)}}
+def tools(platform: str, topics: list[str], language: str = DEFAULT) -> list[dict]:
+    """OpenAI-style tool definitions for the platform's actions, described in `language`
+    (names and arguments are the same in every language)."""
+    words = templates(language)
+    return [{"type": "function", "function": {
+        "name": name, "description": words.get(f"tools.actions.{name}", ACTIONS[name][2]),
+        "parameters": _params(name, topics, language)}}
             for name in platform_actions(platform)]
 
 
-def json_instructions(platform: str, topics: list[str]) -> str:
-    """The instruction for models without tool calling: answer with one JSON object."""
+def json_instructions(platform: str, topics: list[str], language: str = DEFAULT) -> str:
+    """The instruction for models without tool calling: answer with one JSON object (in
+    `language`; the JSON's field names and action names are the same in every language)."""
+    words = templates(language)
     names = ", ".join(platform_actions(platform))
     if TRADES & set(platform_actions(platform)):
-        return ("Answer with exactly one JSON object and nothing else, with an \"action\" "
-                f"field (one of: {names}) and, to trade, \"market\" (its id), \"outcome\" "
-                "and \"amount\" (cash to spend when buying, shares when selling). "
-                'Example: {"action": "buy", "market": "m1", "outcome": "yes", "amount": 10}')
-    return ("Answer with exactly one JSON object and nothing else, with an \"action\" field "
-            f"(one of: {names}) and its arguments: \"post_id\" (a number from your feed), "
-            "\"text\" (for writing), \"username\" (for follow/unfollow), optionally "
-            f"\"stance\" (an object mapping {', '.join(topics)} to a number from -1 to 1). "
-            'Example: {"action": "reply", "post_id": 12, "text": "I disagree."}')
+        return words("tools.json_trades", names=names)
+    return words("tools.json", names=names, topics=", ".join(topics))
 
 
 @dataclass

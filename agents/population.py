@@ -2,7 +2,8 @@
 
 A population is either generated from a size (seeded) or read from a profile file
 (`agents.profiles`). Traits that drive the engine are numpy arrays indexed by agent id;
-persona text stays as Python lists for prompts and the agents table.
+persona text stays as Python lists for prompts and the agents table. Each agent has a
+language (a BCP 47 tag, shoal.core.language): the one its fixed texts are in.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pandas as pd
 import pyarrow as pa
 
 from shoal.config import Config
+from shoal.core.language import DEFAULT, templates
 from shoal.core.state import State
 
 _MBTI = [a + b + c + d for a in "EI" for b in "SN" for c in "TF" for d in "JP"]
@@ -67,12 +69,20 @@ class Population:
     hourly: np.ndarray | None = None  # optional per-agent [N, 24] activity multipliers
     stance_hint: np.ndarray | None = None  # optional [N, T] positions from profiles (nan: none)
     extra: dict[str, list] = field(default_factory=dict)
+    # Per agent, its language's BCP 47 tag; None: everyone speaks the default (English),
+    # so an English population's checkpoints are what they were before languages.
+    language: list[str] | None = None
     _taken: int = field(default=0, init=False, repr=False, compare=False)  # agents logged
 
     @property
     def size(self) -> int:
         """Number of agents."""
         return len(self.name)
+
+    def language_of(self, agent: int) -> str:
+        """The BCP 47 tag of `agent`'s language."""
+        langs = self.language
+        return langs[agent] if langs is not None and agent < len(langs) else DEFAULT
 
     def group_mask(self, names: list[str]) -> np.ndarray:
         """Boolean mask of agents in any of the named groups."""
@@ -119,6 +129,8 @@ class Population:
             cols["following"] = pa.array(self.following, type=pa.list_(pa.int64()))
         for key, values in self.extra.items():
             cols[f"extra.{key}"] = [json.dumps(v, default=str) for v in values]
+        if self.language is not None:
+            cols["language"] = pa.array(self.language, pa.string())
         meta = {"group_names": json.dumps(self.group_names)}
         return pa.table(cols).replace_schema_metadata(meta)
 
@@ -133,6 +145,7 @@ class Population:
         for name in cls._MATRICES:
             kwargs[name] = (np.asarray(data[name], dtype=np.float64) if name in data else None)
         kwargs["following"] = data.get("following")
+        kwargs["language"] = data.get("language")
         kwargs["extra"] = {k.removeprefix("extra."): [json.loads(v) for v in vals]
                            for k, vals in data.items() if k.startswith("extra.")}
         meta = table.schema.metadata or {}
@@ -154,6 +167,10 @@ class Population:
                 self.group = np.concatenate([self.group, other_group])
             elif name in ("group_names", "extra"):
                 continue
+            elif name == "language":
+                if mine is not None or theirs is not None:
+                    self.language = ((mine or [DEFAULT] * (self.size - other.size))
+                                     + (theirs or [DEFAULT] * other.size))
             elif isinstance(mine, list):
                 setattr(self, name, mine + list(theirs if theirs is not None
                                                  else [[] for _ in range(other.size)]))
@@ -210,7 +227,10 @@ class Population:
 def generate_population(cfg: Config, rng: np.random.Generator, first_id: int = 0
                         ) -> Population:
     """Generate `population.size` personas, seeded, with groups by fraction. `first_id` is
-    the agent id of the first one (usernames carry the id, so they stay unique)."""
+    the agent id of the first one (usernames carry the id, so they stay unique). Each
+    agent speaks its group's `language`, else `population.language`; its bio and persona
+    are written in it (names stay as drawn; the agents table keeps the English
+    profession and country)."""
     n = cfg.population.size
     assert n is not None
     topics = cfg.topics
@@ -240,25 +260,56 @@ def generate_population(cfg: Config, rng: np.random.Generator, first_id: int = 0
         group[order[start:start + count]] = g
         start += count
     group_names = [g.name for g in cfg.population.groups]
+    # the language of each group's agents, and [-1] of those in none
+    tags = [g.language or cfg.population.language for g in cfg.population.groups]
+    tags.append(cfg.population.language)
 
     bios, personas = [], []
     labels = [t.label for t in topics]
-    crowd = [f" Part of the {name} crowd." for name in group_names] + [""]  # [-1]: none
     # Plain Python values (one argmax for all rows, not one call per agent): at a million
     # agents the per-row numpy calls took most of this function's time.
     tops, groups = interests.argmax(axis=1).tolist(), group.tolist()
     ages_, tempers = ages.tolist(), temper.tolist()
-    for i in range(n):
-        top = labels[tops[i]]
-        g = crowd[groups[i]]
-        bios.append(f"{profession[i].capitalize()} in {country[i]}. Talks about {top}.{g}")
-        personas.append(
-            f"{names[i]} is a {ages_[i]}-year-old {profession[i]} from {country[i]} "
-            f"({mbti[i]}) who {_TEMPERAMENTS[tempers[i]]}. Cares most about {top}."
-        )
+    columns = (names, profession, country, mbti, ages_, tempers, [labels[k] for k in tops],
+               groups)
+    if len(set(tags)) == 1:  # one language (the usual case): every row at once
+        bios, personas = _persona_texts(tags[0], group_names, *columns)
+    else:
+        bios, personas = [""] * n, [""] * n
+        for tag in dict.fromkeys(tags):
+            rows = [i for i in range(n) if tags[groups[i]] == tag]
+            texts = _persona_texts(tag, group_names, *([c[i] for i in rows] for c in columns))
+            for i, b, p in zip(rows, *texts, strict=True):
+                bios[i], personas[i] = b, p
     return Population(
         name=names, username=usernames, bio=bios, persona=personas, group=group,
         group_names=group_names, activity=activity, interests=interests, age=ages,
         gender=genders, mbti=mbti, country=country, profession=profession,
         source_id=[str(first_id + i) for i in range(n)],
+        language=None if all(t == DEFAULT for t in tags) else [tags[g] for g in groups],
     )
+
+
+def _persona_texts(language: str, group_names: list[str], names: list[str],
+                   professions: list[str], countries: list[str], mbti: list[str],
+                   ages: list[int], tempers: list[int], tops: list[str], groups: list[int]
+                   ) -> tuple[list[str], list[str]]:
+    """Bios and personas of generated agents in `language` (the `persona.*` templates;
+    professions and countries are the engine's English values, looked up in the
+    language's lists)."""
+    t = templates(language)
+    profession_words = dict(zip(_PROFESSIONS, t.items("persona.professions"), strict=True))
+    country_words = dict(zip(_COUNTRIES, t.items("persona.countries"), strict=True))
+    temperaments = t.items("persona.temperaments")
+    crowd = [t("persona.crowd", group=name) for name in group_names] + [""]  # [-1]: none
+    bio_text, persona_text = t.text("persona.bio"), t.text("persona.text")
+    bios, personas = [], []
+    for i in range(len(names)):
+        job, where = profession_words[professions[i]], country_words[countries[i]]
+        # (the first letter up, not str.capitalize: "Pensionierter Ingenieur" stays so)
+        bios.append(bio_text.format(profession=job[:1].upper() + job[1:], country=where,
+                                    topic=tops[i], group=crowd[groups[i]]))
+        personas.append(persona_text.format(
+            name=names[i], age=ages[i], profession=job, country=where, mbti=mbti[i],
+            temperament=temperaments[tempers[i]], topic=tops[i]))
+    return bios, personas

@@ -8,7 +8,8 @@ Three formats (`population.format`):
 - `reddit_json`: OASIS / MiroFish `reddit_profiles.json` (a list of objects with `realname` or
   `name`, `username`, `bio`, `persona`, `age`, `gender`, `mbti`, `country`, `profession`,
   `interested_topics`, `karma`, `user_id`).
-- `shoal`: our own records as CSV, JSON or YAML (fields in `_SHOAL_FIELDS`).
+- `shoal`: our own records as CSV, JSON or YAML (fields in `_SHOAL_FIELDS`; `language`, a
+  BCP 47 tag, sets the agent's own language over `population.language`).
 
 `auto` picks one by extension and content. Agent ids are the row order; the file's own id is
 kept as `source_id`. Usernames are made unique rather than refused, and every change is
@@ -40,6 +41,8 @@ import yaml
 from shoal.agents.population import Population
 from shoal.config import Config, TopicSpec
 from shoal.core.errors import InputError
+from shoal.core.language import DEFAULT
+from shoal.core.language import check as check_language
 
 # MiroShark BeliefState.from_profile; unlike MiroShark, an unknown label is an error, not 0.
 STANCE_LABELS: dict[str, float] = {
@@ -55,10 +58,10 @@ SENTIMENT_WEIGHT = 0.2  # MiroShark: position = base + 0.2 * sentiment_bias
 _SHOAL_FIELDS = (
     "name", "username", "bio", "persona", "group", "activity", "age", "gender", "mbti",
     "country", "profession", "interests", "stance", "stances", "sentiment_bias", "following",
-    "user_id", "facts",
+    "user_id", "facts", "language",
 )
 _SHOAL_ONLY = {"group", "activity", "interests", "stance", "stances", "sentiment_bias",
-               "following"}
+               "following", "language"}
 _REDDIT_ONLY = {"realname", "interested_topics", "karma"}
 # Fields each OASIS format reads; any other field is kept as extra data, not dropped.
 _TWITTER_READ = {"user_id", "name", "username", "user_char", "description",
@@ -436,6 +439,7 @@ class _Profile:
     source_id: str | None = None
     hourly: np.ndarray | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    language: str | None = None  # a BCP 47 tag (None: the population's)
 
 
 def _id_text(item: _Item, key: str, value: Any) -> str:
@@ -621,7 +625,19 @@ def _shoal_profile(item: _Item, topics: _Topics) -> _Profile:
         p.following = [_id_text(item, "following", r) for r in refs]
     if "facts" in item.data:  # the graph facts a persona was built from (`shoal init`)
         p.extra["facts"] = item.seq("facts")
+    p.language = _language(item)
     return p
+
+
+def _language(item: _Item, key: str = "language") -> str | None:
+    """The profile's own language (a BCP 47 tag with templates), or None."""
+    value = item.text(key)
+    if value is None:
+        return None
+    try:
+        return check_language(value)
+    except ValueError as exc:
+        raise item.fail(key, str(exc)) from None
 
 
 _PARSERS = {"twitter_csv": _twitter_profile, "reddit_json": _reddit_profile,
@@ -774,6 +790,7 @@ def _assemble(profiles: list[_Profile], fmt: str, cfg: Config,
 
     # A format/file without following data gives None (graph kind `profiles` needs it).
     has_following = fmt in _FOLLOW_KEY and any(_FOLLOW_KEY[fmt] in p.item.data for p in profiles)
+    languages = [p.language or cfg.population.language for p in profiles]
     extra_keys = list(dict.fromkeys(k for p in profiles for k in p.extra))
     return Population(
         name=[p.name for p in profiles], username=names.names,
@@ -785,6 +802,7 @@ def _assemble(profiles: list[_Profile], fmt: str, cfg: Config,
         source_id=ids,
         following=_following(profiles, fmt, ids) if has_following else None,
         hourly=hourly, stance_hint=stance_hint,
+        language=None if all(t == DEFAULT for t in languages) else languages,
         extra={**{k: [p.extra.get(k) for p in profiles] for k in extra_keys},
                **({"original_username": names.original, "username_fix": names.fix}
                   if any(names.fix) else {})},

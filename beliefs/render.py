@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from shoal.beliefs.trust import TrustStore
+from shoal.core.language import DEFAULT, templates
 
 # (lower bound, verb): a position >= bound takes the verb; the first match wins.
 STANCE_BINS = (
@@ -44,15 +45,25 @@ def confidence_label(confidence: float) -> str:
     return CONFIDENCE_LABELS[-1][1]
 
 
-def stance_lines(labels: list[str], position: np.ndarray, confidence: np.ndarray) -> list[str]:
-    """One sentence per topic, e.g. 'On the carbon tax: you support it; you are fairly
-    confident.'"""
-    out = []
-    for label, x, c in zip(labels, position, confidence, strict=True):
-        verb = stance_verb(float(x))
-        stance = "you are undecided" if verb.startswith("am ") else f"you {verb} it"
-        out.append(f"On {label}: {stance}; {confidence_label(float(c))}.")
-    return out
+def confidence_bin(confidence: float) -> int:
+    """Index into CONFIDENCE_LABELS of a confidence in [0, 1] (as `confidence_label`)."""
+    for i, (bound, _) in enumerate(CONFIDENCE_LABELS):
+        if confidence > bound:
+            return i
+    return len(CONFIDENCE_LABELS) - 1
+
+
+def stance_lines(labels: list[str], position: np.ndarray, confidence: np.ndarray,
+                 language: str = DEFAULT) -> list[str]:
+    """One sentence per topic in `language`, e.g. 'On the carbon tax: you support it; you
+    are fairly confident.' (the bins' words: `beliefs.stances`, `beliefs.confidences` of
+    the language's templates)."""
+    t = templates(language)
+    stances, confidences = t.items("beliefs.stances"), t.items("beliefs.confidences")
+    bins = stance_bin(np.asarray(position, dtype=float)).tolist()
+    return [t("beliefs.line", label=label, stance=stances[b],
+              confidence=confidences[confidence_bin(float(c))])
+            for label, b, c in zip(labels, bins, confidence, strict=True)]
 
 
 def trusted_accounts(trust: TrustStore, agent: int, usernames: list[str], limit: int = 5

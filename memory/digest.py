@@ -19,10 +19,13 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from shoal.core.language import DEFAULT, templates
 from shoal.core.state import KeyedJournal, State, queue_changes, queue_values, replay_queues
 from shoal.memory.context import Line, quote
 from shoal.platforms.spec import label
 
+# The actions the digest logs, with their English words (each language's are its
+# templates' `digest.actions`).
 LABELS = {
     "post": "you posted", "repost": "you reposted a post by {who}",
     "quote": "you quoted {who}", "reply": "you replied to {who}",
@@ -48,10 +51,17 @@ class Entry:
         """The fields in order."""
         return (self.round, self.platform, self.action, self.post, self.who, self.text)
 
-    def render(self, preview_chars: int) -> str:
-        label = LABELS[self.action].format(who=f"@{self.who}" if self.who else "someone")
-        body = f": {quote(self.text, preview_chars)}" if self.text else ""
-        return f"- round {self.round}: {label}{body}"
+    def render(self, preview_chars: int, platform: str | None = None,
+               language: str = DEFAULT) -> str:
+        """The entry as a digest line of the agent's language: `On <platform>, round N:
+        you ...: "text"`."""
+        t = templates(language)
+        who = f"@{self.who}" if self.who else t("digest.someone")
+        body = t("digest.text", text=quote(self.text, preview_chars)) if self.text else ""
+        where = t.get(f"platforms.{platform or self.platform}.label",
+                      label(platform or self.platform))
+        return t("digest.line", platform=where, round=self.round,
+                 action=t(f"digest.actions.{self.action}", who=who), text=body)
 
 
 class CrossPlatformDigest:
@@ -75,15 +85,15 @@ class CrossPlatformDigest:
         per.setdefault(entry.platform, deque(maxlen=self.keep)).append(entry)
         self._dirty.add((agent, entry.platform))
 
-    def lines(self, agent: int, platform: str) -> list[Line]:
-        """Digest lines for `agent` acting on `platform`: its latest actions elsewhere."""
+    def lines(self, agent: int, platform: str, language: str = DEFAULT) -> list[Line]:
+        """Digest lines for `agent` acting on `platform`: its latest actions elsewhere,
+        in its `language`."""
         out = []
         for other, entries in sorted(self.logs.get(agent, {}).items()):
             if other == platform or not entries:
                 continue
             for e in list(entries)[-self.show:][::-1]:  # newest first
-                out.append(Line(f"On {label(other)}, "
-                                f"{e.render(self.preview_chars)[2:]}",
+                out.append(Line(e.render(self.preview_chars, other, language),
                                 {"kind": "observed", "rounds": [e.round, e.round],
                                  "platform": other, "action": e.action, "post": e.post,
                                  "rank": e.round}))

@@ -15,6 +15,7 @@ from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from shoal.core.language import DEFAULT, Templates, templates
 from shoal.core.state import KeyedJournal, State, queue_changes, queue_values, replay_queues
 from shoal.memory.context import Line, quote
 
@@ -67,35 +68,38 @@ class Notifications:
         while q and q[0].round < round_:
             q.popleft()
 
-    def lines(self, agent: int, platform: str, round_: int) -> list[Line]:
-        """The notices waiting for `agent` on `platform` at the start of `round_`."""
+    def lines(self, agent: int, platform: str, round_: int, language: str = DEFAULT
+              ) -> list[Line]:
+        """The notices waiting for `agent` on `platform` at the start of `round_`, in the
+        agent's `language`."""
         notices = [n for n in self.queues.get(agent, {}).get(platform, ()) if n.round < round_]
+        t = templates(language)
         out: list[Line] = []
         for n in notices:
             if n.action in REPLIES:
-                verb = {"reply": "replied to", "comment": "commented on",
-                        "quote": "quoted"}[n.action]
-                out.append(Line(f"- @{n.who} {verb} your post {n.post} "
-                                f"({self._age(round_ - n.round)}): "
-                                f"{quote(n.text, self.preview_chars)}",
+                out.append(Line(t(f"notifications.{n.action}", who=n.who, post=n.post,
+                                  age=self._age(t, round_ - n.round),
+                                  text=quote(n.text, self.preview_chars)),
                                 {"kind": "observed", "post": n.reply, "rank": n.round}))
         reactions: dict[tuple[int | None, str], list[Notice]] = defaultdict(list)
         for n in notices:
             if n.action in REACTIONS:
                 reactions[(n.post, n.action)].append(n)
         for (post, action), group in reactions.items():
-            out.append(Line(f"- {_who(group)} {REACTIONS[action]} your post {post}: "
-                            f"{quote(group[-1].text, self.preview_chars)}",
+            out.append(Line(t(f"notifications.{action}", who=_who(group, t), post=post,
+                              text=quote(group[-1].text, self.preview_chars)),
                             {"kind": "observed", "post": post, "rank": group[-1].round}))
         followers = [n for n in notices if n.action == FOLLOW]
         if followers:
-            out.append(Line(f"- new follower{'s' * (len(followers) > 1)}: {_who(followers)}",
+            out.append(Line(t.plural("notifications.followers", len(followers),
+                                     who=_who(followers, t)),
                             {"kind": "observed", "rank": followers[-1].round}))
         return out
 
-    def _age(self, rounds: int) -> str:
+    def _age(self, t: Templates, rounds: int) -> str:
         minutes = rounds * self.minutes_per_round
-        return f"{minutes}m ago" if minutes < 60 else f"{minutes // 60}h ago"
+        return t("time.minutes_ago", n=minutes) if minutes < 60 else \
+            t("time.hours_ago", n=minutes // 60)
 
     def get_state(self) -> State:
         """Every queued notice (as field tuples), by agent and platform."""
@@ -122,11 +126,15 @@ class Notifications:
         self.journaling = True
 
 
-def _who(notices: list[Notice], show: int = 3) -> str:
-    """'@a', '@a and @b', '@a, @b, @c and 4 others' (distinct accounts, latest first)."""
+def _who(notices: list[Notice], t: Templates | None = None, show: int = 3) -> str:
+    """'@a', '@a and @b', '@a, @b, @c and 4 others' (distinct accounts, latest first; in
+    the language of `t`, English by default)."""
+    t = t or templates()
+    sep = t.text("language.sep")
     names = list(dict.fromkeys(n.who for n in reversed(notices)))
     shown = [f"@{u}" for u in names[:show]]
     rest = len(names) - len(shown)
     if rest:
-        return f"{', '.join(shown)} and {rest} other{'s' * (rest > 1)}"
-    return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"
+        return t.plural("notifications.others", rest, names=sep.join(shown))
+    return shown[0] if len(shown) == 1 else t("notifications.both", first=sep.join(shown[:-1]),
+                                              last=shown[-1])

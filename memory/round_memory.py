@@ -10,6 +10,10 @@ Everything carries provenance (rounds and post ids covered), is logged to the `m
 table, and is part of every checkpoint, pending work included. The checkpoint is a journal
 (`take_changes`): a round's segment holds the items, summaries and jobs that changed in it
 (shoal.core.state.KeyedJournal), not the whole window again.
+
+The items and summaries are the run's, written once (in `population.language`); only the
+words that frame them on an agent's lines ("Key moment (round 3): ...") are in each
+agent's own language.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from shoal.core.language import DEFAULT, templates
 from shoal.core.state import KeyedJournal, State
 from shoal.memory.compaction import CompactionWorker, Item, Job, Summarizer
 from shoal.memory.context import Line
@@ -195,19 +200,21 @@ class RoundMemory:
 
     # ------------------------------------------------------------------ reading
 
-    def lines(self, round_: int, agent: int) -> list[Line]:
+    def lines(self, round_: int, agent: int, language: str = DEFAULT) -> list[Line]:
         """The memory section's lines for `agent` at the start of `round_` (display order;
-        `rank` decides what a tight budget drops first)."""
+        `rank` decides what a tight budget drops first), framed in its `language`."""
+        t = templates(language)
         out: list[Line] = []
         seen = self._audience_ok(agent)
         last = round_ - 1
         for item in self.pinned:  # key moments, oldest first, never merged away
             if item.round < last and seen(item):
-                out.append(_line(f"Key moment (round {item.round}): {item.text}", item,
-                                 "pinned", 100 + item.salience))
+                out.append(_line(t("memory.key_moment", round=item.round, text=item.text),
+                                 item, "pinned", 100 + item.salience))
         if self.narrative is not None and self.narrative.status == "done":
             n = self.narrative
-            out.append(Line(f"Long ago (rounds {n.rounds[0]}-{n.rounds[1]}): {n.text}",
+            out.append(Line(t("memory.long_ago", first=n.rounds[0], last=n.rounds[1],
+                              text=n.text),
                             {"kind": "summarized", "rounds": list(n.rounds), "posts": n.posts,
                              "summary": n.id, "rank": 40}))
         for r in range(self.merged_upto + 1, last):
@@ -218,12 +225,13 @@ class RoundMemory:
                     "rank": 30 + r / max(round_, 1)}))
             else:
                 n_items = len(self.items.get(r, []))
-                out.append(Line(f"Round {r}: {n_items} notable things happened (summary "
-                                "not ready yet).", {"kind": "fallback", "rounds": [r, r],
-                                                    "rank": 20 + r / max(round_, 1)}))
+                out.append(Line(t("memory.pending", round=r, n=n_items),
+                                {"kind": "fallback", "rounds": [r, r],
+                                 "rank": 20 + r / max(round_, 1)}))
         detail = sorted((i for i in self.items.get(last, []) if seen(i)),
                         key=lambda i: (-i.salience, i.id))[: self.settings.detail_items]
-        out += [_line(f"Last round: {i.text}", i, "observed", 50 + i.salience) for i in detail]
+        out += [_line(t("memory.last_round", text=i.text), i, "observed", 50 + i.salience)
+                for i in detail]
         return out
 
     def _audience_ok(self, agent: int):

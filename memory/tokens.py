@@ -65,9 +65,17 @@ def count_many(texts: list[str]) -> list[int]:
 
 
 def truncate(text: str, max_tokens: int, marker: str = "…") -> str:
-    """`text` cut to at most `max_tokens` tokens (with `marker` appended when cut)."""
+    """`text` cut to at most `max_tokens` tokens (with `marker` appended when cut), at a
+    whole character."""
     enc = encoding()
     ids = enc.encode_ordinary(text)
     if len(ids) <= max_tokens:
         return text
-    return enc.decode(ids[: max(0, max_tokens - 1)]) + marker
+    keep = max(0, max_tokens - 1)
+    cut = enc.decode(ids[:keep])
+    # A character may take several tokens (most CJK characters, emoji): a cut inside one
+    # decodes to a replacement character, so the cut moves back to the character's start.
+    while keep and cut.endswith("\ufffd") and not text.startswith(cut):
+        keep -= 1
+        cut = enc.decode(ids[:keep])
+    return cut + marker

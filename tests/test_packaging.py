@@ -46,6 +46,10 @@ def test_the_wheel_holds_only_shoal(wheel):
     assert "shoal/agents/shard.py" in names and "shoal/memory/knowledge/model.py" in names
     assert "shoal/testing.py" in names and "shoal/runs/import_ledger.yaml" in names
     assert any(n.startswith("shoal/agents/data/") for n in names)
+    # every language's templates (shoal.core.language reads them as package data)
+    languages = {n.rsplit("/", 1)[1] for n in names if n.startswith("shoal/core/languages/")}
+    assert languages == {p.name for p in (ROOT / "sim" / "core" / "languages").glob("*.yaml")}
+    assert {"en.yaml", "zh.yaml", "ja.yaml", "es.yaml", "de.yaml", "fr.yaml"} <= languages
 
 
 @pytest.mark.slow

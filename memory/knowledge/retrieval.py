@@ -21,6 +21,7 @@ from typing import Protocol
 
 import numpy as np
 
+from shoal.core.language import DEFAULT, templates
 from shoal.memory.context import inline
 from shoal.memory.knowledge.model import Hit, KnowledgeGraph
 
@@ -144,14 +145,16 @@ class FactIndex:
         return [self.graph.hit(int(r), float(score[r])) for r in hits]
 
 
-def provenance(hit: Hit) -> str:
-    """Where a fact came from, in words: a document span, or posts and the round. The
-    source id names a document (a file, a preset's id): it is fenced like a profile
-    field, one line that opens nothing."""
+def provenance(hit: Hit, language: str = DEFAULT) -> str:
+    """Where a fact came from, in words (of `language`): a document span, or posts and the
+    round. The source id names a document (a file, a preset's id): it is fenced like a
+    profile field, one line that opens nothing."""
+    t = templates(language)
     source = inline(hit.source_id)
+    kind = t.get(f"knowledge.kinds.{hit.kind}", hit.kind)
     if hit.source_type == "document":
-        return f"{hit.kind}, from {source}"
-    return f"{hit.kind}, {source}, round {hit.valid_from}"
+        return t("knowledge.from_document", kind=kind, source=source)
+    return t("knowledge.from_run", kind=kind, source=source, round=hit.valid_from)
 
 
 SEARCH_COLUMNS = ["score", "relation_id", "subject", "predicate", "object", "fact", "kind",

@@ -29,6 +29,9 @@ def add_parsers(sub) -> None:
                                               "preset's; else from the time span the brief "
                                               "states, or 24)")
     p.add_argument("--force", action="store_true", help="write into a non-empty --out")
+    p.add_argument("--language", metavar="TAG",
+                   help="the agents' language, a BCP 47 tag such as zh or de (default: the "
+                        "brief's: Chinese or Japanese when it is written in them, else en)")
     _extractor_flags(p)
     p.set_defaults(func=cmd_init)
 
@@ -116,10 +119,19 @@ def cmd_init(args: argparse.Namespace) -> int:
         raise InputError(f"{where} {agents}: a scenario needs 2 to {MAX_AGENTS:,} agents")
     if rounds is not None and not 1 <= rounds <= MAX_ROUNDS:
         raise InputError(f"{said} {rounds}: a scenario needs 1 to {MAX_ROUNDS:,} rounds")
+    language = None
+    if args.language is not None:
+        from shoal.core.language import check
+
+        try:
+            language = check(args.language)
+        except ValueError as exc:
+            raise InputError(f"--language: {exc}") from None
     extractor = _extractor(args)
     try:
         folder = init_scenario(args.brief, args.out, extractor,
-                               InitOptions(agents=agents, seed=args.seed, rounds=rounds),
+                               InitOptions(agents=agents, seed=args.seed, rounds=rounds,
+                                           language=language),
                                force=args.force)
     finally:
         _close(extractor)

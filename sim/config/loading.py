@@ -533,12 +533,18 @@ def resolve_paths(cfg: Config, base: Path) -> Config:
 def resolved_dict(cfg: Config) -> dict[str, Any]:
     """The config with every default filled in, as plain JSON-able data (without an
     `experiment` section when it has none, so configs that never had one keep their
-    form and hash)."""
+    form and hash; the same for surveys and for an English population's languages)."""
     data = cfg.model_dump(mode="json")
     if data.get("experiment") is None:
         data.pop("experiment", None)
     if not data.get("surveys"):  # the same for surveys
         data.pop("surveys", None)
+    population = data["population"]
+    if population.get("language") == "en":  # and for languages
+        population.pop("language")
+    for group in population.get("groups") or []:
+        if group.get("language") is None:
+            group.pop("language", None)
     return data
 
 

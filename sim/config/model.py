@@ -12,7 +12,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BeforeValidator, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
 
 from shoal.config.base import Dist, Name, PartOf, Strict
 from shoal.config.experiment import ExperimentConfig
@@ -21,6 +28,7 @@ from shoal.config.llm import LLMConfig
 from shoal.config.platforms import Platforms
 from shoal.config.selector import Selector
 from shoal.core.distributions import Uniform
+from shoal.core.language import check as check_language
 from shoal.core.registry import BELIEF_RULES, EXTRACTORS, INTERVENTIONS, POLICIES, SUMMARIZERS
 from shoal.surveys.config import Survey, sample_note
 
@@ -31,21 +39,30 @@ Intervention = Annotated[Any, PartOf(INTERVENTIONS)]  # the type of an `interven
 
 # --------------------------------------------------------------------------- population
 
+# A BCP 47 tag with templates (shoal.core.language), in its canonical case: `zh-hant` is
+# kept as `zh-Hant`; `ko` (no templates) and `en_US` (not a tag) are errors.
+Language = Annotated[str, AfterValidator(check_language)]
+
 
 class GroupSpec(Strict):
-    """A named share of a generated population (used by platforms, interventions, models)."""
+    """A named share of a generated population (used by platforms, interventions, models),
+    optionally speaking its own `language`."""
 
     name: str
     fraction: float = Field(gt=0, le=1)
+    language: Language | None = None  # None: the population's
 
 
 class PopulationConfig(Strict):
-    """Who the agents are: `size` generated personas, or a profile `file`."""
+    """Who the agents are: `size` generated personas, or a profile `file`. `language`: the
+    BCP 47 tag of the language agents are spoken to in (a group's own, or a profile's
+    `language` field, overrides it for its agents)."""
 
     size: int | None = Field(default=None, gt=0, lt=2**31)  # agent ids are 32-bit
     file: str | None = None
     format: Literal["auto", "shoal", "twitter_csv", "reddit_json"] = "auto"
     groups: list[GroupSpec] = Field(default_factory=list)
+    language: Language = "en"
 
     @model_validator(mode="after")
     def _size_or_file(self) -> Self:

@@ -251,8 +251,11 @@ def _fire_add(ctx: InterventionContext, spec: AddAgents) -> dict[str, Any]:
     cfg = world.cfg
     n0 = world.n_agents
     rng = ctx.generator()
+    # Newcomers speak their group's language when it has one, else the population's.
+    language = next((g.language for g in cfg.population.groups
+                     if g.name == spec.group and g.language), cfg.population.language)
     gen_cfg = cfg.model_copy(update={"population": cfg.population.model_copy(
-        update={"size": spec.count, "file": None, "groups": []})})
+        update={"size": spec.count, "file": None, "groups": [], "language": language})})
     newcomers = generate_population(gen_cfg, rng, first_id=n0)
     if spec.group is not None:
         if spec.group not in world.population.group_names:

@@ -3,7 +3,8 @@
 Breaking news (pinned, visible to its audience), news posts, the posts that drew the most
 engagement this round (the top one pinned when it drew a lot), notable shifts of public
 opinion (pinned when large), and one line of activity counts. Other agents' words enter
-only through `quote`. Opinion is described in words, never numbers.
+only through `quote`. Opinion is described in words, never numbers: the run's words, in
+`population.language` (the items are shared by every agent that remembers them).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from shoal.config import MemoryConfig
+from shoal.core.language import Templates, templates
 from shoal.core.posts import PostKind
 from shoal.engine.apply import Applied
 from shoal.engine.interventions import Fired
@@ -23,15 +25,19 @@ from shoal.world.interventions import NEWS_AUTHOR
 
 def round_header(cfg, round_: int) -> str:
     """'Round 12 (Mon 5 Jan, 19:00):' — the simulated time the round started."""
-    return f"Round {round_} ({round_start(cfg, round_):%a %-d %b, %H:%M}):"
+    t = templates(cfg.population.language)
+    start = round_start(cfg, round_)
+    return t("memory.round_header", round=round_, weekday=t.items("time.weekdays")[
+        start.weekday()], day=start.day, month=t.items("time.months")[start.month - 1],
+        time=f"{start:%H:%M}")
 
 
-def _public_opinion(mean: float) -> str:
+def _public_opinion(t: Templates, mean: float) -> str:
     if mean > 0.2:
-        return "most people lean towards support"
+        return t("memory.lean_support")
     if mean < -0.2:
-        return "most people lean against it"
-    return "opinion is split"
+        return t("memory.lean_against")
+    return t("memory.split")
 
 
 def round_items(world, memory: RoundMemory, cfg: MemoryConfig, round_: int, applied: Applied,
@@ -40,6 +46,7 @@ def round_items(world, memory: RoundMemory, cfg: MemoryConfig, round_: int, appl
     items: list[MemoryItem] = []
     posts = world.posts
     labels = [t.label or t.name for t in world.cfg.topics]
+    t = templates(world.cfg.population.language)
 
     for event in world.interventions.events:  # breaking news fired this round
         if any(r["index"] == event.index for r in fired.rows):
@@ -49,38 +56,45 @@ def round_items(world, memory: RoundMemory, cfg: MemoryConfig, round_: int, appl
                 audience = memory.new_id()
                 memory.audiences[audience] = event.target.copy()
             items.append(MemoryItem(memory.new_id(), round_, "event",
-                                    f"BREAKING NEWS: {quote(posts.text[post])}", 100.0,
+                                    t("memory.breaking", text=quote(posts.text[post])), 100.0,
                                     pinned=True, posts=sorted(event.post_ids.values()),
                                     audience=audience))
     for post in fired.post_ids:  # posts by the news account
         if posts.author[post] == NEWS_AUTHOR and posts.kind[post] == PostKind.POST:
             platform = by_code()[int(posts.platform[post])]
             items.append(MemoryItem(memory.new_id(), round_, "news",
-                                    f"News on {platform.label}: "
-                                    f"{quote(posts.text[post])}", 50.0, platform=platform.name,
-                                    posts=[post]))
+                                    t("memory.news", platform=_label(t, platform),
+                                      text=quote(posts.text[post])), 50.0,
+                                    platform=platform.name, posts=[post]))
 
-    items += _top_posts(world, memory, cfg, round_, applied)
+    items += _top_posts(world, memory, cfg, round_, applied, t)
     means = world.beliefs.position.mean(axis=0)
     if previous_means is not None:
-        for t, label in enumerate(labels):
-            delta = float(means[t] - previous_means[t])
+        for k, label in enumerate(labels):
+            delta = float(means[k] - previous_means[k])
             if abs(delta) >= cfg.shift_threshold:
-                way = "towards support" if delta > 0 else "against"
+                way = t("memory.towards_support") if delta > 0 else t("memory.against")
                 items.append(MemoryItem(
                     memory.new_id(), round_, "shift",
-                    f"Opinion on {label} moved {way}; {_public_opinion(float(means[t]))}.",
+                    t("memory.shift", label=label, way=way,
+                      opinion=_public_opinion(t, float(means[k]))),
                     100.0 * abs(delta), pinned=abs(delta) >= cfg.pin_shift))
     counts = {name: len(ids) for name, ids in applied.counters.items()}
     n_posts = int((applied.new_post >= 0).sum())
     items.append(MemoryItem(memory.new_id(), round_, "stats",
-                            f"{n_posts} new posts, {counts.get('up', 0)} likes and upvotes, "
-                            f"{counts.get('replies', 0)} replies and comments.", 1.0))
+                            t("memory.stats", posts=n_posts, up=counts.get("up", 0),
+                              replies=counts.get("replies", 0)), 1.0))
     return items
 
 
+def _label(t: Templates, platform) -> str:
+    """A platform's name in the run's language (its spec's label if the language has
+    none for it)."""
+    return t.get(f"platforms.{platform.name}.label", platform.label)
+
+
 def _top_posts(world, memory: RoundMemory, cfg: MemoryConfig, round_: int,
-               applied: Applied) -> list[MemoryItem]:
+               applied: Applied, t: Templates) -> list[MemoryItem]:
     """The posts that drew the most engagement this round (votes, shares, replies)."""
     ids = np.concatenate([np.asarray(v, np.int64) for v in applied.counters.values()]) \
         if applied.counters else np.empty(0, np.int64)
@@ -93,13 +107,13 @@ def _top_posts(world, memory: RoundMemory, cfg: MemoryConfig, round_: int,
     for rank, k in enumerate(order):
         post, n = int(uniq[k]), int(counts[k])
         author = int(posts.author[post])
-        who = f"@{users[author]}" if author >= 0 else "the news"
+        who = f"@{users[author]}" if author >= 0 else t("memory.the_news")
         platform = by_code()[int(posts.platform[post])]
         up = int((applied.counters.get("up", np.empty(0)) == post).sum())
         text = posts.text[post] or posts.text[int(posts.root[post])]
         out.append(MemoryItem(
             memory.new_id(), round_, "post",
-            f"{who} on {platform.label}: {quote(text)} ({n} reactions this round, "
-            f"{up} of them likes)", float(n), pinned=rank == 0 and n >= cfg.pin_engagement,
+            t("memory.top_post", who=who, platform=_label(t, platform), text=quote(text),
+              n=n, up=up), float(n), pinned=rank == 0 and n >= cfg.pin_engagement,
             platform=platform.name, posts=[post]))
     return out

@@ -14,6 +14,9 @@ prompt's wording. The kinds and their fields (docs/llm.md, "The `shoal` field"):
   (`[{about, stance, confidence}]`: the belief lines the system text keeps);
 - `survey`: an interview's fields and `items` (`[{id, kind, about, points, reverse,
   range, options}]`: the questionnaire);
+- a `turn`, an `interview` and a `survey` of an agent not spoken to in English also carry
+  `language`, its BCP 47 tag (`Prompt.meta`'s; shoal.core.language): the loopback server
+  answers in it;
 - `summary`: `texts` (what is summarised or merged, oldest first);
 - `extraction`: `text` (the text to read, as given);
 - `analyst`: `call` (`plan` or `section`), `section` (its id), `topics` (`[[name,

@@ -11,7 +11,9 @@ gets:
 - `stances.csv`: initial position and confidence per agent and topic (MiroShark's
   `BeliefState.from_profile` without its random noise);
 - `follows.csv`: the initial follow graph that stands in for `influence_weight`;
-- `config.yaml`: rule-based, runnable as it is (`shoal check`, `shoal run`);
+- `config.yaml`: rule-based, runnable as it is (`shoal check`, `shoal run`); personas
+  written in Chinese or Japanese (MiroFish writes Chinese ones) set `population.language`,
+  so the agents are spoken to in the language of their personas, which are kept as given;
 - `IMPORT.md`: every key path of `simulation_config.json` and every profile column, and
   what the importer did with it (used, approximated, dropped, and why): `FIELD_LEDGER`.
 
@@ -50,6 +52,7 @@ from shoal.agents.profiles import SENTIMENT_WEIGHT, STANCE_LABELS
 from shoal.config import load_config, validation_problems
 from shoal.config.loading import MAX_DEPTH
 from shoal.core.errors import InputError
+from shoal.core.language import DEFAULT, Templates, detect_cjk, templates
 from shoal.core.text_files import read_user_text
 
 Source = Literal["miroshark", "mirofish"]
@@ -466,7 +469,7 @@ class _Agent:
     username: str = ""
     bio: str = ""
     persona: str = ""
-    about: list[str] = field(default_factory=list)  # demographics for the persona text
+    about: dict[str, Any] | None = None  # the record whose demographics join the persona
     cfg: _AgentConfig | None = None
     twitter: bool = False
     reddit: bool = False
@@ -572,7 +575,7 @@ class _Importer:
             # OASIS writes user_char/description; the generator's live file bio/persona.
             a.bio = (row.get("description") or row.get("bio") or "").strip()
             a.persona = (row.get("user_char") or row.get("persona") or "").strip()
-            a.about = self._about(row)
+            a.about = row
             a.previous_tweets = row.get("previous_tweets") or ""
             a.oasis_activity = (row.get("activity_level") or "").strip()
             a.oasis_hourly = (row.get("activity_level_frequency") or "").strip()
@@ -600,13 +603,18 @@ class _Importer:
                 a.username = str(r.get("username") or "").strip()
                 a.bio = str(r.get("bio") or "").strip()
                 a.persona = str(r.get("persona") or "").strip()
-            a.about = self._about(r) or a.about
+            a.about = r if self._about(r) else a.about
 
     @staticmethod
-    def _about(r: dict[str, Any]) -> list[str]:
+    def _about(r: dict[str, Any] | None, words: Templates | None = None) -> list[str]:
+        """A record's demographics and interests as sentences of the personas' language
+        (`words`; English by default), to follow the persona."""
+        if r is None:
+            return []
+        words = words or templates()
         parts = []
         if r.get("age") not in (None, ""):
-            parts.append(f"age {r['age']}")
+            parts.append(words("profile.age", age=r["age"]))
         for key in ("gender", "mbti", "country", "profession"):
             if r.get(key) not in (None, ""):
                 parts.append(str(r[key]))
@@ -614,12 +622,13 @@ class _Importer:
         if isinstance(topics, str) and topics.strip().startswith("["):
             with contextlib.suppress(ValueError, RecursionError):
                 topics = json.loads(topics)
-        text = ", ".join(parts)
-        out = [text[:1].upper() + text[1:] + "."] if parts else []
+        sep = words.text("language.sep")
+        text = sep.join(parts)
+        out = [words("profile.about", about=text[:1].upper() + text[1:])] if parts else []
         if isinstance(topics, list) and topics:
-            out.append("Interests: " + ", ".join(str(t) for t in topics) + ".")
+            out.append(words("profile.interests", topics=sep.join(str(t) for t in topics)))
         elif isinstance(topics, str) and topics.strip():
-            out.append(f"Interests: {topics.strip()}.")
+            out.append(words("profile.interests", topics=topics.strip()))
         return out
 
     def _read_agent_configs(self) -> None:
@@ -648,6 +657,15 @@ class _Importer:
         self.order = sorted(self.agents, key=lambda u: (not self.agents[u].twitter,
                                                         not self.agents[u].reddit, u))
         self.row_of = {uid: i for i, uid in enumerate(self.order)}
+        # MiroFish writes its personas in Chinese: the agents are then spoken to in the
+        # language of their personas (kept as given).
+        self.language = detect_cjk([a.persona or a.bio for a in self.agents.values()]) \
+            or DEFAULT
+        if self.language != DEFAULT:
+            name = templates(self.language)("language.name")
+            self.ledger.note(f"the personas are written in {name}: population.language is "
+                             f"{self.language}, so the agents are spoken to in it (the "
+                             "personas are kept as given)")
         self._platforms()
         self._topics()
         self._usernames()
@@ -787,10 +805,12 @@ class _Importer:
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(cols)
+        words = templates(self.language)
         for uid in self.order:
             a = self.agents[uid]
             kind = f"[{a.cfg.entity_type}] " if a.cfg and a.cfg.entity_type else ""
-            persona = " ".join([kind + (a.persona or a.bio), *a.about]).strip()
+            persona = " ".join([kind + (a.persona or a.bio),
+                                *self._about(a.about, words)]).strip()
             level, hourly = self._activity(a)
             stance = bias = ""
             if a.cfg is not None:
@@ -960,7 +980,9 @@ class _Importer:
         cfg: dict[str, Any] = {
             "name": name[:60], "seed": 0, "rounds": self.rounds,
             "minutes_per_round": self.mpr, "start_time": START_TIME,
-            "population": {"file": "profiles.csv", "format": "twitter_csv"},
+            "population": {"file": "profiles.csv", "format": "twitter_csv",
+                           **({"language": self.language} if self.language != DEFAULT
+                              else {})},
             "topics": self.topics,
             "initial_stances": {"default": {"dist": "normal", "mean": 0.0, "std": 0.15},
                                 "confidence": 0.4, "from_profiles": True,

@@ -234,17 +234,20 @@ def asked(agent: int, context: Assembled, kind: str = INTERVIEW, **fields: Any
     is asked, in which round, and the beliefs its system text states; `fields` add what
     the question is (a survey's items)."""
     shown = context.meta
+    # (an agent not speaking English says its language; English requests are unchanged)
+    language = {"language": shown["language"]} if "language" in shown else {}
     return meta(kind, agent=agent, round=shown.get("round"), name=shown.get("name"),
-                beliefs=shown.get("beliefs", []), **fields)
+                beliefs=shown.get("beliefs", []), **language, **fields)
 
 
 def ask_all(providers: dict[int, ProviderConfig], contexts: dict[int, Assembled],
-            question: str, seed: int, concurrency: int | None,
+            question: str | dict[int, str], seed: int, concurrency: int | None,
             deadline_s: float | None, stop: Callable[[], bool] | None = None,
             about: Callable[[int, Assembled], dict[str, Any]] = asked
             ) -> dict[int, ChatReply]:
     """Every agent's reply; calls not answered by the deadline are `deadline` replies,
-    those cut short by `stop()` are `stopped` replies. `about(agent, context)`: the
+    those cut short by `stop()` are `stopped` replies. `question`: one for everyone, or
+    each agent's own (a survey in the agent's language). `about(agent, context)`: the
     request's `shoal` field (default: an interview's)."""
     endpoints = Endpoints(seed)
 
@@ -256,7 +259,8 @@ def ask_all(providers: dict[int, ProviderConfig], contexts: dict[int, Assembled]
         attempts: dict[int, list[Attempt]] = {a: [] for a in providers}
         tasks = {a: asyncio.create_task(models[providers[a].name].chat(
             ChatRequest(messages=[{"role": "system", "content": contexts[a].system},
-                                  {"role": "user", "content": question}],
+                                  {"role": "user", "content": question if isinstance(
+                                      question, str) else question[a]}],
                         meta=about(a, contexts[a])), a, attempts[a]))
             for a in providers}
         try:

@@ -24,6 +24,9 @@
 8. `config.yaml` (runs as it is: `shoal check` and `shoal run` accept it), `personas.yaml`,
    `graph/` (the brief's graph, Parquet), and `SCENARIO.md` saying what was derived from
    which facts.
+9. **Language**: the brief's (`--language`, else Chinese or Japanese when the brief is
+   written in it, else English): the personas' own words are in it, and a language other
+   than English is `population.language` in `config.yaml`.
 
 Every text that comes from the brief or a preset (names, labels, facts, the title, the
 file's own name) is data: the YAML files are the emitter's output of a mapping, with
@@ -48,6 +51,7 @@ import yaml
 from shoal.core.counter_rng import CounterRNG
 from shoal.core.errors import InputError
 from shoal.core.files import write_text
+from shoal.core.language import DEFAULT, Templates, detect_cjk, templates
 from shoal.memory.context import inline, one_line, quote
 from shoal.memory.knowledge.communities import detect
 from shoal.memory.knowledge.extract import Extractor, keyphrases
@@ -77,6 +81,7 @@ class InitOptions:
     follows: int = 6
     homophily: float = 0.7
     requirement: str = ""  # what to simulate: steers which topics and groups come first
+    language: str | None = None  # a BCP 47 tag (None: the brief's, Chinese/Japanese or English)
 
 
 @dataclass
@@ -461,14 +466,23 @@ def _allocate(groups: list[Group], n: int, rng: np.random.Generator) -> np.ndarr
     return out
 
 
-def _persona(group: Group, graph: KnowledgeGraph, facts: list[int], label: str) -> str:
+def _persona(group: Group, graph: KnowledgeGraph, facts: list[int], label: str,
+             words: Templates | None = None) -> str:
     """A persona from the brief's facts, fenced as profile fields and posts are: names on
-    one line, each fact quoted (the brief's words are data, not the agent's voice)."""
+    one line, each fact quoted (the brief's words are data, not the agent's voice); its
+    own words in the scenario's language (`words`; English by default)."""
+    words = words or templates()
     rel = graph.rows["graph_relations"].columns
-    who = ("a member of the public following the debate" if group.entity is None
-           else f"aligned with {inline(graph.column('graph_entities', 'name')[group.entity])}")
-    said = " ".join(f"{quote(rel['fact'][r], 400)} [fact {r}]" for r in facts)
-    return f"You are {who} on {label}. What you know: {said}".strip()
+    who = (words("init.public") if group.entity is None else words(
+        "init.aligned", entity=inline(graph.column('graph_entities', 'name')[group.entity])))
+    said = " ".join(words("init.fact", fact=quote(rel['fact'][r], 400), id=r) for r in facts)
+    return words("init.persona", who=who, topics=label, facts=said).strip()
+
+
+def brief_language(text: str) -> str:
+    """The language a brief is written in, as far as `shoal init` tells: Chinese or
+    Japanese by its script, else English (`--language` says it otherwise)."""
+    return detect_cjk([p for p in re.split(r"\n\s*\n", text) if p.strip()]) or DEFAULT
 
 
 def init_scenario(brief: str | Path, out: str | Path | None, extractor: Extractor,
@@ -497,11 +511,13 @@ def init_scenario(brief: str | Path, out: str | Path | None, extractor: Extracto
     groups = _groups(graph, topics, opts)
     rng = CounterRNG(opts.seed).generator(7, 1)
     member = _allocate(groups, opts.agents, rng)
+    language = opts.language or brief_language(text)
+    words = templates(language)
 
     personas, stances = [], []
     first_names = _names("first")
     last_names = _names("last")
-    labels = ", ".join(topics.labels)
+    labels = words.text("language.sep").join(topics.labels)
     for agent, g in enumerate(member.tolist()):
         group = groups[g]
         facts = sorted(rng.choice(group.facts, size=min(2, len(group.facts)), replace=False)
@@ -515,7 +531,7 @@ def init_scenario(brief: str | Path, out: str | Path | None, extractor: Extracto
         personas.append({
             "user_id": agent, "name": name, "username": f"{group.name[:20]}_{agent}",
             "bio": f"{group.name.replace('_', ' ')} · {labels}",
-            "persona": _persona(group, graph, facts, labels), "group": group.name,
+            "persona": _persona(group, graph, facts, labels, words), "group": group.name,
             "stances": stance, "facts": facts, "following": []})
     for agent, p in enumerate(personas):
         same = np.nonzero(member == member[agent])[0]
@@ -540,7 +556,7 @@ def init_scenario(brief: str | Path, out: str | Path | None, extractor: Extracto
         write_calls(folder, rows)
     _write(folder / "personas.yaml", yaml.safe_dump(personas, sort_keys=False,
                                                     allow_unicode=True))
-    config = _config(title, topics, opts, brief, plan)
+    config = _config(title, topics, opts, brief, plan, language)
     # The YAML is the emitter's, from data; the brief's words go only into comments of one
     # line each, so no title or file name can add a key.
     header = _comment(f"{title}: made by `shoal init` from {path.name}; SCENARIO.md says "
@@ -581,15 +597,17 @@ def _names(kind: str) -> list[str]:
 
 
 def _config(title: str, topics: TopicNames, opts: InitOptions, brief: Brief,
-            plan: Schedule) -> dict:
+            plan: Schedule, language: str = DEFAULT) -> dict:
     platforms: dict = {}
+    words = templates(language)
     if not brief.reddit:
         platforms["reddit"] = {"enabled": False}
     if not brief.twitter and brief.reddit:
         platforms["twitter"] = {"enabled": False}
     if brief.market:  # a yes/no market on the first topic, resolved by the run's opinion
         platforms["market"] = {"markets": [{
-            "id": topics.names[0], "question": f"Will {topics.labels[0]} go ahead?",
+            "id": topics.names[0],
+            "question": words("init.market_question", label=topics.labels[0]),
             "topic": topics.names[0], "resolution": {"rule": {
                 "topic": topics.names[0], "metric": "mean_position", "op": ">",
                 "value": 0}}}]}
@@ -598,7 +616,8 @@ def _config(title: str, topics: TopicNames, opts: InitOptions, brief: Brief,
         "seed": opts.seed,
         "rounds": plan.rounds,
         "minutes_per_round": plan.minutes_per_round,
-        "population": {"file": "personas.yaml", "format": "shoal"},
+        "population": {"file": "personas.yaml", "format": "shoal",
+                       **({"language": language} if language != DEFAULT else {})},
         "topics": [{"name": n, "label": label, "keywords": kw} for n, label, kw in
                    zip(topics.names, topics.labels, topics.keywords, strict=True)],
         "initial_stances": {"from_profiles": True},

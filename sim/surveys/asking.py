@@ -15,6 +15,7 @@ import pandas as pd
 
 from shoal.core.errors import InputError
 from shoal.core.faults import crash_point
+from shoal.core.language import DEFAULT, templates
 from shoal.engine.agent_context import context_for
 from shoal.llm.chat import strip_reasoning
 from shoal.llm.metadata import SURVEY
@@ -35,26 +36,28 @@ class SurveyRun:
     asked: pd.DataFrame  # survey, wave, round, agents, answered, skipped (already done)
 
 
-def questionnaire(survey: Survey, labels: dict[str, str]) -> str:
-    """The user message: every item with how to answer it, and the reply format."""
-    lines = [f"{MARK}: {survey.name}. Answer as yourself, from what you think now. Reply "
-             "with a JSON object mapping each item id to your answer; use null to decline "
-             "an item.", ""]
+def questionnaire(survey: Survey, labels: dict[str, str], language: str = DEFAULT) -> str:
+    """The user message: every item with how to answer it, and the reply format, worded
+    in the respondent's `language` (the items' own texts and options are the survey's)."""
+    t = templates(language)
+    lines = [t("survey.intro", mark=MARK, name=survey.name), ""]
+    sep = t.text("survey.options_sep")
     for it in survey.items:
-        about = f", about {labels[it.topic]}" if it.topic else ""
+        about = t("survey.about", label=labels[it.topic]) if it.topic else ""
         if it.kind == "likert":
-            how = (f"likert 1-{it.points}{about}{', reverse' if it.reverse else ''}: "
-                   f"1 = strongly disagree, {it.points} = strongly agree")
+            how = t("survey.likert", points=it.points, about=about,
+                    reverse=t("survey.reverse") if it.reverse else "")
         elif it.kind == "numeric":
-            how = f"numeric {it.range[0]:g} to {it.range[1]:g}{about}"
+            how = t("survey.numeric", low=f"{it.range[0]:g}", high=f"{it.range[1]:g}",
+                    about=about)
         elif it.kind == "single":
-            how = f"single choice{about}, one of: " + "; ".join(o.label for o in it.options)
+            how = t("survey.single", about=about, options=sep.join(o.label for o in it.options))
         elif it.kind == "multiple":
-            how = (f"multiple choice{about}, a list of any of: "
-                   + "; ".join(o.label for o in it.options))
+            how = t("survey.multiple", about=about,
+                    options=sep.join(o.label for o in it.options))
         else:
-            how = "free text, one or two sentences"
-        lines.append(f"- {it.id} ({how}): {it.text}")
+            how = t("survey.text")
+        lines.append(t("survey.item", id=it.id, how=how, text=it.text))
     return "\n".join(lines)
 
 
@@ -168,8 +171,13 @@ def _ask(world, survey: Survey, wave: int, round_: int, ids: list[int], base_url
     contexts = {a: context_for(world, a, round_ + 1).assembled for a in ids}
     world.memory.close()
     items = items_data(survey, labels)
-    replies = ask_all(chosen, contexts, questionnaire(survey, labels), world.cfg.seed,
-                      concurrency, None,
+    # each respondent reads the questionnaire in its own language (one text per language)
+    # (English asked as it always was: two arguments)
+    texts = {tag: questionnaire(survey, labels) if tag == DEFAULT else
+             questionnaire(survey, labels, tag)
+             for tag in {world.population.language_of(a) for a in ids}}
+    questions = {a: texts[world.population.language_of(a)] for a in ids}
+    replies = ask_all(chosen, contexts, questions, world.cfg.seed, concurrency, None,
                       about=lambda a, context: asked(a, context, SURVEY, items=items))
     rows = []
     for a in ids:
