@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from shoal.agents.actions import ActionBatch
+from shoal.agents.llm_output import action_schema, response_format
 from shoal.agents.llm_tools import (
     WRITES,
     Parsed,
@@ -38,6 +39,7 @@ from shoal.core.vocabulary import SOURCE, STANCE_METHOD, ActionType
 from shoal.llm.cache import CacheCorrupt, CachedChat, CacheMiss, ResponseCache
 from shoal.llm.chat import Attempt, ChatModel, ChatReply, ChatRequest, call_rows, chat_model
 from shoal.llm.metadata import TURN, meta
+from shoal.memory.model_tokens import ModelTokens
 
 
 @dataclass
@@ -58,7 +60,8 @@ class LLMPolicy:
     """Decides for the LLM agents of one shard."""
 
     def __init__(self, cfg: Config, usernames: list[str], n_shards: int,
-                 base_urls: dict[str, list[str]], cache: ResponseCache | None = None):
+                 base_urls: dict[str, list[str]], cache: ResponseCache | None = None,
+                 outputs: dict[str, str] | None = None):
         assert cfg.llm is not None
         self.cfg = cfg
         self.llm = cfg.llm
@@ -67,8 +70,10 @@ class LLMPolicy:
         self.usernames = {u: i for i, u in enumerate(usernames)}
         self.markets = {m.id: m.outcome_names() for _, p in cfg.platforms.items()
                         for m in getattr(p, "markets", ())}  # what trades may name
-        self._tool_defs: dict[str, list[dict]] = {}
+        self._tool_defs: dict[tuple[str, str], list[dict]] = {}
         self.json_only: set[str] = set()  # providers that refused tools: JSON in text
+        self.outputs = dict(outputs or {})  # `output: auto` as the run resolved it
+        self.model_tokens: dict[str, ModelTokens] = {}  # how each model counts (the run's)
         self.cache = cache
         self.clients: dict[str, ChatModel] = {}
         for p in self.llm.providers:
@@ -77,26 +82,45 @@ class LLMPolicy:
                                shards=n_shards)
             self.clients[p.name] = CachedChat(model, cache) if cache is not None else model
 
-    def _tools(self, platform: str) -> list[dict]:
-        """The platform's tool definitions (built once; they never change in a run)."""
-        if platform not in self._tool_defs:
-            self._tool_defs[platform] = tools(platform, self.topics)
-        return self._tool_defs[platform]
+    def _tools(self, platform: str, language: str) -> list[dict]:
+        """The platform's tool definitions in `language` (built once; they never change
+        in a run)."""
+        key = (platform, language)
+        if key not in self._tool_defs:
+            self._tool_defs[key] = tools(platform, self.topics, language)
+        return self._tool_defs[key]
 
-    def _request(self, prompt: Prompt, platform: str, agent: int, round_: int) -> ChatRequest:
-        provider = self.llm.provider(prompt.provider)
+    def mode(self, provider: str) -> str:
+        """The output mode this provider's turns use now: its config's, `auto` as the run
+        resolved it, `text` once the server refused tools or a schema."""
+        if provider in self.json_only:
+            return "text"
+        output = self.llm.provider(provider).output
+        return self.outputs.get(provider, "tools") if output == "auto" else output
+
+    def _request(self, prompt: Prompt, platform: str, agent: int, round_: int,
+                 feed: set[int]) -> ChatRequest:
+        mode = self.mode(prompt.provider)
+        language = (prompt.meta or {}).get("language", "en")
         user = prompt.observation
-        tools_ = None
-        if provider.tools == "native" and provider.name not in self.json_only:
-            tools_ = self._tools(platform)
+        tools_ = fmt = None
+        if mode == "tools":
+            tools_ = self._tools(platform, language)
         else:
-            user = f"{user}\n\n{json_instructions(platform, self.topics)}"
+            user = f"{user}\n\n{json_instructions(platform, self.topics, language)}"
+        turn = self._meta(prompt, platform, agent, round_)
+        if mode == "json_schema":
+            accounts = [str(p["author"]) for p in (prompt.meta or {}).get("feed", [])
+                        if p.get("author") in self.usernames
+                        and self.usernames[p["author"]] != agent]
+            fmt = response_format(action_schema(platform, sorted(feed), accounts,
+                                                turn.get("markets") or {}))
         return ChatRequest(
             messages=[{"role": "system", "content": prompt.system},
                       {"role": "user", "content": user}],
             tools=tools_, tool_choice="auto" if tools_ else None,
             seed=(self.cfg.seed * 1_000_003 + round_ * 7919 + agent) % 2**31,
-            meta=self._meta(prompt, platform, agent, round_))
+            meta=turn, response_format=fmt)
 
     def _meta(self, prompt: Prompt, platform: str, agent: int, round_: int) -> dict:
         """The turn as data (the `shoal` field): who acts, where, what it may do, and what
@@ -106,18 +130,23 @@ class LLMPolicy:
                     platform=platform, actions=platform_actions(platform),
                     topics=self.topics, feed=shown.get("feed", []),
                     markets={m: self.markets[m] for m in shown.get("markets", [])
-                             if m in self.markets})
+                             if m in self.markets},
+                    **({"language": shown["language"]} if "language" in shown else {}))
 
-    def _record(self, turn: Turn, view: PlatformView, round_: int) -> None:
-        """The rows of the call in flight (its requests so far) into the turn's rows."""
+    def _record(self, turn: Turn, view: PlatformView, round_: int, mode: str) -> None:
+        """The rows of the call in flight (its requests so far) into the turn's rows,
+        each with the output `mode` it asked in."""
         prompt = view.prompts[turn.row]
         sent = sum(v for k, v in prompt.section_tokens.items() if k in ("system", "observation"))
+        counting = self.model_tokens.get(prompt.provider)
+        if counting is not None:  # in the model's tokens, with what the request adds
+            sent = counting.prompt(sent, view.name)
         turn.calls += call_rows(turn.attempts, self.llm.provider(prompt.provider),
                                 round_=round_, agent=int(view.agents[turn.row]),
                                 platform=view.name, call=turn.n_calls,
                                 section_tokens=prompt.section_tokens,
                                 estimated_prompt_tokens=sent,
-                                reused_tokens=prompt.reused_tokens)
+                                reused_tokens=prompt.reused_tokens, output=mode)
         turn.attempts = []
 
     async def _turn(self, view: PlatformView, turn: Turn, round_: int) -> Turn:
@@ -126,7 +155,7 @@ class LLMPolicy:
         agent = int(view.agents[row])
         feed = {int(p) for p in view.feed[row] if p >= 0}
         client = self.clients[prompt.provider]
-        request = self._request(prompt, view.name, agent, round_)
+        request = self._request(prompt, view.name, agent, round_, feed)
         calls = turn.calls
         why = ""
         repaired = False
@@ -136,15 +165,17 @@ class LLMPolicy:
                 result = await client.chat(request, agent, turn.attempts)
             except CacheMiss as miss:
                 raise _named(miss, agent, round_, view.name, turn.n_calls) from None
-            self._record(turn, view, round_)
+            self._record(turn, view, round_, _mode(request))
             if result.status != "ok":
-                if request.tools and tools_refused(result):
+                refused = refusal(request, result)
+                if refused:
                     # A server without tool support (vLLM without a tool parser, Ollama
-                    # models without tools, llama.cpp without --jinja): JSON in text from
-                    # now on, for this provider, for the rest of the run.
+                    # models without tools, llama.cpp without --jinja) or without
+                    # constrained decoding: JSON in text from now on, for this provider,
+                    # for the rest of the run.
                     self.json_only.add(prompt.provider)
-                    calls[-1]["outcome"] = "tools_refused"
-                    request = self._request(prompt, view.name, agent, round_)
+                    calls[-1]["outcome"] = refused
+                    request = self._request(prompt, view.name, agent, round_, feed)
                     continue
                 turn.reason = result.status
                 return turn
@@ -189,15 +220,16 @@ class LLMPolicy:
         if stopped:
             raise stopped[0]
         for turn in turns.values():
+            mode = self.mode(view.prompts[turn.row].provider)
             if turn.attempts:  # cut off with a request in flight: its rows all the same
-                self._record(turn, view, round_)
+                self._record(turn, view, round_, mode)
             if turn.valid is None and not turn.reason:
                 turn.reason = "deadline"
             if not turn.calls:  # cut off before a request went out: one row says so
                 turn.n_calls = 1
                 turn.attempts = [Attempt("", "not_sent", error="the round deadline passed "
                                          "before the request was sent")]
-                self._record(turn, view, round_)
+                self._record(turn, view, round_, mode)
                 turn.calls[-1]["prompt_tokens"] = turn.calls[-1]["cost_usd"] = 0
         return self._merge(view, rule, [turns[i] for i in rows])
 
@@ -282,6 +314,25 @@ def tools_refused(result: ChatReply) -> bool:
     """Did the server reject the request because of its tools (HTTP 400/422/500 whose
     error names them)?"""
     return result.http_status in (400, 422, 500) and "tool" in result.error.lower()
+
+
+_SCHEMA_WORDS = ("response_format", "json_schema", "schema", "grammar")
+
+
+def refusal(request: ChatRequest, result: ChatReply) -> str:
+    """'tools_refused' or 'schema_refused' when the server rejected what the request asked
+    the answer to be (its tools, its response format), else ''."""
+    if request.tools and tools_refused(result):
+        return "tools_refused"
+    if (request.response_format and result.http_status in (400, 422, 500)
+            and any(w in result.error.lower() for w in _SCHEMA_WORDS)):
+        return "schema_refused"
+    return ""
+
+
+def _mode(request: ChatRequest) -> str:
+    """The output mode a request asks in."""
+    return "tools" if request.tools else "json_schema" if request.response_format else "text"
 
 
 def _echo(message: dict | None, parsed: Parsed | None) -> dict:

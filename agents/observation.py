@@ -8,6 +8,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from shoal.memory.model_tokens import ModelTokens
+
 
 @dataclass
 class Prompt:
@@ -99,6 +101,9 @@ class DecisionRequest:
     confidence: np.ndarray  # float64 [U, T]
     extras: dict[str, object] = field(default_factory=dict)
     json_only: frozenset[str] = frozenset()  # providers known to refuse tool calls
+    outputs: dict[str, str] = field(default_factory=dict)  # `output: auto`, as resolved
+    budget: int | None = None  # the context budget in cl100k tokens (World.context_budget)
+    model_tokens: dict[str, ModelTokens] = field(default_factory=dict)  # by provider
     # contexts built in the shards: one batch per shard, by shard id (a shard's own
     # request holds its one batch); None: the driver built them (`Prompt`s in the views)
     contexts: list[ContextBatch] | None = None

@@ -107,6 +107,8 @@ class AgentShard:
         if self.llm is None or not any(v.prompts for v in request.views):
             return ShardResult(ActionBatch.concat(rule, self.n_topics), contexts=built)
         self.llm.json_only |= request.json_only  # the world's record, the source of truth
+        self.llm.outputs = request.outputs
+        self.llm.model_tokens = request.model_tokens
         decided = await asyncio.gather(*(self.llm.decide(view, batch, request.round)
                                          for view, batch in zip(request.views, rule,
                                                                 strict=True)))
@@ -125,7 +127,7 @@ class AgentShard:
         items = {post: FeedItem(*fields) for post, fields in batch.posts.items()}
         cfg, pop = self.cfg, self.population
         labels = [t.label or t.name for t in cfg.topics]
-        budget = cfg.memory.context.budget_tokens
+        budget = request.budget or cfg.memory.context.budget_tokens
         built = BuiltContexts()
         shared: dict[str, str] = {}  # equal pieces as one object
         for vi, view in enumerate(request.views):

@@ -32,6 +32,11 @@ GOLDEN = ROOT / "tests" / "data" / "golden_digests.json"
 # NULL in every row (runs without LLM agents have no prefix reuse), so the digests of
 # those runs stay what they were.
 LATER = {"rounds": ["prefix_reuse"]}
+# Columns added after the digests were pinned that record something new about the same
+# rows (the output mode a turn asked in; Shoal's own token count beside the server's):
+# the digests pin what the runs produced before them, and the crash matrix and the
+# resume/fork tests compare these columns like every other.
+ADDED = {"llm_calls": ["output", "counted_prompt_tokens"]}
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,7 @@ def _digest(con: duckdb.DuckDBPyConnection, spec: TableSpec) -> str:
         "ORDER BY ordinal_position", [spec.name]).fetchall()]
     empty = [c for c in LATER.get(spec.name, []) if c in cols and not con.execute(
         f'SELECT count("{c}") FROM {spec.name}').fetchone()[0]]
+    empty += ADDED.get(spec.name, [])
     keep = ", ".join(f'"{c}"' for c in cols if c not in spec.volatile and c not in empty)
     (digest,) = con.execute(
         f"SELECT sha256(coalesce(string_agg(r, chr(10) ORDER BY r), '')) FROM "

@@ -41,6 +41,7 @@ class LoopbackConfig(Strict):
     burst_every_s: float = Field(default=0.0, ge=0)
     burst_length_s: float = Field(default=0.0, ge=0)
     reject_tools: bool = False  # 400 to requests with tools, like a model without them
+    reject_schema: bool = False  # 400 to requests with a response_format, likewise
 
 
 class EndpointConfig(Strict):
@@ -95,7 +96,14 @@ class ProviderConfig(Strict):
     timeout_s: float = Field(default=60.0, gt=0)
     max_retries: int = Field(default=3, ge=0, le=10)
     concurrency: int = Field(default=64, ge=1)
-    tools: Literal["native", "json"] = "native"
+    # How an agent's action is asked for (shoal.agents.llm_output): as tool calls, as JSON
+    # constrained by a schema (`response_format`), as JSON asked for in words, or `auto`:
+    # probed once per run. (`tools: native | json`, its older form, is still read.)
+    output: Literal["auto", "tools", "json_schema", "text"] = "tools"
+    # Whose tokens budgets are in (shoal.memory.model_tokens): `auto` (the server's tokenize
+    # endpoint when it has one, else tiktoken with a margin), `server`, `tiktoken`, or
+    # the path of a Hugging Face tokenizer.json.
+    tokenizer: str = "auto"
     temperature: float = Field(default=0.7, ge=0, le=2)
     max_tokens: int = Field(default=400, gt=0)
     price_prompt_per_mtok: float = Field(default=0.0, ge=0)
@@ -105,6 +113,32 @@ class ProviderConfig(Strict):
     # Whether requests carry the `shoal` field (structured metadata for the loopback
     # server, shoal.llm.metadata); None: only to the loopback server.
     shoal_field: bool | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tools_is_output(cls, data: Any) -> Any:
+        # `tools: native | json` (before `output` existed) is `output: tools | text`.
+        if isinstance(data, dict) and "tools" in data:
+            data = dict(data)
+            legacy = data.pop("tools")
+            mode = {"native": "tools", "json": "text"}.get(legacy) if isinstance(
+                legacy, str) else None
+            if mode is None:
+                raise ValueError(f"tools: {legacy!r} is not one of native, json (or write "
+                                 "output: tools | json_schema | text | auto)")
+            if data.get("output", mode) != mode:
+                raise ValueError(f"tools: {legacy} and output: {data['output']} disagree; "
+                                 "write only output")
+            data["output"] = mode
+        return data
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _tokenizer(cls, v: str) -> str:
+        if v not in ("auto", "server", "tiktoken") and not v.endswith(".json"):
+            raise ValueError(f"{v!r}: expected auto, server, tiktoken or the path of a "
+                             "tokenizer.json")
+        return v
 
     @model_validator(mode="before")
     @classmethod

@@ -20,6 +20,7 @@ from shoal.agents.prompt import (
 )
 from shoal.beliefs.render import trusted_accounts
 from shoal.core.counter_rng import CounterRNG
+from shoal.core.language import DEFAULT, templates
 from shoal.core.posts import PostKind
 from shoal.core.registry import RECOMMENDERS
 from shoal.engine.observe import observe
@@ -91,25 +92,27 @@ def feed_tuples(world, post_ids: np.ndarray, round_: int, pinned: set[int],
     return out
 
 
-def event_lines(world, agent: int, round_: int) -> list[Line]:
-    """Breaking news the agent is targeted by, while it lasts."""
+def event_lines(world, agent: int, round_: int, language: str = DEFAULT) -> list[Line]:
+    """Breaking news the agent is targeted by, while it lasts (framed in `language`)."""
+    words = templates(language)
     out = []
     for event in world.interventions.active_events(round_):
         t = event.target
         if t is not None and not (agent < len(t) and t[agent]):
             continue
         post = next(iter(event.post_ids.values()))
-        out.append(Line(f"- {quote(world.posts.text[post], 400)} (until round {event.until})",
+        out.append(Line(words("prompt.events.line", text=quote(world.posts.text[post], 400),
+                          until=event.until),
                         {"kind": "event", "rounds": [round_, event.until],
                          "posts": sorted(event.post_ids.values()), "rank": 100}))
     return out
 
 
-def knowledge_lines(world, agent: int, round_: int, feed_row: np.ndarray | None
-                    ) -> list[Line] | None:
+def knowledge_lines(world, agent: int, round_: int, feed_row: np.ndarray | None,
+                    language: str = DEFAULT) -> list[Line] | None:
     """The facts of the graph memory most relevant to what the agent sees (its feed's
     posts) and the topics, as known at the end of the previous round, each line with its
-    provenance (None when the run has no graph memory)."""
+    provenance in `language` (None when the run has no graph memory)."""
     knowledge, k = world.knowledge, world.cfg.memory.graph.retrieve
     if knowledge is None or not k:
         return None
@@ -117,7 +120,7 @@ def knowledge_lines(world, agent: int, round_: int, feed_row: np.ndarray | None
     if feed_row is not None:
         texts += [world.posts.text[p] for p in feed_row[feed_row >= 0][:5].tolist()]
     hits = knowledge.index.search(" ".join(texts), k, as_of=round_ - 1)
-    return [Line(f"- {quote(h.fact, 240)} ({provenance(h)})",
+    return [Line(f"- {quote(h.fact, 240)} ({provenance(h, language)})",
                  {"kind": "knowledge", "relation": h.relation_id, "source": h.source_id,
                   "round": h.valid_from, "rank": h.score}) for h in hits]
 
@@ -131,18 +134,19 @@ def context_inputs(world, agent: int, platform: str, round_: int, feed_row: np.n
     trusted, distrusted = trusted_accounts(world.trust, agent, pop.username)
     pinned = {pid for e in world.interventions.active_events(round_)
               for pid in e.post_ids.values()}
+    language = pop.language_of(agent)
     return ContextInputs.of_agent(
         pop, agent, labels, world.beliefs.position[agent], world.beliefs.confidence[agent],
         round=round_, platform=platform, trusted=trusted, distrusted=distrusted,
-        memory=world.memory.lines(round_, agent),
-        digest=world.digest.lines(agent, platform),
-        events=event_lines(world, agent, round_),
+        memory=world.memory.lines(round_, agent, language),
+        digest=world.digest.lines(agent, platform, language),
+        events=event_lines(world, agent, round_, language),
         feed=[] if feed_row is None else feed_items(world, feed_row, round_, pinned, comments),
-        notifications=world.notifications.lines(agent, platform, round_),
+        notifications=world.notifications.lines(agent, platform, round_, language),
         minutes_per_round=world.cfg.minutes_per_round,
         feed_order=feed_order(world.platforms[platform].cfg.recommender.kind)
         if platform in world.platforms else "",
-        knowledge=knowledge_lines(world, agent, round_, feed_row),
+        knowledge=knowledge_lines(world, agent, round_, feed_row, language),
     )
 
 
@@ -156,7 +160,7 @@ def build_context_for(world, agent: int, platform: str, round_: int,
     inputs.extra = [section for engine in world.engines.values()
                     for section in engine.context_sections(world, agent, round_, platform,
                                                            specs)]
-    return build_context(inputs, world.cfg.memory.context.budget_tokens, specs)
+    return build_context(inputs, world.context_budget(), specs)
 
 
 class _Lines:
@@ -216,13 +220,14 @@ def context_batches(world, round_: int, views: list[PlatformView], context_agent
                 if before is not ...:
                     batches[s].previous[agent] = before
             trusted, distrusted = trusted_accounts(world.trust, agent, users)
-            knowledge = knowledge_lines(world, agent, round_, view.feed[i])
+            language = world.population.language_of(agent)
+            knowledge = knowledge_lines(world, agent, round_, view.feed[i], language)
             batches[s].turns[vi].append(TurnInputs(
                 i, int(in_shard[i]), provider, trusted, distrusted,
-                lines.add(world.memory.lines(round_, agent)),
-                lines.add(world.digest.lines(agent, view.name)),
-                lines.add(event_lines(world, agent, round_)),
-                lines.add(world.notifications.lines(agent, view.name, round_)),
+                lines.add(world.memory.lines(round_, agent, language)),
+                lines.add(world.digest.lines(agent, view.name, language)),
+                lines.add(event_lines(world, agent, round_, language)),
+                lines.add(world.notifications.lines(agent, view.name, round_, language)),
                 None if knowledge is None else lines.add(knowledge)))
     pinned = {pid for e in world.interventions.active_events(round_)
               for pid in e.post_ids.values()}

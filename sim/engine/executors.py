@@ -45,7 +45,8 @@ def split_request(request: DecisionRequest, n_shards: int) -> list[DecisionReque
         out.append(DecisionRequest(
             round=request.round, views=views, agents=request.agents[mine],
             position=request.position[mine], confidence=request.confidence[mine],
-            extras=request.extras, json_only=request.json_only,
+            extras=request.extras, json_only=request.json_only, outputs=request.outputs,
+            budget=request.budget, model_tokens=request.model_tokens,
             contexts=None if request.contexts is None else [request.contexts[s]],
         ))
     return out

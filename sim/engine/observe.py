@@ -100,7 +100,8 @@ def decision_request(world: World, round_: int, views: list[PlatformView]) -> De
     return DecisionRequest(
         round=round_, views=views, agents=agents,
         position=world.beliefs.position[agents], confidence=world.beliefs.confidence[agents],
-        json_only=frozenset(world.json_only),
+        json_only=frozenset(world.json_only), outputs=dict(world.outputs),
+        budget=world.context_budget(), model_tokens=dict(world.model_tokens or {}),
     )
 
 

@@ -237,17 +237,20 @@ LLM_CALL_COLUMNS = {
     "outcome": pa.string(), "fallback_reason": pa.string(), "error": pa.string(),
     "cost_usd": pa.float64(), "cache": pa.string(), "saved_usd": pa.float64(),
     "wait_ms": pa.float64(), "cached_tokens": pa.int32(), "reused_tokens": pa.int32(),
+    "output": pa.string(), "counted_prompt_tokens": pa.int32(),
 }
 _LLM_CALL_DEFAULTS = {"cache": "off", "saved_usd": 0.0, "wait_ms": 0.0, "cached_tokens": None,
-                      "reused_tokens": None}
+                      "reused_tokens": None, "output": None, "counted_prompt_tokens": None}
 
 
 def llm_calls_table(calls: list[dict]) -> pa.Table:
     """One row per LLM call: who, where, tokens (per section too), latency, retries,
     status, what came of it and why it fell back, estimated cost, the response cache's
     part (hit or miss, and the cost a hit saved), the wait for the endpoint's limits, the
-    prompt tokens the server says it had cached, and the prompt tokens equal to the start
-    of the agent's previous prompt (NULL for calls that are not an agent's turn)."""
+    prompt tokens the server says it had cached, the prompt tokens equal to the start
+    of the agent's previous prompt (NULL for calls that are not an agent's turn), the
+    output mode an agent's turn asked in, and Shoal's own count of the prompt's tokens
+    (beside `prompt_tokens`, the server's, to show the drift between the two)."""
     return pa.table({name: pa.array([c[name] if name not in _LLM_CALL_DEFAULTS
                                      else c.get(name, _LLM_CALL_DEFAULTS[name]) for c in calls],
                                     type=t)

@@ -17,12 +17,14 @@ import json
 import re
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from shoal.config.llm import ProviderConfig
 from shoal.core.registry import CHAT_MODELS
 
+T = TypeVar("T")
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 
 
@@ -39,6 +41,7 @@ class ChatRequest:
     max_tokens: int | None = None
     seed: int | None = None
     meta: dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None  # e.g. a JSON schema the answer must match
 
 
 @dataclass
@@ -112,6 +115,8 @@ class ChatModel(ABC):
         if request.tools:
             body["tools"] = request.tools
             body["tool_choice"] = request.tool_choice or "auto"
+        if request.response_format:
+            body["response_format"] = request.response_format
         body["messages"] = request.messages
         return body
 
@@ -142,7 +147,8 @@ def cost(provider: ProviderConfig, prompt_tokens: int, completion_tokens: int) -
 def call_rows(reply: ChatReply | list[Attempt], provider: ProviderConfig, *, round_: int,
               agent: int | None, platform: str, call: int = 1,
               section_tokens: dict[str, int] | None = None, estimated_prompt_tokens: int = 0,
-              outcome: str = "", reused_tokens: int | None = None) -> list[dict[str, Any]]:
+              outcome: str = "", reused_tokens: int | None = None,
+              output: str | None = None) -> list[dict[str, Any]]:
     """The `llm_calls` rows of a call: one per HTTP request it made (`retries` is the
     request's number, 0 first), `outcome` on the last. Prompt tokens are the server's
     count, else our own count of what was sent: a request that got no answer was still
@@ -168,7 +174,8 @@ def call_rows(reply: ChatReply | list[Attempt], provider: ProviderConfig, *, rou
             "outcome": outcome if i == len(attempts) - 1 else "retried",
             "fallback_reason": "", "cost_usd": 0.0 if hit else price,
             "cache": a.cache, "saved_usd": price if hit else 0.0, "wait_ms": a.wait_ms,
-            "cached_tokens": a.cached_tokens, "reused_tokens": reused_tokens})
+            "cached_tokens": a.cached_tokens, "reused_tokens": reused_tokens,
+            "output": output, "counted_prompt_tokens": estimated_prompt_tokens or None})
     return rows
 
 
@@ -196,6 +203,10 @@ class SyncChat:
             future.cancel()
             return ChatReply(None, "timeout", error="no answer within the call's deadline",
                              attempts=attempts)
+
+    def run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float) -> T:
+        """The result of `coroutine` (which uses the model), run on the model's loop."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout_s)
 
     def close(self) -> None:
         """Close the model and stop the loop."""

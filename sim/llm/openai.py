@@ -246,7 +246,7 @@ class OpenAIChat(ChatModel):
         usage = data.get("usage") or {}
         attempt.prompt_tokens = usage.get("prompt_tokens")
         attempt.completion_tokens = usage.get("completion_tokens")
-        attempt.cached_tokens = _cached_tokens(usage)
+        attempt.cached_tokens = _cached_tokens(usage, data.get("timings"))
         attempt.status, attempt.message = "ok", message
 
     async def close(self) -> None:
@@ -256,12 +256,15 @@ class OpenAIChat(ChatModel):
             self._http = None
 
 
-def _cached_tokens(usage: dict) -> int | None:
+def _cached_tokens(usage: dict, timings: object = None) -> int | None:
     """The prompt tokens a server served from its prefix cache, as OpenAI reports them
     (`usage.prompt_tokens_details.cached_tokens`; vLLM too, with prefix caching and its
-    prompt-token details enabled); None when the server does not say."""
+    prompt-token details enabled), else as llama.cpp's server does (`timings.cache_n`);
+    None when the server does not say."""
     details = usage.get("prompt_tokens_details")
     value = details.get("cached_tokens") if isinstance(details, dict) else None
+    if value is None and isinstance(timings, dict):
+        value = timings.get("cache_n")
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 

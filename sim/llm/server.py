@@ -49,6 +49,7 @@ from pathlib import Path
 import orjson
 
 from shoal.core.files import write_text
+from shoal.core.language import Templates, templates
 from shoal.llm.loopback_analyst import analyst_reply
 from shoal.llm.metadata import (
     ANALYST,
@@ -64,12 +65,12 @@ from shoal.llm.metadata import (
 WEIGHTS = {"post": 0.2, "like": 0.22, "upvote": 0.22, "repost": 0.1, "quote": 0.07,
            "reply": 0.1, "comment": 0.12, "downvote": 0.06, "follow": 0.07, "unfollow": 0.02,
            "do_nothing": 0.08, "buy": 0.5, "sell": 0.3}
-PHRASES = ["I {verb} {topic}. {reason}", "Honestly, I {verb} {topic}. {reason}",
-           "People keep asking, so: I {verb} {topic}. {reason}"]
-VERBS = [(0.6, "strongly support"), (0.2, "support"), (-0.2, "am undecided about"),
-         (-0.6, "oppose"), (-2.0, "strongly oppose")]
-REASONS = ["It matters for my family.", "The evidence is clear enough.",
-           "I read about it all week.", "Nobody asked people like me."]
+# The words of the replies are the `loopback.*` templates of the language the `shoal`
+# field names (shoal.core.language; English without one). English, for reference:
+PHRASES = list(templates().items("loopback.phrases"))
+BOUNDS = (0.6, 0.2, -0.2, -0.6, -2.0)  # a position >= bound takes that bin's verb
+VERBS = list(zip(BOUNDS, templates().items("loopback.verbs"), strict=True))
+REASONS = list(templates().items("loopback.reasons"))
 
 
 @dataclass
@@ -87,10 +88,12 @@ class Faults:
     burst_every_s: float = 0.0  # every N seconds...
     burst_length_s: float = 0.0  # ...answer 429 to everything for this long
     reject_tools: bool = False  # answer 400 to requests with tools (models without them)
+    reject_schema: bool = False  # answer 400 to requests with a response_format
 
 
 BLOCK_TOKENS = 16  # tokens per block of the prefix cache (vLLM's default block size)
 CHARS_PER_TOKEN = 4  # the loopback server's tokens: 4 characters (as its usage counts)
+CONTEXT_LENGTH = 32_768  # what the loopback server says its context length is
 PREFIX_CACHE_BLOCKS = 65_536  # blocks kept (about a million tokens), least recently used go
 
 
@@ -167,13 +170,34 @@ def _rng(body: bytes, attempt: str, seed: int) -> random.Random:
     return random.Random(int.from_bytes(digest[:8], "little"))
 
 
-def _text(rng: random.Random, topics: list[str]) -> tuple[str, dict]:
+def _words(meta: dict) -> Templates:
+    """The templates of the language the `shoal` field names (`language`; English when
+    it names none, or one without templates)."""
+    tag = meta.get("language")
+    try:
+        return templates(tag) if isinstance(tag, str) else templates()
+    except ValueError:
+        return templates()
+
+
+def _sentence(text: str) -> str:
+    """`text` with its first letter up (a phrase may start with a lower-case verb)."""
+    return text[:1].upper() + text[1:]
+
+
+def _text(rng: random.Random, topics: list[str], words: Templates | None = None
+          ) -> tuple[str, dict]:
+    """A post's text and stance: a stance on a topic, in `words`' language (the draws are
+    the same in every language)."""
+    words = words or templates()
     topic = rng.choice(topics) if topics else "this"
     x = round(rng.uniform(-1, 1), 2)
-    verb = next(v for b, v in VERBS if x >= b)
-    text = rng.choice(PHRASES).format(verb=verb, topic=topic.replace("_", " "),
-                                      reason=rng.choice(REASONS))
-    return text, ({topic: x} if topics else {})
+    verb = next(v for b, v in zip(BOUNDS, words.items("loopback.verbs"), strict=True)
+                if x >= b)
+    text = rng.choice(words.items("loopback.phrases")).format(
+        verb=verb, topic=topic.replace("_", " "),
+        reason=rng.choice(words.items("loopback.reasons")))
+    return _sentence(text), ({topic: x} if topics else {})
 
 
 def decide(request: dict, meta: dict, rng: random.Random) -> tuple[str, dict]:
@@ -183,7 +207,7 @@ def decide(request: dict, meta: dict, rng: random.Random) -> tuple[str, dict]:
     are the request's tools, or without tools the platform's actions."""
     tools = request.get("tools") or []
     names = [t["function"]["name"] for t in tools] or [
-        n for n in WEIGHTS if n in (meta.get("actions") or ())]
+        n for n in WEIGHTS if n in (meta.get("actions") or _schema_actions(request))]
     # A repair (the model has answered once already) shows no feed: its last message says
     # what was wrong, so the answer is one that needs none.
     repair = any(m.get("role") == "assistant" for m in request.get("messages", []))
@@ -203,7 +227,7 @@ def decide(request: dict, meta: dict, rng: random.Random) -> tuple[str, dict]:
     if name in ("follow", "unfollow"):
         args["username"] = rng.choice(feed)[1]
     if name in ("post", "quote", "reply", "comment"):
-        text, stance = _text(rng, topics)
+        text, stance = _text(rng, topics, _words(meta))
         args["text"] = text
         if stance and rng.random() < 0.7:  # sometimes leave the stance to be estimated
             args["stance"] = stance
@@ -233,7 +257,8 @@ def reply(request: dict, rng: random.Random, malformed: bool, empty: bool,
         return analyst_reply(request, meta, rng, script)
     if kind == SURVEY:
         return {"role": "assistant", "content": json.dumps(_survey_answers(meta))}
-    if kind == INTERVIEW or (kind is None and not request.get("tools")):
+    if kind == INTERVIEW or (kind is None and not request.get("tools")
+                             and not _constrained(request)):
         return {"role": "assistant", "content": _interview_answer(meta)}
     name, args = decide(request, meta, rng)
     tools = request.get("tools")
@@ -254,12 +279,48 @@ def reply(request: dict, rng: random.Random, malformed: bool, empty: bool,
             "id": f"call_{rng.randrange(10**9)}", "type": "function",
             "function": {"name": name, "arguments": payload}}]}
     text = json.dumps({"action": name, **args}) if isinstance(args, dict) else payload
+    if _constrained(request):  # a server decoding to a schema writes the JSON alone
+        return {"role": "assistant", "content": text}
     style = rng.random()
     if style < 0.3:
         text = f"```json\n{text}\n```"
     elif style < 0.5:
         text = f"<think>Let me look at my feed first.</think>\n{text}"
     return {"role": "assistant", "content": text}
+
+
+def _schema_actions(request: dict) -> list[str]:
+    """The actions a request's JSON schema allows (its branches' `action` constants)."""
+    fmt = request.get("response_format")
+    try:
+        branches = fmt["json_schema"]["schema"]["anyOf"]
+        return [str(b["properties"]["action"]["const"]) for b in branches]
+    except (KeyError, TypeError):
+        return []
+
+
+def _constrained(request: dict) -> bool:
+    """Does the request ask for JSON (`response_format` json_schema or json_object)?"""
+    fmt = request.get("response_format")
+    return isinstance(fmt, dict) and fmt.get("type") in ("json_schema", "json_object")
+
+
+def tokenize(body: bytes) -> tuple[int, dict, dict]:
+    """The loopback server's tokens of a text, as llama.cpp (`{"content": ...}`) and vLLM
+    (`{"prompt": ...}`) answer `POST /tokenize`: one token per 4 characters (as its usage
+    counts them), each an id drawn from its characters."""
+    try:
+        request = orjson.loads(body)
+        text = request.get("content", request.get("prompt"))
+        if not isinstance(text, str):
+            raise TypeError
+    except (orjson.JSONDecodeError, AttributeError, TypeError):
+        return 400, {"error": {"message": "expected {\"content\": TEXT}"}}, {}
+    tokens = [int.from_bytes(hashlib.blake2b(text[i:i + CHARS_PER_TOKEN].encode(),
+                                             digest_size=2).digest(), "big")
+              for i in range(0, len(text), CHARS_PER_TOKEN)]
+    return 200, {"tokens": tokens, "count": len(tokens),
+                 "max_model_len": CONTEXT_LENGTH}, {}
 
 
 def _summary(meta: dict) -> str:
@@ -269,33 +330,36 @@ def _summary(meta: dict) -> str:
 
 
 # The loopback's own words for a stance and a confidence (`shoal.llm.metadata`), in the
-# first person, and the position a stance stands for in a survey answer.
-STANCE_WORDS = {"strongly_support": "I strongly support it", "support": "I support it",
-                "undecided": "I am undecided", "oppose": "I oppose it",
-                "strongly_oppose": "I strongly oppose it"}
-CONFIDENCE_WORDS = {"very_sure": "I am very sure of this",
-                    "fairly_confident": "I am fairly confident",
-                    "not_sure": "I am not entirely sure",
-                    "uncertain": "I am genuinely uncertain and open to persuasion"}
+# first person (`loopback.stances`, `loopback.confidences`; English here, for reference),
+# and the position a stance stands for in a survey answer.
+STANCE_WORDS = {k.rpartition(".")[2]: v for k, v in templates().texts.items()
+                if k.startswith("loopback.stances.")}
+CONFIDENCE_WORDS = {k.rpartition(".")[2]: v for k, v in templates().texts.items()
+                    if k.startswith("loopback.confidences.")}
 POSITIONS = {"strongly_support": 0.8, "support": 0.4, "undecided": 0.0, "oppose": -0.4,
              "strongly_oppose": -0.8}
 
 
-def _view(belief: dict) -> str:
+def _view(belief: dict, words: Templates | None = None) -> str:
     """A belief in the first person: "I support it; I am fairly confident"."""
-    return (f"{STANCE_WORDS.get(belief.get('stance'), 'I am undecided')}; "
-            f"{CONFIDENCE_WORDS.get(belief.get('confidence'), 'I am not entirely sure')}")
+    words = words or templates()
+    stance, confidence = belief.get("stance"), belief.get("confidence")
+    return words("loopback.view", stance=words.get(f"loopback.stances.{stance}", words(
+        "loopback.stances.undecided")), confidence=words.get(
+        f"loopback.confidences.{confidence}", words("loopback.confidences.not_sure")))
 
 
 def _interview_answer(meta: dict) -> str:
     """An interview answer in the first person, from the beliefs the agent's system text
-    states (so answers differ by agent)."""
+    states (so answers differ by agent), in the agent's language."""
+    words = _words(meta)
     beliefs = meta.get("beliefs") or []
     if not beliefs:
-        return "Speaking for myself: I have not made up my mind."
-    said = "; ".join(f"on {b.get('about')}, {_view(b)}" for b in beliefs)
-    name = f"I am {meta['name']}, and " if meta.get("name") else ""
-    return f"Speaking for myself: {name}{said}."
+        return words("loopback.no_view")
+    said = words.text("loopback.sep").join(
+        words("loopback.about", about=b.get("about"), view=_view(b, words)) for b in beliefs)
+    name = words("loopback.i_am", name=meta["name"]) if meta.get("name") else ""
+    return words("loopback.answer", name=name, said=said)
 
 
 def _survey_answers(meta: dict) -> dict:
@@ -303,6 +367,7 @@ def _survey_answers(meta: dict) -> dict:
     oppose −0.8 … strongly support 0.8): Likert and numeric items as rule-based
     respondents answer without noise; a choice is the listed option at that position."""
     views = {b.get("about"): b for b in meta.get("beliefs") or []}
+    words = _words(meta)
 
     def position(about: str | None) -> float:
         return POSITIONS.get((views.get(about) or {}).get("stance"), 0.0)
@@ -326,7 +391,8 @@ def _survey_answers(meta: dict) -> dict:
             out[item] = pick if kind == "single" else [pick] if pick else []
         else:
             first = next(iter(views.values()), None)
-            out[item] = f"{_view(first)}." if first else "I have not made up my mind."
+            out[item] = _sentence(words("loopback.view_sentence", view=_view(first, words))) \
+                if first else words("loopback.no_mind")
     return out
 
 
@@ -403,8 +469,10 @@ class LoopbackServer:
         """Status, JSON payload and extra headers for one request."""
         state = self.state
         if method == "GET" and path.rstrip("/").endswith("/models"):
-            return 200, {"object": "list", "data": [{"id": LOOPBACK_MODEL,
-                                                      "object": "model"}]}, {}
+            return 200, {"object": "list", "data": [{"id": LOOPBACK_MODEL, "object": "model",
+                                                      "max_model_len": CONTEXT_LENGTH}]}, {}
+        if method == "GET" and path.rstrip("/") == "/props":  # as llama.cpp's server says it
+            return 200, {"default_generation_settings": {"n_ctx": CONTEXT_LENGTH}}, {}
         if method == "GET" and path.startswith("/_shoal/requests"):
             with state.lock:
                 return 200, {"requests": list(state.requests)}, {}
@@ -414,6 +482,8 @@ class LoopbackServer:
             with state.lock:
                 state.requests.clear()
             return 200, {"ok": True}, {}
+        if method == "POST" and path.rstrip("/") in ("/tokenize", "/v1/tokenize"):
+            return tokenize(body)
         if not (method == "POST" and path.rstrip("/").endswith("/chat/completions")):
             return 404, {"error": {"message": f"no route {method} {path}"}}, {}
         attempt = headers.get("x-shoal-attempt", "0")
@@ -429,6 +499,9 @@ class LoopbackServer:
         if state.faults.reject_tools and "tools" in request:
             state.log({**refused, "fault": "400"})
             return 400, {"error": {"message": "this model does not support tools"}}, {}
+        if state.faults.reject_schema and "response_format" in request:
+            state.log({**refused, "fault": "400"})
+            return 400, {"error": {"message": "response_format is not supported"}}, {}
         if FIELD in request:  # the answer is drawn from the body as other servers see it
             body = orjson.dumps(without_field(request))
         elif state.hint_unmarked:
@@ -633,6 +706,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--burst-length-s", type=_numbers, default=[0.0], help="...for this long")
     p.add_argument("--reject-tools", action="store_true",
                    help="answer 400 to requests with tools, as servers without tool support do")
+    p.add_argument("--reject-schema", action="store_true",
+                   help="answer 400 to requests with a response_format, as servers without "
+                        "constrained decoding do")
     p.add_argument("--record", help="append every request and reply to this JSONL file "
                                     "(with several servers: FILE.0.jsonl, FILE.1.jsonl, ...)")
     p.add_argument("--ready-file", help="write the base URL(s) here once listening, one a line")

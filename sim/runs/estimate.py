@@ -3,7 +3,9 @@
 The config is run dry, in memory: every agent decides by rule, and every
 LLM agent's context is assembled exactly as in the real run (same budget, same sections)
 and measured, but never sent. A call's prompt is that context plus the tool definitions
-(or the JSON instructions) the provider would be sent. Completion tokens cannot be
+(or the JSON instructions) the provider would be sent, in the model's tokens as the run
+would count them (shoal.memory.model_tokens: a tokenizer.json, or the server's tokenize endpoint
+when the provider's base URL answers, else tiktoken with its margin). Completion tokens cannot be
 measured without a model: they are given as a typical figure and as the `max_tokens`
 ceiling. Repair retries and HTTP retries add calls on top; the real run's feeds also
 differ from a rule-driven run's, so treat the numbers as the order of magnitude they are.
@@ -11,14 +13,13 @@ differ from a rule-driven run's, so treat the numbers as the order of magnitude 
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 
-from shoal.agents.llm_tools import json_instructions, tools
+import pandas as pd
+
 from shoal.config import Config
 from shoal.core.errors import InputError
-from shoal.memory.tokens import count
 from shoal.runs.simulation import Simulation
 
 TYPICAL_COMPLETION = 60  # a tool call with a short post: ~40-90 tokens in practice
@@ -50,14 +51,6 @@ class Estimate:
     seconds: float
 
 
-def _overhead(cfg: Config, provider_tools: str, platform: str) -> int:
-    """Prompt tokens a call adds to the context: tool schemas or JSON instructions."""
-    topics = [t.name for t in cfg.topics]
-    if provider_tools == "native":
-        return count(json.dumps(tools(platform, topics)))
-    return count(json_instructions(platform, topics))
-
-
 def estimate(cfg: Config, completion_tokens: int = TYPICAL_COMPLETION) -> Estimate:
     """Dry-run `cfg` and predict its LLM calls, tokens and cost per provider."""
     if cfg.llm is None:
@@ -70,6 +63,7 @@ def estimate(cfg: Config, completion_tokens: int = TYPICAL_COMPLETION) -> Estima
     with Simulation.create(dry, out=None, dry_llm=True) as sim:
         sim.run()
         providers = sim.world.llm_providers()
+        counting = dict(sim.world.model_tokens)  # the run's counter: the model's tokens
         turns = sim.reader().read("context", "section = 'total'")[
             ["platform", "agent", "tokens"]]
     turns = turns[turns["agent"].isin(list(providers))]
@@ -77,9 +71,10 @@ def estimate(cfg: Config, completion_tokens: int = TYPICAL_COMPLETION) -> Estima
     out = []
     for p in cfg.llm.providers:
         mine = turns[turns["provider"] == p.name]
-        overhead = mine["platform"].map(
-            {name: _overhead(cfg, p.tools, name) for name in cfg.platforms.enabled()})
-        prompt = mine["tokens"] + overhead
+        model = counting[p.name]
+        prompt = pd.Series([model.prompt(int(n), str(pl)) for n, pl in
+                            zip(mine["tokens"], mine["platform"], strict=True)],
+                           index=mine.index, dtype="int64")
         calls = len(mine)
         typical, ceiling = calls * completion_tokens, calls * p.max_tokens
         total = int(prompt.sum())

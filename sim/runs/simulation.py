@@ -32,6 +32,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from shoal.agents import llm_output
 from shoal.agents.profiles import USERNAME_CHARS, profile_fixes_table, repeated_ids, username_fixes
 from shoal.config import Config, config_hash, load_config, parse_config, resolved_dict
 from shoal.config.llm import check_api_keys
@@ -187,6 +188,7 @@ class Simulation:
 
             run_dir = _make_run_dir(folder, cfg, lineage, fill, run_id=run_id,
                                     meta={"surveys": samples} if samples else None)
+            llm_output.keep_tokens(cache, world.model_tokens)
         except BaseException:
             engine.stop()
             raise
@@ -596,6 +598,20 @@ class Engine:
                         if p.name == cfg.llm.summarizer_provider}
             else:
                 urls = endpoints.all(cfg.llm)
+            if urls and cfg.llm is not None and (cache is None or cache.mode != "replay"):
+                world.outputs = llm_output.resolve(cfg.llm.providers, urls, world.outputs,
+                                                   cache, cfg.seed)
+            elif cfg.llm is not None and cache is not None:  # a replay: as recorded
+                world.outputs = llm_output.resolve(
+                    cfg.llm.providers, {p.name: list(p.base_urls) for p in cfg.llm.providers},
+                    world.outputs, cache, cfg.seed)
+            if cfg.llm is not None and world.model_tokens is not None:
+                # (a dry run or a replay asks a server it was given)
+                given = urls or {p.name: list(p.base_urls) for p in cfg.llm.providers}
+                world.model_tokens = llm_output.count_tokens(
+                    cfg.llm.providers, given, world.outputs, world.model_tokens,
+                    list(world.population.persona[:64]), list(cfg.platforms.enabled()),
+                    [t.name for t in cfg.topics], cache)
             assert world.memory is not None  # World.__post_init__ makes round memory
             summarizer = world.memory.summarizer
             # (urls is empty without an LLM config: the first branch above)

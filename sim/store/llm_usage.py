@@ -70,3 +70,51 @@ def _numbers(df: pd.DataFrame, col: str) -> pd.Series:
     if col not in df:
         return pd.Series(0, index=df.index)
     return pd.to_numeric(df[col], errors="coerce").fillna(0)
+
+
+@dataclass(frozen=True)
+class ModeOutcomes:
+    """How the agents' turns asked in one output mode (shoal.agents.llm_output) ended."""
+
+    mode: str
+    turns: int  # turns whose first call asked in this mode
+    valid: int  # a valid action from the first answer
+    repaired: int  # a valid action after the repair retry
+    fallbacks: dict[str, int]  # turns that fell back, by reason
+    refusals: int  # answers the server refused to give in this mode (tools, schema)
+
+
+def outcomes_by_mode(rows: pd.DataFrame) -> list[ModeOutcomes]:
+    """Per output mode, what the agents' turns came to (`rows`: `llm_calls` rows)."""
+    if rows.empty or "output" not in rows:
+        return []
+    turns = rows[rows["agent"].notna() & rows["output"].notna()]
+    turns = turns[_text(turns, "outcome") != "round_stopped"]
+    out = []
+    key = ["round", "agent", "platform"]
+    for mode, group in turns.groupby(turns.groupby(key)["output"].transform("first")):
+        per_turn = group.assign(
+            invalid=_text(group, "outcome") == "invalid",
+            refused=_text(group, "outcome").isin(["tools_refused", "schema_refused"]),
+        ).groupby(key)
+        invalid = per_turn["invalid"].any()
+        refused = per_turn["refused"].any()
+        reason = per_turn["fallback_reason"].agg(lambda s: next((r for r in s if r), ""))
+        fell = reason[reason != ""]
+        out.append(ModeOutcomes(
+            str(mode), len(reason), int(((reason == "") & ~invalid).sum()),
+            int(((reason == "") & invalid).sum()),
+            {str(r): int(n) for r, n in fell.value_counts().items()}, int(refused.sum())))
+    return out
+
+
+def token_drift(rows: pd.DataFrame) -> tuple[int, int] | None:
+    """(Shoal's count, the server's) of the prompt tokens of the answered requests that
+    have both; None when none has (a server that reports no usage)."""
+    if rows.empty or "counted_prompt_tokens" not in rows:
+        return None
+    both = rows[(_text(rows, "status") == "ok") & rows["counted_prompt_tokens"].notna()
+                & (_text(rows, "cache") != "hit")]
+    if both.empty:
+        return None
+    return int(both["counted_prompt_tokens"].sum()), int(both["prompt_tokens"].sum())

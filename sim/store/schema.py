@@ -69,7 +69,9 @@ CREATE TYPE stance_method_t AS {_enum(STANCE_METHOD_ENUM)};
 # them gets them when it is opened for writing (a resume), so its new rows fit.
 ADDED_COLUMNS = {"llm_calls": (("cache", "VARCHAR", "'off'"), ("saved_usd", "DOUBLE", "0"),
                                ("wait_ms", "DOUBLE", "0"), ("cached_tokens", "INTEGER", "NULL"),
-                               ("reused_tokens", "INTEGER", "NULL")),
+                               ("reused_tokens", "INTEGER", "NULL"),
+                               ("output", "VARCHAR", "NULL"),
+                               ("counted_prompt_tokens", "INTEGER", "NULL")),
                  "rounds": (("prefix_reuse", "DOUBLE", "NULL"), ("driver_cpu_ms", "DOUBLE", "NULL"),
                             ("driver_cpu_ms_per_llm_turn", "DOUBLE", "NULL"))}
 
@@ -140,8 +142,9 @@ _declare("llm_calls", """
     prompt_tokens INTEGER, completion_tokens INTEGER, section_tokens JSON, latency_ms DOUBLE,
     retries SMALLINT, outcome VARCHAR, fallback_reason VARCHAR, error VARCHAR,
     cost_usd DOUBLE, cache VARCHAR, saved_usd DOUBLE, wait_ms DOUBLE, cached_tokens INTEGER,
-    reused_tokens INTEGER""", "llm", "One row per LLM call: model, tokens, latency, outcome, "
-    "cost (empty for rule-based runs).",
+    reused_tokens INTEGER, output VARCHAR, counted_prompt_tokens INTEGER""", "llm",
+    "One row per LLM call: model, tokens (the server's, and Shoal's own count beside them), "
+    "latency, output mode, outcome, cost (empty for rule-based runs).",
     # the calls of a round that stopped for want of answers were made all the same
     kept="outcome = 'round_stopped'",
     # the loopback server listens on a fresh port each run; latency and waits for endpoint

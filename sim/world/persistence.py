@@ -24,6 +24,7 @@ from shoal.config import Config, parse_config, resolved_dict, upgrade_saved
 from shoal.core.follow_graph import FollowGraph
 from shoal.core.posts import PostStore
 from shoal.core.state import State
+from shoal.memory.model_tokens import ModelTokens
 from shoal.platforms.spec import platform_slots, spec
 from shoal.store.checkpoints import Checkpoint, CheckpointError, CheckpointStore
 from shoal.world.knowledge import build_graph_memory, empty_graph_memory
@@ -75,7 +76,10 @@ def state(world: World) -> dict[str, State]:
         "interventions": world.interventions.get_state(),
         **{name: getattr(world, name).get_state() for name in WINDOWS
            if not getattr(world, name).journaling},
-        "llm": State(meta={"json_only": sorted(world.json_only)}),
+        "llm": State(meta={"json_only": sorted(world.json_only),
+                           "outputs": dict(sorted(world.outputs.items())),
+                           "tokens": None if world.model_tokens is None else {
+                               k: v.to_dict() for k, v in sorted(world.model_tokens.items())}}),
         "prompts": world.prompts.get_state(),  # the prefix reuse measure's
         **{f"engine.{name}": eng.get_state() for name, eng in world.engines.items()},
         **({"knowledge": State(meta={"generation": world.knowledge.generation})}
@@ -150,7 +154,9 @@ def _rebuild(cfg: Config, round_: int, saved: dict[str, State],
                   alive=w["alive"].astype(bool), joined=w["joined"].astype(np.int32),
                   last_means=w["last_means"].astype(np.float64),
                   initial_position=w["initial_position"].astype(np.float64),
-                  json_only=set(saved.get("llm", State()).meta.get("json_only", [])))
+                  json_only=set(saved.get("llm", State()).meta.get("json_only", [])),
+                  outputs=dict(saved.get("llm", State()).meta.get("outputs", {})),
+                  model_tokens=_model_tokens(saved.get("llm", State()).meta))
     world.interventions.set_state(saved["interventions"])
     if "prompts" in saved:  # (a checkpoint written before prompts were kept has none)
         world.prompts.set_state(saved["prompts"])
@@ -172,3 +178,11 @@ def _rebuild(cfg: Config, round_: int, saved: dict[str, State],
         if f"engine.{name}" in saved:  # else the platform is new in this (forked) config
             eng.set_state(saved[f"engine.{name}"])
     return world
+
+
+def _model_tokens(llm: dict) -> dict[str, ModelTokens] | None:
+    """How the providers' models count, as the checkpoint kept it (None: the run began
+    before Shoal counted in the model's tokens)."""
+    if llm.get("tokens") is None:
+        return None
+    return {k: ModelTokens.from_dict(v) for k, v in llm["tokens"].items()}

@@ -30,6 +30,7 @@ from shoal.core.registry import SUMMARIZERS
 from shoal.core.text_files import read_user_text
 from shoal.memory.compaction import Summarizer
 from shoal.memory.digest import CrossPlatformDigest
+from shoal.memory.model_tokens import ModelTokens
 from shoal.memory.notifications import Notifications
 from shoal.memory.prefix_reuse import PrefixReuse
 from shoal.memory.round_memory import MemorySettings, RoundMemory
@@ -65,6 +66,12 @@ class World:
     last_means: np.ndarray | None = None  # per-topic mean position at the end of the round
     initial_position: np.ndarray | None = None  # [N, T] positions at round 0 (or on joining)
     json_only: set[str] = field(default_factory=set)  # providers that refused tool calls
+    # the output mode each `output: auto` provider was probed to (shoal.agents.llm_output)
+    outputs: dict[str, str] = field(default_factory=dict)
+    # how each provider's model counts, measured at the start (shoal.memory.model_tokens);
+    # None: a run begun before Shoal counted in the model's tokens, whose budgets stay in
+    # cl100k tokens (so it resumes and forks as it began)
+    model_tokens: dict[str, ModelTokens] | None = field(default_factory=dict)
     engines: dict = field(default_factory=dict)  # non-social platforms' engines, by name
     knowledge: Any = None  # GraphMemory (memory.graph.enabled), else None
     prompts: PrefixReuse = field(default_factory=PrefixReuse)  # LLM agents' last prompts
@@ -98,6 +105,13 @@ class World:
         if mode == "llm":
             return np.asarray(sorted(self.llm_providers()), dtype=np.int64)
         return np.empty(0, dtype=np.int64)
+
+    def context_budget(self) -> int:
+        """The context budget in Shoal's tokens (cl100k): the config's, in every
+        provider's model tokens (shoal.memory.model_tokens) when they were measured."""
+        budget = self.cfg.memory.context.budget_tokens
+        return min((m.budget(budget) for m in (self.model_tokens or {}).values()),
+                   default=budget)
 
     def llm_providers(self) -> dict[int, str]:
         """LLM-driven agents (ids, groups and a seeded fraction, per `llm.agents`) and the
