@@ -168,6 +168,8 @@ SKIP: dict[tuple[str, str], str] = {
     ("docs/report_and_sweep.md", "--address auto"):
         "joins a cluster that `ray start` started, which the test does not start",
     ("docs/llm.md", "shoal llm-serve"): "serves until stopped (tests/test_llm.py runs it)",
+    ("docs/llm.md", "shoal llm-check http"):
+        "probes a server of that kind (vLLM, OpenAI, ...), which the test does not have",
     ("docs/experiments.md", "shoal experiment news.yaml"):
         "the errors of four edits of the example, which the page describes but does not ship",
     ("docs/plugins.md", "board.yaml"):

@@ -528,6 +528,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(p)
     p.set_defaults(func=serve)
 
+    from shoal.cli.llm_check import add_parser as add_llm_check_parser  # (a light module)
+
+    add_llm_check_parser(sub)
+
     # analysis commands register here (report, sweep)
     # (their modules load pandas and matplotlib, so they are imported only when run)
     p = sub.add_parser("report", help="write a self-contained HTML report of a run")
