@@ -7,7 +7,7 @@ else. The data comes from the notebook API (`shoal.analysis.open_run`), the plot
 (a fork's report includes its ancestors' rounds before each fork) and holds: a summary (ids,
 lineage, config highlights, agents x rounds, timings, checkpoints), the plots (belief
 distribution, polarization, cascade growth), the top posts, the interventions that
-fired, memory's key moments, and the LLM cost.
+fired, memory's key moments, the LLM cost, and for LLM agents their fidelity.
 
 Post texts, persona names, intervention specs and memory lines are untrusted text: every
 value that reaches the page goes through `html.escape`.
@@ -29,6 +29,7 @@ import yaml
 from matplotlib.figure import Figure
 
 from shoal.analysis import plots
+from shoal.analysis.fidelity import TOLERANCE
 from shoal.analysis.notebook import open_run
 from shoal.analysis.runs import Run
 from shoal.core.errors import InputError
@@ -83,6 +84,8 @@ def render_report(data: Run) -> str:
           if not data.table("graph_entities").empty else []),
         ("memory", "Memory", memory_section(data)),
         ("llm", "LLM cost", llm_section(data)),
+        *([("fidelity", "LLM fidelity", fidelity_section(data))]
+          if data.fidelity() is not None else []),
         ("config", "Configuration", config_section(data)),
     ]
     nav = " · ".join(f'<a href="#{sid}">{_e(title)}</a>' for sid, title, _ in sections)
@@ -640,6 +643,30 @@ def llm_html(calls: pd.DataFrame | None, config: dict) -> str:
     return kv_html(pairs) + "<h3>By model</h3>" + table_html(
         ("model", "calls", "prompt tokens", "completion tokens", "failed", "cost"), rows,
         numeric=(1, 2, 3, 4, 5))
+
+
+def fidelity_section(data: Run) -> str:
+    """How faithfully the LLM agents played their part (`Run.fidelity`): the run's
+    numbers, then per round (the definitions are in docs/llm.md#fidelity)."""
+    f = data.fidelity()
+    if f is None:
+        return _p("no LLM turns")
+    pct = "{:.1%}"
+    rows = [(int(r["round"]), f"{int(r['turns']):,}", f"{int(r['posts']):,}",
+             *(_num(r[c], pct) for c in ("stance_agreement", "sign_agreement")),
+             _num(r["stance_gap"], "{:.2f}"),
+             *(_num(r[c], pct) for c in ("persona_consistency", "repeat_rate",
+                                         "degenerate_rate", "refusal_rate", "fallback_rate")))
+            for r in f.by_round.to_dict("records")]
+    return (kv_html((label.removeprefix("LLM "), line) for label, line in f.lines())
+            + _p("Stances are compared with the belief the agent held when it wrote (agreeing: "
+                 f"the same side and within {TOLERANCE}); the persona's side is that of its "
+                 "initial belief. Definitions and what these do not show: "
+                 "docs/llm.md#fidelity.")
+            + "<h3>By round</h3>" + table_html(
+                ("round", "turns", "posts", "stance agrees", "same side", "gap",
+                 "persona's side", "repeated", "degenerate", "refusals", "fallbacks"),
+                rows, numeric=range(11)))
 
 
 def llm_cost(calls: pd.DataFrame, config: dict) -> pd.Series:

@@ -47,6 +47,7 @@ from shoal.store.schema import schema
 from shoal.store.tables import TABLES, TableSpec, file_tables
 
 if TYPE_CHECKING:  # (imported where used: reading a run loads no graph reader)
+    from shoal.analysis.fidelity import Fidelity
     from shoal.store.knowledge import GraphReader
 
 # The tables shown as frames (`run.beliefs`, ...), as their declarations say.
@@ -332,6 +333,21 @@ class Run(ForkInfo, Frames):
             raise InputError("a simulation held in memory keeps no analyses or interviews")
         return self.dir.db
 
+    def prefix_reuse(self) -> pd.DataFrame:
+        """Per round, the share of the LLM agents' prompt tokens equal to the start of
+        their previous prompt (Shoal's measure, `rounds.prefix_reuse`) next to the share
+        the server said it served from its prefix cache (`cached_tokens` of the requests
+        that reported it; NaN where none did)."""
+        calls = self._read("llm_calls", "agent IS NOT NULL")
+        ours = self.rounds.set_index("round").get("prefix_reuse")
+        if calls.empty:
+            return pd.DataFrame(columns=["round", "shoal", "server"])
+        told = calls[calls["cached_tokens"].notna()]
+        server = (told.groupby("round")["cached_tokens"].sum()
+                  / told.groupby("round")["prompt_tokens"].sum())
+        out = pd.DataFrame({"shoal": ours, "server": server}).rename_axis("round")
+        return out.loc[sorted(set(calls["round"]))].reset_index()
+
     @property
     def rounds(self) -> pd.DataFrame:
         """One row per completed round: counts and timings (docs/store.md)."""
@@ -487,6 +503,16 @@ class Run(ForkInfo, Frames):
         """Gini coefficient of the engagement received per agent (`metrics.gini`)."""
         return metrics.gini(self.engagement()["engagement"])
 
+    def fidelity(self) -> Fidelity | None:
+        """How faithfully the LLM agents played their part: their posts' stances against
+        their beliefs and their persona's side, repeated and degenerate text, refusals and
+        fallbacks, per run (the attributes), per round (`.by_round`), per agent
+        (`.by_agent`) and per post (`.flagged`); None for a run without LLM turns
+        (`shoal.analysis.fidelity`, docs/llm.md#fidelity)."""
+        from shoal.analysis.fidelity import fidelity
+
+        return self._cached("fidelity", lambda: fidelity(self))
+
     # ------------------------------------------------------------- plots
 
     def plot_beliefs(self, path: str | Path | None = None, bins: int = 40) -> Figure:
@@ -608,6 +634,16 @@ class Runs(Frames):
         if all(isinstance(v, pd.DataFrame) for v in values):
             return _with_run(self.labels, values)
         return pd.Series(values, index=pd.Index(self.labels, name="run"), name=method)
+
+    def fidelity(self) -> pd.DataFrame:
+        """`Run.fidelity` of every run as one row of numbers (`Fidelity.summary`), with a
+        run column first; a run without LLM turns has no row."""
+        rows = [{"run": label, **f.summary()} for label, r in zip(self.labels, self.runs,
+                                                                  strict=True)
+                if (f := r.fidelity()) is not None]
+        out = pd.DataFrame(rows) if rows else pd.DataFrame(columns=["run"])
+        reasons = [c for c in out.columns if c.startswith("fallback_") and c != "fallback_rate"]
+        return out.fillna({c: 0.0 for c in reasons})  # a reason a run never fell back for
 
     # ------------------------------------------------------------- plots
 

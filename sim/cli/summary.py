@@ -10,8 +10,9 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from shoal.analysis.fidelity import summary_lines as fidelity_lines
 from shoal.store.checkpoints import CheckpointStore
-from shoal.store.llm_usage import Usage
+from shoal.store.llm_usage import ModeOutcomes, Usage, outcomes_by_mode, token_drift
 
 STOPPED = "round_stopped"  # `llm_calls.outcome` of the calls of a round that stopped
 
@@ -58,7 +59,8 @@ def summarize(root: Path, wall_seconds: float | None = None, rounds_run: int | N
         n_posts = con.execute("SELECT count(*) FROM posts").fetchone()[0]
         cols = [c for c in ("round", "agent", "platform", "status", "outcome",
                             "fallback_reason", "prompt_tokens", "completion_tokens", "cache",
-                            "saved_usd", "wait_ms") if c in _columns(con, "llm_calls")]
+                            "saved_usd", "wait_ms", "output", "counted_prompt_tokens",
+                            "cached_tokens") if c in _columns(con, "llm_calls")]
         calls = con.execute(f"SELECT {', '.join(cols)} FROM llm_calls").df()
         # The calls of a round that stopped (no answer at all) stay logged, but that round
         # was dropped and run again: its calls neither failed a turn nor fell back one.
@@ -105,12 +107,29 @@ def summarize(root: Path, wall_seconds: float | None = None, rounds_run: int | N
         head.add_row("LLM tokens, cost", f"{spent.prompt_tokens:,} prompt + "
                                          f"{spent.completion_tokens:,} completion tokens, "
                                          f"about ${cost:.4f}")
+        for line in _mode_lines(calls):
+            head.add_row("LLM output", line)
+        drift = token_drift(calls)
+        if drift is not None:
+            ours, theirs = drift
+            head.add_row("LLM token count", f"Shoal counted {ours:,} prompt tokens where the "
+                         f"server counted {theirs:,} (drift {ours / max(1, theirs) - 1:+.1%})")
+        cached = pd.to_numeric(calls.get("cached_tokens"), errors="coerce").sum() \
+            if "cached_tokens" in calls else 0
+        if cached:
+            head.add_row("LLM prefix cache", f"the server reused {int(cached):,} of "
+                         f"{spent.prompt_tokens:,} prompt tokens from its cache "
+                         f"({cached / max(1, spent.prompt_tokens):.0%})")
         if usage.cache_hits or usage.cache_misses:
             head.add_row("LLM cache", f"{usage.cache_hits:,} hits, {usage.cache_misses:,} "
                                       f"misses; saved about ${usage.saved_usd:.4f}")
         if waited[0]:
             head.add_row("LLM limits", f"{waited[0]:,} requests waited for an endpoint's "
                                        f"limits, {waited[1] / 1e3:.1f} s in all")
+
+    # LLM agents' fidelity (stances against beliefs, text, refusals; none for rule runs)
+    for label, line in fidelity_lines(db):
+        head.add_row(label, line)
 
     act_table = Table(title="actions", title_justify="left", box=None, padding=(0, 1))
     for col in ("platform", "action", "applied", "rejected"):
@@ -170,3 +189,17 @@ def open_hint(root: Path) -> str:
     """How to open the run's trajectory in Python (print it unwrapped: the path must stay
     whole to be copied)."""
     return f"open it: duckdb.connect('{Path(root) / 'trajectory.duckdb'}', read_only=True)"
+
+
+def _mode_lines(calls) -> list[str]:
+    """One line per output mode: the turns asked in it and how they ended."""
+    return [_mode_line(m) for m in outcomes_by_mode(calls)]
+
+
+def _mode_line(m: ModeOutcomes) -> str:
+    fell = sum(m.fallbacks.values())
+    reasons = ", ".join(f"{n} {r}" for r, n in sorted(m.fallbacks.items(),
+                                                       key=lambda kv: -kv[1])[:3])
+    refused = f"; the server refused {m.refusals}" if m.refusals else ""
+    return (f"{m.mode}: {m.turns:,} turns, {m.valid:,} valid at once, {m.repaired:,} "
+            f"repaired, {fell:,} fell back" + (f" ({reasons})" if fell else "") + refused)
