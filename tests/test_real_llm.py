@@ -80,6 +80,9 @@ def test_the_quick_start_acts_through_a_real_model(quick_run):
     assert rows and all(p > 0 and c > 0 and n > 0 for p, c, n in rows)
     server, ours = sum(r[0] for r in rows), sum(r[1] for r in rows)
     assert abs(ours / server - 1) <= DRIFT_MARGIN, (ours, server)
+    # the server's prefix cache, as llama.cpp reports it, reached Shoal's rows
+    (cached,) = query(db, "SELECT sum(cached_tokens) FROM llm_calls WHERE status = 'ok'")
+    assert cached[0] > 0
 
 
 def test_the_summary_reports_modes_and_drift(quick_run):
