@@ -18,6 +18,7 @@ from its text, as for any answer without one.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import Any, Literal
 
@@ -163,6 +164,23 @@ def count_tokens(providers: list[ProviderConfig], urls: dict[str, list[str]],
         found[p.name] = measure(p, base, texts,
                                 {pl: added_text(mode, pl, topics) for pl in platforms})
     return found
+
+
+MIN_CONTEXT = 200  # cl100k tokens a context needs at the least (the budget's own minimum)
+
+
+def check_budget(budget: int, found: dict[str, ModelTokens]) -> None:
+    """InputError when `memory.context.budget_tokens` leaves a provider's requests less
+    than `MIN_CONTEXT` tokens of context once what they add is counted."""
+    for name, m in found.items():
+        if m.budget(budget) < MIN_CONTEXT:
+            need = math.ceil(MIN_CONTEXT * m.ratio) + max(m.overhead.values(), default=0)
+            raise InputError(
+                f"memory.context.budget_tokens: {budget} leaves no room for the context: "
+                f"requests to provider {name} add {max(m.overhead.values(), default=0)} "
+                f"tokens (tool definitions or instructions, the chat template; counted by "
+                f"{m.counter}); the budget covers the whole request, so raise it to at "
+                f"least {need}")
 
 
 def keep_tokens(cache: CacheSpec | None, found: dict[str, ModelTokens] | None) -> None:

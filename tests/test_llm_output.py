@@ -217,3 +217,18 @@ def test_a_schema_request_gets_bare_json_from_the_loopback_server():
     finally:
         server.stop()
     assert json.loads(reply.message["content"])["action"] in ("post", "do_nothing")
+
+
+def test_a_budget_that_cannot_hold_the_tools_is_refused(tmp_path):
+    """The budget covers the whole request: one smaller than the tool definitions is an
+    error naming the field and the size it needs, before anything is written."""
+    config = _llm_config(tmp_path, "tight")
+    data = yaml.safe_load(config.read_text())
+    data["memory"]["context"]["budget_tokens"] = 700
+    out = tmp_path / "out"
+    done = run_cli(["run", str(write_config(tmp_path / "tight.yaml", data)), "--out",
+                    str(out), "--quiet"])
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "memory.context.budget_tokens: 700 leaves no room for the context" in done.stderr
+    assert "raise it to at least" in done.stderr
+    assert not out.exists() or not any(out.iterdir())

@@ -25,7 +25,9 @@ def _data(url: str, contexts: str, rounds: int = 3) -> dict:
     data["interventions"][0]["round"] = 2
     data["llm"]["providers"][0].update(base_urls=[url], max_retries=1, timeout_s=10)
     data["llm"]["agents"]["fraction"] = 0.5
-    data["memory"]["context"]["budget_tokens"] = 700
+    # (the budget holds the whole request: ~800 tokens of tool definitions, then a context
+    # of ~700 tokens)
+    data["memory"]["context"]["budget_tokens"] = 1550
     return data
 
 

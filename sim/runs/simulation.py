@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from shoal.agents import llm_output
+from shoal.agents.llm_output import check_budget
 from shoal.agents.profiles import USERNAME_CHARS, profile_fixes_table, repeated_ids, username_fixes
 from shoal.config import Config, config_hash, load_config, parse_config, resolved_dict
 from shoal.config.llm import check_api_keys
@@ -612,6 +613,7 @@ class Engine:
                     cfg.llm.providers, given, world.outputs, world.model_tokens,
                     list(world.population.persona[:64]), list(cfg.platforms.enabled()),
                     [t.name for t in cfg.topics], cache)
+                check_budget(cfg.memory.context.budget_tokens, world.model_tokens)
             assert world.memory is not None  # World.__post_init__ makes round memory
             summarizer = world.memory.summarizer
             # (urls is empty without an LLM config: the first branch above)
