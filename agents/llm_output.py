@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from shoal.agents.llm_tools import (
@@ -38,6 +39,7 @@ from shoal.llm.chat import ChatModel, ChatRequest, SyncChat, chat_model
 from shoal.llm.endpoints import LOOPBACK
 from shoal.llm.metadata import TURN, meta
 from shoal.memory.model_tokens import ModelTokens, measure, request_text
+from shoal.memory.tokens import count
 
 Output = Literal["tools", "json_schema", "text"]
 MODES: tuple[str, ...] = ("tools", "json_schema", "text")
@@ -134,23 +136,26 @@ def resolve(providers: list[ProviderConfig], urls: dict[str, list[str]],
     return found
 
 
-def added_text(mode: str, platform: str, topics: list[str]) -> str:
+def added_text(mode: str, platform: str, topics: list[str], languages: Iterable[str] = ("en",)
+               ) -> str:
     """What a request in `mode` adds to an agent's context on `platform`, as text (for
-    counting): the tools as JSON, else the JSON instructions. (A response format's schema
-    is not prompt text: llama.cpp, vLLM and SGLang turn it into a grammar for decoding.)"""
-    if mode == "tools":
-        return request_text(tools(platform, topics), "")
-    return json_instructions(platform, topics)
+    counting), in the longest of `languages`: the tools as JSON, else the JSON
+    instructions. (A response format's schema is not prompt text: llama.cpp, vLLM and
+    SGLang turn it into a grammar for decoding.)"""
+    texts = [request_text(tools(platform, topics, lang), "") if mode == "tools"
+             else json_instructions(platform, topics, lang) for lang in sorted(set(languages))]
+    return max(texts, key=count)
 
 
 def count_tokens(providers: list[ProviderConfig], urls: dict[str, list[str]],
                  outputs: dict[str, str], known: dict[str, ModelTokens], texts: list[str],
-                 platforms: list[str], topics: list[str], cache: CacheSpec | None = None
-                 ) -> dict[str, ModelTokens]:
-    """`known` with how every other provider's model counts (shoal.memory.model_tokens), measured
-    on `texts` (samples of the run's own text) and on what its requests add. With a
-    response cache, what was measured is kept beside the answers, and a replay counts as
-    its recording did (it has no server to ask)."""
+                 platforms: list[str], topics: list[str], cache: CacheSpec | None = None,
+                 languages: Iterable[str] = ("en",)) -> dict[str, ModelTokens]:
+    """`known` with how every other provider's model counts
+    (shoal.memory.model_tokens), measured on `texts` (samples of the run's own text) and
+    on what its requests add in the run's `languages`. With a response cache, what was
+    measured is kept beside the answers, and a replay counts as its recording did (it has
+    no server to ask)."""
     found = dict(known)
     kept = kept_tokens(cache)
     for p in providers:
@@ -161,8 +166,8 @@ def count_tokens(providers: list[ProviderConfig], urls: dict[str, list[str]],
             continue
         mode = outputs.get(p.name, "tools") if p.output == "auto" else p.output
         base = next((u for u in urls.get(p.name, []) if u != LOOPBACK), None)
-        found[p.name] = measure(p, base, texts,
-                                {pl: added_text(mode, pl, topics) for pl in platforms})
+        found[p.name] = measure(p, base, texts, {pl: added_text(mode, pl, topics, languages)
+                                                 for pl in platforms})
     return found
 
 

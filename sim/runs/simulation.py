@@ -612,7 +612,7 @@ class Engine:
                 world.model_tokens = llm_output.count_tokens(
                     cfg.llm.providers, given, world.outputs, world.model_tokens,
                     list(world.population.persona[:64]), list(cfg.platforms.enabled()),
-                    [t.name for t in cfg.topics], cache)
+                    [t.name for t in cfg.topics], cache, world.population.language or ["en"])
                 check_budget(cfg.memory.context.budget_tokens, world.model_tokens)
             assert world.memory is not None  # World.__post_init__ makes round memory
             summarizer = world.memory.summarizer
