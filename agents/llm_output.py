@@ -94,6 +94,12 @@ async def probe(model: ChatModel) -> tuple[Output, str]:
     request = ChatRequest(messages=messages, tools=_probe_tools(), tool_choice="auto",
                           temperature=0.0, seed=0, meta=turn)
     reply = await model.chat(request)
+    if reply.status in ("unreachable", "timeout") or (reply.http_status or 0) in (401, 403):
+        # nothing learnt about what the model can do: not a choice to keep for the run
+        raise InputError(f"llm.providers: {model.provider.name}: output: auto could not "
+                         f"probe {reply.base_url or ', '.join(model.provider.base_urls)}: "
+                         f"{model.redact(reply.error)}; start the server (or check the "
+                         "key), or set output: tools | json_schema | text")
     why_not = _usable(reply.status, reply.message, reply.error, tool_call=True)
     if not why_not:
         return "tools", "a tool call came back and parsed"

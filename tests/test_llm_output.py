@@ -232,3 +232,20 @@ def test_a_budget_that_cannot_hold_the_tools_is_refused(tmp_path):
     assert "memory.context.budget_tokens: 700 leaves no room for the context" in done.stderr
     assert "raise it to at least" in done.stderr
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_auto_refuses_to_decide_without_an_answer():
+    """An endpoint that does not answer teaches nothing: `auto` says so instead of
+    settling the run on `text`."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    model = chat_model(_provider(f"http://127.0.0.1:{port}/v1", max_retries=0))
+    sync = SyncChat(model)
+    try:
+        with pytest.raises(InputError, match="output: auto could not probe"):
+            sync.run(probe(model), 60)
+    finally:
+        sync.close()
