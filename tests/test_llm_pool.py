@@ -288,7 +288,9 @@ def test_llm_serve_starts_a_pool(tmp_path):
         assert statuses == [200, 429, 200]
     finally:
         os.kill(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=10)
+        # (a deadline, not a measure: a loaded CI machine took more than 10 s to see the
+        # process out)
+        _, err = proc.communicate(timeout=60)
     assert [ln for ln in err.splitlines() if ln.startswith("loopback")] == [
         f"loopback LLM server 0 on {urls[0]} (latency_ms=10)",
         f"loopback LLM server 1 on {urls[1]} (latency_ms=10, rate_limit_rate=1)",
