@@ -35,6 +35,7 @@ from shoal.agents.observation import PlatformView, Prompt
 from shoal.beliefs.stance import estimate_stance
 from shoal.config import Config
 from shoal.core.errors import InputError
+from shoal.core.loop_thread import cancel_all
 from shoal.core.vocabulary import SOURCE, STANCE_METHOD, ActionType
 from shoal.llm.cache import CacheCorrupt, CachedChat, CacheMiss, ResponseCache
 from shoal.llm.chat import Attempt, ChatModel, ChatReply, ChatRequest, call_rows, chat_model
@@ -208,11 +209,12 @@ class LLMPolicy:
             return rule, []
         turns = {i: Turn(i) for i in rows}
         tasks = [asyncio.ensure_future(self._turn(view, turns[i], round_)) for i in rows]
-        done, pending = await asyncio.wait(tasks, timeout=self.llm.round_deadline_s)
-        for task in pending:  # stragglers: cancelled, they fall back
-            task.cancel()
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+        try:
+            done, pending = await asyncio.wait(tasks, timeout=self.llm.round_deadline_s)
+        except BaseException:  # the round itself was cancelled (Ctrl-C): so are its calls,
+            await cancel_all(tasks)  # and they end here, not destroyed pending with the loop
+            raise
+        await cancel_all(pending)  # stragglers: cancelled, they fall back
         # a replay's miss, a cache that cannot write: the run stops (every task's error
         # is taken, so none is reported later as never retrieved)
         stopped = [e for e in (t.exception() for t in tasks if t in done)

@@ -7,7 +7,6 @@ everything dynamic from the driver in a `DecisionRequest`, once per round.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,6 +19,7 @@ from shoal.agents.population import Population
 from shoal.agents.prompt import ContextInputs, FeedItem, build_context, section_specs
 from shoal.config import Config
 from shoal.core.counter_rng import CounterRNG
+from shoal.core.loop_thread import gather_or_cancel
 from shoal.llm.cache import CacheSpec, ResponseCache
 from shoal.memory.context import Line, accounting_rows
 from shoal.memory.prefix_reuse import PrefixReuse, PromptUsage
@@ -109,9 +109,9 @@ class AgentShard:
         self.llm.json_only |= request.json_only  # the world's record, the source of truth
         self.llm.outputs = request.outputs
         self.llm.model_tokens = request.model_tokens
-        decided = await asyncio.gather(*(self.llm.decide(view, batch, request.round)
-                                         for view, batch in zip(request.views, rule,
-                                                                strict=True)))
+        decided = await gather_or_cancel(*(self.llm.decide(view, batch, request.round)
+                                           for view, batch in zip(request.views, rule,
+                                                                  strict=True)))
         return ShardResult(ActionBatch.concat([b for b, _ in decided], self.n_topics),
                            [c for _, calls in decided for c in calls],
                            frozenset(self.llm.json_only), built)

@@ -59,22 +59,30 @@ def progress_bar(quiet: bool):
 
 
 class _Stop:
-    """Set when Ctrl-C asked the run to stop."""
+    """What Ctrl-C has asked of a run so far."""
 
-    requested = False
+    requested = False  # the first one: stop after the running round
+    interrupted = False  # the second one: a KeyboardInterrupt was raised, once
+    closing = False  # the run is being closed: Ctrl-C waits for that to end
 
 
 @contextmanager
 def stop_between_rounds() -> Iterator[_Stop]:
-    """Turn the first Ctrl-C into a request to stop after the running round (a second one
-    interrupts at once)."""
+    """Turn the first Ctrl-C into a request to stop after the running round and the
+    second into a KeyboardInterrupt (stop at once). After that, and once the block sets
+    `closing`, Ctrl-C does nothing until the block ends: closing the run (its last round
+    committed, the LLM calls in flight cancelled, their connections closed on their event
+    loop) is short, and cut short it would leave asyncio's tracebacks and warnings behind."""
     stop = _Stop()
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
 
     def handler(signum, frame) -> None:
+        if stop.interrupted or stop.closing:
+            return
         if stop.requested:
+            stop.interrupted = True
             raise KeyboardInterrupt
         stop.requested = True
         console.print("[yellow]stopping after this round[/] (Ctrl-C again to interrupt "

@@ -330,39 +330,52 @@ def cmd_diagnose_memory(args: argparse.Namespace) -> int:
 def _drive(sim, quiet: bool, start: float) -> int:
     """Run the remaining rounds with a progress bar, then print the summary; always close
     the simulation. Ctrl-C stops at the end of the running round, committed and
-    checkpointed, and says how to continue."""
+    checkpointed, and says how to continue; a second Ctrl-C abandons the running round
+    (its LLM calls cancelled) and says which round was kept. Either way the simulation is
+    closed whole (further Ctrl-Cs wait for it) and the exit code is 130."""
     from shoal.cli.summary import open_hint, summarize
 
     first = sim.round
-    try:
-        with progress_bar(quiet) as progress:
-            task = progress.add_task("rounds", total=sim.cfg.rounds, completed=sim.round,
-                                     actions=0, llm="")
-            totals = {"actions": 0, "calls": 0, "failed": 0, "fallbacks": 0}
+    interrupted = False
+    with stop_between_rounds() as stop:
+        try:
+            with progress_bar(quiet) as progress:
+                task = progress.add_task("rounds", total=sim.cfg.rounds,
+                                         completed=sim.round, actions=0, llm="")
+                totals = {"actions": 0, "calls": 0, "failed": 0, "fallbacks": 0}
 
-            def on_round(stats) -> None:
-                totals["actions"] += stats.n_actions
-                totals["calls"] += stats.n_llm_calls
-                totals["failed"] += stats.n_llm_failed
-                totals["fallbacks"] += stats.n_llm_fallbacks
-                # Failures only where they fit: elapsed time and ETA must show at 80
-                # columns (the summary has the full counts).
-                llm = (f"{totals['calls']:,} calls" if totals["calls"] else "") + "".join(
-                    f", {totals[k]:,} {k}" for k in ("failed", "fallbacks")
-                    if totals[k] and console.width >= 100)
-                progress.update(task, completed=stats.round, actions=totals["actions"],
-                                llm=llm)
+                def on_round(stats) -> None:
+                    totals["actions"] += stats.n_actions
+                    totals["calls"] += stats.n_llm_calls
+                    totals["failed"] += stats.n_llm_failed
+                    totals["fallbacks"] += stats.n_llm_fallbacks
+                    # Failures only where they fit: elapsed time and ETA must show at 80
+                    # columns (the summary has the full counts).
+                    llm = (f"{totals['calls']:,} calls" if totals["calls"] else "") + "".join(
+                        f", {totals[k]:,} {k}" for k in ("failed", "fallbacks")
+                        if totals[k] and console.width >= 100)
+                    progress.update(task, completed=stats.round, actions=totals["actions"],
+                                    llm=llm)
 
-            with stop_between_rounds() as stop:
                 while not sim.finished and not stop.requested:
                     on_round(sim.step())
-            sim.flush()
-        if not sim.finished:
-            console.print(f"[yellow]stopped[/] after round {sim.round} (committed and "
-                          f"checkpointed); continue with: shoal resume {sim.dir.root}")
-            return 130
-    finally:
-        sim.close()
+                stop.closing = True  # (a Ctrl-C from here on would only cut the close short)
+                sim.flush()
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            stop.closing = True
+            sim.close()
+    if interrupted:
+        kept = sim.checkpoints.latest()
+        console.print(f"[yellow]interrupted[/]: the round in progress was abandoned; round "
+                      f"{kept} is the last one kept (committed and checkpointed); continue "
+                      f"with: shoal resume {sim.dir.root}")
+        return 130
+    if not sim.finished:
+        console.print(f"[yellow]stopped[/] after round {sim.round} (committed and "
+                      f"checkpointed); continue with: shoal resume {sim.dir.root}")
+        return 130
     out.print(summarize(sim.dir.root, time.perf_counter() - start, sim.round - first))
     out.print(open_hint(sim.dir.root), soft_wrap=True, style="dim", markup=False,
               highlight=False)

@@ -18,7 +18,6 @@ import dataclasses
 import logging
 import os
 import socket
-import threading
 from abc import ABC, abstractmethod
 from collections import Counter
 from pathlib import Path
@@ -30,6 +29,7 @@ from shoal.agents.population import Population
 from shoal.agents.shard import AgentShard, ShardResult
 from shoal.config import Config
 from shoal.core.errors import InputError
+from shoal.core.loop_thread import SETTLE_S, LoopThread, gather_or_cancel
 from shoal.llm.cache import CacheSpec
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,9 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 class LocalExecutor(Executor):
     """Shards as plain objects in this process, run on a private asyncio loop in its own
     thread: the caller may itself be inside a running loop (a Jupyter kernel is), where
-    `run_until_complete` is refused."""
+    `run_until_complete` is refused. A `decide` interrupted (Ctrl-C) cancels the shards'
+    LLM calls and waits for them to wind down; `close` closes the shards' connections on
+    that loop before it is closed (shoal.core.loop_thread)."""
 
     kind = "local"
 
@@ -98,13 +100,7 @@ class LocalExecutor(Executor):
         self.n_shards = n_shards
         self.shards = [AgentShard(s, n_shards, cfg, population, llm_urls, llm_cache)
                        for s in range(n_shards)]
-        self._loop = new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="shoal-shards",
-                                        daemon=True)
-        self._thread.start()
-
-    def _run(self, coro):
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        self._loop = LoopThread("shoal-shards", new_event_loop())
 
     def update(self, cfg: Config, population: Population) -> None:
         for shard in self.shards:
@@ -112,22 +108,16 @@ class LocalExecutor(Executor):
 
     def decide(self, request: DecisionRequest) -> list[ShardResult]:
         parts = split_request(request, self.n_shards) if self.n_shards > 1 else [request]
-
-        async def run_all() -> list[ShardResult]:
-            return await asyncio.gather(*(shard.decide(part) for shard, part
-                                          in zip(self.shards, parts, strict=True)))
-
-        return self._run(run_all())
+        return self._loop.run(gather_or_cancel(*(shard.decide(part) for shard, part
+                                                 in zip(self.shards, parts, strict=True))))
 
     def close(self) -> None:
-        try:
+        async def close_shards() -> None:
             for shard in self.shards:
                 if shard.llm is not None:
-                    self._run(shard.llm.close())
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(5)
-            self._loop.close()
+                    await shard.llm.close()
+
+        self._loop.close(close_shards)
 
 
 PROBE_TIMEOUT_S = 3.0  # a GCS that exists answers a TCP connect at once
@@ -222,6 +212,8 @@ class RayExecutor(Executor):
         self._ray = ray
         self._owns_ray = ensure_ray(address)
         self.actors = []
+        self._in_flight: list = []  # the object refs of the round's shard calls
+        self._up = False  # every actor answered its ping
         try:
             self._start(cfg, population, shards, llm_urls, llm_cache, placement)
         except BaseException:
@@ -249,6 +241,7 @@ class RayExecutor(Executor):
             self.actors.append(actor_cls.options(**options).remote(
                 s, self.n_shards, cfg_ref, pop_ref, llm_urls, cache))
         self.nodes: list[str] = ray.get([a.ping.remote() for a in self.actors])
+        self._up = True
         log.info("%d shards (%s) on %d node(s): %s", self.n_shards, placement,
                  len(set(self.nodes)), self.describe_placement())
 
@@ -258,13 +251,17 @@ class RayExecutor(Executor):
 
     def decide(self, request: DecisionRequest) -> list[ShardResult]:
         parts = split_request(request, self.n_shards)
+        # kept until every shard has answered: `close` cancels what an interrupted round
+        # (Ctrl-C, a shard's error) left running
+        self._in_flight = [a.decide.remote(p) for a, p in zip(self.actors, parts, strict=True)]
         try:
-            return self._ray.get([a.decide.remote(p)
-                                  for a, p in zip(self.actors, parts, strict=True)])
+            results = self._ray.get(self._in_flight)
         except self._ray.exceptions.RayTaskError as exc:
             if isinstance(exc.cause, InputError):  # (a replay's miss): said as it was raised
                 raise exc.cause from None
             raise
+        self._in_flight = []
+        return results
 
     def update(self, cfg: Config, population: Population) -> None:
         # put once, shared by every actor (not shipped once per actor)
@@ -272,12 +269,34 @@ class RayExecutor(Executor):
         self._ray.get([a.update.remote(cfg_ref, pop_ref) for a in self.actors])
 
     def close(self) -> None:
-        for actor in self.actors:
-            self._ray.kill(actor)
-        self.actors = []
-        if self._owns_ray:
-            self._owns_ray = False
-            self._ray.shutdown()
+        try:
+            if self._up:
+                self._wind_down()
+        finally:
+            for actor in self.actors:
+                self._ray.kill(actor)
+            self.actors = []
+            self._up = False
+            if self._owns_ray:
+                self._owns_ray = False
+                self._ray.shutdown()
+
+    def _wind_down(self) -> None:
+        """Before the actors are killed: cancel the shard calls still in flight (on an
+        async actor `ray.cancel` cancels the call's asyncio task, and the shard cancels and
+        awaits its LLM calls), then close each shard's connections on its actor's loop.
+        Each step waits at most `SETTLE_S`: the actors are killed after it either way."""
+        ray = self._ray
+        refs, self._in_flight = self._in_flight, []
+        try:
+            for ref in refs:
+                ray.cancel(ref)
+            if refs:
+                ray.wait(refs, num_returns=len(refs), timeout=SETTLE_S)
+            closing = [a.close.remote() for a in self.actors]
+            ray.wait(closing, num_returns=len(closing), timeout=SETTLE_S)
+        except Exception as exc:  # (a lost actor or node): killing them is what is left
+            log.debug("winding the shards down: %s", exc)
 
 
 class _ShardActor:
@@ -294,6 +313,12 @@ class _ShardActor:
 
     async def update(self, cfg: Config, population: Population) -> None:
         self.shard.update(cfg, population)
+
+    async def close(self) -> None:
+        """Close the shard's LLM connections (and its response cache), on this actor's
+        event loop, where they were opened."""
+        if self.shard.llm is not None:
+            await self.shard.llm.close()
 
     async def ping(self) -> str:
         """The id of the node this shard runs on (the shard answering: it is up)."""

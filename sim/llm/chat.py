@@ -12,7 +12,6 @@ provider config names. `cost` is the one price formula and `call_rows` the one s
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import threading
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from shoal.config.llm import ProviderConfig
+from shoal.core.loop_thread import LoopThread
 from shoal.core.registry import CHAT_MODELS
 
 T = TypeVar("T")
@@ -181,44 +181,36 @@ def call_rows(reply: ChatReply | list[Attempt], provider: ProviderConfig, *, rou
 
 class SyncChat:
     """A chat model for synchronous callers (a background worker thread): its own event
-    loop in its own thread, so the model's connections live on one loop for its life."""
+    loop in its own thread, so the model's connections live on one loop for its life and
+    are closed on it (shoal.core.loop_thread)."""
 
     def __init__(self, model: ChatModel):
         self.model = model
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="shoal-chat",
-                                        daemon=True)
-        self._thread.start()
+        self._loop = LoopThread("shoal-chat")
         self._closed = False
 
     def chat(self, request: ChatRequest, key: int = 0) -> ChatReply:
         """The reply to `request` (blocking, at most as long as every retry may take)."""
         p = self.model.provider
         attempts: list[Attempt] = []
-        future = asyncio.run_coroutine_threadsafe(self.model.chat(request, key, attempts),
-                                                  self._loop)
         try:
-            return future.result(p.timeout_s * (p.max_retries + 1) + 60.0)
-        except TimeoutError:
-            future.cancel()
+            return self._loop.run(self.model.chat(request, key, attempts),
+                                  p.timeout_s * (p.max_retries + 1) + 60.0)
+        except TimeoutError:  # (the call was cancelled: its request is in `attempts`)
             return ChatReply(None, "timeout", error="no answer within the call's deadline",
                              attempts=attempts)
 
     def run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float) -> T:
         """The result of `coroutine` (which uses the model), run on the model's loop."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout_s)
+        return self._loop.run(coroutine, timeout_s)
 
     def close(self) -> None:
-        """Close the model and stop the loop."""
+        """Close the model on its loop (after cancelling any call still running) and stop
+        the loop."""
         if self._closed:
             return
         self._closed = True
-        try:
-            asyncio.run_coroutine_threadsafe(self.model.close(), self._loop).result(10)
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(5)
-            self._loop.close()
+        self._loop.close(self.model.close)
 
 
 @dataclass
