@@ -77,6 +77,11 @@ class PlatformView:
     voted: np.ndarray  # bool [A, K]
     reposted: np.ndarray  # bool [A, K]
     prompts: list[Prompt | None] | None = None  # per row: the context of an LLM agent
+    # Per row, the agent's language as an index into `languages` (BCP 47 tags): what
+    # policies write their texts in. None: everyone's is English (so an English run
+    # sends shards what it always did).
+    language: np.ndarray | None = None  # int16 [A]
+    languages: tuple[str, ...] = ()
 
     def take(self, rows: np.ndarray) -> PlatformView:
         """The view restricted to some rows (e.g. one shard's agents)."""
@@ -87,6 +92,8 @@ class PlatformView:
             follows_author=self.follows_author[rows], trust=self.trust[rows],
             voted=self.voted[rows], reposted=self.reposted[rows],
             prompts=[self.prompts[i] for i in rows] if self.prompts is not None else None,
+            language=self.language[rows] if self.language is not None else None,
+            languages=self.languages,
         )
 
 

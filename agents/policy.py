@@ -4,7 +4,9 @@ A policy is registered in `POLICIES` (sim/core/registry.py) under the name its c
 `kind` field carries; the built-in one is `rule` (agents/rule_policy.py). A shard builds
 it as `impl(cfg.policy, cfg.topics, rng, interests, usernames)` and calls `decide` once per
 platform per round for its acting agents. LLM agents are decided by the LLM policy, which
-falls back to this one's decision when a reply is missing or invalid.
+falls back to this one's decision when a reply is missing or invalid. A policy that writes
+texts finds each acting agent's language on the view (`PlatformView.language` and
+`languages`; None when everyone's is English).
 """
 
 from __future__ import annotations

@@ -73,6 +73,9 @@ class Population:
     # so an English population's checkpoints are what they were before languages.
     language: list[str] | None = None
     _taken: int = field(default=0, init=False, repr=False, compare=False)  # agents logged
+    # `language_codes`'s answer, with the list it was computed from
+    _codes: tuple[list[str], tuple[str, ...], np.ndarray] | None = field(
+        default=None, init=False, repr=False, compare=False)
 
     @property
     def size(self) -> int:
@@ -83,6 +86,21 @@ class Population:
         """The BCP 47 tag of `agent`'s language."""
         langs = self.language
         return langs[agent] if langs is not None and agent < len(langs) else DEFAULT
+
+    def language_codes(self) -> tuple[tuple[str, ...], np.ndarray] | None:
+        """Each agent's language as an index (int16 [N]) into a tuple of tags, for arrays
+        sent every round; None when everyone speaks the default. Cached while `language`
+        is the same list (growth and a restored state replace it)."""
+        langs = self.language
+        if langs is None:
+            return None
+        cached = self._codes
+        if cached is None or cached[0] is not langs or len(cached[2]) != len(langs):
+            tags = tuple(sorted(set(langs)))
+            index = {t: i for i, t in enumerate(tags)}
+            codes = np.fromiter((index[t] for t in langs), np.int16, len(langs))
+            self._codes = cached = (langs, tags, codes)
+        return cached[1], cached[2]
 
     def group_mask(self, names: list[str]) -> np.ndarray:
         """Boolean mask of agents in any of the named groups."""

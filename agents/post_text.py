@@ -1,8 +1,13 @@
 """Short post texts for rule-based agents that state their stance in words.
 
 LLM agents will read these, so the wording follows fixed stance bins and the exact stance
-travels with the post as data. Texts are assembled from precomputed sentences by array
-indexing, so writing tens of thousands of posts per round costs milliseconds.
+travels with the post as data (nothing reads the text back to find it). Texts are
+assembled from precomputed sentences by array indexing, so writing tens of thousands of
+posts per round costs milliseconds.
+
+The words are the `posts.*` templates of the writer's language (shoal.core.language):
+openers, a stance sentence per bin and reasons per side. Every language has lists of the
+same lengths, so the same draws pick the same opener, stance and reason in any of them.
 """
 
 from __future__ import annotations
@@ -10,34 +15,35 @@ from __future__ import annotations
 import numpy as np
 
 from shoal.beliefs.render import STANCE_BINS, stance_bin
+from shoal.core.language import DEFAULT, templates
 
 _SIGN_OF_BIN = (1, 1, 0, -1, -1)
-OPENERS = ("", "Honestly, ", "Let me be clear: ", "Thinking about it more, ",
-           "For the record, ", "Hot take: ", "After reading the news today, ")
-REASONS = {
-    1: ("The benefits clearly outweigh the costs.", "It is long overdue.",
-        "The evidence keeps pointing the same way.", "It will help people like me.",
-        "We should have done this years ago."),
-    0: ("I need to see more evidence before I decide.", "Both sides have a point.",
-        "It depends on the details.", "I'm still reading up on it."),
-    -1: ("The costs fall on the wrong people.", "It is a bad idea, plain and simple.",
-         "The evidence does not support it.", "It will hurt people like me.",
-         "Nobody asked the people who pay for it."),
-}
+_SIDES = {1: "support", 0: "undecided", -1: "oppose"}  # `posts.reasons.<side>`
 
 
 class PostWriter:
-    """Writes stance statements for a fixed list of topic labels."""
+    """Writes stance statements for a fixed list of topic labels, in `language` (a BCP 47
+    tag; its templates' language, English by default)."""
 
-    def __init__(self, labels: list[str]):
-        width = max(len(r) for r in REASONS.values())
+    def __init__(self, labels: list[str], language: str = DEFAULT):
+        words = templates(language)
+        self.language = words.tag
+        stances = words.items("posts.stances")
+        reasons = {s: words.items(f"posts.reasons.{side}") for s, side in _SIDES.items()}
+        self.sep = words("posts.sep")
+        self.openers = np.array(words.items("posts.openers"), dtype=object)
+        self.agree = (words("posts.disagree"), words("posts.agree"))
+        self.quote = (words("posts.quote_disagree"), words("posts.quote_agree"))
+        self.reply = words.text("posts.reply")
+        width = max(len(r) for r in reasons.values())
         self.sentences = np.empty((len(labels), len(STANCE_BINS), width), dtype=object)
-        self.n_reasons = np.array([len(REASONS[s]) for s in _SIGN_OF_BIN])
+        self.n_reasons = np.array([len(reasons[s]) for s in _SIGN_OF_BIN])
         for t, label in enumerate(labels):
-            for b, (_, verb) in enumerate(STANCE_BINS):
-                reasons = REASONS[_SIGN_OF_BIN[b]]
+            for b in range(len(STANCE_BINS)):
+                stance = stances[b].format(topic=label)
+                side = reasons[_SIGN_OF_BIN[b]]
                 for j in range(width):
-                    self.sentences[t, b, j] = f"I {verb} {label}. {reasons[j % len(reasons)]}"
+                    self.sentences[t, b, j] = f"{stance}{self.sep}{side[j % len(side)]}"
 
     def statements(self, topic: np.ndarray, position: np.ndarray, u: np.ndarray) -> np.ndarray:
         """One sentence per row: topic index, position, a uniform draw picking the reason."""
@@ -56,20 +62,21 @@ class PostWriter:
         t1, t2 = order[:, 0], order[:, 1] if stance.shape[1] > 1 else order[:, 0]
         rows = np.arange(n)
         has2 = addressed.sum(axis=1) > 1
-        opener = np.array(OPENERS, dtype=object)[
-            np.minimum((u[:, 0] * len(OPENERS)).astype(np.int64), len(OPENERS) - 1)]
+        k = len(self.openers)
+        opener = self.openers[np.minimum((u[:, 0] * k).astype(np.int64), k - 1)]
         text = opener + self.statements(t1, stance[rows, t1], u[:, 1])
         if has2.any():
             second = self.statements(t2[has2], stance[has2, t2[has2]], u[has2, 2])
-            text[has2] = text[has2] + " " + second
+            text[has2] = text[has2] + self.sep + second
         return text.tolist()
 
     def response(self, kind: str, target_user: str, agree: bool, topics: list[int],
                  positions: list[float], u: np.ndarray) -> str:
         """A reply, quote or comment reacting to someone else's post."""
-        body = " ".join(self.statements(np.array([t]), np.array([p]), np.array([uu]))[0]
-                        for t, p, uu in zip(topics, positions, u[1:], strict=False))
+        body = self.sep.join(
+            self.statements(np.array([t]), np.array([p]), np.array([uu]))[0]
+            for t, p, uu in zip(topics, positions, u[1:], strict=False))
         if kind == "quote":
-            return f"{'Exactly this.' if agree else 'Not convinced by this.'} {body}"
-        lead = "I agree." if agree else "I disagree."
-        return f"@{target_user} {lead} {body}" if kind == "reply" else f"{lead} {body}"
+            return f"{self.quote[agree]}{self.sep}{body}"
+        text = f"{self.agree[agree]}{self.sep}{body}"
+        return self.reply.format(user=target_user, text=text) if kind == "reply" else text

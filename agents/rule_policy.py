@@ -73,6 +73,7 @@ class RulePolicy(Policy):
         self.cfg = cfg
         self.labels = [t.label or t.name for t in topics]
         self.writer = PostWriter(self.labels)
+        self.writers = {self.writer.language: self.writer}  # by templates' tag
         self.rng = rng
         self.interests = interests
         self.usernames = usernames
@@ -207,18 +208,39 @@ class RulePolicy(Policy):
         if not len(writes):
             return texts
         u = self.rng.uniform(round_, Purpose.TEXT + key, view.agents[writes], 3)
-        for i, text in zip(posts, self.writer.posts(stance[posts], u[: len(posts)]),
-                           strict=True):
-            texts[i] = text
+        # Each agent writes in its language, from the same draws (a batch per language).
+        writers, which = self._writers(view, writes)
+        for k, writer in enumerate(writers):
+            mine = np.nonzero(which[: len(posts)] == k)[0]
+            if len(mine):
+                for i, text in zip(posts[mine], writer.posts(stance[posts[mine]], u[mine]),
+                                   strict=True):
+                    texts[i] = text
         for j, i in enumerate(responses, start=len(posts)):
             topics = np.nonzero(~np.isnan(stance[i]))[0]
             theirs = target_stance[i, topics]
             agree = (bool(np.nanmean(np.abs(theirs - stance[i, topics])) < 0.5)
                      if np.isfinite(theirs).any() else True)
-            texts[i] = self.writer.response(
+            texts[i] = writers[which[j]].response(
                 _RESPONSE[ActionType(int(action[i]))], self.usernames[int(target_author[i])],
                 agree, topics.tolist(), stance[i, topics].tolist(), u[j])
         return texts
+
+    def _writers(self, view: PlatformView, rows: np.ndarray
+                 ) -> tuple[list[PostWriter], np.ndarray]:
+        """Writers, and for each of the view's `rows` the index of its agent's (the view's
+        `language`; English for everyone when it has none)."""
+        if view.language is None:
+            return [self.writer], np.zeros(len(rows), np.int64)
+        return [self._writer(tag) for tag in view.languages], view.language[rows]
+
+    def _writer(self, tag: str) -> PostWriter:
+        """The writer for the language `tag` (one per templates' language, made once)."""
+        found = self.writers.get(tag)
+        if found is None:
+            made = PostWriter(self.labels, tag)
+            found = self.writers[tag] = self.writers.setdefault(made.language, made)
+        return found
 
 
 def _draw_index(weights: np.ndarray, u: np.ndarray) -> np.ndarray:

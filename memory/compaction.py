@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from shoal.config.base import Strict
+from shoal.core.language import DEFAULT
 from shoal.core.registry import SUMMARIZERS
 from shoal.memory.tokens import count, truncate
 
@@ -58,6 +59,9 @@ class Summarizer(ABC):
     deterministic: bool = False
     name: str = "summarizer"
     calls = None  # a summariser that calls a model keeps its `llm_calls` rows here (CallLog)
+    # The run's language (`population.language`, set by the world): round memory is
+    # written once for everyone, in it, so a model is asked to summarise in it too.
+    language: str = DEFAULT
 
     @abstractmethod
     def summarize_round(self, header: str, items: list[Item]) -> str:

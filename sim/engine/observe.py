@@ -18,7 +18,7 @@ def platform_view(world: World, name: str, agents: np.ndarray, feed: np.ndarray,
     """Gather the features of each feed item: author, kind, stance, votes; with `social`
     also whether the reader follows the author, already voted or reposted; with `trust`
     the reader's trust in the author. Features not asked for are left at their defaults
-    (they cost a binary search per feed item)."""
+    (they cost a binary search per feed item). Each reader's language goes along."""
     plat = world.platforms[name]
     posts = world.posts
     valid = feed >= 0
@@ -45,11 +45,15 @@ def platform_view(world: World, name: str, agents: np.ndarray, feed: np.ndarray,
         keys = pack(readers, ids)
         voted[valid] = plat.votes.contains(keys)
         reposted[valid] = plat.reposts.contains(keys)
+    # the writers' languages, for the texts policies write (None: all English)
+    codes = world.population.language_codes()
     return PlatformView(
         platform=plat.code, name=name, agents=agents, feed=feed, author=author,
         kind=gather(posts.kind, -1, np.int8), stance=gather(posts.stance, np.nan, np.float64),
         up=gather(posts.up, 0, np.int32), down=gather(posts.down, 0, np.int32),
         follows_author=follows, trust=trust_of, voted=voted, reposted=reposted,
+        language=None if codes is None else codes[1][agents],
+        languages=() if codes is None else codes[0],
     )
 
 

@@ -17,7 +17,8 @@ prompt's wording. The kinds and their fields (docs/llm.md, "The `shoal` field"):
 - a `turn`, an `interview` and a `survey` of an agent not spoken to in English also carry
   `language`, its BCP 47 tag (`Prompt.meta`'s; shoal.core.language): the loopback server
   answers in it;
-- `summary`: `texts` (what is summarised or merged, oldest first);
+- `summary`: `texts` (what is summarised or merged, oldest first), and `language` (the
+  run's `population.language`) when that is not English;
 - `extraction`: `text` (the text to read, as given);
 - `analyst`: `call` (`plan` or `section`), `section` (its id), `topics` (`[[name,
   label]]`), `last_round`, `interventions` (how many fired), `compared` (the compared

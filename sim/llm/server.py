@@ -39,6 +39,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -324,9 +325,11 @@ def tokenize(body: bytes) -> tuple[int, dict, dict]:
 
 
 def _summary(meta: dict) -> str:
-    """A compaction's "summary": the first line of what it was given."""
+    """A compaction's "summary": the first line of what it was given (written in the run's
+    language already: round memory's items are), or that nothing happened, in the
+    language the `shoal` field names."""
     lines = (ln for t in meta.get("texts") or () for ln in str(t).splitlines())
-    return next((ln for ln in lines if ln.strip()), "Nothing happened.")[:400]
+    return next((ln for ln in lines if ln.strip()), _words(meta)("summarizer.nothing"))[:400]
 
 
 # The loopback's own words for a stance and a confidence (`shoal.llm.metadata`), in the
@@ -721,7 +724,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="answer 401 unless requests bear the key in this environment variable")
     p.add_argument("--parent-pid", type=int, metavar="PID",
                    help="stop when process PID is no longer this server's parent (the run "
-                        "that started it has ended, however it ended)")
+                        "that started it has ended, however it ended); Ctrl-C is left to "
+                        "that process")
 
 
 def faults_from(args: argparse.Namespace, servers: int = 1) -> list[Faults]:
@@ -764,7 +768,13 @@ def _described(faults: Faults) -> str:
 
 
 def serve(args: argparse.Namespace) -> int:
-    """Run the server(s) in the foreground until interrupted."""
+    """Run the server(s) in the foreground until interrupted (with `--parent-pid`: until
+    the parent stops it, or is gone)."""
+    if args.parent_pid is not None:
+        # A terminal's Ctrl-C goes to the whole process group, this child of a run
+        # included; the run handles it (it stops after its round, with calls to this server
+        # in flight) and stops the server when it is done with it.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     key = None
     if args.require_key_env:
         key = os.environ.get(args.require_key_env)

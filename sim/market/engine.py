@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from shoal.agents.actions import ActionBatch
 from shoal.core.counter_rng import CounterRNG, Purpose
+from shoal.core.language import Templates, templates
 from shoal.core.state import State
 from shoal.core.vocabulary import ActionType, Reason
 from shoal.market.book import Books, Trade
@@ -134,8 +135,10 @@ class MarketEngine(PlatformEngine):
         p = m.maker.prices()
         before = m.prices_before if m.prices_before is not None else self.opened_prices[i]
         k = int(np.argmax(np.abs(p - before)))
-        text = (f"Prediction market: {m.cfg.question} — {m.outcomes[k]} now at "
-                f"{p[k]:.0%} ({100 * (p[k] - before[k]):+.0f} points in the last round)")
+        # a post everyone may see: in the run's language, like round memory's items
+        text = templates(world.cfg.population.language)(
+            "market.news", question=m.cfg.question, outcome=m.outcomes[k],
+            price=f"{p[k]:.0%}", points=f"{100 * (p[k] - before[k]):+.0f}")
         stance = {}
         if m.cfg.topic is not None:
             stance[m.cfg.topic] = float(np.dot(p, m.cfg.anchors()))
@@ -306,65 +309,72 @@ class MarketEngine(PlatformEngine):
                          ) -> list[Section]:
         """The "Markets" section: on a social platform (market → social) the prices; on
         the market itself, the observation of an LLM trader: prices, its account, what
-        to do, and (social → market) what people said."""
+        to do, and (social → market) what people said. In the agent's language."""
         spec_ = specs.get("markets")
         priority, limit = (spec_.priority, spec_.max_tokens) if spec_ else (2, 300)
+        t = templates(world.population.language_of(agent))
         if platform != NAME:
             m2s = self.cfg.bridge.market_to_social
             if not (m2s.enabled and m2s.context):
                 return []
-            lines = [self._price_line(m, r) for m in self.books.markets
+            lines = [self._price_line(m, r, t) for m in self.books.markets
                      if m.cfg.opens <= r and m.resolved is None]
             if not lines:
                 return []
-            return [Section("markets", "Markets", priority, limit, lines,
-                            intro="What the prediction market's traders expect.")]
-        return self._trader_sections(world, agent, r, priority, limit)
+            return [Section("markets", t("market.title"), priority, limit, lines,
+                            intro=t("market.intro"))]
+        return self._trader_sections(world, agent, r, priority, limit, t)
 
-    def _price_line(self, m, r: int) -> Line:
+    def _price_line(self, m, r: int, t: Templates) -> Line:
         p = m.maker.prices()
         move = p - m.prices_before if m.prices_before is not None else np.zeros_like(p)
-        parts = ", ".join(f"{o} {p[k]:.0%}" + (f" ({100 * move[k]:+.0f})" if
-                                                   abs(move[k]) >= 0.005 else "")
-                          for k, o in enumerate(m.outcomes))
+        parts = t("language.sep").join(
+            t("market.price", outcome=o, price=f"{p[k]:.0%}",
+              move=t("market.move", points=f"{100 * move[k]:+.0f}")
+              if abs(move[k]) >= 0.005 else "")
+            for k, o in enumerate(m.outcomes))
         volume = self.volume.get(m.index, 0.0)
-        traded = f"; {volume:,.0f} traded last round" if volume else ""
-        return Line(f"- {quote(m.cfg.question, 160)} [{m.cfg.id}]: {parts}{traded}",
+        traded = t("market.traded", volume=f"{volume:,.0f}") if volume else ""
+        return Line(t("market.line", question=quote(m.cfg.question, 160), id=m.cfg.id,
+                      prices=parts, traded=traded),
                     {"kind": "market", "market": m.cfg.id, "round": r - 1})
 
-    def _trader_sections(self, world, agent: int, r: int, priority: int, limit: int
-                         ) -> list[Section]:
+    def _trader_sections(self, world, agent: int, r: int, priority: int, limit: int,
+                         t: Templates) -> list[Section]:
         b = self.books
+        sep = t("language.sep")
         lines = []
         for m in b.markets:
             if not m.is_open(r):
                 continue
-            line = self._price_line(m, r)
+            line = self._price_line(m, r, t)
             held = b.shares[m.index][agent]
-            owned = ", ".join(f"{held[k]:.2f} {o}" for k, o in enumerate(m.outcomes)
-                              if held[k] > 0)
-            lines.append(Line(line.text + (f"; you hold {owned}" if owned else ""),
+            owned = sep.join(t("market.shares", n=f"{held[k]:.2f}", outcome=o)
+                             for k, o in enumerate(m.outcomes) if held[k] > 0)
+            lines.append(Line(line.text + (t("market.hold", shares=owned) if owned else ""),
                               line.provenance))
-        account = [Line(f"Your cash: {b.cash[agent]:.2f}. Outcomes: {', '.join(m.cfg.id + ' ' + '/'.join(m.outcomes) for m in b.markets if m.is_open(r))}. "  # noqa: E501
-                        "buy spends `amount` cash on an outcome; sell sells `amount` shares "
-                        "you hold. A share pays 1 if its outcome happens.")]
-        out = [Section("markets", f"Markets (round {r})", priority, limit,
+        outcomes = sep.join(m.cfg.id + " " + "/".join(m.outcomes) for m in b.markets
+                            if m.is_open(r))
+        account = [Line(t("market.account", cash=f"{b.cash[agent]:.2f}", outcomes=outcomes))]
+        out = [Section("markets", t("market.title_round", round=r), priority, limit,
                        lines + account, part="observation",
-                       intro="" if lines else "No market is open right now.")]
+                       intro="" if lines else t("market.closed"))]
         if self.cfg.bridge.social_to_market.enabled:
             talk = []
             for m in b.markets:
                 s = self.sentiment.get(m.index)
                 if s is None or not m.is_open(r):
                     continue
-                talk.append(Line(f"- on {m.cfg.topic} ({m.cfg.id}): mean stance {s:+.2f}",
+                talk.append(Line(t("market.talk.line", topic=m.cfg.topic, id=m.cfg.id,
+                                   stance=f"{s:+.2f}"),
                                  {"kind": "digest", "market": m.cfg.id, "round": r - 1}))
                 for pid in self.digest_posts.get(m.index, []):
-                    talk.append(Line(f"  [post {pid}] {quote(world.posts.text[pid], 200)}",
+                    talk.append(Line(t("market.talk.post", post=pid,
+                                       text=quote(world.posts.text[pid], 200)),
                                      {"kind": "observed", "post": pid, "round": r - 1}))
-            out.append(Section("market_digest", "What people are saying", priority + 1, limit,
+            out.append(Section("market_digest", t("market.talk.title"), priority + 1, limit,
                                talk, part="observation",
-                               intro="" if talk else "Nothing new on the markets' topics."))
+                               intro="" if talk else t("market.talk.empty")))
         return out
 
     # ---------------------------------------------------------------- tables

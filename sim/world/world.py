@@ -25,6 +25,7 @@ from shoal.config import Config
 from shoal.core.counter_rng import CounterRNG
 from shoal.core.errors import InputError
 from shoal.core.follow_graph import FollowGraph
+from shoal.core.language import DEFAULT
 from shoal.core.posts import PostStore
 from shoal.core.registry import SUMMARIZERS
 from shoal.core.text_files import read_user_text
@@ -142,8 +143,13 @@ class World:
 
 
 def make_summarizer(cfg: Config) -> Summarizer:
-    """The compaction summariser the config asks for (any registered one)."""
-    return SUMMARIZERS.create(cfg.memory.summarizer, cfg.memory, cfg.llm)
+    """The compaction summariser the config asks for (any registered one), writing in the
+    run's language."""
+    summarizer = SUMMARIZERS.create(cfg.memory.summarizer, cfg.memory, cfg.llm)
+    # (set only when it differs: an English run leaves a plug-in's summariser as made)
+    if getattr(summarizer, "language", DEFAULT) != cfg.population.language:
+        summarizer.language = cfg.population.language
+    return summarizer
 
 
 def make_round_memory(cfg: Config) -> RoundMemory:
