@@ -316,14 +316,13 @@ def test_loopback_word_starts_a_server(capsys):
 
 
 @pytest.mark.slow
-def test_a_real_llama_server(request, capsys):
+@pytest.mark.real_llm
+def test_a_real_llama_server(llama_server, capsys):
     """Against llama.cpp's `llama-server` with SmolLM2-135M (the `llama_server` fixture of
     tests/conftest.py; only with --real-llm). What a 135M model writes varies; what the
     server offers does not: schema-constrained JSON, usage, a prefix cache, /tokenize
     and /props."""
-    if not request.config.getoption("--real-llm", default=False):
-        pytest.skip("real_llm: run with --real-llm (builds llama-server once into the cache)")
-    server = request.getfixturevalue("llama_server")
+    server = llama_server
     code, out, err = _run(["llm-check", server.url, "--json", "--concurrency", "1,2",
                            "--requests", "2", "--timeout", "300"], capsys)
     assert code == 0, err
