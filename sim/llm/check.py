@@ -40,6 +40,7 @@ from pydantic import ValidationError
 from shoal.config.llm import ProviderConfig, shown_name
 from shoal.core.errors import InputError, ProviderDown
 from shoal.llm.endpoints import LOOPBACK, Endpoints
+from shoal.llm.openai import redact_key
 
 # A finding's status.
 YES = "yes"
@@ -211,11 +212,7 @@ class Endpoint:
 
     def redact(self, text: str) -> str:
         """`text` without the key (or a long piece of it), as Shoal's client redacts."""
-        if self.key:
-            text = text.replace(self.key, "***")
-            if len(self.key) > 12:
-                text = text.replace(self.key[-8:], "***")
-        return text
+        return redact_key(text, self.key)
 
     async def send(self, method: str, url: str, body: dict[str, Any] | None = None) -> Reply:
         """One request; never raises for a network error (the reply says what happened).

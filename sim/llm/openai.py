@@ -134,11 +134,7 @@ class OpenAIChat(ChatModel):
 
     def redact(self, text: str) -> str:
         """`text` with the API key (and any long piece of it) removed."""
-        if self._key:
-            text = text.replace(self._key, "***")
-            if len(self._key) > 12:
-                text = text.replace(self._key[-8:], "***")
-        return text
+        return redact_key(text, self._key)
 
     def _backoff(self, attempt: int) -> float:
         return min(10.0, 0.25 * 2**attempt) * self._rng.uniform(0.5, 1.5)
@@ -254,6 +250,15 @@ class OpenAIChat(ChatModel):
         if self._http is not None:
             await self._http.aclose()
             self._http = None
+
+
+def redact_key(text: str, key: str | None) -> str:
+    """`text` with `key` (and its last 8 characters, for a long key) removed."""
+    if key:
+        text = text.replace(key, "***")
+        if len(key) > 12:
+            text = text.replace(key[-8:], "***")
+    return text
 
 
 def _cached_tokens(usage: dict, timings: object = None) -> int | None:
