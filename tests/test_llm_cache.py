@@ -395,8 +395,9 @@ def test_cache_entries_without_a_checksum_are_refused_until_stamped(reference, t
 
 @pytest.fixture
 def tiny_disk(tmp_path):
-    """A 8 kB tmpfs (needs root; skipped otherwise), unmounted afterwards."""
-    with mounted(tmp_path, "8k") as mount:
+    """A 20 kB tmpfs (needs root; skipped otherwise), unmounted afterwards: room for the
+    token measure's page and a few answers (each up to about 4 kB), not for a whole run."""
+    with mounted(tmp_path, "20k") as mount:
         yield mount
 
 

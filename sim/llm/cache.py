@@ -305,22 +305,23 @@ class ResponseCache:
             stop = any(item is None for item in batch)
             batch = [item for item in batch if item is not None]
             if batch and failed is None:
-                size = None
                 try:
                     if fd is None:
                         self.path.parent.mkdir(parents=True, exist_ok=True)
                         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
                         _fsync_dir(self.path.parent)  # the new file's name is durable too
-                    size = os.fstat(fd).st_size
-                    _write_all(fd, b"".join(line for line, _ in batch))
-                    os.fsync(fd)
+                    lines = [line for line, _ in batch]
+                    try:
+                        _append_whole(fd, lines)
+                    except OSError as exc:
+                        if not out_of_space(exc) or len(lines) == 1:
+                            raise
+                        # the group did not fit: keep as many whole answers as do, one
+                        # by one, so that a resume asks the server for fewer again
+                        for line in lines:
+                            _append_whole(fd, [line])
                 except OSError as exc:
                     failed = self._write_error(exc)
-                    if fd is not None and size is not None:
-                        # no torn line left behind: the file keeps the whole entries
-                        # stored before, and nothing is written after (the run stops)
-                        with contextlib.suppress(OSError):
-                            os.ftruncate(fd, size)
             for _, done in batch:
                 if failed is None:
                     done.set_result(None)
@@ -351,6 +352,19 @@ class ResponseCache:
         for fd in self._files.values():
             os.close(fd)
         self._files.clear()
+
+
+def _append_whole(fd: int, lines: list[bytes]) -> None:
+    """Append `lines` and fsync, or leave the file as it was: no torn line is left behind
+    when the disk fills (the file keeps the whole entries stored before)."""
+    size = os.fstat(fd).st_size
+    try:
+        _write_all(fd, b"".join(lines))
+        os.fsync(fd)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)
+        raise
 
 
 def _write_all(fd: int, data: bytes) -> None:
