@@ -33,7 +33,8 @@ BELOW["shoal.market"] = {"shoal.world", *BELOW["shoal.world"]}  # loaded by its 
 BELOW["shoal.engine"] = {"shoal.world", *BELOW["shoal.world"]}
 BELOW["shoal.runs"] = {"shoal.engine", "shoal.analysis", *BELOW["shoal.engine"]}
 BELOW["shoal.analyst"] = {"shoal.runs", *BELOW["shoal.runs"]}
-BELOW["shoal.cli"] = {"shoal.analyst", *BELOW["shoal.analyst"]}
+BELOW["shoal.validation"] = {"shoal.runs", *BELOW["shoal.runs"]}  # cases run scenarios
+BELOW["shoal.cli"] = {"shoal.analyst", "shoal.validation", *BELOW["shoal.analyst"]}
 BELOW["shoal.testing"] = {"shoal.runs", *BELOW["shoal.runs"]}  # the conformance kit: runs parts
 FACADE = "shoal"  # sim/__init__.py: lazy exports of the notebook API only
 

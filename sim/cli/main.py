@@ -574,12 +574,14 @@ def build_parser() -> argparse.ArgumentParser:
     from shoal.cli.calibrate import add_parser as add_calibrate_parser  # (a light module)
     from shoal.cli.experiment import add_parser as add_experiment_parser  # (a light module)
     from shoal.cli.survey import add_parser as add_survey_parser  # (a light module)
+    from shoal.cli.validate import add_parser as add_validate_parser  # (a light module)
 
     add_analyse_parser(sub)
     add_survey_parser(sub)
     add_calibrate_parser(sub)
 
     add_experiment_parser(sub)
+    add_validate_parser(sub)
 
     p = sub.add_parser("import", help="turn a MiroShark or MiroFish simulation folder into "
                                       "a Shoal scenario folder")
