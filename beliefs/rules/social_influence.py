@@ -13,6 +13,13 @@ position moves `anchor` of the way back to the agent's position at round 0 (or w
 joined): x ← x + anchor · (x₀ − x). Confidence moves
 with the net votes (likes/upvotes minus downvotes) the agent's posts on that topic got
 *this round* (MiroShark used all-time totals): ±min(cap, step·|net|), floored.
+
+Breaking news (posts of kind `event`) is its own channel, sized and sourced separately
+(docs/beliefs.md, "What news does"): a reader's first reading of a news item of stance s
+moves it by `news_rate` · s (every reader by the same amount, in the news' direction),
+and `news_persistence` of that shift becomes its new predisposition (the anchor moves with
+it), so it does not wear off. Later readings, and other platforms' copies, do nothing
+more. `news_rate: null` treats news as an ordinary post, as before (and as MiroShark did).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import numpy as np
 from pydantic import Field
 
 from shoal.beliefs.rules.base import Exposures, UpdateContext, UpdateRule
+from shoal.beliefs.rules.news import first_readings, news_mask
 from shoal.beliefs.state import BeliefState
 from shoal.config.base import Strict
 from shoal.core.registry import BELIEF_RULES
@@ -47,6 +55,14 @@ class SocialInfluence(Strict):
     # Each round, a share of the distance back to the agent's own starting position
     # (its predispositions): persuasion decays, dispersion persists (docs/models.md).
     anchor: float = Field(default=0.15, ge=0, le=1)
+    # Breaking news: a reader's first reading of news of stance s moves it by news_rate · s.
+    # An op-ed moved its readers about 0.5 points of a 7-point scale (1/6 of our [-1, 1]),
+    # for at least a month (Coppock, Ekins & Kirby 2018; docs/beliefs.md): 0.17 per unit
+    # of stance. None: news is an ordinary post of the peer formula (the behaviour before).
+    news_rate: float | None = Field(default=0.17, ge=0, le=1)
+    # The share of that shift that moves the reader's anchor too: 1, it persists; 0, it
+    # wears off at `anchor`'s rate like peer persuasion.
+    news_persistence: float = Field(default=1.0, ge=0, le=1)
 
 
 @BELIEF_RULES.register("social_influence", config=SocialInfluence)
@@ -64,24 +80,44 @@ class SocialInfluenceRule(UpdateRule):
         if exposures.posts.size:
             a = exposures.agents
             stance, addressed = self.stances(exposures, ctx)
-            valid = exposures.valid
-            ids = np.maximum(exposures.posts, 0)
-            readers = np.broadcast_to(a[:, None], ids.shape)
-            seen = np.zeros(ids.shape, dtype=bool)
-            if ctx.history is not None:
-                seen[valid] = ctx.history.seen(readers[valid], ids[valid])
-            novelty = np.where(seen, c.novelty_seen, c.novelty_new)
-            social = np.minimum(1.0, c.social_base + c.social_per_like * exposures.up)
-            weight = exposures.trust * social * novelty * c.rate  # [A, M]
             x = beliefs.position[a]  # [A, T]
-            resistance = c.resistance_base + c.resistance_confidence * beliefs.confidence[a]
-            pull = np.where(addressed, stance - x[:, None, :], 0.0)
-            delta = (pull * weight[:, :, None]).sum(axis=1) / resistance
+            pull = np.where(addressed, stance - x[:, None, :], 0.0)  # [A, M, T]
+            news_shift = None
+            if c.news_rate is not None and (news := news_mask(exposures, ctx)).any():
+                first = first_readings(exposures, ctx, news)
+                # In parallel: every reader moves by the same amount in the news' direction,
+                # wherever it stands (Coppock 2023; docs/beliefs.md).
+                news_shift = c.news_rate * (stance * first[:, :, None]).sum(axis=1)
+                pull = np.where(news[:, :, None], 0.0, pull)  # news is not a peer post
+            delta = self._peer_nudges(exposures, ctx, beliefs, a, pull)
+            if news_shift is not None:
+                delta += news_shift
             beliefs.position[a] = np.clip(x + delta, -1.0, 1.0)
+            if news_shift is not None and c.news_persistence > 0 and (
+                    ctx.initial_position is not None):
+                x0 = ctx.initial_position
+                x0[a] = np.clip(x0[a] + c.news_persistence * news_shift, -1.0, 1.0)
         if c.anchor > 0 and ctx.initial_position is not None:
             x = beliefs.position
             x += c.anchor * (ctx.initial_position[: len(x)] - x)
         self._engagement(beliefs, ctx.engagement)
+
+    def _peer_nudges(self, exposures: Exposures, ctx: UpdateContext, beliefs: BeliefState,
+                     a: np.ndarray, pull: np.ndarray) -> np.ndarray:
+        """The summed nudges [A, T] of the posts read (pull: stance − position, 0 where a
+        post does not address a topic), weighed by trust, votes, novelty and resistance."""
+        c = self.cfg
+        valid = exposures.valid
+        ids = np.maximum(exposures.posts, 0)
+        readers = np.broadcast_to(a[:, None], ids.shape)
+        seen = np.zeros(ids.shape, dtype=bool)
+        if ctx.history is not None:
+            seen[valid] = ctx.history.seen(readers[valid], ids[valid])
+        novelty = np.where(seen, c.novelty_seen, c.novelty_new)
+        social = np.minimum(1.0, c.social_base + c.social_per_like * exposures.up)
+        weight = exposures.trust * social * novelty * c.rate  # [A, M]
+        resistance = c.resistance_base + c.resistance_confidence * beliefs.confidence[a]
+        return (pull * weight[:, :, None]).sum(axis=1) / resistance
 
     def _engagement(self, beliefs: BeliefState, net: np.ndarray) -> None:
         c = self.cfg
