@@ -3,8 +3,8 @@
 Each acting agent takes `max_actions_per_round` decisions per platform. A decision is, in
 order: post (probability from the post rate and confidence); otherwise engage with one feed
 item (probability `engage_rate`, target and kind drawn in proportion to weights driven by
-stance agreement, trust, confidence and social proof); otherwise do nothing. The formulas
-are written down in docs/rule_policy.md; keep the two in step.
+stance agreement, trust, confidence, social proof and crowd correction); otherwise do
+nothing. The formulas are written down in docs/rule_policy.md; keep the two in step.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ class RulePolicyConfig(Strict):
     follow_weight: float = Field(default=0.2, ge=0)
     unfollow_weight: float = Field(default=0.1, ge=0)
     social_proof: float = Field(default=0.3, ge=0)
+    correction: float = Field(default=0.0, ge=0)
     expression_noise: float = Field(default=0.05, ge=0)
     second_topic_prob: float = Field(default=0.2, ge=0, le=1)
 
@@ -91,6 +92,11 @@ class RulePolicy(Policy):
         social = 1.0 + c.social_proof * np.log1p(np.maximum(view.up, 0))
         # Herding works both ways: visible downvotes attract more downvotes.
         social_down = 1.0 + c.social_proof * np.log1p(np.maximum(view.down, 0))
+        if c.correction:  # (0: the weights as they were, bit for bit)
+            # Crowd correction (Muchnik, Aral & Taylor 2013): a post voted below zero draws
+            # corrective upvotes from those who agree with it and see it unfairly low.
+            social = social * (1.0 + c.correction
+                               * np.log1p(np.maximum(view.down - view.up, 0)))
         by_type = {
             ActionType.LIKE: c.like_weight * agree * (0.5 + tau) * social * ~view.voted,
             ActionType.UPVOTE: c.like_weight * agree * (0.5 + tau) * social * ~view.voted,
