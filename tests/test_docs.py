@@ -175,6 +175,10 @@ SKIP: dict[tuple[str, str], str] = {
     ("docs/plugins.md", "board.yaml"):
         "needs the example plug-in installed (tests/test_plugins.py builds it and checks this)",
     ("docs/graph.md", "[--agents"): "a synopsis (brackets mark optional flags), not a command",
+    ("docs/validation.md", "--quick --out runs/validation"):
+        "every case at --quick: tests/test_validation_*.py run each one already",
+    ("docs/validation.md", "herd_effect --out"):
+        "a case at full size (minutes); tests/test_validation_herd_effect.py runs it --quick",
 }
 # documented commands that fail: (page, piece of the command) → why (a bug to route)
 XFAIL: dict[tuple[str, str], str] = {}

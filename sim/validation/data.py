@@ -68,13 +68,10 @@ def path(name: str) -> Path:
 
 
 def fetch(to: Path) -> list[str]:
-    """Download every file from its public source into `to` and check its hash; returns
-    one line per file."""
+    """Download every file from its public source into `to` and check its hash (the
+    cases must be loaded: they declare the files); returns one line per file."""
     import httpx
 
-    from shoal.validation.case import load_cases
-
-    load_cases()
     to.mkdir(parents=True, exist_ok=True)
     lines = []
     for file in FILES.values():
@@ -83,9 +80,10 @@ def fetch(to: Path) -> list[str]:
         got = hashlib.sha256(body).hexdigest()
         if got != want:
             raise InputError(f"{file.url}: SHA-256 {got}, expected {want}")
-        (to / Path(file.url).name).write_bytes(body)
-        lines.append(f"{file.name}: {file.url} checks ({want[:12]}…)"
-                     + (f"; shipped as {file.derived}" if file.derived else ""))
+        saved = to / Path(file.url).name
+        saved.write_bytes(body)
+        lines.append(f"{file.name}: {file.url} checks ({want[:12]}…) → {saved}"
+                     + (f"; shipped derived: {file.derived}" if file.derived else ""))
     return lines
 
 
@@ -96,15 +94,18 @@ def main(argv: list[str] | None = None) -> int:
     f = sub.add_parser("fetch", help="download the files from their public sources")
     f.add_argument("--to", default="validation-data", help="folder (default: validation-data)")
     args = p.parse_args(argv)
-    try:
-        if args.what == "fetch":
-            print("\n".join(fetch(Path(args.to))))
-        else:
-            from shoal.validation.case import load_cases
+    # run as `python -m`, this file is `__main__`: the cases register their files in the
+    # module `shoal.validation.data`, so read them there
+    from shoal.validation import data
+    from shoal.validation.case import load_cases
 
-            load_cases()
-            for name, file in sorted(FILES.items()):
-                path(name)
+    try:
+        load_cases()
+        if args.what == "fetch":
+            print("\n".join(data.fetch(Path(args.to))))
+        else:
+            for name, file in sorted(data.FILES.items()):
+                data.path(name)
                 print(f"{name}: ok ({file.sha256[:12]}…, {file.licence}, {file.url})")
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
