@@ -3,6 +3,10 @@
 Kept as sorted int64 keys `agent << 32 | post` with the round of the latest exposure, so
 "is this exposure new?" is one vectorised binary search. With `window` set, pairs not seen
 for that many rounds are forgotten (novelty then means "not seen recently").
+
+`since` is the first round whose exposures the history holds: 0, unless the belief rule
+that reads it took over mid-run (a fork or a `set` intervention switched rules) from one
+that kept none; the exposures logged before it belong to no history of this run.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from shoal.core.state import State, concat, last_value_per_key
 class ExposureHistory:
     """Seen (agent, post) pairs with the round each was last seen."""
 
-    def __init__(self, window: int | None = None):
+    def __init__(self, window: int | None = None, since: int = 0):
         self.window = window
+        self.since = since
         self.keys = np.empty(0, dtype=np.int64)
         self.last_round = np.empty(0, dtype=np.int32)
         self._journal: list[tuple[np.ndarray, int]] = []  # (pairs seen, round)

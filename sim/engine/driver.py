@@ -76,7 +76,7 @@ from shoal.store.llm_usage import Usage
 from shoal.store.writer import RoundPayload, RoundWriter
 from shoal.surveys.responses import survey_table
 from shoal.world.persistence import checkpoint
-from shoal.world.world import World
+from shoal.world.world import World, fit_history
 
 TIMED = ("schedule", "observe", "context", "decide", "apply", "update")  # `rounds` columns
 STOPPED = "round_stopped"  # the outcome of calls whose round stopped (they stay logged)
@@ -166,6 +166,7 @@ class RoundDriver:
         cfg = w.cfg
         self.rng = CounterRNG(cfg.seed)
         self.rule = make_rule(cfg.beliefs.update)
+        fit_history(w)  # (a rule switched mid-run may read an exposure history, or not)
         for name, plat in w.platforms.items():
             plat.reconfigure(cfg.platforms.get(name), w.posts)
         for name, engine in w.engines.items():

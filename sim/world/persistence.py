@@ -9,6 +9,11 @@ Round memory, the digest and notifications are bounded windows that change every
 they are journaled too (shoal.core.state.KeyedJournal), unless the world was restored from a
 checkpoint that kept their whole state (written before they were journaled): then they
 are kept whole in every later state, and restoring takes whichever form the state has.
+
+The exposure history is rebuilt as the checkpoint's own config kept it (so the counts can
+check it), then, for a fork whose belief rule or novelty window differs, as the fork's
+rule reads it: replayed from the same logs with the fork's window, dropped, or, where
+none was kept, empty from the next round on (`since`, saved in the state while not 0).
 """
 
 from __future__ import annotations
@@ -84,6 +89,8 @@ def state(world: World) -> dict[str, State]:
         **{f"engine.{name}": eng.get_state() for name, eng in world.engines.items()},
         **({"knowledge": State(meta={"generation": world.knowledge.generation})}
            if world.knowledge is not None else {}),
+        **({"history": State(meta={"since": world.history.since})}
+           if world.history is not None and world.history.since else {}),
     }
 
 
@@ -106,9 +113,10 @@ def restore_world(store: CheckpointStore, round_: int, cfg: Config | None = None
         logs = store.read_logs(round_)
     except (OSError, KeyError, ValueError) as exc:
         raise CheckpointError(f"cannot read the checkpoint of round {round_}: {exc}") from exc
-    cfg = cfg if cfg is not None else parse_config(upgrade_saved(meta["config"]))
+    own = parse_config(upgrade_saved(meta["config"]))  # the config it was written under
+    cfg = cfg if cfg is not None else own
     try:
-        world = _rebuild(cfg, round_, saved, logs)
+        world = _rebuild(cfg, round_, saved, logs, own)
     except (KeyError, ValueError) as exc:
         raise CheckpointError(f"the checkpoint of round {round_} is inconsistent: "
                               f"{type(exc).__name__}: {exc}") from exc
@@ -117,11 +125,17 @@ def restore_world(store: CheckpointStore, round_: int, cfg: Config | None = None
     if bad:
         raise CheckpointError(f"checkpoint of round {round_} is inconsistent "
                               f"(expected, rebuilt): {bad}")
+    kept, reads = world.history, make_rule(cfg.beliefs.update).uses_novelty
+    if cfg is not own and (reads != (kept is not None) or (
+            kept is not None and kept.window != cfg.beliefs.novelty_window_rounds)):
+        # a fork that switched belief rules (or windows): the history its rule reads
+        world.history = _history(cfg, round_, logs,
+                                 kept.since if kept is not None else round_ + 1)
     return world, meta
 
 
 def _rebuild(cfg: Config, round_: int, saved: dict[str, State],
-             logs: list[dict[str, State]]) -> World:
+             logs: list[dict[str, State]], own: Config) -> World:
     def segments(name: str) -> list[State]:
         return [log[name] for log in logs if name in log]
 
@@ -131,10 +145,7 @@ def _rebuild(cfg: Config, round_: int, saved: dict[str, State],
     posts.replay(segments("posts"))
     trust = TrustStore(cfg.beliefs.trust.initial)
     trust.replay(segments("trust"))
-    history = None
-    if make_rule(cfg.beliefs.update).uses_novelty:
-        history = ExposureHistory(cfg.beliefs.novelty_window_rounds)
-        history.replay(segments("history"), as_of=round_)
+    history = _history(own, round_, logs, saved.get("history", State()).meta.get("since", 0))
     beliefs = BeliefState(np.empty((0, 0)), np.empty((0, 0)))
     beliefs.set_state(saved["beliefs"])
     members = saved["membership"].arrays
@@ -178,6 +189,17 @@ def _rebuild(cfg: Config, round_: int, saved: dict[str, State],
         if f"engine.{name}" in saved:  # else the platform is new in this (forked) config
             eng.set_state(saved[f"engine.{name}"])
     return world
+
+
+def _history(cfg: Config, round_: int, logs: list[dict[str, State]], since: int
+             ) -> ExposureHistory | None:
+    """The exposure history `cfg`'s belief rule reads at the end of `round_` (None if it
+    reads none), replayed from the exposures logged from round `since` on."""
+    if not make_rule(cfg.beliefs.update).uses_novelty:
+        return None
+    history = ExposureHistory(cfg.beliefs.novelty_window_rounds, since)
+    history.replay([log["history"] for log in logs[since:] if "history" in log], as_of=round_)
+    return history
 
 
 def _model_tokens(llm: dict) -> dict[str, ModelTokens] | None:

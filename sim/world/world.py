@@ -332,6 +332,18 @@ def build_world(cfg: Config, population: Population | None = None) -> World:
     return world
 
 
+def fit_history(world: World) -> None:
+    """Keep the exposure history exactly when the effective belief rule reads it (a `set`
+    intervention may have switched rules): a rule that reads none drops it, and one that
+    reads it where none was kept starts an empty one with the next round (what agents saw
+    before was not recorded). A restore rebuilds the same (shoal.world.persistence)."""
+    if not make_rule(world.cfg.beliefs.update).uses_novelty:
+        world.history = None
+    elif world.history is None:
+        world.history = ExposureHistory(world.cfg.beliefs.novelty_window_rounds,
+                                        since=world.round + 1)
+
+
 def build_engines(world: World) -> dict:
     """The engines of the config's non-social platforms (the market), at round 0."""
     cfg = world.cfg
