@@ -12,6 +12,7 @@ from shoal.beliefs.rules import (  # noqa: F401  (importing a rule's module regi
     friedkin_johnsen,
     hegselmann_krause,
     social_influence,
+    social_judgment,
     voter,
 )
 from shoal.beliefs.rules.base import Exposures, UpdateContext, UpdateRule
