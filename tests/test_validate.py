@@ -185,3 +185,27 @@ def test_a_context_builds_scenarios_under_its_folder(tmp_path: Path):
     assert data["output"]["dir"] == str(tmp_path / "a") and "output" not in SMALL
     assert "llm" not in data
     assert "llm" in CaseContext(out=tmp_path, agents="llm", llm={"llm": {}}).scenario(SMALL)
+
+
+def test_a_builtin_case_runs_with_llm_agents_against_the_loopback_server(ray_session,
+                                                                        tmp_path):
+    """A shipped case (the smallest, group_polarization) under `--llm`: its LLM runs
+    talk to the loopback server, its rule runs do not, and both give finite checks."""
+    provider = tmp_path / "provider.yaml"
+    provider.write_text("llm:\n  providers:\n    - base_urls: [loopback]\n"
+                        "      model: shoal-loopback\n  agents: {fraction: 0.2}\n")
+    done = validate(["group_polarization"], tmp_path / "out", quick=True, replicates=2,
+                    llm=provider)
+    assert [r.agents for r in done.results] == ["rule", "llm"]
+    for r in done.results:
+        assert r.error is None and r.checks
+        assert all(np.isfinite(c.simulated) for c in r.checks)
+    calls = {}
+    for agents in ("rule", "llm"):
+        total = 0
+        for db in (tmp_path / "out" / f"group_polarization-{agents}").rglob(
+                "trajectory.duckdb"):
+            with duckdb.connect(str(db), read_only=True) as con:
+                total += con.execute("SELECT count(*) FROM llm_calls").fetchone()[0]
+        calls[agents] = total
+    assert calls["rule"] == 0 and calls["llm"] > 0
