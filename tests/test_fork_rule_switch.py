@@ -28,6 +28,7 @@ ROUNDS = 4
 RULES: dict[str, dict] = {name: {"rule": name} for name in BELIEF_RULES.names()}
 RULES["degroot_skip_seen"] = {"rule": "degroot", "skip_seen": True}
 PAIRS = [(a, b) for a in RULES for b in RULES if a != b]
+pytestmark = pytest.mark.slow  # forks, resumes and restores (kills and resumes: slow)
 
 
 def _small() -> dict:

@@ -188,6 +188,7 @@ def effects(ray_session, tmp_path_factory) -> tuple[pd.DataFrame, Path]:
     return pd.read_csv(root / "effects.csv"), root
 
 
+@pytest.mark.slow  # runs simulations (the quick tier leaves it out)
 def test_the_news_experiment_measures_the_news(effects) -> None:
     table, _ = effects
     row = table.set_index(["arm", "metric"]).loc[("no_news", "belief_mean.carbon_tax")]
@@ -198,6 +199,7 @@ def test_the_news_experiment_measures_the_news(effects) -> None:
     assert twice["t_low"] > 0 and twice["boot_low"] > 0
 
 
+@pytest.mark.slow  # runs simulations (the quick tier leaves it out)
 def test_the_effect_is_the_size_the_rule_predicts(effects) -> None:
     """Each replicate's effect on the mean is the news' readers' shift (news_rate × its
     stance, clipped at 1) summed over the population (peer persuasion adds next to nothing

@@ -89,6 +89,7 @@ def toys(ray_session, tmp_path_factory):
     return done, seen
 
 
+@pytest.mark.slow  # runs simulations (the quick tier leaves it out)
 def test_each_case_gets_its_verdict(toys):
     """A case that holds passes, one that cannot meet its target fails, one that raises
     is an error naming why, and the others still run; progress is reported per case."""
@@ -103,6 +104,7 @@ def test_each_case_gets_its_verdict(toys):
     assert broken.error == "toy.csv: the data is gone" and broken.checks == []
 
 
+@pytest.mark.slow  # runs simulations (the quick tier leaves it out)
 def test_seeds_and_replicates_are_the_ones_stated(toys):
     """Quick size: the case's quick replicate count, from the first seed on; the runs
     of a case are in its own folder."""
@@ -117,6 +119,7 @@ def test_seeds_and_replicates_are_the_ones_stated(toys):
         check.interval[1]
 
 
+@pytest.mark.slow  # runs simulations (the quick tier leaves it out)
 def test_results_table_json_and_page(toys):
     """results.csv has a row per check (and one per error), results.json round-trips,
     and index.html is self-contained: the plot embedded, no external reference, the
@@ -137,6 +140,7 @@ def test_results_table_json_and_page(toys):
     assert "http://" not in page and "https://" not in page and "<script" not in page
 
 
+@pytest.mark.slow  # runs simulations (the quick tier leaves it out)
 def test_llm_agents_run_the_same_case_beside_the_rule_agents(ray_session, tmp_path):
     """`--llm CONFIG`: every case runs twice, the second time with the config's `llm`
     section laid over its scenario, so its runs make LLM calls (to the loopback server
@@ -187,6 +191,7 @@ def test_a_context_builds_scenarios_under_its_folder(tmp_path: Path):
     assert "llm" in CaseContext(out=tmp_path, agents="llm", llm={"llm": {}}).scenario(SMALL)
 
 
+@pytest.mark.slow  # runs simulations (the quick tier leaves it out)
 def test_a_builtin_case_runs_with_llm_agents_against_the_loopback_server(ray_session,
                                                                         tmp_path):
     """A shipped case (the smallest, group_polarization) under `--llm`: its LLM runs

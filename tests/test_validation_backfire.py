@@ -20,6 +20,7 @@ def result(ray_session, tmp_path_factory):
     return out, r
 
 
+@pytest.mark.slow  # runs simulations (the quick tier leaves it out)
 def test_quick_run_has_finite_checks_and_a_plot(result):
     out, r = result
     assert r.error is None
@@ -42,6 +43,7 @@ def shift_note(r, prefix: str) -> dict[str, float]:
     return {p: float(v) for p, v in re.findall(r"(rep|dem) ([+-]\d+\.\d+) SD", note)}
 
 
+@pytest.mark.slow  # runs simulations (the quick tier leaves it out)
 def test_checks_read_the_social_judgment_arms_and_they_backfire(result):
     """The checks are the social_judgment setting's: the bot post lies beyond the latitude
     of rejection of most partisans, so both parties move away from it (positive shifts);
@@ -54,6 +56,7 @@ def test_checks_read_the_social_judgment_arms_and_they_backfire(result):
     assert judged["dem"] == pytest.approx(dem.simulated, abs=6e-4)
 
 
+@pytest.mark.slow  # runs simulations (the quick tier leaves it out)
 def test_default_rule_assimilates_to_the_bot(result):
     """The default rule only pulls towards what is read: both parties move (a little)
     towards the bot's side, far from the published backfire (a note, not a check)."""

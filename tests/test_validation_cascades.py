@@ -66,6 +66,7 @@ def test_a_repost_of_a_repost_hangs_from_the_repost_it_was_made_from():
     assert (chain["depth"], chain["max_breadth"], chain["users"]) == (3, 1, 4)
 
 
+@pytest.mark.slow  # runs simulations (the quick tier leaves it out)
 def test_the_quick_case_reports_finite_checks_plots_and_trees(quick):
     result, folder = quick
     assert result.error is None and len(result.checks) == 3

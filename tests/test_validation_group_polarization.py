@@ -22,6 +22,7 @@ def result(ray_session, tmp_path_factory):
     return out, r
 
 
+@pytest.mark.slow  # runs simulations (the quick tier leaves it out)
 def test_quick_run_has_finite_checks_and_a_plot(result):
     out, r = result
     assert r.error is None
@@ -33,6 +34,7 @@ def test_quick_run_has_finite_checks_and_a_plot(result):
     assert (out / "group_polarization-rule" / "group_polarization.png").stat().st_size > 0
 
 
+@pytest.mark.slow  # runs simulations (the quick tier leaves it out)
 def test_social_judgment_setting_polarizes_both_groups(result):
     """The checks are the social_judgment setting's: its reinforcement moves both
     like-minded groups further towards their own pole, on both measures."""
@@ -42,6 +44,7 @@ def test_social_judgment_setting_polarizes_both_groups(result):
         assert gp.JUDGMENT_LABEL in c.note
 
 
+@pytest.mark.slow  # runs simulations (the quick tier leaves it out)
 def test_default_rule_gives_no_shift(result):
     """The default rule's anchor holds positions: no group polarization (a note, not part
     of the verdict), and the shares read nothing more or less extreme."""

@@ -30,6 +30,7 @@ def result(ray_session, tmp_path_factory):
     return out / "herd_effect-rule", r
 
 
+@pytest.mark.slow  # runs simulations (the quick tier leaves it out)
 def test_quick_run_has_finite_checks_and_a_plot(result):
     folder, r = result
     assert r.error is None, r.error
@@ -44,6 +45,7 @@ def test_quick_run_has_finite_checks_and_a_plot(result):
     assert len(r.seeds) == herd_effect.QUICK.replicates
 
 
+@pytest.mark.slow  # runs simulations (the quick tier leaves it out)
 def test_checks_are_the_relative_effects_of_the_recorded_scores(result):
     """The checks recomputed by hand from scores.csv; the up arm ends above the control,
     and every arm's posts score (the measure reads the treated posts, not nothing)."""
@@ -67,6 +69,7 @@ def test_checks_are_the_relative_effects_of_the_recorded_scores(result):
     assert r.checks[1].passed == (-bound <= low and high <= bound)
 
 
+@pytest.mark.slow  # runs simulations (the quick tier leaves it out)
 def test_the_forks_carry_the_seeded_votes(result):
     """Each arm's fork holds the 40 treated posts, with exactly its seeded vote at least."""
     folder, _ = result
