@@ -214,3 +214,26 @@ def test_a_builtin_case_runs_with_llm_agents_against_the_loopback_server(ray_ses
                 total += con.execute("SELECT count(*) FROM llm_calls").fetchone()[0]
         calls[agents] = total
     assert calls["rule"] == 0 and calls["llm"] > 0
+
+
+def test_shipped_data_is_read_only_when_its_hash_checks(tmp_path, monkeypatch):
+    """A data file that changed (one byte) or went missing is refused with its path and
+    why; the shipped copies all check."""
+    from shoal.validation import data
+    from shoal.validation.case import load_cases
+
+    load_cases()
+    assert data.FILES
+    for name in data.FILES:
+        assert data.path(name).is_file()
+    name = sorted(data.FILES)[0]
+    copy = tmp_path / name
+    copy.write_bytes(data.path(name).read_bytes() + b" ")
+    monkeypatch.setattr(data, "FOLDER", tmp_path)
+    with pytest.raises(InputError, match="is not the published file's"):
+        data.path(name)
+    copy.unlink()
+    with pytest.raises(InputError, match="the validation data file is missing"):
+        data.path(name)
+    with pytest.raises(InputError, match=r"no validation data file 'nope\.csv'"):
+        data.path("nope.csv")

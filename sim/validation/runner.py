@@ -109,7 +109,11 @@ def validate(names: list[str] | None, out: str | Path, quick: bool = False, seed
         raise InputError(f"--out {out}: is a file; give a folder for the results")
     chosen = select(names)
     overlay = llm_overlay(llm) if llm is not None else None
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"--out {out}: cannot create the folder: "
+                         f"{exc.strerror or exc}") from None
     base = CaseContext(out=root, quick=quick, seed=seed, replicates=replicates, llm=overlay)
     contexts = {(n, a): replace(base, agents=a, out=root / f"{n}-{a}")
                 for n in chosen for a in (("rule", "llm") if overlay else ("rule",))}
