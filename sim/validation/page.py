@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from shoal.analysis.report import CSP, CSS, _e, _num, table_html
+from shoal.analysis.report import _e, _num, html_page, table_html
 from shoal.core.files import write_text
 from shoal.validation.case import CaseResult
 
@@ -63,27 +63,12 @@ def render_page(results: list[CaseResult], out: Path, quick: bool = False) -> st
     for r in results:
         by_case.setdefault(r.case, []).append(r)
     sections = "\n".join(_case_section(rs, out) for rs in by_case.values())
-    return f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta http-equiv="Content-Security-Policy" content="{_e(CSP)}">
-<title>Shoal validation</title>
-<style>{CSS}</style>
-</head>
-<body>
-<main>
-<h1>Shoal validation</h1>
+    return html_page("Shoal validation", f"""<h1>Shoal validation</h1>
 <p class="muted">{_e(head)} · written {datetime.now():%Y-%m-%d %H:%M:%S}</p>
 <section id="summary"><h2>Summary</h2>
 {summary}
 </section>
-{sections}
-</main>
-</body>
-</html>
-"""
+{sections}""")
 
 
 def _case_section(results: list[CaseResult], out: Path) -> str:
