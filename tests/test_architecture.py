@@ -34,7 +34,10 @@ BELOW["shoal.engine"] = {"shoal.world", *BELOW["shoal.world"]}
 BELOW["shoal.runs"] = {"shoal.engine", "shoal.analysis", *BELOW["shoal.engine"]}
 BELOW["shoal.analyst"] = {"shoal.runs", *BELOW["shoal.runs"]}
 BELOW["shoal.validation"] = {"shoal.runs", *BELOW["shoal.runs"]}  # cases run scenarios
-BELOW["shoal.cli"] = {"shoal.analyst", "shoal.validation", *BELOW["shoal.analyst"]}
+# the web app and MCP server: the analyst's SQL guard, the runs, the readers
+BELOW["shoal.web"] = {"shoal.analyst", *BELOW["shoal.analyst"]}
+BELOW["shoal.cli"] = {"shoal.analyst", "shoal.validation", "shoal.web", *BELOW["shoal.analyst"]}
+BELOW["shoal.__main__"] = {"shoal.cli"}  # `python -m shoal`: the command line, nothing else
 BELOW["shoal.testing"] = {"shoal.runs", *BELOW["shoal.runs"]}  # the conformance kit: runs parts
 FACADE = "shoal"  # sim/__init__.py: lazy exports of the notebook API only
 

@@ -139,8 +139,18 @@ def esteban_ray(x: ArrayLike, alpha: float = 1.6, bins: int = 5,
     idx = np.clip(((v - lo) / (hi - lo) * bins).astype(int), 0, bins - 1)
     counts = np.bincount(idx, minlength=bins)
     sums = np.bincount(idx, weights=v, minlength=bins)
-    full = counts > 0
-    share, y = counts[full] / v.size, sums[full] / counts[full]
+    return esteban_ray_binned(counts, sums, alpha, k)
+
+
+def esteban_ray_binned(counts: ArrayLike, sums: ArrayLike, alpha: float = 1.6,
+                       k: float = 1.0) -> float:
+    """`esteban_ray` from the bins already counted: each bin's number of positions and
+    their sum (what a database can aggregate without shipping the positions)."""
+    c, s = np.asarray(counts, dtype=float), np.asarray(sums, dtype=float)
+    full = c > 0
+    if not full.any():
+        return math.nan
+    share, y = c[full] / c.sum(), s[full] / c[full]
     distance = np.abs(y[:, None] - y[None, :])
     return float(k * np.sum(share[:, None] ** (1 + alpha) * share[None, :] * distance))
 

@@ -114,13 +114,12 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_fork(args: argparse.Namespace) -> int:
     """Fork a run at a checkpointed round, with changes, and run the fork."""
-    from pathlib import Path
 
     from shoal.runs.fork import fork_run
     from shoal.runs.fork_plan import ForkPlan, describe_schedule, load_interventions
 
     start = time.perf_counter()
-    added = load_interventions(Path(args.intervene)) if args.intervene else []
+    added = load_interventions(args.intervene) if args.intervene else []
     edits = [f"drop {ref}" for ref in args.drop or []]
     for item in args.move or []:
         ref, sep, to = item.rpartition("=")
@@ -130,7 +129,8 @@ def cmd_fork(args: argparse.Namespace) -> int:
             raise InputError(f"--move {item!r}: the round must be an integer, got {to!r}")
         edits.append(f"move {ref} {to}")
     plan = ForkPlan(sets=list(args.set or []), seed=args.seed, interventions=added,
-                    schedule=edits, source=args.intervene or "fork")
+                    schedule=edits,
+                    source=("stdin" if args.intervene == "-" else args.intervene) or "fork")
     sim = fork_run(args.run, args.round, plan, out=args.out, name=args.name)
     console.print(f"fork [bold]{sim.run_id}[/] of {sim.meta['lineage']['parent_run_id']} at "
                   f"round {args.round} → {sim.dir.root}")
@@ -357,8 +357,12 @@ def _drive(sim, quiet: bool, start: float) -> int:
                     progress.update(task, completed=stats.round, actions=totals["actions"],
                                     llm=llm)
 
+                sim.dir.stop_request.unlink(missing_ok=True)  # (an old request is not ours)
                 while not sim.finished and not stop.requested:
                     on_round(sim.step())
+                    if sim.dir.stop_request.exists():  # asked to stop from `shoal serve`
+                        sim.dir.stop_request.unlink(missing_ok=True)
+                        stop.requested = True
                 stop.closing = True  # (a Ctrl-C from here on would only cut the close short)
                 sim.flush()
         except KeyboardInterrupt:
@@ -459,7 +463,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="parent run directory (or run id under runs/)")
     p.add_argument("--round", type=int, required=True, help="fork from the end of this round")
     p.add_argument("--intervene", metavar="FILE",
-                   help="YAML list of interventions to add after the fork round")
+                   help="YAML list of interventions to add after the fork round (- reads "
+                        "it from standard input)")
     p.add_argument("--drop", action="append", metavar="NAME|INDEX",
                    help="remove an intervention scheduled after the fork round (its name, "
                         "or its index in the parent's schedule; repeatable)")
@@ -582,6 +587,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_experiment_parser(sub)
     add_validate_parser(sub)
+
+    from shoal.cli.serve import add_parsers as add_serve_parsers  # (a light module)
+
+    add_serve_parsers(sub)
 
     p = sub.add_parser("import", help="turn a MiroShark or MiroFish simulation folder into "
                                       "a Shoal scenario folder")

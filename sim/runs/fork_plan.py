@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,13 +47,33 @@ def _platform(key: str) -> str:
     return parts[1] if parts[0] == "platforms" and len(parts) > 1 else "<name>"
 
 
-def load_interventions(path: Path) -> list[Any]:
-    """Entries from a YAML file: a list, or a mapping with an `interventions` list."""
+def load_interventions(path: Path | str) -> list[Any]:
+    """Entries from a YAML file (`-`: standard input): a list, or a mapping with an
+    `interventions` list."""
+    if str(path) == "-":
+        return interventions_of(sys.stdin.read(), "--intervene -")
     data, _ = read_yaml(path, "--intervene")
+    return _entries(data, str(path))
+
+
+def interventions_of(text: str, source: str) -> list[Any]:
+    """Entries from YAML (or JSON) text; `source` names it in error messages."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f":{mark.line + 1}" if mark else ""
+        raise InputError(f"{source}{line}: malformed YAML: {exc.problem or exc}") from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"{source}: malformed YAML: {exc}") from None
+    return _entries(data, source)
+
+
+def _entries(data: Any, source: str) -> list[Any]:
     if isinstance(data, dict) and set(data) == {"interventions"}:
         data = data["interventions"]
     if not isinstance(data, list):
-        raise InputError(f"{path}: expected a list of interventions (or a mapping with an "
+        raise InputError(f"{source}: expected a list of interventions (or a mapping with an "
                          "'interventions' list)")
     return data
 

@@ -39,7 +39,9 @@ from uuid import UUID
 import duckdb
 
 from shoal.core.errors import InputError
-from shoal.store.lineage import lineage
+from shoal.store.lineage import held_by_writer, lineage
+from shoal.store.live_mirror import LiveMirror
+from shoal.store.run_dir import RunDir
 from shoal.store.tables import file_tables
 
 CATALOG = "hist"
@@ -184,19 +186,28 @@ def query_history(run: str | Path, sql: str, limit: int = 100,
 
 
 def attach_history(con: duckdb.DuckDBPyConnection, run: str | Path,
-                   own: str | None = None) -> None:
+                   own: str | None = None, live: bool = False) -> int | None:
     """Attach `run`'s lineage to `con` read-only, define the `hist` views, and switch
     external access off. `own`: the catalog under which `con` already holds the run's own
-    file (its ancestors are attached; it is not attached twice)."""
+    file (its ancestors are attached; it is not attached twice). `live`: when a writer
+    holds the run's own file, read its live mirror instead (`output.live_parquet`), up to
+    the last round the mirror has whole; returns that round (None: the file was read)."""
     segments = lineage(run)
-    catalogs = []
+    catalogs: list[str] = []
+    mirror: LiveMirror | None = None
+    live_last: int | None = None
     for i, seg in enumerate(segments):
         if own is not None and i == len(segments) - 1:
             catalogs.append(own)
             continue
         assert seg.dir is not None  # every segment `lineage` gives has a directory
         path = str(seg.dir.db).replace("'", "''")
-        con.execute(f"ATTACH '{path}' AS s{i} (READ_ONLY)")
+        try:
+            con.execute(f"ATTACH '{path}' AS s{i} (READ_ONLY)")
+        except duckdb.Error as exc:
+            if not (live and i == len(segments) - 1 and held_by_writer(exc)):
+                raise
+            mirror, live_last = _attach_mirror(con, seg.dir, f"s{i}")
         catalogs.append(f"s{i}")
     con.execute(f"ATTACH ':memory:' AS {CATALOG}")
     declared = [file_tables(con, c) for c in catalogs]
@@ -208,10 +219,46 @@ def attach_history(con: duckdb.DuckDBPyConnection, run: str | Path,
             if (spec.lineage == "own" and i != len(segments) - 1) or table not in declared[i]:
                 continue
             cond = seg.condition(spec)
-            parts.append(f"SELECT * FROM {catalog}.{table}" + (f" WHERE {cond}" if cond
-                                                               else ""))
+            source = f"{catalog}.{table}"
+            if mirror is not None and i == len(segments) - 1:
+                source = _mirrored(mirror, catalog, table)
+                if spec.round_key:  # a round the writer is still mirroring is not whole
+                    cond = " AND ".join(c for c in (cond, f"{spec.round_key} <= {live_last}")
+                                        if c)
+            parts.append(f"SELECT * FROM {source}" + (f" WHERE {cond}" if cond else ""))
         con.execute(f"CREATE VIEW {CATALOG}.{table} AS " + " UNION ALL ".join(parts))
+    if mirror is not None:  # the mirror's files stay readable, and nothing else
+        con.execute("SET allowed_directories = $dirs", {"dirs": [str(mirror.root) + "/"]})
     con.execute("SET enable_external_access = false")
+    return live_last
+
+
+def _attach_mirror(con: duckdb.DuckDBPyConnection, run_dir: RunDir, catalog: str
+                   ) -> tuple[LiveMirror, int]:
+    """An in-memory catalog with the schema of a run being written (as its live mirror
+    keeps it), and the last round the mirror has whole (its `rounds` row is written last)."""
+    mirror = LiveMirror(run_dir.root)
+    ddl = mirror.schema()
+    if ddl is None:
+        raise InputError(f"run {run_dir.run_id} is being written; set output.live_parquet: "
+                         "true to read it while it runs, or wait for it to finish")
+    con.execute(f"ATTACH ':memory:' AS {catalog}")
+    con.execute(f"USE {catalog}")
+    con.execute(ddl)
+    con.execute("USE memory")
+    rounds = sorted((mirror.root / "rounds").glob("round=*.parquet"))
+    last = int(rounds[-1].name[6:12]) if rounds else 0
+    return mirror, last
+
+
+def _mirrored(mirror: LiveMirror, catalog: str, table: str) -> str:
+    """A table of a run being written: what the mirror has of it (its schema's rows and
+    its round files, matched by column name)."""
+    if not any((mirror.root / table).glob("round=*.parquet")):
+        return f"{catalog}.{table}"
+    glob = mirror.glob(table).replace("'", "''")
+    return (f"(SELECT * FROM {catalog}.{table} UNION ALL BY NAME SELECT * FROM "
+            f"read_parquet('{glob}', hive_partitioning = false, union_by_name = true))")
 
 
 def bound_connection(con: duckdb.DuckDBPyConnection, memory_mb: int | None = None,

@@ -200,7 +200,7 @@ def _connect(run_dir: RunDir, table: str) -> Iterator[duckdb.DuckDBPyConnection]
     try:
         con = duckdb.connect(str(run_dir.db), read_only=True)
     except duckdb.Error as exc:
-        if not _held_by_writer(exc):
+        if not held_by_writer(exc):
             raise InputError(trajectory_problem(run_dir.db, exc)) from None
         con = _live_connection(run_dir, table)
     try:
@@ -209,7 +209,7 @@ def _connect(run_dir: RunDir, table: str) -> Iterator[duckdb.DuckDBPyConnection]
         con.close()
 
 
-def _held_by_writer(exc: duckdb.Error) -> bool:
+def held_by_writer(exc: duckdb.Error) -> bool:
     """Whether opening a file failed because a writer has it: another process (a lock
     error) or this one (a connection with another configuration)."""
     text = str(exc).lower()
@@ -262,12 +262,12 @@ class RunEntry(ForkInfo):
     problem: str | None = None  # what makes it `damaged`, or a lineage that loops
 
 
-def run_tree(folder: str | Path) -> list[RunEntry]:
+def run_tree(folder: str | Path, within: bool = False) -> list[RunEntry]:
     """The runs under an output folder, depth first: each root (oldest first), then its
     forks below it. A run whose run.json or trajectory is damaged is listed with the status
     `damaged` and the `problem`; a run whose lineage loops (its parent is itself, or one
     of its forks) is listed as a root with the `problem`; folders without a run.json are
-    not runs."""
+    not runs. `within`: leave out (and do not read) links that lead out of the folder."""
     if not str(folder).strip():
         raise InputError("the output folder is empty; give the folder that holds the runs "
                          "(e.g. runs)")
@@ -279,8 +279,11 @@ def run_tree(folder: str | Path) -> list[RunEntry]:
         raise InputError(f"{folder}: no such folder")
     # (hidden folders are run directories still being made, or left by a killed creator:
     # `shoal.store.run_dir.clean_unfinished`)
+    inside = root.resolve()
     metas = {p.name: meta for p in sorted(root.iterdir())
-             if not p.name.startswith(".") and (meta := _read_meta(p)) is not None}
+             if not p.name.startswith(".")
+             and not (within and p.resolve().parent != inside)  # (a link out of the folder)
+             and (meta := _read_meta(p)) is not None}
 
     def parent_of(run_id: str) -> str | None:
         parent = (metas[run_id].get("lineage") or {}).get("parent_run_id")
@@ -369,7 +372,7 @@ def being_written(run_dir: RunDir) -> bool:
     try:
         duckdb.connect(str(run_dir.db), read_only=True).close()
     except (duckdb.IOException, duckdb.ConnectionException) as exc:
-        return _held_by_writer(exc)
+        return held_by_writer(exc)
     except duckdb.Error:  # (a damaged file: no writer holds it)
         return False
     return False

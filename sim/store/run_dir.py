@@ -110,6 +110,12 @@ class RunDir:
             raise InputError(f"{self.config}: damaged (not a mapping)")
         return data
 
+    @property
+    def stop_request(self) -> Path:
+        """A file asking the process running this run to stop after its running round
+        (`shoal serve`'s stop button; the run's own Ctrl-C does the same)."""
+        return self.root / "stop.request"
+
     def platform_names(self) -> list[str]:
         """The run's platforms (enabled or not), in code order, as its config lists them."""
         return list(self.read_config().get("platforms") or {})

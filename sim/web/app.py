@@ -1,0 +1,352 @@
+"""The HTTP face of `shoal serve`: the REST API (documented at /api/openapi.json), the
+live event stream, the browser app's files and, mounted at /mcp, the MCP server.
+
+Safety (docs/web.md): every /api and /mcp request must carry the token when one is set
+(`Authorization: Bearer TOKEN`; the event stream, which a browser opens without headers,
+may pass `?token=`); without a token the server only answers requests addressed to a
+loopback host name (a page elsewhere cannot reach it by rebinding its DNS name); a POST
+must be JSON and, when the browser says where it comes from, come from this server's own
+origin, so no other site can forge one; `--read-only` refuses every mutation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from shoal.core.errors import InputError
+from shoal.store.run_dir import engine_version
+from shoal.web.service import Folder, WebError
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
+EVENT_POLL_S = 0.25  # how often the event stream looks for a new round
+
+
+class ForkBody(BaseModel):
+    """A fork plan: `shoal fork`'s flags as fields."""
+
+    round: int = Field(description="fork from the end of this round")
+    sets: list[str] = Field(default_factory=list, description="`--set` fields, e.g. "
+                            "policy.engage_rate=0.2")
+    seed: int | None = None
+    drop: list[str] = Field(default_factory=list, description="interventions to drop "
+                            "(name or index)")
+    move: list[dict[str, Any]] = Field(default_factory=list,
+                                       description="[{ref, round}]: interventions to move")
+    add: list[dict[str, Any]] = Field(default_factory=list,
+                                      description="interventions to add, as in the YAML")
+    name: str | None = None
+    run: bool = Field(True, description="run the fork's rounds (else only create it)")
+
+
+class ConfigBody(BaseModel):
+    """A config: its text, or a path inside the folder; `sets` as `--set`."""
+
+    yaml: str | None = None
+    path: str | None = None
+    sets: list[str] = Field(default_factory=list)
+
+
+class SqlBody(BaseModel):
+    """One read-only SELECT over the run's tables."""
+
+    sql: str
+    limit: int = 100
+
+
+class InterviewBody(BaseModel):
+    """A question to an agent, as it was at the end of `round` (default: the last)."""
+
+    question: str
+    round: int | None = None
+
+
+class AnalysisBody(BaseModel):
+    """A question the analysis must answer (optional)."""
+
+    question: str | None = None
+
+
+def static_dir() -> Path:
+    """The browser app's files, shipped in the package."""
+    return Path(str(resources.files("shoal.web") / "static"))
+
+
+def create_app(folder: Folder, token: str | None = None, mcp: bool = True) -> FastAPI:
+    """The app serving `folder` (with `token` required on every API and MCP request)."""
+    mounted: list[Any] = []
+    if mcp:
+        from shoal.web.mcp_server import build_server, http_app
+
+        mounted.append(build_server(folder))
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if mounted:
+            async with mounted[0].session_manager.run():
+                yield
+        else:
+            yield
+        folder.jobs.close()
+
+    app = FastAPI(title="Shoal", version=engine_version(), lifespan=lifespan,
+                  openapi_url="/api/openapi.json", docs_url=None, redoc_url=None,
+                  description="The runs of one folder: read them, watch them live, fork "
+                              "them, ask them (docs/web.md).")
+    if mounted:
+        # the endpoint is /mcp itself (mounting the SDK's app would put it at /mcp/mcp);
+        # the guard below checks host names, the token and the origin
+        app.add_route("/mcp", http_app(mounted[0]), include_in_schema=False)
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next: Callable) -> Any:
+        path = request.url.path
+        guarded = path.startswith(("/api", "/mcp"))
+        if guarded and token is None and not _loopback_host(request.headers.get("host")):
+            return _error(403, "this server answers only requests addressed to "
+                               "127.0.0.1 or localhost (start it with a token to serve "
+                               "other addresses)")
+        if guarded and token is not None and not _token_ok(request, token):
+            return _error(401, "missing or wrong token: send 'Authorization: Bearer "
+                               "TOKEN' (the event stream also takes ?token=TOKEN)")
+        if request.method == "POST" and path.startswith(("/api", "/mcp")):
+            origin = request.headers.get("origin")
+            if origin and urlsplit(origin).netloc != request.headers.get("host"):
+                return _error(403, f"a request from {origin} may not change anything here")
+            if not request.headers.get("content-type", "").startswith("application/json"):
+                return _error(415, "send the request body as JSON "
+                                   "(Content-Type: application/json)")
+        return await call_next(request)
+
+    @app.exception_handler(WebError)
+    async def web_error(_: Request, exc: WebError) -> JSONResponse:
+        return _error(exc.status, str(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error(422, "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                                     for e in exc.errors()))
+
+    @app.exception_handler(InputError)
+    async def input_error(_: Request, exc: InputError) -> JSONResponse:
+        return _error(400, str(exc))
+
+    api = folder
+
+    @app.get("/api/info")
+    def info() -> dict[str, Any]:
+        """The server: version, the folder's name, whether it is read-only."""
+        return {"version": engine_version(), "folder": folder.root.name,
+                "read_only": folder.read_only, "token": token is not None}
+
+    @app.get("/api/runs")
+    def runs(q: str | None = None, status: str | None = None) -> dict[str, Any]:
+        """The runs as a lineage tree (roots, then their forks), filtered."""
+        return api.runs(q, status)
+
+    @app.get("/api/runs/{run}")
+    def run(run: str) -> dict[str, Any]:
+        """One run: status, size, history, interventions, whether it is live."""
+        return api.run(run)
+
+    @app.get("/api/runs/{run}/series")
+    def series(run: str) -> dict[str, Any]:
+        """Per-round aggregates: belief quantiles, polarization, echo, activity, actions,
+        rejections, prices, LLM use, and the rounds to mark."""
+        return api.series(run)
+
+    @app.get("/api/runs/{run}/posts")
+    def posts(run: str, round: int | None = None, limit: int = 20, offset: int = 0,
+              platform: str | None = None) -> dict[str, Any]:
+        """A round's posts, most seen first (paged)."""
+        return api.posts(run, round, limit, offset, platform)
+
+    @app.get("/api/runs/{run}/posts/{post_id}")
+    def post(run: str, post_id: int) -> dict[str, Any]:
+        """One post, who saw it and who engaged with it."""
+        return api.post(run, post_id)
+
+    @app.get("/api/runs/{run}/network")
+    def network(run: str, round: int | None = None, max_nodes: int = 2000,
+                topic: str | None = None, platform: str | None = None) -> dict[str, Any]:
+        """The follow graph at a round (a stated sample above `max_nodes`)."""
+        return api.network(run, round, max_nodes, topic, platform)
+
+    @app.get("/api/runs/{run}/knowledge")
+    def knowledge(run: str, round: int | None = None, withdrawn: bool = False
+                  ) -> dict[str, Any]:
+        """The graph memory as of a round, relations with provenance."""
+        return api.knowledge(run, round, withdrawn)
+
+    @app.get("/api/runs/{run}/agents")
+    def agents(run: str, q: str | None = None, offset: int = 0, limit: int = 50
+               ) -> dict[str, Any]:
+        """A page of agents."""
+        return api.agents(run, q, offset, limit)
+
+    @app.get("/api/runs/{run}/agents/{agent}")
+    def agent(run: str, agent: int) -> dict[str, Any]:
+        """One agent's trajectories, posts, engagement, memory and interviews."""
+        return api.agent(run, agent)
+
+    @app.get("/api/runs/{run}/agents/{agent}/context")
+    def context(run: str, agent: int, round: int = Query(..., ge=1),
+                platform: str | None = None) -> dict[str, Any]:
+        """The exact context the agent got in a round (as `shoal inspect` prints it)."""
+        return api.context(run, agent, round, platform)
+
+    @app.post("/api/runs/{run}/agents/{agent}/interview")
+    def interview(run: str, agent: int, body: InterviewBody) -> dict[str, Any]:
+        """Ask the agent a question; the answer is kept in `interviews`."""
+        return api.interview(run, agent, body.question, body.round)
+
+    @app.get("/api/runs/{run}/events")
+    async def events(run: str, request: Request) -> StreamingResponse:
+        """Server-sent events: `hello`, then `round` whenever a round is committed or
+        the status changes."""
+        api.run_dir(run)  # (404 now, not inside the stream)
+
+        async def stream() -> AsyncIterator[str]:
+            last = None
+            yield "retry: 1000\n\n"
+            while not await request.is_disconnected():
+                now = await asyncio.to_thread(_progress, folder, run)
+                if now != last:
+                    kind = "hello" if last is None else "round"
+                    last = now
+                    yield f"event: {kind}\ndata: {json.dumps(now)}\n\n"
+                await asyncio.sleep(EVENT_POLL_S)
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store"})
+
+    @app.post("/api/runs/{run}/stop")
+    def stop(run: str) -> dict[str, Any]:
+        """Stop the run after its running round."""
+        return api.stop(run)
+
+    @app.post("/api/runs/{run}/resume")
+    def resume(run: str) -> dict[str, Any]:
+        """Continue a stopped or interrupted run."""
+        return api.resume(run)
+
+    @app.get("/api/runs/{run}/schedule")
+    def schedule(run: str, round: int) -> dict[str, Any]:
+        """The interventions pending after a round (what a fork there may change)."""
+        return api.schedule(run, round)
+
+    @app.post("/api/runs/{run}/fork")
+    def fork(run: str, body: ForkBody) -> dict[str, Any]:
+        """Fork the run at a round with a plan (as `shoal fork` does)."""
+        return api.fork(run, body.round, body.sets, body.seed, body.drop, body.move,
+                        body.add, body.name, body.run)
+
+    @app.get("/api/compare")
+    def compare(runs: str) -> dict[str, Any]:
+        """Where runs diverge from the first, per measure, with their series."""
+        return api.compare([r for r in runs.split(",") if r])
+
+    @app.get("/api/runs/{run}/analyses")
+    def analyses(run: str) -> dict[str, Any]:
+        """The run's analyses."""
+        return api.analyses(run)
+
+    @app.post("/api/runs/{run}/analyses")
+    def start_analysis(run: str, body: AnalysisBody) -> dict[str, Any]:
+        """Start `shoal analyse` on the run."""
+        return api.start_analysis(run, body.question)
+
+    @app.get("/api/runs/{run}/analyses/{analysis_id}")
+    def analysis(run: str, analysis_id: str) -> dict[str, Any]:
+        """An analysis: sections, claims, verdicts, evidence."""
+        return api.analysis(run, analysis_id)
+
+    @app.get("/api/runs/{run}/report", response_class=HTMLResponse)
+    def report(run: str) -> HTMLResponse:
+        """The run's self-contained HTML report."""
+        return HTMLResponse(api.report(run))
+
+    @app.post("/api/runs/{run}/sql")
+    def sql(run: str, body: SqlBody) -> dict[str, Any]:
+        """One read-only SELECT (the analyst's guard and limits)."""
+        return api.sql(run, body.sql, body.limit)
+
+    @app.get("/api/configs")
+    def configs() -> dict[str, Any]:
+        """The configs in the folder."""
+        return api.configs()
+
+    @app.post("/api/check")
+    def check(body: ConfigBody) -> dict[str, Any]:
+        """Validate a config as `shoal check` does."""
+        return api.check(body.yaml, body.path, body.sets)
+
+    @app.post("/api/start")
+    def start(body: ConfigBody) -> dict[str, Any]:
+        """Start a run of a config."""
+        return api.start(body.yaml, body.path, body.sets)
+
+    @app.get("/api/jobs")
+    def jobs() -> dict[str, Any]:
+        """What this server started."""
+        return {"jobs": [j.as_dict() for j in folder.jobs.all()]}
+
+    static = static_dir()
+    if static.is_dir():
+        app.mount("/static", StaticFiles(directory=static), name="static")
+
+    @app.get("/", include_in_schema=False)
+    def index() -> FileResponse:
+        return FileResponse(static / "index.html")
+
+    return app
+
+
+def _progress(folder: Folder, run_id: str) -> dict[str, Any]:
+    """What the event stream reports: the last whole round and the status."""
+    run_dir = folder.run_dir(run_id)
+    meta = run_dir.read_meta()
+    done = meta.get("rounds_done")
+    rounds = run_dir.root / "live" / "rounds"
+    if rounds.is_dir():  # a live run: what a reader can see now
+        files = sorted(rounds.glob("round=*.parquet"))
+        if files:
+            done = int(files[-1].name[6:12])
+    return {"run_id": run_id, "rounds_done": done, "status": meta.get("status")}
+
+
+def _loopback_host(host: str | None) -> bool:
+    if not host:
+        return False
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    return name in LOOPBACK_NAMES
+
+
+def _token_ok(request: Request, token: str) -> bool:
+    header = request.headers.get("authorization", "")
+    given = header[7:] if header.lower().startswith("bearer ") else None
+    if given is None and request.url.path.endswith("/events"):
+        given = request.query_params.get("token")
+    return given is not None and hmac.compare_digest(given.encode(), token.encode())
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)

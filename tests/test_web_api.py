@@ -1,0 +1,471 @@
+"""`shoal serve`'s REST API over real HTTP on 127.0.0.1: every endpoint against the
+notebook API's own numbers, and the safety rules (paths, token, host, origin, read-only),
+each refused with a clear status and message and nothing read or written outside."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import uvicorn
+import yaml
+
+from shoal.analysis.metrics import esteban_ray, like_minded_share
+from shoal.analysis.notebook import open_run
+from shoal.runs.inspect import inspect_agent
+from shoal.web.app import create_app
+from shoal.web.service import Folder
+from tests.conftest import CONFIGS
+from tests.helpers import run_cli, tables_differ
+
+SMALL = ["--set", "population.size=60", "--set", "rounds=3"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """The app on a real uvicorn server on 127.0.0.1, in a thread of this process."""
+
+    def __init__(self, folder: Folder, token: str | None = None):
+        self.port = _free_port()
+        self.app = create_app(folder, token, mcp=False)
+        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1",
+                                                    port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.02)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def client(self, **kw) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=180, **kw)
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    """A folder with a finished run, a fork of it at round 1 and a config."""
+    root = tmp_path_factory.mktemp("served")
+    (root / "configs").mkdir()
+    shutil.copy(CONFIGS / "quickstart.yaml", root / "configs" / "q.yaml")
+    done = run_cli(["run", str(CONFIGS / "quickstart.yaml"), "--out", str(root), "--quiet",
+                    *SMALL])
+    assert done.returncode == 0, done.stderr
+    (run,) = [p for p in root.iterdir() if (p / "run.json").is_file()]
+    forked = run_cli(["fork", str(run), "--round", "1", "--set", "policy.post_rate=0.9",
+                      "--quiet"])
+    assert forked.returncode == 0, forked.stderr
+    return root
+
+
+def _runs(root: Path) -> dict[str, Path]:
+    """Run id -> directory, roots first (by creation)."""
+    found = [p for p in root.iterdir() if (p / "run.json").is_file()]
+    found.sort(key=lambda p: json.loads((p / "run.json").read_text())["created_at"])
+    return {p.name: p for p in found}
+
+
+@pytest.fixture(scope="module")
+def server(folder) -> Iterator[Server]:
+    s = Server(Folder(folder, base_url="loopback", model="m"))
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def api(server) -> Iterator[httpx.Client]:
+    with server.client() as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def ids(folder) -> tuple[str, str]:
+    root, fork = list(_runs(folder))
+    return root, fork
+
+
+def _listing(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file under a folder with its size and modification time."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# ---------------------------------------------------------------- reading
+
+
+def test_info_and_the_openapi_document_cover_every_endpoint(api):
+    info = api.get("/api/info").json()
+    assert info["read_only"] is False and info["token"] is False
+    doc = api.get("/api/openapi.json").json()
+    paths = set(doc["paths"])
+    for path in ("/api/runs", "/api/runs/{run}", "/api/runs/{run}/series",
+                 "/api/runs/{run}/posts", "/api/runs/{run}/posts/{post_id}",
+                 "/api/runs/{run}/network", "/api/runs/{run}/knowledge",
+                 "/api/runs/{run}/agents", "/api/runs/{run}/agents/{agent}",
+                 "/api/runs/{run}/agents/{agent}/context",
+                 "/api/runs/{run}/agents/{agent}/interview", "/api/runs/{run}/events",
+                 "/api/runs/{run}/stop", "/api/runs/{run}/resume", "/api/runs/{run}/schedule",
+                 "/api/runs/{run}/fork", "/api/compare", "/api/runs/{run}/analyses",
+                 "/api/runs/{run}/analyses/{analysis_id}", "/api/runs/{run}/report",
+                 "/api/runs/{run}/sql", "/api/configs", "/api/check", "/api/start",
+                 "/api/jobs"):
+        assert path in paths, path
+    assert "ForkBody" in doc["components"]["schemas"]
+
+
+def test_runs_are_listed_as_a_lineage_tree_and_filtered(api, ids):
+    root, fork = ids
+    runs = api.get("/api/runs").json()["runs"]
+    assert [r["run_id"] for r in runs] == [root, fork]
+    assert runs[0]["depth"] == 0 and runs[1]["depth"] == 1
+    assert runs[1]["parent_run_id"] == root and runs[1]["fork_round"] == 1
+    assert runs[0]["status"] == "finished" and runs[0]["rounds_done"] == 3
+    assert runs[0]["agents"] == 60 and runs[0]["llm_calls"] == 0
+    assert [r["run_id"] for r in api.get("/api/runs", params={"q": fork[-6:]}).json()[
+        "runs"]] == [fork]
+    assert api.get("/api/runs", params={"status": "running"}).json()["runs"] == []
+
+
+def test_series_equal_the_notebook_measures(api, folder, ids):
+    root, _ = ids
+    s = api.get(f"/api/runs/{root}/series").json()
+    run = open_run(folder / root)
+    beliefs = run.beliefs
+    assert s["rounds"] == sorted(beliefs["round"].unique().tolist())
+    for topic, q in s["beliefs"].items():
+        for i, r in enumerate(s["rounds"]):
+            x = beliefs[(beliefs["round"] == r) & (beliefs["topic"] == topic)]["position"]
+            assert q["mean"][i] == pytest.approx(x.mean())
+            assert q["q50"][i] == pytest.approx(np.quantile(x, 0.5))
+            assert q["q05"][i] <= q["q25"][i] <= q["q50"][i] <= q["q75"][i] <= q["q95"][i]
+            assert s["polarization"][topic][i] == pytest.approx(esteban_ray(x))
+    share = like_minded_share(run.exposures, run.posts, beliefs)
+    for row in share.itertuples():
+        assert s["echo"][row.topic][s["rounds"].index(row.round)] == pytest.approx(row.share)
+    rounds = run.rounds.set_index("round")
+    for i, r in enumerate(s["rounds"]):
+        if r in rounds.index:
+            assert s["activity"]["n_actions"][i] == rounds.loc[r, "n_actions"]
+    ok = run.actions[run.actions["status"] == "ok"]
+    for action, values in s["actions"].items():
+        assert sum(values) == int((ok["action"] == action).sum())
+    assert set(s["llm"]) == {"calls", "failed", "prompt_tokens", "completion_tokens",
+                             "cost_usd"}
+
+
+def test_a_fork_marks_its_fork_round_and_reads_its_parents_history(api, ids):
+    root, fork = ids
+    info = api.get(f"/api/runs/{fork}").json()
+    assert info["parent_run_id"] == root and info["fork_round"] == 1
+    assert [x["run_id"] for x in info["lineage"]] == [root, fork]
+    s = api.get(f"/api/runs/{fork}/series").json()
+    assert {"round": 1, "kind": "fork", "label": f"forked from {root}"} in s["marks"]
+    parent = api.get(f"/api/runs/{root}/series").json()
+    topic = next(iter(s["beliefs"]))
+    upto = s["rounds"].index(1)
+    assert s["beliefs"][topic]["mean"][:upto + 1] == parent["beliefs"][topic]["mean"][:upto + 1]
+    cmp = api.get("/api/compare", params={"runs": f"{root},{fork}"}).json()
+    assert cmp["base"] == root and set(cmp["series"]) == {root, fork}
+    firsts = [d["first_round"] for d in cmp["divergence"] if d["first_round"] is not None]
+    assert firsts and min(firsts) > 1  # identical up to the fork round, then not
+    assert api.get("/api/compare", params={"runs": root}).status_code == 400
+
+
+def test_posts_are_ranked_by_reach_and_paged(api, folder, ids):
+    root, _ = ids
+    page = api.get(f"/api/runs/{root}/posts", params={"round": 2, "limit": 5}).json()
+    run = open_run(folder / root)
+    posts = run.posts
+    assert page["total"] == int((posts["round"] == 2).sum())
+    reach = run.exposures.groupby("post_id")["agent"].nunique()
+    got = [p["reach"] for p in page["posts"]]
+    assert got == sorted(got, reverse=True)
+    for p in page["posts"]:
+        assert p["reach"] == reach.get(p["post_id"], 0)
+        assert p["author"] >= 0 and p["round"] == 2
+    nxt = api.get(f"/api/runs/{root}/posts", params={"round": 2, "limit": 5,
+                                                     "offset": 5}).json()
+    assert not {p["post_id"] for p in nxt["posts"]} & {p["post_id"] for p in page["posts"]}
+    one = api.get(f"/api/runs/{root}/posts/{page['posts'][0]['post_id']}").json()
+    assert one["seen_by"]["total"] == page["posts"][0]["reach"]
+    missing = api.get(f"/api/runs/{root}/posts/999999999")
+    assert missing.status_code == 404 and "no post" in missing.json()["error"]
+    assert api.get(f"/api/runs/{root}/posts", params={"limit": 0}).status_code == 400
+
+
+def test_the_network_is_sampled_by_a_stated_rule(api, ids):
+    root, _ = ids
+    whole = api.get(f"/api/runs/{root}/network", params={"round": 3}).json()
+    assert not whole["sampled"] and len(whole["nodes"]) == whole["total_nodes"] == 60
+    assert len(whole["edges"]) == whole["total_edges"] > 0
+    part = api.get(f"/api/runs/{root}/network", params={"round": 3, "max_nodes": 10}).json()
+    assert part["sampled"] and len(part["nodes"]) == 10 and "sample" in part["rule"]
+    shown = {n["id"] for n in part["nodes"]}
+    assert all(a in shown and b in shown for a, b in part["edges"])
+    again = api.get(f"/api/runs/{root}/network", params={"round": 3, "max_nodes": 10}).json()
+    assert again["nodes"] == part["nodes"]  # the same sample every time
+
+
+def test_agents_pages_and_one_agents_trajectories(api, folder, ids):
+    root, _ = ids
+    page = api.get(f"/api/runs/{root}/agents", params={"limit": 7}).json()
+    assert page["total"] == 60 and len(page["agents"]) == 7
+    one = api.get(f"/api/runs/{root}/agents/4").json()
+    b = open_run(folder / root).beliefs
+    mine = b[b["agent"] == 4]
+    for topic, t in one["beliefs"].items():
+        assert t["position"] == pytest.approx(
+            mine[mine["topic"] == topic].sort_values("round")["position"].tolist())
+    assert api.get(f"/api/runs/{root}/agents/999").status_code == 404
+
+
+def test_the_context_is_what_shoal_inspect_shows(api, folder, ids):
+    root, _ = ids
+    got = api.get(f"/api/runs/{root}/agents/4/context", params={"round": 2}).json()
+    want = inspect_agent(str(folder / root), 4, 2)
+    assert [c["platform"] for c in got["contexts"]] == [i.platform for i in want]
+    for c, i in zip(got["contexts"], want, strict=True):
+        assert c["system"] == i.assembled.system
+        assert c["observation"] == i.assembled.observation
+    bad = api.get(f"/api/runs/{root}/agents/4/context", params={"round": 99})
+    assert bad.status_code == 400 and "99" in bad.json()["error"]
+
+
+def test_sql_goes_through_the_analysts_guard(api, ids):
+    root, _ = ids
+    ok = api.post(f"/api/runs/{root}/sql", json={"sql": "SELECT count(*) AS n FROM agents"})
+    assert ok.json()["rows"] == [[60]]
+    cut = api.post(f"/api/runs/{root}/sql", json={"sql": "SELECT * FROM beliefs",
+                                                  "limit": 3}).json()
+    assert len(cut["rows"]) == 3 and cut["truncated"]
+    for sql, words in (("DROP TABLE agents", "only SELECT"),
+                       ("SELECT * FROM read_csv('/etc/passwd')", "read_csv"),
+                       ("SELECT * FROM duckdb_databases()", "duckdb_databases"),
+                       ("SELECT 1; SELECT 2", "one statement")):
+        r = api.post(f"/api/runs/{root}/sql", json={"sql": sql})
+        assert r.status_code == 400 and words in r.json()["error"], (sql, r.text)
+
+
+def test_report_schedule_configs_and_check(api, ids):
+    root, _ = ids
+    report = api.get(f"/api/runs/{root}/report")
+    assert report.status_code == 200 and report.text.startswith("<!DOCTYPE html>")
+    assert api.get(f"/api/runs/{root}/schedule", params={"round": 1}).json()["pending"] == []
+    assert {"path": "configs/q.yaml"} in api.get("/api/configs").json()["configs"]
+    good = api.post("/api/check", json={"path": "configs/q.yaml"}).json()
+    assert good["ok"] and "population" in good["resolved_yaml"]
+    bad = api.post("/api/check", json={"yaml": "name: x\nseed: 1\nrounds: -2\n"}).json()
+    assert not bad["ok"] and "pasted.yaml:3: rounds" in bad["error"]
+    set_bad = api.post("/api/check", json={"path": "configs/q.yaml",
+                                           "sets": ["rounds=zero"]}).json()
+    assert not set_bad["ok"] and "rounds" in set_bad["error"]
+
+
+def test_an_interview_is_answered_and_kept(api, ids):
+    root, _ = ids
+    r = api.post(f"/api/runs/{root}/agents/5/interview",
+                 json={"question": "What do you think of the carbon tax?"}).json()
+    assert r["status"] == "ok" and r["answer"] and r["stored"]
+    kept = api.get(f"/api/runs/{root}/agents/5").json()["interviews"]
+    assert [k["answer"] for k in kept] == [r["answer"]]
+    empty = api.post(f"/api/runs/{root}/agents/5/interview", json={"question": "  "})
+    assert empty.status_code == 400 and "empty" in empty.json()["error"]
+
+
+# ---------------------------------------------------------------- changing
+
+
+def test_a_fork_from_the_api_equals_shoal_fork(api, folder, ids, tmp_path):
+    root, _ = ids
+    plan = {"round": 2, "sets": ["policy.engage_rate=0.3"], "seed": 7,
+            "add": [{"round": 3, "kind": "event", "text": "A levy is announced",
+                     "stance": {"carbon_tax": 0.8}}]}
+    made = api.post(f"/api/runs/{root}/fork", json=plan)
+    assert made.status_code == 200, made.text
+    fork_id = made.json()["run_id"]
+    _wait_job(api, made.json()["job"]["id"])
+    (tmp_path / "add.yaml").write_text(yaml.safe_dump(plan["add"]))
+    cli = run_cli(["fork", str(folder / root), "--round", "2", "--set",
+                   "policy.engage_rate=0.3", "--seed", "7", "--intervene",
+                   str(tmp_path / "add.yaml"), "--out", str(tmp_path), "--quiet"])
+    assert cli.returncode == 0, cli.stderr
+    (other,) = [p for p in tmp_path.iterdir() if (p / "run.json").is_file()]
+    assert tables_differ(folder / fork_id / "trajectory.duckdb",
+                         other / "trajectory.duckdb") == []
+    bad = api.post(f"/api/runs/{root}/fork", json={"round": 2, "add": [{"round": 1,
+                                                                        "kind": "event"}]})
+    assert bad.status_code == 400 and "add: entry 0" in bad.json()["error"]
+    assert api.post(f"/api/runs/{root}/fork", json={"round": 2, "sets": ["nope=1"]}
+                    ).json()["error"] == "--set nope: unknown field 'nope'"
+    assert "no checkpoint of round 9" in api.post(f"/api/runs/{root}/fork",
+                                                  json={"round": 9}).json()["error"]
+
+
+def _wait_job(api: httpx.Client, job_id: int, timeout: float = 300) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        job = next(j for j in api.get("/api/jobs").json()["jobs"] if j["id"] == job_id)
+        if not job["running"]:
+            return job
+        assert time.monotonic() < deadline, job
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_a_started_run_streams_its_rounds_stops_and_resumes(api, folder):
+    before = set(_runs(folder))
+    started = api.post("/api/start", json={"path": "configs/q.yaml",
+                                           "sets": ["population.size=200", "rounds=400"]})
+    assert started.status_code == 200, started.text
+    run_id = started.json()["run_id"]
+    assert set(_runs(folder)) - before == {run_id}
+    seen: list[int] = []
+    with api.stream("GET", f"/api/runs/{run_id}/events") as events:
+        for line in events.iter_lines():
+            if line.startswith("data:"):
+                seen.append(json.loads(line[5:])["rounds_done"])
+                if len({s for s in seen if s}) >= 3:
+                    break
+    assert seen == sorted(seen) and len(set(seen)) >= 3  # rounds arrive as they commit
+    live = api.get(f"/api/runs/{run_id}/series").json()
+    assert live["rounds"] and max(live["rounds"]) >= 1  # read from the live mirror
+    assert api.post(f"/api/runs/{run_id}/stop", json={}).json()["ok"]
+    job = _wait_job(api, started.json()["job"]["id"])
+    assert job["returncode"] == 130, job["log_tail"]
+    info = api.get(f"/api/runs/{run_id}").json()
+    assert info["status"] == "interrupted" and info["rounds_done"] < 400  # (shoal runs: a
+    # run stopped before its last round is `interrupted`; `shoal resume` continues it)
+    assert api.post(f"/api/runs/{run_id}/stop", json={}).status_code == 409
+    resumed = api.post(f"/api/runs/{run_id}/resume", json={}).json()
+    assert resumed["job"]["kind"] == "resume"
+    api.post(f"/api/runs/{run_id}/stop", json={})
+    _wait_job(api, resumed["job"]["id"])
+
+
+def test_a_bad_config_starts_nothing(api, folder):
+    before = _listing(folder)
+    r = api.post("/api/start", json={"yaml": "name: x\nrounds: 0\n"})
+    assert r.status_code == 400 and "pasted.yaml:2: rounds" in r.json()["error"]
+    r = api.post("/api/start", json={"path": "configs/none.yaml"})
+    assert r.status_code == 400 and "not found" in r.json()["error"]
+    assert _listing(folder) == before
+
+
+# ---------------------------------------------------------------- safety
+
+
+@pytest.fixture(scope="module")
+def outside(tmp_path_factory, folder) -> Path:
+    """A run and a config outside the served folder, with symbolic links to them inside."""
+    out = tmp_path_factory.mktemp("outside")
+    run = next(iter(_runs(folder).values()))
+    shutil.copytree(run, out / "secret-run")
+    (out / "secret.yaml").write_text((folder / "configs" / "q.yaml").read_text())
+    os.symlink(out / "secret-run", folder / "linked-run")
+    os.symlink(out / "secret.yaml", folder / "configs" / "linked.yaml")
+    yield out
+    (folder / "linked-run").unlink()
+    (folder / "configs" / "linked.yaml").unlink()
+
+
+def test_no_path_leads_outside_the_folder(api, outside):
+    before = _listing(outside)
+    for run in ("..", "...", "%2e%2e", "..%2F..%2Fetc", "linked-run", "%2Fetc",
+                "a%00b", "-rf"):
+        r = api.get(f"/api/runs/{run}/series")
+        assert r.status_code in (403, 404), (run, r.status_code, r.text)
+        assert "error" in r.json()
+    assert api.get("/api/runs/linked-run").status_code == 403
+    for path in ("../outside/secret.yaml", "/etc/passwd", str(outside / "secret.yaml"),
+                 "configs/linked.yaml", "configs/../../x.yaml"):
+        r = api.post("/api/check", json={"path": path})
+        assert r.status_code == 403 and "served folder" in r.json()["error"], (path, r.text)
+        assert api.post("/api/start", json={"path": path}).status_code == 403
+    assert "linked-run" not in {r["run_id"] for r in api.get("/api/runs").json()["runs"]}
+    assert _listing(outside) == before
+
+
+def test_a_page_elsewhere_can_neither_reach_nor_forge(api, ids):
+    root, _ = ids
+    r = api.get("/api/runs", headers={"host": "attacker.example:8765"})
+    assert r.status_code == 403 and "127.0.0.1" in r.json()["error"]
+    r = api.post(f"/api/runs/{root}/sql", json={"sql": "SELECT 1"},
+                 headers={"origin": "http://attacker.example"})
+    assert r.status_code == 403 and "attacker.example" in r.json()["error"]
+    r = api.post(f"/api/runs/{root}/stop", content="x=1",
+                 headers={"content-type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 415 and "JSON" in r.json()["error"]
+
+
+def test_a_token_is_checked_on_every_request(folder, ids):
+    root, _ = ids
+    s = Server(Folder(folder), token="s3cret-for-tests")
+    try:
+        with s.client() as c:
+            for path in ("/api/info", "/api/runs", f"/api/runs/{root}/series",
+                         f"/api/runs/{root}/events", "/mcp"):
+                r = c.get(path)
+                assert r.status_code == 401 and "token" in r.json()["error"], path
+            assert c.get("/api/runs", headers={"authorization": "Bearer wrong"}
+                         ).status_code == 401
+            assert c.get("/api/runs", params={"token": "s3cret-for-tests"}).status_code == 401
+            ok = c.get("/api/runs", headers={"authorization": "Bearer s3cret-for-tests"})
+            assert ok.status_code == 200
+            with c.stream("GET", f"/api/runs/{root}/events",
+                          params={"token": "s3cret-for-tests"}) as events:
+                assert events.status_code == 200
+                assert any(line.startswith("event: hello") for line in
+                           _first_lines(events, 4))
+            assert c.get("/").status_code == 200  # the page itself holds no data
+    finally:
+        s.close()
+
+
+def _first_lines(response: httpx.Response, n: int) -> list[str]:
+    lines = []
+    for line in response.iter_lines():
+        lines.append(line)
+        if len(lines) >= n:
+            break
+    return lines
+
+
+def test_read_only_refuses_every_change_and_writes_nothing(folder, ids):
+    root, _ = ids
+    s = Server(Folder(folder, read_only=True, base_url="loopback", model="m"))
+    before = _listing(folder)
+    try:
+        with s.client() as c:
+            assert c.get("/api/info").json()["read_only"] is True
+            for path, body in ((f"/api/runs/{root}/fork", {"round": 1}),
+                               (f"/api/runs/{root}/stop", {}),
+                               (f"/api/runs/{root}/resume", {}),
+                               (f"/api/runs/{root}/agents/1/interview", {"question": "hi"}),
+                               (f"/api/runs/{root}/analyses", {"question": "why?"}),
+                               ("/api/start", {"path": "configs/q.yaml"})):
+                r = c.post(path, json=body)
+                assert r.status_code == 403 and "read-only" in r.json()["error"], path
+            assert c.get(f"/api/runs/{root}/series").status_code == 200
+            assert c.post(f"/api/runs/{root}/sql", json={"sql": "SELECT 1"}
+                          ).status_code == 200
+    finally:
+        s.close()
+    assert _listing(folder) == before
