@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import signal
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -590,9 +591,13 @@ class Folder:
         """Ask the process writing a run to stop after its running round."""
         self.writable()
         run_dir = self.run_dir(run_id)
-        if not _being_written(run_dir):
+        job = self.jobs.for_run(run_id)
+        if job is not None:  # started here (maybe still starting): its Ctrl-C
+            job.proc.send_signal(signal.SIGINT)
+        elif _being_written(run_dir):  # started elsewhere: the file its command looks for
+            run_dir.stop_request.write_text("stop after the running round\n")
+        else:
             raise Conflict(f"{run_id} is not running")
-        run_dir.stop_request.write_text("stop after the running round\n")
         return {"ok": True, "message": f"{run_id} stops after its running round "
                                        "(committed and checkpointed)"}
 
@@ -664,12 +669,15 @@ class Folder:
         from shoal.analysis.runs import Run
 
         data = Run(self.run_dir(run_id).root).analysis(analysis_id)
-        run_rows = data["runs"].to_dict("records") if "runs" in data else []
+        run_rows = (data["analysis_runs"].to_dict("records") if "analysis_runs" in data
+                    else [])
         if not run_rows:
             raise NotFound(f"{run_id}: no analysis {analysis_id}")
-        claims = data["claims"].to_dict("records") if "claims" in data else []
+        claims = (data["analysis_claims"].to_dict("records") if "analysis_claims" in data
+                  else [])
         sections = []
-        for s in data["sections"].to_dict("records") if "sections" in data else []:
+        for s in (data["analysis_sections"].to_dict("records")
+                  if "analysis_sections" in data else []):
             sections.append({"section_id": s["section_id"], "title": s["title"],
                              "status": s["status"], "text": s["text"], "claims": [
                                  {"claim": c["claim"], "sentence": c["sentence"],
