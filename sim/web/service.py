@@ -78,9 +78,19 @@ class Folder:
 
     def __init__(self, root: str | Path, read_only: bool = False,
                  base_url: str | None = None, model: str | None = None):
+        if not str(root).strip():
+            raise InputError("the folder is empty; give the folder that holds the runs "
+                             "(e.g. runs)")
         root = Path(root)
+        if root.is_file():
+            raise InputError(f"{root}: is a file, not a folder; give the folder that holds "
+                             "the runs")
         if not root.is_dir():
             raise InputError(f"{root}: no such folder")
+        if base_url is not None and base_url != "loopback" and \
+                not re.match(r"^https?://[^/\s]+", base_url):
+            raise InputError(f"--base-url {base_url}: expected an http:// or https:// "
+                             "address of an OpenAI-compatible endpoint, or 'loopback'")
         self.root = root.resolve()
         self.read_only = read_only
         self.base_url = base_url
