@@ -80,7 +80,11 @@ class Served:
 
     def close(self) -> None:
         self.proc.terminate()
-        self.proc.wait(30)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def quantiles(seconds: list[float]) -> dict[str, float]:
@@ -229,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     parts = args.parts.split(",")
     result: dict = {"config": config.name, "agents": args.agents, "rounds": args.rounds,
                     "when": datetime.now().isoformat(timespec="seconds")}
+    out = ROOT / "bench" / "results" / f"web-{datetime.now():%Y%m%d-%H%M%S}.json"
     if {"api", "paint"} & set(parts):
         folder = tmp / "served"
         folder.mkdir()
@@ -236,11 +241,12 @@ def main(argv: list[str] | None = None) -> int:
         result["run_s"] = took
         if "api" in parts:
             result["api"] = part_api(folder, run, args.repeats)
+            out.write_text(json.dumps(result, indent=2))
         if "paint" in parts:
             result["paint"] = part_paint(folder, run, tmp)
+            out.write_text(json.dumps(result, indent=2))
     if "live" in parts:
         result["live"] = part_live(config, sets, tmp)
-    out = ROOT / "bench" / "results" / f"web-{datetime.now():%Y%m%d-%H%M%S}.json"
     out.write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
     return 0

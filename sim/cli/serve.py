@@ -74,7 +74,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     console.print(f"serving [bold]{folder.root}[/] on http://{shown}:{args.port}/"
                   + (" (open it with #token=YOUR_TOKEN after the slash)" if token else "")
                   + (" read-only" if args.read_only else ""), highlight=False)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    # (an open event stream would otherwise hold Ctrl-C until the browser goes away)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
+                timeout_graceful_shutdown=3)
     return 0
 
 

@@ -32,7 +32,7 @@ from shoal.analysis.metrics import esteban_ray_binned
 from shoal.core.errors import InputError
 from shoal.store.history_sql import Limits, attach_history, bound_connection, select_rows
 from shoal.store.knowledge import relations_sql
-from shoal.store.lineage import lineage, read_table, run_tree
+from shoal.store.lineage import lineage, read_table, run_status, run_tree
 from shoal.store.run_dir import RunDir
 from shoal.web.jobs import Job, Jobs
 
@@ -227,7 +227,7 @@ class Folder:
         """One run: status, size, history, the interventions that fired."""
         run_dir = self.run_dir(run_id)
         meta, cfg = run_dir.read_meta(), run_dir.read_config()
-        entry = next((e for e in run_tree(self.root, within=True) if e.dir.run_id == run_id), None)
+        latest = run_dir.checkpoints.latest()
         segs = lineage(run_dir.root)
         tables = {r["table_name"] for r in self.rows(
             run_id, "SELECT table_name FROM duckdb_tables() UNION SELECT view_name "
@@ -237,8 +237,8 @@ class Folder:
         job = self.jobs.for_run(run_id)
         return {
             "run_id": run_id, "name": meta.get("name"),
-            "status": entry.status if entry else meta.get("status"),
-            "rounds_done": entry.rounds_done if entry else meta.get("rounds_done"),
+            "status": run_status(run_dir, meta),
+            "rounds_done": meta.get("rounds_done") if latest is None else latest,
             "rounds": meta.get("rounds"), "agents": _agents(run_dir),
             "topics": [t["name"] for t in cfg.get("topics", [])],
             "platforms": [p for p, v in (cfg.get("platforms") or {}).items()
@@ -407,13 +407,15 @@ class Folder:
         _, rows = self._post_rows(run_id, "post_id = ?", [int(post_id)], "ps.post_id", 1, 0)
         if not rows:
             raise NotFound(f"{run_id}: no post {post_id}")
-        seen = self.rows(run_id, "SELECT DISTINCT agent FROM exposures WHERE post_id = ? "
-                                 "ORDER BY agent", [int(post_id)])
+        seen = self.rows(run_id, "SELECT count(DISTINCT agent) AS n, (SELECT list(agent) "
+                                 "FROM (SELECT DISTINCT agent FROM exposures WHERE post_id = ? "
+                                 "ORDER BY agent LIMIT 200)) AS first FROM exposures "
+                                 "WHERE post_id = ?", [int(post_id)] * 2)[0]
         engaged = self.rows(run_id, "SELECT round, agent, action::VARCHAR AS action FROM "
                                     "actions WHERE target_post = ? AND status::VARCHAR = 'ok' "
                                     "ORDER BY round, agent LIMIT 500", [int(post_id)])
         return {"post": rows[0],
-                "seen_by": {"total": len(seen), "agents": [r["agent"] for r in seen[:200]]},
+                "seen_by": {"total": seen["n"], "agents": seen["first"] or []},
                 "engaged": engaged}
 
     # ------------------------------------------------------------ graphs
