@@ -177,6 +177,8 @@ SKIP: dict[tuple[str, str], str] = {
     ("docs/graph.md", "[--agents"): "a synopsis (brackets mark optional flags), not a command",
     ("docs/validation.md", "--quick --out runs/validation"):
         "every case at --quick: tests/test_validation_*.py run each one already",
+    ("README.md", "shoal serve runs"):
+        "serves until stopped (tests/test_web_api.py and tests/test_web_browser.py run it)",
     ("docs/web.md", "shoal serve"):
         "serves until stopped (tests/test_web_api.py and tests/test_web_browser.py run it)",
     ("docs/validation.md", "herd_effect --out"):

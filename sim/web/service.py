@@ -97,6 +97,9 @@ class Folder:
         self.model = model
         self.jobs = Jobs(self.root)
         self._local = threading.local()  # the connections of the requests running now
+        self._lock = threading.Lock()
+        # (run, its creation, aggregate) -> (last round computed, its rows): `_per_round`
+        self._rounds_cache: dict[tuple[str, str, str], tuple[int, list[dict[str, Any]]]] = {}
 
     # ------------------------------------------------------------ paths and runs
 
@@ -228,6 +231,8 @@ class Folder:
         run_dir = self.run_dir(run_id)
         meta, cfg = run_dir.read_meta(), run_dir.read_config()
         latest = run_dir.checkpoints.latest()
+        platforms = [p for p, v in (cfg.get("platforms") or {}).items()
+                     if not isinstance(v, dict) or v.get("enabled", True)]
         segs = lineage(run_dir.root)
         tables = {r["table_name"] for r in self.rows(
             run_id, "SELECT table_name FROM duckdb_tables() UNION SELECT view_name "
@@ -241,14 +246,14 @@ class Folder:
             "rounds_done": meta.get("rounds_done") if latest is None else latest,
             "rounds": meta.get("rounds"), "agents": _agents(run_dir),
             "topics": [t["name"] for t in cfg.get("topics", [])],
-            "platforms": [p for p, v in (cfg.get("platforms") or {}).items()
-                          if not isinstance(v, dict) or v.get("enabled", True)],
+            "platforms": platforms,
             "lineage": [{"run_id": s.dir.run_id if s.dir else run_id,
                          "last_round": s.last_round} for s in segs],
             "parent_run_id": (meta.get("lineage") or {}).get("parent_run_id"),
             "fork_round": (meta.get("lineage") or {}).get("fork_round"),
             "interventions": [{**r, "spec": _json(r["spec"])} for r in fired],
-            "markets": bool(cfg.get("markets")), "graph": bool(cfg.get("graph")),
+            "markets": "market" in platforms,
+            "graph": bool(((cfg.get("memory") or {}).get("graph") or {}).get("enabled")),
             "live": _being_written(run_dir),
             "job": job.as_dict() if job else None,
             "config_yaml": yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True)}
@@ -271,10 +276,11 @@ class Folder:
             return out
 
         beliefs: dict[str, dict[str, list[Any]]] = {}
-        for r in self.rows(run_id, f"""
+        for r in self._per_round(run_id, "quantiles", f"""
                 SELECT topic, round, avg(position) AS mean,
                        quantile_cont(position, {list(QUANTILES)}) AS q
-                FROM beliefs WHERE position IS NOT NULL GROUP BY ALL ORDER BY topic, round"""):
+                FROM beliefs WHERE position IS NOT NULL AND {{cond}}
+                GROUP BY ALL ORDER BY topic, round"""):
             t = beliefs.setdefault(r["topic"], {k: [None] * n for k in
                                                 ("mean", "q05", "q25", "q50", "q75", "q95")})
             if r["round"] in index:
@@ -283,10 +289,10 @@ class Folder:
                 for name, v in zip(("q05", "q25", "q50", "q75", "q95"), r["q"], strict=True):
                     t[name][i] = v
         bins: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
-        for r in self.rows(run_id, """
+        for r in self._per_round(run_id, "bins", """
                 SELECT topic, round, least(greatest(floor((position + 1) / 2 * 5), 0), 4)::INT
                        AS b, count(*) AS n, sum(position) AS s
-                FROM beliefs WHERE position IS NOT NULL AND NOT isnan(position)
+                FROM beliefs WHERE position IS NOT NULL AND NOT isnan(position) AND {cond}
                 GROUP BY ALL"""):
             counts, sums = bins.setdefault((r["topic"], r["round"]),
                                            (np.zeros(5), np.zeros(5)))
@@ -296,7 +302,7 @@ class Folder:
             if rnd in index and topic in polarization:
                 polarization[topic][index[rnd]] = esteban_ray_binned(counts, sums)
         echo: dict[str, list[Any]] = {t: [None] * n for t in beliefs}
-        for r in self.rows(run_id, """
+        for r in self._per_round(run_id, "echo", """
                 SELECT a.topic, e.round,
                        avg(CASE WHEN a.position * u.position > 0 THEN 1.0 ELSE 0.0 END) AS share
                 FROM exposures e
@@ -304,15 +310,15 @@ class Folder:
                 JOIN beliefs a ON a.round = e.round - 1 AND a.agent = e.agent
                 JOIN beliefs u ON u.round = e.round - 1 AND u.agent = p.author
                                 AND u.topic = a.topic
-                WHERE a.position IS NOT NULL AND u.position IS NOT NULL
-                GROUP BY ALL"""):
+                WHERE a.position IS NOT NULL AND u.position IS NOT NULL AND {cond}
+                GROUP BY ALL""", "e.round"):
             if r["topic"] in echo and r["round"] in index:
                 echo[r["topic"]][index[r["round"]]] = r["share"]
         actions: dict[str, dict[int, int]] = {}
         rejections: dict[str, dict[int, int]] = {}
-        for r in self.rows(run_id, "SELECT round, action::VARCHAR AS action, "
-                                   "status::VARCHAR AS status, count(*) AS n "
-                                   "FROM actions GROUP BY ALL"):
+        for r in self._per_round(run_id, "actions", "SELECT round, action::VARCHAR AS action, "
+                                 "status::VARCHAR AS status, count(*) AS n "
+                                 "FROM actions WHERE {cond} GROUP BY ALL"):
             into = actions.setdefault(r["action"], {}) if r["status"] == "ok" else \
                 rejections.setdefault(r["status"], {})
             into[r["round"]] = into.get(r["round"], 0) + r["n"]
@@ -338,6 +344,26 @@ class Folder:
                     for k in ("calls", "failed", "prompt_tokens", "completion_tokens",
                               "cost_usd")},
             "marks": self._marks(run_id)}
+
+    def _per_round(self, run_id: str, name: str, sql: str, column: str = "round"
+                   ) -> list[dict[str, Any]]:
+        """The rows of a per-round aggregate (`sql` with `{cond}` where it filters on the
+        round `column`). A committed round's rows never change (a resume recomputes them
+        exactly), so they are kept and each request computes only the rounds it has not
+        seen: a live run's page pays for one round per round."""
+        upto = self.rows(run_id, "SELECT coalesce(max(round), 0) AS r FROM rounds")[0]["r"]
+        key = (run_id, str(self.run_dir(run_id).read_meta().get("created_at")), name)
+        with self._lock:
+            done, kept = self._rounds_cache.get(key, (-1, []))
+        if upto <= done:
+            return kept
+        fresh = self.rows(run_id, sql.format(cond=f"{column} > {done} AND {column} <= {upto}"))
+        rows = kept + fresh
+        with self._lock:
+            self._rounds_cache[key] = (upto, rows)
+            while len(self._rounds_cache) > 64:
+                self._rounds_cache.pop(next(iter(self._rounds_cache)))
+        return rows
 
     def _marks(self, run_id: str) -> list[dict[str, Any]]:
         """The interventions and fork rounds to mark on a time axis."""
