@@ -222,6 +222,11 @@ def test_the_network_is_sampled_by_a_stated_rule(api, ids):
     assert all(a in shown and b in shown for a, b in part["edges"])
     again = api.get(f"/api/runs/{root}/network", params={"round": 3, "max_nodes": 10}).json()
     assert again["nodes"] == part["nodes"]  # the same sample every time
+    for params, words in (({"topic": "taxes"}, "topic 'taxes': not in this run"),
+                          ({"platform": "mastodon"}, "platform 'mastodon': not in this run"),
+                          ({"round": "three"}, "round")):
+        r = api.get(f"/api/runs/{root}/network", params=params)
+        assert r.status_code in (400, 422) and words in r.json()["error"], r.text
 
 
 def test_agents_pages_and_one_agents_trajectories(api, folder, ids):

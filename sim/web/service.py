@@ -231,8 +231,7 @@ class Folder:
         run_dir = self.run_dir(run_id)
         meta, cfg = run_dir.read_meta(), run_dir.read_config()
         latest = run_dir.checkpoints.latest()
-        platforms = [p for p, v in (cfg.get("platforms") or {}).items()
-                     if not isinstance(v, dict) or v.get("enabled", True)]
+        platforms = self._platforms(run_id)
         segs = lineage(run_dir.root)
         tables = {r["table_name"] for r in self.rows(
             run_id, "SELECT table_name FROM duckdb_tables() UNION SELECT view_name "
@@ -412,6 +411,11 @@ class Folder:
             r["stance"] = dict(r["stance"]) if r["stance"] else {}
         return total, rows
 
+    def _platforms(self, run_id: str) -> list[str]:
+        cfg = self.run_dir(run_id).read_config()
+        return [p for p, v in (cfg.get("platforms") or {}).items()
+                if not isinstance(v, dict) or v.get("enabled", True)]
+
     @_reads
     def posts(self, run_id: str, round_: int | None = None, limit: int = 20,
               offset: int = 0, platform: str | None = None) -> dict[str, Any]:
@@ -421,6 +425,7 @@ class Folder:
             round_ = self.rows(run_id, "SELECT coalesce(max(round), 0) AS r FROM rounds")[0]["r"]
         where, params = "round = ?", [int(round_)]
         if platform:
+            _one_of("platform", platform, self._platforms(run_id))
             where += " AND platform::VARCHAR = ?"
             params.append(platform)
         total, rows = self._post_rows(run_id, where, params, "reach DESC, ps.post_id",
@@ -456,6 +461,10 @@ class Folder:
         info = self.run(run_id)
         if round_ is None:
             round_ = info["rounds_done"] or 0
+        if topic:
+            _one_of("topic", topic, info["topics"])
+        if platform:
+            _one_of("platform", platform, info["platforms"])
         topic = topic or (info["topics"][0] if info["topics"] else None)
         platform = platform or (info["platforms"][0] if info["platforms"] else None)
         total = self.rows(run_id, "SELECT count(*) AS n FROM agents")[0]["n"]
@@ -855,6 +864,12 @@ def _by_round(series: dict[str, Any], kind: str, topic: str) -> dict[int, Any]:
     if kind == "beliefs":
         values = values["mean"]
     return dict(zip(series["rounds"], values, strict=True))
+
+
+def _one_of(what: str, value: str, known: list[str]) -> None:
+    if value not in known:
+        raise WebError(f"{what} {value!r}: not in this run ({what}s: "
+                       f"{', '.join(known) or 'none'})")
 
 
 def _page(limit: int, offset: int) -> tuple[int, int]:
