@@ -40,6 +40,7 @@ RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 MAX_PAGE = 500  # rows per page of any list
 MAX_NODES = 5000  # nodes a network view may ask for
+ECHO_READERS = 20_000  # readers the echo share is measured on (a uniform sample above)
 LIKES = ("like", "upvote")
 REPOSTS = ("repost", "quote")
 REPLIES = ("reply", "comment")
@@ -278,7 +279,7 @@ class Folder:
         for r in self._per_round(run_id, "quantiles", f"""
                 SELECT topic, round, avg(position) AS mean,
                        quantile_cont(position, {list(QUANTILES)}) AS q
-                FROM beliefs WHERE position IS NOT NULL AND {{cond}}
+                FROM beliefs WHERE position IS NOT NULL AND round > {{lo}} AND round <= {{hi}}
                 GROUP BY ALL ORDER BY topic, round"""):
             t = beliefs.setdefault(r["topic"], {k: [None] * n for k in
                                                 ("mean", "q05", "q25", "q50", "q75", "q95")})
@@ -291,7 +292,8 @@ class Folder:
         for r in self._per_round(run_id, "bins", """
                 SELECT topic, round, least(greatest(floor((position + 1) / 2 * 5), 0), 4)::INT
                        AS b, count(*) AS n, sum(position) AS s
-                FROM beliefs WHERE position IS NOT NULL AND NOT isnan(position) AND {cond}
+                FROM beliefs WHERE position IS NOT NULL AND NOT isnan(position)
+                  AND round > {lo} AND round <= {hi}
                 GROUP BY ALL"""):
             counts, sums = bins.setdefault((r["topic"], r["round"]),
                                            (np.zeros(5), np.zeros(5)))
@@ -301,23 +303,37 @@ class Folder:
             if rnd in index and topic in polarization:
                 polarization[topic][index[rnd]] = esteban_ray_binned(counts, sums)
         echo: dict[str, list[Any]] = {t: [None] * n for t in beliefs}
-        for r in self._per_round(run_id, "echo", """
-                SELECT a.topic, e.round,
-                       avg(CASE WHEN a.position * u.position > 0 THEN 1.0 ELSE 0.0 END) AS share
-                FROM exposures e
-                JOIN posts p ON p.post_id = e.post_id AND p.author >= 0
-                JOIN beliefs a ON a.round = e.round - 1 AND a.agent = e.agent
-                JOIN beliefs u ON u.round = e.round - 1 AND u.agent = p.author
-                                AND u.topic = a.topic
-                WHERE a.position IS NOT NULL AND u.position IS NOT NULL AND {cond}
-                GROUP BY ALL""", "e.round"):
+        # Readers: all, or above ECHO_READERS a uniform sample (by the hash of their id);
+        # the exposures first, then the readers' positions, then the authors': each a join
+        # on keys, in that order (left to the planner, a live run's mirror, which has no
+        # statistics, got a join of every reader with every author).
+        agents = self.rows(run_id, "SELECT count(*) AS n FROM agents")[0]["n"]
+        every = max(1, -(-agents // ECHO_READERS))
+        sample = f"AND hash(e.agent) % {every} = 0" if every > 1 else ""
+        for r in self._per_round(run_id, f"echo/{every}", f"""
+                WITH seen AS MATERIALIZED (
+                    SELECT e.round, e.agent, p.author FROM exposures e
+                    JOIN posts p ON p.post_id = e.post_id
+                    WHERE e.round > {{lo}} AND e.round <= {{hi}} AND p.author >= 0 {sample}),
+                reader AS MATERIALIZED (
+                    SELECT s.round, s.author, b.topic, b.position AS x FROM seen s
+                    JOIN beliefs b ON b.round = s.round - 1 AND b.agent = s.agent
+                    WHERE b.round >= {{lo}} AND b.round < {{hi}} AND b.position IS NOT NULL)
+                SELECT r.topic, r.round,
+                       avg(CASE WHEN r.x * b.position > 0 THEN 1.0 ELSE 0.0 END) AS share
+                FROM reader r
+                JOIN beliefs b ON b.round = r.round - 1 AND b.agent = r.author
+                              AND b.topic = r.topic
+                WHERE b.round >= {{lo}} AND b.round < {{hi}} AND b.position IS NOT NULL
+                GROUP BY ALL"""):
             if r["topic"] in echo and r["round"] in index:
                 echo[r["topic"]][index[r["round"]]] = r["share"]
         actions: dict[str, dict[int, int]] = {}
         rejections: dict[str, dict[int, int]] = {}
         for r in self._per_round(run_id, "actions", "SELECT round, action::VARCHAR AS action, "
                                  "status::VARCHAR AS status, count(*) AS n "
-                                 "FROM actions WHERE {cond} GROUP BY ALL"):
+                                 "FROM actions WHERE round > {lo} AND round <= {hi} "
+                                 "GROUP BY ALL"):
             into = actions.setdefault(r["action"], {}) if r["status"] == "ok" else \
                 rejections.setdefault(r["status"], {})
             into[r["round"]] = into.get(r["round"], 0) + r["n"]
@@ -334,6 +350,9 @@ class Folder:
         return {
             "rounds": [r["round"] for r in rounds],
             "beliefs": beliefs, "polarization": polarization, "echo": echo,
+            "echo_readers": "all readers" if every == 1 else
+            f"a uniform sample of about {agents // every:,} of the {agents:,} readers "
+            "(those whose id hashes to 0 modulo "f"{every})",
             "activity": activity,
             "actions": {k: [v or 0 for v in column(d)] for k, d in sorted(actions.items())},
             "rejections": {k: [v or 0 for v in column(d)]
@@ -344,19 +363,18 @@ class Folder:
                               "cost_usd")},
             "marks": self._marks(run_id)}
 
-    def _per_round(self, run_id: str, name: str, sql: str, column: str = "round"
-                   ) -> list[dict[str, Any]]:
-        """The rows of a per-round aggregate (`sql` with `{cond}` where it filters on the
-        round `column`). A committed round's rows never change (a resume recomputes them
-        exactly), so they are kept and each request computes only the rounds it has not
-        seen: a live run's page pays for one round per round."""
+    def _per_round(self, run_id: str, name: str, sql: str) -> list[dict[str, Any]]:
+        """The rows of a per-round aggregate (`sql` keeps the rounds `> {lo}` and `<= {hi}`).
+        A committed round's rows never change (a resume recomputes them exactly), so they
+        are kept and each request computes only the rounds it has not seen: a live run's
+        page pays for one round per round."""
         upto = self.rows(run_id, "SELECT coalesce(max(round), 0) AS r FROM rounds")[0]["r"]
         key = (run_id, str(self.run_dir(run_id).read_meta().get("created_at")), name)
         with self._lock:
             done, kept = self._rounds_cache.get(key, (-1, []))
         if upto <= done:
             return kept
-        fresh = self.rows(run_id, sql.format(cond=f"{column} > {done} AND {column} <= {upto}"))
+        fresh = self.rows(run_id, sql.format(lo=done, hi=upto))
         rows = kept + fresh
         with self._lock:
             self._rounds_cache[key] = (upto, rows)
