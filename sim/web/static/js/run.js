@@ -140,9 +140,11 @@ export async function renderRun(root, [runId], query, ctx) {
   pricesSec.hidden = true;
   llmSec.hidden = true;
   const ivHolder = h("div#interventions");
+  const echoNote = h("span#echo-readers");
 
   function drawCharts() {
     const s = series;
+    echoNote.textContent = `${s.echo_readers || "all readers"}.`;
     const x = s.rounds || [];
     const marks = s.marks || [];
     for (const topic of Object.keys(s.beliefs || {})) {
@@ -298,7 +300,10 @@ export async function renderRun(root, [runId], query, ctx) {
     section("Beliefs", h("p.muted.small", null, "Per topic: the median (dark line), the mean ",
       "(red, dashed), q25–q75 (dark band) and q05–q95 (light band). Dashed verticals: ",
       "interventions (red) and the fork point (purple)."), beliefGrid),
-    section("Polarization and echo chambers", dynGrid),
+    section("Polarization and echo chambers", h("p.muted.small", null,
+      "Esteban–Ray polarization (5 bins) and the echo share: of the posts readers were ",
+      "shown, the share whose author held the reader's side at the round before. Measured on ",
+      echoNote), dynGrid),
     section("Activity", actGrid),
     pricesSec,
     llmSec,
