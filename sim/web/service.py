@@ -513,11 +513,24 @@ class Folder:
                 GROUP BY ALL)
             WHERE last_op <> 'unfollow' ORDER BY follower, followee""",
             [int(round_), platform, ids, ids]) if ids else []
-        total_edges = self.rows(run_id, """
-            SELECT count(*) AS n FROM (
-                SELECT follower, followee, arg_max(op::VARCHAR, round) AS last_op
-                FROM follows WHERE round <= ? AND platform::VARCHAR = ? GROUP BY ALL)
-            WHERE last_op <> 'unfollow'""", [int(round_), platform])[0]["n"]
+        # (the whole graph's size at a committed round never changes: counted once)
+        key = (run_id, str(self.run_dir(run_id).read_meta().get("created_at")),
+               f"edges/{platform}/{int(round_)}")
+        committed = self.rows(run_id, "SELECT coalesce(max(round), 0) AS r FROM rounds"
+                              )[0]["r"] >= int(round_)
+        with self._lock:
+            counted = self._rounds_cache.get(key) if committed else None
+        if counted is None:
+            n = self.rows(run_id, """
+                SELECT count(*) AS n FROM (
+                    SELECT follower, followee, arg_max(op::VARCHAR, round) AS last_op
+                    FROM follows WHERE round <= ? AND platform::VARCHAR = ? GROUP BY ALL)
+                WHERE last_op <> 'unfollow'""", [int(round_), platform])[0]["n"]
+            counted = (int(round_), [{"n": n}])
+            if committed:
+                with self._lock:
+                    self._rounds_cache[key] = counted
+        total_edges = counted[1][0]["n"]
         rule = (f"all {total:,} agents" if not sampled else
                 f"a uniform sample of {max_nodes:,} of the {total:,} agents (those with "
                 "the smallest hash of their id: the same sample every time) and the follows "
