@@ -292,13 +292,13 @@ def test_a_running_runs_belief_chart_gains_rounds_while_watched(served, page, sh
     page.wait_for_function(
         "n => Number(document.querySelector('#chart-beliefs-carbon_tax').dataset.rounds) > n",
         arg=second, timeout=30_000)
-    # a round the API can serve is on the chart about a second later (the event stream
-    # looks 4 times a second; 2.5 s allowed on a shared machine)
+    # every round the API can serve reaches the chart by the page's own updates (how soon
+    # is for bench/web.py to measure: a test on a shared machine holds no clock to it)
     for _ in range(3):
         n = len(server.get(f"/api/runs/{run_id}/series")["rounds"])
         page.wait_for_function(
             "n => Number(document.querySelector('#chart-beliefs-carbon_tax').dataset.rounds)"
-            " >= n", arg=n, timeout=2_500)
+            " >= n", arg=n, timeout=30_000)
     assert server.get(f"/api/runs/{run_id}")["status"] == "running"
     _shot(page, shots, "run-live")
     page.locator("#stop").click()
