@@ -182,7 +182,7 @@ def rounds_seconds(run: Path) -> float:
 
 def part_live(config: Path, sets: list[str], tmp: Path, pairs: int = 2) -> dict:
     """Rounds' wall time with and without a client following the run live, alternated."""
-    plain, watched, fetched = [], [], [0]
+    plain, watched, fetched, latency = [], [], [0], []
     for i in range(pairs):
         run, _ = make_run(config, tmp / f"live-off-{i}", sets)
         plain.append(rounds_seconds(run))
@@ -191,7 +191,10 @@ def part_live(config: Path, sets: list[str], tmp: Path, pairs: int = 2) -> dict:
         served = Served(folder)
         stop = threading.Event()
 
-        def watch(url: str = served.url, stop: threading.Event = stop) -> None:
+        seen: dict[int, datetime] = {}  # round -> when its event reached the client
+
+        def watch(url: str = served.url, stop: threading.Event = stop,
+                  seen: dict[int, datetime] = seen) -> None:
             # what the run page does: follow the events, refetch the series on each round
             with httpx.Client(base_url=url, timeout=600) as c, \
                     contextlib.suppress(httpx.HTTPError):  # (the server goes at the end)
@@ -205,8 +208,11 @@ def part_live(config: Path, sets: list[str], tmp: Path, pairs: int = 2) -> dict:
                         for line in ev.iter_lines():
                             if stop.is_set():
                                 return
-                            if line.startswith("data:") and c.get(
-                                    f"/api/runs/{rid}/series").status_code == 200:
+                            if not line.startswith("data:"):
+                                continue
+                            done = json.loads(line[5:])["rounds_done"]
+                            seen.setdefault(done, datetime.now())
+                            if c.get(f"/api/runs/{rid}/series").status_code == 200:
                                 fetched[0] += 1
 
         thread = threading.Thread(target=watch, daemon=True)
@@ -214,12 +220,28 @@ def part_live(config: Path, sets: list[str], tmp: Path, pairs: int = 2) -> dict:
         try:
             run, _ = make_run(config, folder, sets)
             watched.append(rounds_seconds(run))
+            ends = round_ends(run)
+            latency += [(at - ends[r]).total_seconds() for r, at in seen.items()
+                        if r in ends and r >= 1]
         finally:
             stop.set()
             served.close()
     return {"unwatched_s": plain, "watched_s": watched,
             "ratio": statistics.median(watched) / statistics.median(plain),
-            "series_fetched": fetched[0]}
+            "series_fetched": fetched[0],
+            # from a round's end in the writer to its event at the client
+            "event_latency": quantiles(latency) if latency else None}
+
+
+def round_ends(run: Path) -> dict[int, datetime]:
+    """Each round's `wall_time`: when the writer finished it (the same clock as ours)."""
+    import duckdb
+
+    con = duckdb.connect(str(run / "trajectory.duckdb"), read_only=True)
+    try:
+        return dict(con.execute("SELECT round, wall_time FROM rounds").fetchall())
+    finally:
+        con.close()
 
 
 def main(argv: list[str] | None = None) -> int:
