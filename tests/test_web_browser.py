@@ -4,8 +4,9 @@ a post opens its author's page, and the fork editor makes the fork `shoal fork` 
 
 Playwright (the pip package) drives the system's `chromium` (never a downloaded browser);
 without either the browser tests skip, saying why. Screenshots of every page go to
-pytest's temporary folder; with SHOAL_WRITE_SCREENSHOTS=1 the runs page and the page of
-the running run are also copied to docs/img/web-runs.png and docs/img/web-run.png."""
+build/test-artifacts/web/ (the test run's artifacts); with SHOAL_WRITE_SCREENSHOTS=1 the
+runs page and the page of the running run are also copied to docs/img/web-runs.png and
+docs/img/web-run.png."""
 
 from __future__ import annotations
 
@@ -199,8 +200,12 @@ def page(browser):
 
 
 @pytest.fixture(scope="module")
-def shots(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("web-shots")
+def shots() -> Path:
+    """The screenshots of every page: kept as the test run's artifacts, in
+    build/test-artifacts/web/ (build/ is not committed)."""
+    folder = ROOT / "build" / "test-artifacts" / "web"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 # the screenshots docs/web.md shows: the runs page, and the run page of a running run
