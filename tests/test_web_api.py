@@ -295,6 +295,23 @@ def test_an_interview_is_answered_and_kept(api, ids):
     assert empty.status_code == 400 and "empty" in empty.json()["error"]
 
 
+def test_an_analysis_is_started_and_read_claim_by_claim(api, ids):
+    root, _ = ids
+    assert api.get(f"/api/runs/{root}/analyses").json()["analyses"] == []
+    started = api.post(f"/api/runs/{root}/analyses", json={"question": "Did beliefs move?"})
+    assert started.status_code == 200 and started.json()["job"]["kind"] == "analyse"
+    job = _wait_job(api, started.json()["job"]["id"])
+    assert job["returncode"] == 0, job["log_tail"]
+    (listed,) = api.get(f"/api/runs/{root}/analyses").json()["analyses"]
+    assert listed["question"] == "Did beliefs move?" and listed["status"] == "done"
+    read = api.get(f"/api/runs/{root}/analyses/{listed['analysis_id']}").json()
+    claims = [c for section in read["sections"] for c in section["claims"]]
+    assert read["sections"] and claims
+    assert all(c["verdict"] and c["sentence"] for c in claims)
+    missing = api.get(f"/api/runs/{root}/analyses/an-unknown-id")
+    assert missing.status_code == 404 and "no analysis an-unknown-id" in missing.json()["error"]
+
+
 # ---------------------------------------------------------------- changing
 
 
