@@ -309,7 +309,7 @@ def test_an_analysis_is_started_and_read_claim_by_claim(api, ids):
     assert read["sections"] and claims
     assert all(c["verdict"] and c["sentence"] for c in claims)
     missing = api.get(f"/api/runs/{root}/analyses/an-unknown-id")
-    assert missing.status_code == 404 and "no analysis an-unknown-id" in missing.json()["error"]
+    assert missing.status_code == 404 and "no analysis 'an-unknown-id'" in missing.json()["error"]
 
 
 # ---------------------------------------------------------------- changing

@@ -746,7 +746,10 @@ class Folder:
         """One analysis: its sections, each claim with its verdict and evidence."""
         from shoal.analysis.runs import Run
 
-        data = Run(self.run_dir(run_id).root).analysis(analysis_id)
+        try:
+            data = Run(self.run_dir(run_id).root).analysis(analysis_id)
+        except InputError as exc:  # (no such analysis: the message lists those there are)
+            raise NotFound(f"{run_id}: {exc}") from None
         run_rows = (data["analysis_runs"].to_dict("records") if "analysis_runs" in data
                     else [])
         if not run_rows:
