@@ -435,6 +435,8 @@ def test_a_page_elsewhere_can_neither_reach_nor_forge(api, ids):
     r = api.post(f"/api/runs/{root}/stop", content="x=1",
                  headers={"content-type": "application/x-www-form-urlencoded"})
     assert r.status_code == 415 and "JSON" in r.json()["error"]
+    r = api.post("/api/check", json={"yaml": "x" * (5 * 2**20)})
+    assert r.status_code == 413 and "larger than 4 MiB" in r.json()["error"]
 
 
 def test_a_token_is_checked_on_every_request(folder, ids):

@@ -34,6 +34,7 @@ from shoal.web.service import Folder, WebError
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
 EVENT_POLL_S = 0.25  # how often the event stream looks for a new round
+MAX_BODY = 4 * 2**20  # the largest request body (a pasted config, a fork plan, a query)
 
 
 class ForkBody(BaseModel):
@@ -123,6 +124,9 @@ def create_app(folder: Folder, token: str | None = None, mcp: bool = True) -> Fa
         if guarded and token is not None and not _token_ok(request, token):
             return _error(401, "missing or wrong token: send 'Authorization: Bearer "
                                "TOKEN' (the event stream also takes ?token=TOKEN)")
+        size = request.headers.get("content-length")
+        if size is not None and (not size.isdigit() or int(size) > MAX_BODY):
+            return _error(413, f"the request body is larger than {MAX_BODY // 2**20} MiB")
         if request.method == "POST" and path.startswith(("/api", "/mcp")):
             origin = request.headers.get("origin")
             if origin and urlsplit(origin).netloc != request.headers.get("host"):
