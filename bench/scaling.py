@@ -1,0 +1,115 @@
+"""Workload W with 1, 2, 4, ... workers: the rounds' speed and each phase's parallel
+efficiency, beside the hand-written numpy baselines measured in the same run.
+
+    .venv/bin/python bench/scaling.py                    # N = 100,000, 5 rounds
+    .venv/bin/python bench/scaling.py --n 1000000 --rounds 5
+
+Workers are Ray shards (`executor.kind: ray`, `executor.shards: k`) for k = 1, 2, 4, ... up
+to the machine's cores, and the in-process executor as the reference. For each the bench
+reads the `rounds` table: every phase's milliseconds (schedule, observe, context, decide,
+apply, update, and log, which runs beside the next round), medians over rounds 2..R (round
+1 warms caches). A phase's parallel efficiency at k workers is T(1) / (k · T(k)), with
+T(1) that phase on one shard: 1.0 is perfect scaling; 1/k means the phase did not get
+faster (it runs on the driver). Agent-steps per second count the rounds' wall time,
+every table logged. The baselines (bench/baselines/w_numpy.py, push and pull feeds) write
+nothing. Results go to bench/results/scaling-<time>.json and are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+import duckdb
+
+from shoal.config import load_config
+from shoal.runs.simulation import Simulation
+
+HERE = Path(__file__).resolve().parent
+PHASES = ("schedule", "observe", "context", "decide", "apply", "update", "log")
+
+
+def run_w(n: int, rounds: int, executor: str, shards: int) -> dict:
+    """One run of W: its rounds' wall time and each phase's median milliseconds."""
+    with tempfile.TemporaryDirectory() as out:
+        cfg = load_config(HERE / "configs" / "workload_w.yaml",
+                          [f"population.size={n}", f"rounds={rounds}",
+                           f"executor.kind={executor}", f"executor.shards={shards}",
+                           f"output.dir={out}"])
+        sim = Simulation.create(cfg)
+        try:
+            sim.driver()  # the executor (and Ray) start before the clock
+            t = time.perf_counter()
+            sim.run()
+            sim.writer.flush()
+            seconds = time.perf_counter() - t
+        finally:
+            sim.close()
+        con = duckdb.connect(str(sim.dir.db), read_only=True)
+        try:
+            rows = con.execute(f"SELECT {', '.join(f'ms_{p}' for p in PHASES)} FROM rounds "
+                               "WHERE round >= 2 ORDER BY round").fetchall()
+        finally:
+            con.close()
+    phases = {p: statistics.median(r[i] for r in rows) for i, p in enumerate(PHASES)}
+    return {"executor": executor, "workers": shards, "n": n, "rounds": rounds,
+            "seconds": seconds, "agent_steps_per_s": n * rounds / seconds,
+            "phase_ms": phases}
+
+
+def numpy_baseline(n: int, rounds: int, feed: str) -> dict:
+    """bench/baselines/w_numpy.py, in its own process (one JSON line)."""
+    out = subprocess.run([sys.executable, str(HERE / "baselines" / "w_numpy.py"), "--n",
+                          str(n), "--rounds", str(rounds), "--seed", "0", "--feed", feed,
+                          "--repeat", "1"], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def efficiency(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Per phase and worker count: T(1) / (k * T(k)) over the Ray rows."""
+    ray = {r["workers"]: r for r in rows if r["executor"] == "ray"}
+    if 1 not in ray:
+        return {}
+    one = ray[1]["phase_ms"]
+    return {p: {str(k): (one[p] / (k * r["phase_ms"][p]) if r["phase_ms"][p] else None)
+                for k, r in sorted(ray.items())} for p in PHASES}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--max-workers", type=int, default=os.cpu_count() or 1)
+    args = ap.parse_args(argv)
+    workers, k = [], 1
+    while k <= args.max_workers:
+        workers.append(k)
+        k *= 2
+    rows = [run_w(args.n, args.rounds, "local", 1)]
+    print(json.dumps(rows[-1]), flush=True)
+    for k in workers:
+        rows.append(run_w(args.n, args.rounds, "ray", k))
+        print(json.dumps(rows[-1]), flush=True)
+    base = {feed: numpy_baseline(args.n, args.rounds, feed) for feed in ("push", "pull")}
+    print(json.dumps(base), flush=True)
+    result = {"when": datetime.now().isoformat(timespec="seconds"), "cores": os.cpu_count(),
+              "runs": rows, "numpy": base, "efficiency": efficiency(rows),
+              "over_numpy_push": {f"{r['executor']}/{r['workers']}": r["agent_steps_per_s"]
+                                  / base["push"]["agent_steps_per_s"] for r in rows}}
+    out = HERE / "results" / f"scaling-{datetime.now():%Y%m%d-%H%M%S}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(json.dumps({k: result[k] for k in ("efficiency", "over_numpy_push")}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
