@@ -262,21 +262,27 @@ class RunEntry(ForkInfo):
     problem: str | None = None  # what makes it `damaged`, or a lineage that loops
 
 
+def runs_folder(folder: str | Path, what: str = "the output folder") -> Path:
+    """`folder` as a folder of runs, or an InputError saying what it is instead (empty,
+    a file, missing); `what` names it in the message."""
+    if not str(folder).strip():
+        raise InputError(f"{what} is empty; give the folder that holds the runs (e.g. runs)")
+    root = Path(folder)
+    if root.is_file():
+        raise InputError(f"{folder}: is a file, not a folder; give {what} that holds the "
+                         "runs")
+    if not root.is_dir():
+        raise InputError(f"{folder}: no such folder")
+    return root
+
+
 def run_tree(folder: str | Path, within: bool = False) -> list[RunEntry]:
     """The runs under an output folder, depth first: each root (oldest first), then its
     forks below it. A run whose run.json or trajectory is damaged is listed with the status
     `damaged` and the `problem`; a run whose lineage loops (its parent is itself, or one
     of its forks) is listed as a root with the `problem`; folders without a run.json are
     not runs. `within`: leave out (and do not read) links that lead out of the folder."""
-    if not str(folder).strip():
-        raise InputError("the output folder is empty; give the folder that holds the runs "
-                         "(e.g. runs)")
-    root = Path(folder)
-    if root.is_file():
-        raise InputError(f"{folder}: is a file, not a folder; give the output folder that "
-                         "holds the runs")
-    if not root.is_dir():
-        raise InputError(f"{folder}: no such folder")
+    root = runs_folder(folder)
     # (hidden folders are run directories still being made, or left by a killed creator:
     # `shoal.store.run_dir.clean_unfinished`)
     inside = root.resolve()

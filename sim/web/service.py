@@ -32,7 +32,7 @@ from shoal.analysis.metrics import esteban_ray_binned
 from shoal.core.errors import InputError
 from shoal.store.history_sql import Limits, attach_history, bound_connection, select_rows
 from shoal.store.knowledge import relations_sql
-from shoal.store.lineage import lineage, read_table, run_status, run_tree
+from shoal.store.lineage import lineage, read_table, run_status, run_tree, runs_folder
 from shoal.store.run_dir import RunDir
 from shoal.web.jobs import Job, Jobs
 
@@ -79,15 +79,7 @@ class Folder:
 
     def __init__(self, root: str | Path, read_only: bool = False,
                  base_url: str | None = None, model: str | None = None):
-        if not str(root).strip():
-            raise InputError("the folder is empty; give the folder that holds the runs "
-                             "(e.g. runs)")
-        root = Path(root)
-        if root.is_file():
-            raise InputError(f"{root}: is a file, not a folder; give the folder that holds "
-                             "the runs")
-        if not root.is_dir():
-            raise InputError(f"{root}: no such folder")
+        root = runs_folder(root, "the folder")
         if base_url is not None and base_url != "loopback" and \
                 not re.match(r"^https?://[^/\s]+", base_url):
             raise InputError(f"--base-url {base_url}: expected an http:// or https:// "
@@ -167,10 +159,12 @@ class Folder:
             raise Conflict(f"{run_id}: cannot be read now ({str(exc).splitlines()[0]})"
                            ) from None
         cons[run_id] = (con, live)
+        committed = self._local.__dict__.setdefault("committed", {})
         try:
             yield
         finally:
             del cons[run_id]
+            committed.pop(run_id, None)
             con.close()
 
     @contextmanager
@@ -368,8 +362,8 @@ class Folder:
         A committed round's rows never change (a resume recomputes them exactly), so they
         are kept and each request computes only the rounds it has not seen: a live run's
         page pays for one round per round."""
-        upto = self.rows(run_id, "SELECT coalesce(max(round), 0) AS r FROM rounds")[0]["r"]
-        key = (run_id, str(self.run_dir(run_id).read_meta().get("created_at")), name)
+        upto, created = self._committed(run_id)
+        key = (run_id, created, name)
         with self._lock:
             done, kept = self._rounds_cache.get(key, (-1, []))
         if upto <= done:
@@ -381,6 +375,17 @@ class Folder:
             while len(self._rounds_cache) > 64:
                 self._rounds_cache.pop(next(iter(self._rounds_cache)))
         return rows
+
+    def _committed(self, run_id: str) -> tuple[int, str]:
+        """The run's last round readable now and its creation time (what identifies its
+        kept aggregates), asked once per request."""
+        with self.reading(run_id):
+            held = self._local.committed
+            if run_id not in held:
+                last = self.rows(run_id, "SELECT coalesce(max(round), 0) AS r FROM rounds"
+                                 )[0]["r"]
+                held[run_id] = (last, str(self.run_dir(run_id).read_meta().get("created_at")))
+            return held[run_id]
 
     def _marks(self, run_id: str) -> list[dict[str, Any]]:
         """The interventions and fork rounds to mark on a time axis."""
@@ -514,10 +519,9 @@ class Folder:
             WHERE last_op <> 'unfollow' ORDER BY follower, followee""",
             [int(round_), platform, ids, ids]) if ids else []
         # (the whole graph's size at a committed round never changes: counted once)
-        key = (run_id, str(self.run_dir(run_id).read_meta().get("created_at")),
-               f"edges/{platform}/{int(round_)}")
-        committed = self.rows(run_id, "SELECT coalesce(max(round), 0) AS r FROM rounds"
-                              )[0]["r"] >= int(round_)
+        last, created = self._committed(run_id)
+        key = (run_id, created, f"edges/{platform}/{int(round_)}")
+        committed = last >= int(round_)
         with self._lock:
             counted = self._rounds_cache.get(key) if committed else None
         if counted is None:
