@@ -83,15 +83,19 @@ class PlatformView:
     language: np.ndarray | None = None  # int16 [A]
     languages: tuple[str, ...] = ()
 
-    def take(self, rows: np.ndarray) -> PlatformView:
-        """The view restricted to some rows (e.g. one shard's agents)."""
+    def take(self, rows: np.ndarray | slice) -> PlatformView:
+        """The view restricted to some rows (e.g. one shard's agents; a slice gives views
+        of the arrays, not copies)."""
+        prompts = self.prompts
+        if prompts is not None:
+            prompts = prompts[rows] if isinstance(rows, slice) else [prompts[i] for i in rows]
         return PlatformView(
             platform=self.platform, name=self.name, agents=self.agents[rows],
             feed=self.feed[rows], author=self.author[rows], kind=self.kind[rows],
             stance=self.stance[rows], up=self.up[rows], down=self.down[rows],
             follows_author=self.follows_author[rows], trust=self.trust[rows],
             voted=self.voted[rows], reposted=self.reposted[rows],
-            prompts=[self.prompts[i] for i in rows] if self.prompts is not None else None,
+            prompts=prompts,
             language=self.language[rows] if self.language is not None else None,
             languages=self.languages,
         )

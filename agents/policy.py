@@ -28,6 +28,10 @@ class Policy(ABC):
     `Policy(cfg, topics, rng, interests, usernames)`: its config section, the run's topics,
     the counter RNG, the agents' topic interests [N, T] and usernames."""
 
+    # Whether `decide` keeps no state while deciding, so that a shard may call it for
+    # ranges of a view's agents from several threads at once (shoal.core.workers).
+    by_agent: bool = False
+
     @classmethod
     def reads_feed_features(cls, cfg: Any) -> bool:
         """Whether, with config `cfg`, it reads the follows, votes and trust of feed items

@@ -64,6 +64,8 @@ class RulePolicyConfig(Strict):
 class RulePolicy(Policy):
     """Decides for many agents at once; every draw is keyed by (round, agent, purpose)."""
 
+    by_agent = True
+
     @classmethod
     def reads_feed_features(cls, cfg: RulePolicyConfig) -> bool:
         """Engagement weights read follows, votes and trust; without engaging, nothing."""

@@ -13,13 +13,14 @@ import numpy as np
 
 from shoal.agents.actions import ActionBatch
 from shoal.agents.llm_policy import LLMPolicy
-from shoal.agents.observation import DecisionRequest, Prompt
+from shoal.agents.observation import DecisionRequest, PlatformView, Prompt
 from shoal.agents.policy import build_policy
 from shoal.agents.population import Population
 from shoal.agents.prompt import ContextInputs, FeedItem, build_context, section_specs
 from shoal.config import Config
 from shoal.core.counter_rng import CounterRNG
 from shoal.core.loop_thread import gather_or_cancel
+from shoal.core.workers import SERIAL, Workers
 from shoal.llm.cache import CacheSpec, ResponseCache
 from shoal.memory.context import Line, accounting_rows
 from shoal.memory.prefix_reuse import PrefixReuse, PromptUsage
@@ -55,9 +56,10 @@ class AgentShard:
 
     def __init__(self, shard_id: int, n_shards: int, cfg: Config, population: Population,
                  llm_urls: dict[str, list[str]] | None = None,
-                 llm_cache: CacheSpec | None = None):
+                 llm_cache: CacheSpec | None = None, workers: Workers = SERIAL):
         self.shard_id = shard_id
         self.n_shards = n_shards
+        self.workers = workers  # threads for a `by_agent` policy's ranges of agents
         self.llm_urls = llm_urls or {}
         # (the shard's own, kept across config changes: its index is loaded once)
         self.cache = ResponseCache(llm_cache, f"s{shard_id}") if llm_cache else None
@@ -99,11 +101,7 @@ class AgentShard:
             if not platform_spec(view.name).social:  # its engine decides for rule agents
                 rule.append(ActionBatch.empty(self.n_topics))
                 continue
-            rows = request.rows_of(view.agents)
-            rule.append(self.policy.decide(
-                view, request.position[rows], request.confidence[rows], request.round,
-                self.max_actions[view.name],
-            ))
+            rule.append(self.rule_decisions(view, request))
         if self.llm is None or not any(v.prompts for v in request.views):
             return ShardResult(ActionBatch.concat(rule, self.n_topics), contexts=built)
         self.llm.json_only |= request.json_only  # the world's record, the source of truth
@@ -115,6 +113,21 @@ class AgentShard:
         return ShardResult(ActionBatch.concat([b for b, _ in decided], self.n_topics),
                            [c for _, calls in decided for c in calls],
                            frozenset(self.llm.json_only), built)
+
+    def rule_decisions(self, view: PlatformView, request: DecisionRequest) -> ActionBatch:
+        """The policy's decisions for a view's agents; a `by_agent` policy decides a range
+        of agents per worker when no LLM agent's turn is in the view (the driver puts
+        every batch in canonical order, so the order of the ranges' rows is moot)."""
+        rows = request.rows_of(view.agents)
+        position, confidence = request.position[rows], request.confidence[rows]
+
+        def decide(part: slice) -> ActionBatch:
+            return self.policy.decide(view.take(part), position[part], confidence[part],
+                                      request.round, self.max_actions[view.name])
+
+        if not self.policy.by_agent or view.prompts:
+            return decide(slice(0, len(view.agents)))
+        return ActionBatch.concat(self.workers.over(len(view.agents), decide), self.n_topics)
 
     def build_contexts(self, request: DecisionRequest) -> BuiltContexts:
         """Assemble the contexts of the request's `ContextBatch` (the same `build_context`

@@ -96,13 +96,20 @@ def run_digests(db: Path) -> dict[str, str]:
         con.close()
 
 
-def run_case(case: Case, out: Path, executor: str = "local") -> dict[str, str]:
-    """Run a case through the CLI into `out`; the digests of its (last) trajectory."""
+# The driver's agent-wise phases split into many small ranges on 3 threads
+# (shoal.core.workers): the tables must not change.
+THREADED = ("executor.workers=3", "executor.worker_rows=7")
+
+
+def run_case(case: Case, out: Path, executor: str = "local", threaded: bool = False
+             ) -> dict[str, str]:
+    """Run a case through the CLI into `out`; the digests of its (last) trajectory.
+    `threaded`: with the driver's phases split over threads (`THREADED`)."""
     from shoal.cli.main import main
 
     args = ["run", str(ROOT / case.config), "--out", str(out), "--quiet",
             "--executor", executor]
-    for item in case.overrides:
+    for item in (*case.overrides, *(THREADED if threaded else ())):
         args += ["--set", item]
     if executor == "ray":
         args += ["--shards", "2"]

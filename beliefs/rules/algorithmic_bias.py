@@ -66,6 +66,8 @@ class AlgorithmicBias(Dynamics):
 class AlgorithmicBiasRule(UpdateRule):
     """Biased partner choice, then a Deffuant update; confidence is not used."""
 
+    agentwise_modes = ("exposures",)
+
     def __init__(self, cfg: AlgorithmicBias):
         self.cfg = cfg
         self.uses_novelty = cfg.skip_seen

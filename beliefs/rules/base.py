@@ -35,6 +35,11 @@ class Exposures:
         """Mask of real (non-padding) entries."""
         return self.posts >= 0
 
+    def take(self, rows: slice) -> Exposures:
+        """The exposures of a range of the agents (views of these arrays, not copies)."""
+        return Exposures(self.agents[rows], self.posts[rows], self.up[rows], self.down[rows],
+                         self.trust[rows])
+
     def flat(self) -> tuple[np.ndarray, np.ndarray]:
         """(agent, post) pairs of every real exposure."""
         v = self.valid
@@ -64,6 +69,19 @@ class UpdateRule(ABC):
 
     uses_novelty: bool = False
     uses_trust: bool = False
+    # The modes (its config's `mode`) in which `update` is by agent (see `by_agent`).
+    agentwise_modes: tuple[str, ...] = ()
+
+    @property
+    def by_agent(self) -> bool:
+        """Whether `update` treats agents one by one: it writes only the rows of
+        `exposures.agents`, and reads of other agents only what no update writes (posts,
+        trust, the exposure history). The driver then updates ranges of agents on its
+        worker threads (shoal.core.workers). True in the built-in rules' `exposures` mode;
+        a mode that draws partners, reads others' positions or moves everyone (an anchor,
+        engagement) is not."""
+        mode = getattr(self, "mode", None) or getattr(getattr(self, "cfg", None), "mode", None)
+        return mode in self.agentwise_modes
 
     @abstractmethod
     def update(self, beliefs: BeliefState, exposures: Exposures, ctx: UpdateContext) -> None:

@@ -103,6 +103,8 @@ class Deffuant(Dynamics):
 class DeffuantRule(UpdateRule):
     """Deffuant–Weisbuch in any of the five modes; confidence is not used."""
 
+    agentwise_modes = ("exposures",)
+
     def __init__(self, cfg: Deffuant):
         self.cfg = cfg
         self.mode = cfg.mode

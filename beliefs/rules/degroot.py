@@ -42,6 +42,8 @@ class DeGroot(Averaging):
 class DeGrootRule(UpdateRule):
     """Weighted averaging in any of the four modes; confidence is not used."""
 
+    agentwise_modes = ("exposures",)
+
     def __init__(self, cfg: Averaging):
         self.cfg = cfg
         self.uses_trust = cfg.weights == "trust"

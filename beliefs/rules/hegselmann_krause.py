@@ -27,6 +27,8 @@ class HegselmannKrause(Dynamics):
 class HegselmannKrauseRule(UpdateRule):
     """Average over the influences within the confidence bound (oneself included)."""
 
+    agentwise_modes = ("exposures",)
+
     def __init__(self, cfg: HegselmannKrause):
         self.cfg = cfg
         self.uses_novelty = cfg.skip_seen

@@ -89,6 +89,8 @@ def judge(x: np.ndarray, s: np.ndarray, mu: float, u: float, t: float, rho: floa
 class SocialJudgmentRule(UpdateRule):
     """Social judgment in any of the four modes; confidence is not used."""
 
+    agentwise_modes = ("exposures",)
+
     def __init__(self, cfg: SocialJudgment):
         self.cfg = cfg
         self.uses_novelty = cfg.skip_seen

@@ -66,6 +66,8 @@ class Voter(Dynamics):
 class VoterRule(UpdateRule):
     """Copy a random influence's position; confidence is not used."""
 
+    agentwise_modes = ("exposures",)
+
     def __init__(self, cfg: Voter):
         self.cfg = cfg
         self.uses_novelty = cfg.skip_seen

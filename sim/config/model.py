@@ -297,6 +297,21 @@ class ExecutorConfig(Strict):
     # inputs the driver sends once a round), or 'auto': shards on Ray, the driver
     # in-process (what measured faster, docs/llm.md "Where contexts are built").
     contexts: Literal["driver", "shards", "auto"] = "auto"
+    # Threads the driver splits its agent-wise phases over (feeds, the inbox fan-out,
+    # belief updates: shoal.core.workers): a count or 'auto' (this machine's CPUs). Every
+    # table is the same whatever the count; `worker_rows` is the fewest agents a thread
+    # is given (smaller populations use fewer threads).
+    workers: int | Literal["auto"] = "auto"
+    worker_rows: int = Field(default=32_768, ge=1)
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _workers(cls, v: Any) -> Any:
+        if v == "auto":
+            return v
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"must be a whole number >= 1 or 'auto', got {v!r}")
+        return v
 
     @field_validator("shards", mode="before")
     @classmethod

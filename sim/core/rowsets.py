@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from shoal.core.keys import unique_sorted
+from shoal.core.workers import SERIAL, Workers
 
 _SHIFT = np.int64(31)
 _LOW = np.int64((1 << 31) - 1)
@@ -34,19 +35,47 @@ def newest_per_row(rows: np.ndarray, vals: np.ndarray, n_rows: int, k: int) -> n
     return out
 
 
-def push_newest(buf: np.ndarray, rows: np.ndarray, vals: np.ndarray) -> None:
+def push_newest(buf: np.ndarray, rows: np.ndarray, vals: np.ndarray,
+                workers: Workers = SERIAL) -> None:
     """Append ids to rows of a row buffer in place, keeping the newest k per row.
 
     Every pushed id must be larger than every id already in `buf` (new posts are newer than
-    old ones), so a row only shifts left by its number of new ids.
+    old ones), so a row only shifts left by its number of new ids. With several `workers`
+    each range of the buffer's rows takes its own pairs on its own thread.
     """
     if not len(rows):
         return
+    rows = np.asarray(rows, dtype=np.int64)
+    vals = np.asarray(vals, dtype=np.int64)
+    ranges = workers.ranges(buf.shape[0])
+    if len(ranges) == 1:
+        _push_rows(buf, rows, vals)
+        return
+
+    def push(part: slice) -> None:
+        mine = (rows >= part.start) & (rows < part.stop)
+        _push_rows(buf, rows[mine], vals[mine])
+
+    workers.map(push, ranges)
+
+
+def _push_rows(buf: np.ndarray, rows: np.ndarray, vals: np.ndarray) -> None:
+    """`push_newest` on one thread, touching only the rows that get new ids."""
+    keep = vals >= 0
+    keys = unique_sorted((rows[keep] << _SHIFT) | vals[keep])  # by row, then id
+    if not len(keys):
+        return
     k = buf.shape[1]
-    fresh = newest_per_row(rows, vals, int(rows.max()) + 1, k)
-    touched = np.nonzero(np.bincount(rows, minlength=1))[0]
-    fresh = fresh[touched]
-    n_new = (fresh >= 0).sum(axis=1)
+    r = keys >> _SHIFT
+    starts = np.flatnonzero(np.concatenate([[True], r[1:] != r[:-1]]))
+    touched = r[starts]
+    counts = np.diff(np.append(starts, len(keys)))
+    group = np.repeat(np.arange(len(touched)), counts)
+    from_end = (starts + counts)[group] - 1 - np.arange(len(keys))  # 0: the row's newest
+    sel = from_end < k
+    fresh = np.full((len(touched), k), -1, dtype=np.int64)
+    fresh[group[sel], k - 1 - from_end[sel]] = keys[sel] & _LOW
+    n_new = np.minimum(counts, k)
     old = buf[touched]
     # A row keeps old[:, n_new:] (shifted left) followed by its n_new new ids, which sit
     # right-aligned in `fresh`; rows with n_new >= k are all new.

@@ -25,6 +25,7 @@ from shoal.core.vocabulary import (
     ActionType,
     Reason,
 )
+from shoal.core.workers import SERIAL, Workers
 from shoal.world.platform import feed_kinds
 from shoal.world.world import World
 
@@ -124,9 +125,10 @@ def validate(world: World, actions: ActionBatch, views: dict[int, PlatformView]
 
 
 def apply_actions(world: World, actions: ActionBatch, views: list[PlatformView],
-                  round_: int) -> Applied:
-    """Validate and apply a canonical batch; mutates the world's posts and platforms. The
-    trust events it returns are applied by the update phase (`shoal.engine.update`)."""
+                  round_: int, workers: Workers = SERIAL) -> Applied:
+    """Validate and apply a canonical batch; mutates the world's posts and platforms (the
+    inboxes' fan-out a range of readers per worker). The trust events it returns are
+    applied by the update phase (`shoal.engine.update`)."""
     by_code = {v.platform: v for v in views}
     reason = validate(world, actions, by_code)
     ok = reason == Reason.OK
@@ -204,7 +206,7 @@ def apply_actions(world: World, actions: ActionBatch, views: list[PlatformView],
         rebuild = unique_sorted(np.concatenate(changed)) if changed else np.empty(0, np.int64)
         mine = new_post[here & (new_post >= 0)]
         mine = mine[np.isin(posts.kind[mine], feed_kinds(plat.name))]
-        plat.index_new_posts(mine, posts.author[mine].astype(np.int64), rebuild)
+        plat.index_new_posts(mine, posts.author[mine].astype(np.int64), rebuild, workers)
 
     trust = _trust_events(world, actions, ok, act, target_author, tcfg)
     return Applied(
@@ -253,15 +255,15 @@ def _trust_events(world: World, actions: ActionBatch, ok: np.ndarray, act: np.nd
 
 
 def apply_all(world: World, actions: ActionBatch, views: list[PlatformView],
-              round_: int) -> Applied:
+              round_: int, workers: Workers = SERIAL) -> Applied:
     """Apply a canonical batch: the social platforms' rows here, each engine platform's
     rows (the market's trades) by its engine, in canonical order within each."""
     codes = {engine.code: engine for engine in world.engines.values()}
     on_engine = np.isin(actions.platform, list(codes)) if codes else np.zeros(0, bool)
     if not on_engine.any():
-        return apply_actions(world, actions, views, round_)
+        return apply_actions(world, actions, views, round_, workers)
     social = np.nonzero(~on_engine)[0]
-    applied = apply_actions(world, actions.take(social), views, round_)
+    applied = apply_actions(world, actions.take(social), views, round_, workers)
     reason = np.zeros(len(actions), np.int8)
     new_post = np.full(len(actions), -1, np.int64)
     reason[social], new_post[social] = applied.reason, applied.new_post

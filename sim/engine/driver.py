@@ -38,6 +38,7 @@ from shoal.core.counter_rng import CounterRNG
 from shoal.core.errors import ProviderDown
 from shoal.core.faults import crash_point
 from shoal.core.vocabulary import ACTION_NAMES, Reason
+from shoal.core.workers import Workers, resolve_workers
 from shoal.engine.agent_context import (
     build_context_for,
     context_batches,
@@ -182,6 +183,7 @@ class RoundDriver:
         self.section_specs = section_specs(cfg)
         self.platform_enum = PlatformEnum.of(cfg)
         self.in_shards = self.contexts_in_shards()
+        self.workers = Workers(resolve_workers(cfg.executor.workers), cfg.executor.worker_rows)
 
     def contexts_in_shards(self) -> bool:
         """Whether the shards build the contexts (`executor.contexts`; 'auto': on Ray, not
@@ -268,7 +270,7 @@ class RoundDriver:
     def observe(self, rnd: Round) -> None:
         """Every acting agent's feed on each platform, with the features policies read."""
         rnd.views = observe(self.world, rnd.number, rnd.acting, self.recommenders, self.rng,
-                            self.social_features, self.trust_features)
+                            self.social_features, self.trust_features, self.workers)
 
     def assemble_contexts(self, rnd: Round) -> None:
         """The context of every acting agent whose context is built; LLM agents get theirs
@@ -391,7 +393,7 @@ class RoundDriver:
 
     def apply(self, rnd: Round) -> None:
         """Every action in canonical order, validated against the snapshot."""
-        applied = apply_all(self.world, rnd.actions, rnd.views, rnd.number)
+        applied = apply_all(self.world, rnd.actions, rnd.views, rnd.number, self.workers)
         rnd.applied = applied
         fired_ids = np.asarray(rnd.fired.post_ids, np.int64)
         rnd.new_posts = np.sort(np.concatenate([fired_ids,
@@ -408,9 +410,10 @@ class RoundDriver:
         w = self.world
         if w.knowledge is not None and w.cfg.memory.graph.ingest_activity:
             w.knowledge.submit(round_activity(w, rnd.number, rnd.new_posts))
-        rnd.exposures = exposures(rnd.views)
+        rnd.exposures = exposures(rnd.views, self.workers)
         update_trust(w, rnd.applied)
-        update_beliefs(w, self.rule, rnd.exposures, rnd.applied, rnd.number, self.rng)
+        update_beliefs(w, self.rule, rnd.exposures, rnd.applied, rnd.number, self.rng,
+                       self.workers)
         if w.engines:  # they read what the feeds showed, and the round's final beliefs
             shown = np.concatenate([v.feed.ravel() for v in rnd.views]) if rnd.views else (
                 np.empty(0, np.int64))

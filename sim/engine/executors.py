@@ -30,6 +30,7 @@ from shoal.agents.shard import AgentShard, ShardResult
 from shoal.config import Config
 from shoal.core.errors import InputError
 from shoal.core.loop_thread import SETTLE_S, LoopThread, gather_or_cancel
+from shoal.core.workers import Workers, resolve_workers
 from shoal.llm.cache import CacheSpec
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,9 @@ class LocalExecutor(Executor):
                  llm_urls: dict[str, list[str]] | None = None,
                  llm_cache: CacheSpec | None = None):
         self.n_shards = n_shards
-        self.shards = [AgentShard(s, n_shards, cfg, population, llm_urls, llm_cache)
+        # the shards take turns on one thread, so each may use every worker thread
+        workers = Workers(resolve_workers(cfg.executor.workers), cfg.executor.worker_rows)
+        self.shards = [AgentShard(s, n_shards, cfg, population, llm_urls, llm_cache, workers)
                        for s in range(n_shards)]
         self._loop = LoopThread("shoal-shards", new_event_loop())
 

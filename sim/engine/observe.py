@@ -9,6 +9,7 @@ from shoal.agents.observation import DecisionRequest, PlatformView
 from shoal.beliefs.rules import Exposures
 from shoal.core.counter_rng import CounterRNG
 from shoal.core.keys import pack, unique_sorted
+from shoal.core.workers import SERIAL, Workers
 from shoal.engine.recommenders import FeedContext, Recommender
 from shoal.world.world import World
 
@@ -19,62 +20,107 @@ def platform_view(world: World, name: str, agents: np.ndarray, feed: np.ndarray,
     also whether the reader follows the author, already voted or reposted; with `trust`
     the reader's trust in the author. Features not asked for are left at their defaults
     (they cost a binary search per feed item). Each reader's language goes along."""
-    plat = world.platforms[name]
-    posts = world.posts
-    valid = feed >= 0
-    ids = feed[valid]  # gather only real items (the post table may be empty)
-    readers = np.broadcast_to(agents[:, None], feed.shape)[valid]
+    view = new_view(world, name, agents, feed.shape[1])
+    fill_view(world, view, slice(0, len(agents)), feed, social, trust)
+    return view
 
-    safe = np.where(valid, feed, 0)  # gather with a fancy index, then blank the gaps
 
-    def gather(column: np.ndarray, fill, dtype) -> np.ndarray:
-        if not len(ids):
-            return np.full(feed.shape + column.shape[1:], fill, dtype=dtype)
-        mask = valid.reshape(valid.shape + (1,) * (column.ndim - 1))
-        return np.where(mask, column[safe], fill).astype(dtype, copy=False)
-
-    author = gather(posts.author, -1, np.int64)
-    follows = np.zeros(feed.shape, dtype=bool)
-    voted = np.zeros(feed.shape, dtype=bool)
-    reposted = np.zeros(feed.shape, dtype=bool)
-    trust_of = np.full(feed.shape, world.trust.initial)
-    if len(ids) and trust:
-        trust_of[valid] = world.trust.get(readers, author[valid])
-    if len(ids) and social:
-        follows[valid] = plat.graph.is_following(readers, author[valid])
-        keys = pack(readers, ids)
-        voted[valid] = plat.votes.contains(keys)
-        reposted[valid] = plat.reposts.contains(keys)
-    # the writers' languages, for the texts policies write (None: all English)
-    codes = world.population.language_codes()
+def new_view(world: World, name: str, agents: np.ndarray, k: int) -> PlatformView:
+    """A platform's view of `agents` with feeds of width k, its arrays not yet filled
+    (`fill_view` fills them, a range of rows at a time)."""
+    n, shape = len(agents), (len(agents), k)
+    codes = world.population.language_codes()  # the writers' languages (None: English)
     return PlatformView(
-        platform=plat.code, name=name, agents=agents, feed=feed, author=author,
-        kind=gather(posts.kind, -1, np.int8), stance=gather(posts.stance, np.nan, np.float64),
-        up=gather(posts.up, 0, np.int32), down=gather(posts.down, 0, np.int32),
-        follows_author=follows, trust=trust_of, voted=voted, reposted=reposted,
+        platform=world.platforms[name].code, name=name, agents=agents,
+        feed=np.empty(shape, np.int64), author=np.empty(shape, np.int64),
+        kind=np.empty(shape, np.int8), stance=np.empty((n, k, len(world.topics))),
+        up=np.empty(shape, np.int32), down=np.empty(shape, np.int32),
+        follows_author=np.empty(shape, bool), trust=np.empty(shape),
+        voted=np.empty(shape, bool), reposted=np.empty(shape, bool),
         language=None if codes is None else codes[1][agents],
         languages=() if codes is None else codes[0],
     )
 
 
+def fill_view(world: World, view: PlatformView, rows: slice, feed: np.ndarray,
+              social: bool = True, trust: bool = True) -> None:
+    """Write the feed of the view's `rows` and its items' features into the view (see
+    `platform_view`); touches nothing outside those rows."""
+    plat = world.platforms[view.name]
+    posts = world.posts
+    agents = view.agents[rows]
+    view.feed[rows] = feed
+    valid = feed >= 0
+    ids = feed[valid]  # gather only real items (the post table may be empty)
+    safe = np.where(valid, feed, 0)  # gather with a fancy index, then blank the gaps
+    invalid = ~valid
+
+    def gather(column: np.ndarray, out: np.ndarray, fill) -> None:
+        if not len(ids):
+            out[...] = fill
+            return
+        if column.dtype == out.dtype:
+            np.take(column, safe, axis=0, out=out)
+        else:
+            out[...] = column[safe]
+        out[invalid] = fill
+
+    gather(posts.author, view.author[rows], -1)
+    gather(posts.kind, view.kind[rows], -1)
+    gather(posts.stance, view.stance[rows], np.nan)
+    gather(posts.up, view.up[rows], 0)
+    gather(posts.down, view.down[rows], 0)
+    author = view.author[rows]
+    for out in (view.follows_author, view.voted, view.reposted):
+        out[rows] = False
+    view.trust[rows] = world.trust.initial
+    if not len(ids):
+        return
+    readers = np.broadcast_to(agents[:, None], feed.shape)[valid]
+    if trust:
+        view.trust[rows][valid] = world.trust.get(readers, author[valid])
+    if social:
+        view.follows_author[rows][valid] = plat.graph.is_following(readers, author[valid])
+        keys = pack(readers, ids)
+        view.voted[rows][valid] = plat.votes.contains(keys)
+        view.reposted[rows][valid] = plat.reposts.contains(keys)
+
+
 def observe(world: World, round_: int, acting: dict[str, np.ndarray],
             recommenders: dict[str, Recommender], rng: CounterRNG, social: bool = True,
-            trust: bool = True) -> list[PlatformView]:
+            trust: bool = True, workers: Workers = SERIAL) -> list[PlatformView]:
     """Feeds and views for the acting agents of each platform (canonical platform order).
-    `social` and `trust` say which per-item features someone will read."""
+    `social` and `trust` say which per-item features someone will read. With several
+    `workers` each range of agents gets its feeds and features on its own thread (a
+    recommender that is not `by_agent` builds all its feeds in one call first)."""
     views = []
     for name, agents in acting.items():
+        plat = world.platforms[name]
         ctx = FeedContext(
-            round=round_, posts=world.posts, platform=world.platforms[name],
+            round=round_, posts=world.posts, platform=plat,
             position=world.beliefs.position, interests=world.population.interests, rng=rng,
             minutes_per_round=world.cfg.minutes_per_round,
         )
-        if world.posts.n:
-            feed = recommenders[name].feeds(ctx, agents)
-        else:  # nothing posted yet: every feed is empty
-            feed = np.full((len(agents), world.platforms[name].k), -1, dtype=np.int64)
-        feed = pin_events(feed, agents, world, world.platforms[name].code, round_)
-        views.append(platform_view(world, name, agents, feed, social, trust))
+        rec = recommenders[name]
+        view = new_view(world, name, agents, plat.k)
+
+        def feeds(part: np.ndarray, rec=rec, ctx=ctx, plat=plat, name=name) -> np.ndarray:
+            if not world.posts.n:  # nothing posted yet: every feed is empty
+                return np.full((len(part), plat.k), -1, dtype=np.int64)
+            feed = rec.feeds(ctx, part)
+            if feed.shape != (len(part), plat.k):
+                raise ValueError(f"platforms.{name}.recommender ({type(rec).__name__}): "
+                                 f"feeds must be [agents, {plat.k}], got {feed.shape}")
+            return pin_events(feed, part, world, plat.code, round_)
+
+        whole = None if rec.by_agent else feeds(agents)
+
+        def fill(rows: slice, view=view, feeds=feeds, whole=whole) -> None:
+            feed = feeds(view.agents[rows]) if whole is None else whole[rows]
+            fill_view(world, view, rows, feed, social, trust)
+
+        workers.over(len(agents), fill)
+        views.append(view)
     return views
 
 
@@ -109,20 +155,17 @@ def decision_request(world: World, round_: int, views: list[PlatformView]) -> De
     )
 
 
-def exposures(views: list[PlatformView]) -> Exposures:
-    """Every acting agent's feed items across platforms, oldest (smallest id) first."""
+def exposures(views: list[PlatformView], workers: Workers = SERIAL) -> Exposures:
+    """Every acting agent's feed items across platforms, oldest (smallest id) first (rows
+    sorted a range of agents per worker)."""
     if not views:
         empty = np.empty((0, 0), dtype=np.int64)
         return Exposures(np.empty(0, np.int64), empty, empty.astype(np.int32),
                          empty.astype(np.int32), empty.astype(np.float64))
-    if len(views) == 1 and _strictly_increasing(views[0].agents):
-        v = views[0]  # one platform: its matrices are already one row per agent
-        mats = (v.feed, v.up, v.down, v.trust)
-        if v.feed.shape[1] and (v.feed[:, :-1] >= v.feed[:, 1:]).all():
-            # Newest-first rows (the following feed): oldest first is each row reversed
-            # (the padding entries are alike, so their order does not matter).
-            return Exposures(v.agents, *(np.ascontiguousarray(m[:, ::-1]) for m in mats))
-        agents = v.agents
+    one = len(views) == 1 and _strictly_increasing(views[0].agents)
+    if one:  # one platform: its matrices are already one row per agent
+        v = views[0]
+        agents, mats = v.agents, (v.feed, v.up, v.down, v.trust)
     else:
         agents = unique_sorted(np.concatenate([v.agents for v in views]))
         width = sum(v.feed.shape[1] for v in views)
@@ -137,8 +180,22 @@ def exposures(views: list[PlatformView]) -> Exposures:
             for out, part in zip(mats, (v.feed, v.up, v.down, v.trust), strict=True):
                 out[rows, col:col + k] = part
             col += k
-    order = np.argsort(mats[0], axis=1, kind="stable")  # -1 padding sorts to the left
-    return Exposures(agents, *(np.take_along_axis(m, order, axis=1) for m in mats))
+    out = tuple(np.empty_like(m) for m in mats)
+
+    def oldest_first(rows: slice) -> None:
+        feed = mats[0][rows]
+        if one and feed.shape[1] and (feed[:, :-1] >= feed[:, 1:]).all():
+            # Newest-first rows (the following feed): oldest first is each row reversed
+            # (one view's padding entries are alike, so their order does not matter).
+            for o, m in zip(out, mats, strict=True):
+                o[rows] = m[rows][:, ::-1]
+            return
+        order = np.argsort(feed, axis=1, kind="stable")  # -1 padding sorts to the left
+        for o, m in zip(out, mats, strict=True):
+            o[rows] = np.take_along_axis(m[rows], order, axis=1)
+
+    workers.over(len(agents), oldest_first)
+    return Exposures(agents, *out)
 
 
 def _strictly_increasing(a: np.ndarray) -> bool:

@@ -130,6 +130,12 @@ class Recommender(ABC):
         most once per row; random draws come from `ctx.draws` (keyed by round, agent and
         purpose), so feeds do not depend on the order agents come in."""
 
+    # Whether `feeds` gives each agent the same row whatever other agents are in the call
+    # (shared pools computed from the world alone, draws keyed by agent) and keeps no
+    # state while it builds them: the driver may then call it once per range of agents,
+    # from several threads at once (shoal.core.workers). The built-in recommenders are.
+    by_agent: bool = False
+
     def get_state(self) -> State | None:
         """Its state for a checkpoint (None: it keeps none)."""
         return None
@@ -174,6 +180,8 @@ def _sample_pool(ctx: FeedContext, agents: np.ndarray, pool: np.ndarray, k: int,
 class FollowingFeed(Recommender):
     """Newest posts of followed accounts, newest first; optionally topped up with the
     newest posts platform-wide (not by the reader, not already shown)."""
+
+    by_agent = True
 
     def __init__(self, cfg: FollowingRec):
         self.cfg = cfg
@@ -233,6 +241,8 @@ class PopularityFeed(Recommender):
     """A shared hot list (Reddit hot score over a recent window); each agent gets k of the
     top `pool_size`, sampled at random or the top ones, never their own."""
 
+    by_agent = True
+
     def __init__(self, cfg: PopularityRec):
         self.cfg = cfg
 
@@ -258,6 +268,8 @@ class PopularityFeed(Recommender):
 class RandomFeed(Recommender):
     """k distinct posts drawn uniformly from the last `window_rounds` rounds."""
 
+    by_agent = True
+
     def __init__(self, cfg: RandomRec):
         self.cfg = cfg
 
@@ -277,6 +289,8 @@ class PersonalizedFeed(Recommender):
     """Ranks candidates by stance similarity, interest match, recency, popularity and
     being in-network. Candidates: the hot pool of the window plus the agent's inbox.
     No model download; pure numpy, in chunks of agents."""
+
+    by_agent = True
 
     CHUNK = 4096
 
@@ -345,6 +359,8 @@ class AlgorithmicBiasFeed(Recommender):
     """Feeds drawn with Sîrbu et al.'s bias towards posts close to the reader's opinion:
     weighted sampling without replacement by the Gumbel-top-k trick, one keyed uniform per
     (agent, candidate), so a feed never depends on shards or on other agents."""
+
+    by_agent = True
 
     CHUNK = 4096
 

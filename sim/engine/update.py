@@ -9,6 +9,7 @@ from shoal.beliefs.rules import Exposures, UpdateContext, UpdateRule
 from shoal.core.counter_rng import CounterRNG
 from shoal.core.errors import NumericError
 from shoal.core.vocabulary import TRUST_CAUSES
+from shoal.core.workers import SERIAL, Workers
 from shoal.engine.apply import Applied
 from shoal.world.world import World
 
@@ -22,14 +23,18 @@ def update_trust(world: World, applied: Applied) -> None:
 
 
 def update_beliefs(world: World, rule: UpdateRule, exposures: Exposures, applied: Applied,
-                   round_: int, rng: CounterRNG) -> None:
-    """Apply the belief rule to the round's exposures and engagement, then remember what
-    each agent saw."""
+                   round_: int, rng: CounterRNG, workers: Workers = SERIAL) -> None:
+    """Apply the belief rule to the round's exposures and engagement (a range of agents
+    per worker when the rule is `by_agent`), then remember what each agent saw."""
     ctx = UpdateContext(round=round_, posts=world.posts, trust=world.trust,
                         history=world.history, engagement=applied.engagement, rng=rng,
                         graph=next(iter(world.platforms.values())).graph, alive=world.alive,
                         initial_position=world.initial_position)
-    rule.update(world.beliefs, exposures, ctx)
+    if rule.by_agent:
+        workers.over(len(exposures.agents),
+                     lambda rows: rule.update(world.beliefs, exposures.take(rows), ctx))
+    else:
+        rule.update(world.beliefs, exposures, ctx)
     check_finite(world, applied, round_)
     if world.history is not None:
         world.history.record(*exposures.flat(), round_)

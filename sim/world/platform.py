@@ -24,6 +24,7 @@ from shoal.core.keys import SortedKeySet, pack
 from shoal.core.registry import RECOMMENDERS
 from shoal.core.rowsets import newest_per_row, push_newest
 from shoal.core.state import State
+from shoal.core.workers import SERIAL, Workers
 from shoal.platforms.spec import PlatformSpec, spec
 
 
@@ -104,23 +105,24 @@ class Platform:
         return newest_per_row(r, cand.ravel(), len(rows), self.k)
 
     def index_new_posts(self, ids: np.ndarray, authors: np.ndarray,
-                        rebuild: np.ndarray) -> None:
+                        rebuild: np.ndarray, workers: Workers = SERIAL) -> None:
         """Add this round's posts to the author buffers and the inboxes.
 
         `rebuild` are agents whose followees changed this round: their inbox is pulled
-        afresh; everyone else gets new posts pushed from the accounts they follow.
+        afresh; everyone else gets new posts pushed from the accounts they follow (a
+        range of readers per worker).
         """
         keep = authors >= 0  # the news account has no followers and no buffer
         ids, authors = ids[keep], authors[keep]
         if len(ids):
-            push_newest(self.recent, authors.astype(np.int64), ids)
+            push_newest(self.recent, authors.astype(np.int64), ids, workers)
             indptr, followers = self.graph.followers()
             which, readers = expand_csr(indptr, followers, authors)
             post_of = ids[which]
             if len(rebuild):
                 skip = np.isin(readers, rebuild)
                 readers, post_of = readers[~skip], post_of[~skip]
-            push_newest(self.inbox, readers, post_of)
+            push_newest(self.inbox, readers, post_of, workers)
         if len(rebuild):
             self.inbox[rebuild] = self.pull_inbox(rebuild)
 
