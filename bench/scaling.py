@@ -4,14 +4,16 @@ efficiency, beside the hand-written numpy baselines measured in the same run.
     .venv/bin/python bench/scaling.py                    # N = 100,000, 5 rounds
     .venv/bin/python bench/scaling.py --n 1000000 --rounds 5
 
-Workers are Ray shards (`executor.kind: ray`, `executor.shards: k`) for k = 1, 2, 4, ... up
-to the machine's cores, and the in-process executor as the reference. For each the bench
-reads the `rounds` table: every phase's milliseconds (schedule, observe, context, decide,
-apply, update, and log, which runs beside the next round), medians over rounds 2..R (round
-1 warms caches). A phase's parallel efficiency at k workers is T(1) / (k · T(k)), with
-T(1) that phase on one shard: 1.0 is perfect scaling; 1/k means the phase did not get
-faster (it runs on the driver). Agent-steps per second count the rounds' wall time,
-every table logged. The baselines (bench/baselines/w_numpy.py, push and pull feeds) write
+k workers, for k = 1, 2, 4, ... up to the machine's cores: the in-process executor with k
+driver threads (`executor.workers: k`: feeds, the inbox fan-out, belief updates and the
+rule decisions in agent ranges, shoal.core.workers), and Ray with k shards and k driver
+threads. For each the bench reads the `rounds` table: every phase's milliseconds
+(schedule, observe, context, decide, apply, update, and log, which runs beside the next
+round), medians over rounds 2..R (round 1 warms caches). A phase's parallel efficiency at
+k workers is T(1) / (k · T(k)), T(1) that phase with one worker on the same executor: 1.0
+is perfect scaling; 1/k means the phase did not get faster ("round": the whole round,
+from the rounds' wall time). Agent-steps per second count that wall time, every table
+logged. The baselines (bench/baselines/w_numpy.py, push and pull feeds) write
 nothing. Results go to bench/results/scaling-<time>.json and are printed.
 """
 
@@ -37,12 +39,14 @@ HERE = Path(__file__).resolve().parent
 PHASES = ("schedule", "observe", "context", "decide", "apply", "update", "log")
 
 
-def run_w(n: int, rounds: int, executor: str, shards: int) -> dict:
-    """One run of W: its rounds' wall time and each phase's median milliseconds."""
+def run_w(n: int, rounds: int, executor: str, workers: int) -> dict:
+    """One run of W with `workers` driver threads (and as many shards on Ray): its
+    rounds' wall time and each phase's median milliseconds."""
     with tempfile.TemporaryDirectory() as out:
         cfg = load_config(HERE / "configs" / "workload_w.yaml",
                           [f"population.size={n}", f"rounds={rounds}",
-                           f"executor.kind={executor}", f"executor.shards={shards}",
+                           f"executor.kind={executor}", f"executor.workers={workers}",
+                           f"executor.shards={workers if executor == 'ray' else 1}",
                            f"output.dir={out}"])
         sim = Simulation.create(cfg)
         try:
@@ -60,7 +64,8 @@ def run_w(n: int, rounds: int, executor: str, shards: int) -> dict:
         finally:
             con.close()
     phases = {p: statistics.median(r[i] for r in rows) for i, p in enumerate(PHASES)}
-    return {"executor": executor, "workers": shards, "n": n, "rounds": rounds,
+    phases["round"] = 1e3 * seconds / rounds  # the whole round, every table logged
+    return {"executor": executor, "workers": workers, "n": n, "rounds": rounds,
             "seconds": seconds, "agent_steps_per_s": n * rounds / seconds,
             "phase_ms": phases}
 
@@ -73,14 +78,18 @@ def numpy_baseline(n: int, rounds: int, feed: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def efficiency(rows: list[dict]) -> dict[str, dict[str, float]]:
-    """Per phase and worker count: T(1) / (k * T(k)) over the Ray rows."""
-    ray = {r["workers"]: r for r in rows if r["executor"] == "ray"}
-    if 1 not in ray:
-        return {}
-    one = ray[1]["phase_ms"]
-    return {p: {str(k): (one[p] / (k * r["phase_ms"][p]) if r["phase_ms"][p] else None)
-                for k, r in sorted(ray.items())} for p in PHASES}
+def efficiency(rows: list[dict]) -> dict[str, dict[str, dict[str, float | None]]]:
+    """Per executor, phase and worker count: T(1) / (k * T(k))."""
+    out = {}
+    for executor in ("local", "ray"):
+        by_k = {r["workers"]: r for r in rows if r["executor"] == executor}
+        if 1 not in by_k:
+            continue
+        one = by_k[1]["phase_ms"]
+        out[executor] = {p: {str(k): (one[p] / (k * r["phase_ms"][p]) if r["phase_ms"][p]
+                                      else None) for k, r in sorted(by_k.items())}
+                         for p in (*PHASES, "round")}
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,16 +97,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--max-workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--executors", default="local,ray", help="comma-separated: local, ray")
     args = ap.parse_args(argv)
     workers, k = [], 1
     while k <= args.max_workers:
         workers.append(k)
         k *= 2
-    rows = [run_w(args.n, args.rounds, "local", 1)]
-    print(json.dumps(rows[-1]), flush=True)
-    for k in workers:
-        rows.append(run_w(args.n, args.rounds, "ray", k))
-        print(json.dumps(rows[-1]), flush=True)
+    rows = []
+    for executor in args.executors.split(","):
+        for k in workers:
+            rows.append(run_w(args.n, args.rounds, executor, k))
+            print(json.dumps(rows[-1]), flush=True)
     base = {feed: numpy_baseline(args.n, args.rounds, feed) for feed in ("push", "pull")}
     print(json.dumps(base), flush=True)
     result = {"when": datetime.now().isoformat(timespec="seconds"), "cores": os.cpu_count(),

@@ -165,6 +165,7 @@ class RoundDriver:
         at start and after an intervention changed parameters or added agents."""
         w = self.world
         cfg = w.cfg
+        self.workers = Workers(resolve_workers(cfg.executor.workers), cfg.executor.worker_rows)
         self.rng = CounterRNG(cfg.seed)
         self.rule = make_rule(cfg.beliefs.update)
         fit_history(w)  # (a rule switched mid-run may read an exposure history, or not)
@@ -173,7 +174,8 @@ class RoundDriver:
         for name, engine in w.engines.items():
             engine.reconfigure(cfg.platforms.get(name))
         self.recommenders = {name: p.recommender for name, p in w.platforms.items()}
-        self.scheduler = Scheduler(cfg, w.population.activity, w.population.hourly)
+        self.scheduler = Scheduler(cfg, w.population.activity, w.population.hourly,
+                                   self.workers)
         # Which feed features anyone reads: the policy's engagement weights read follows,
         # votes and trust; some belief rules read trust.
         self.social_features = reads_social_features(cfg)
@@ -183,7 +185,6 @@ class RoundDriver:
         self.section_specs = section_specs(cfg)
         self.platform_enum = PlatformEnum.of(cfg)
         self.in_shards = self.contexts_in_shards()
-        self.workers = Workers(resolve_workers(cfg.executor.workers), cfg.executor.worker_rows)
 
     def contexts_in_shards(self) -> bool:
         """Whether the shards build the contexts (`executor.contexts`; 'auto': on Ray, not
@@ -502,7 +503,7 @@ class RoundDriver:
             first = w.n_agents - fired.joined.size
             tables["agents"] = agents_table(w, np.arange(first, w.n_agents))
         if cfg.output.log_exposures:
-            tables["exposures"] = exposures_table(r, rnd.views, penum)
+            tables["exposures"] = exposures_table(r, rnd.views, penum, self.workers)
         for engine in w.engines.values():
             tables.update(engine.tables(w, r))
         if w.knowledge is not None:

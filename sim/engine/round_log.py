@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from shoal.agents.observation import PlatformView
 from shoal.config import Config
+from shoal.core.workers import SERIAL, Workers
 from shoal.engine.apply import Applied
 from shoal.platforms.spec import MAX_CODE, spec
 from shoal.store.schema import (
@@ -102,20 +103,29 @@ def posts_tables(world: World, ids: np.ndarray,
     return {"posts": posts, "post_stances": stances}
 
 
-def exposures_table(round_: int, views: list[PlatformView], platforms: PlatformEnum
-                    ) -> pa.Table:
-    """One row per feed item shown: (round, platform, agent, post, rank)."""
+def exposures_table(round_: int, views: list[PlatformView], platforms: PlatformEnum,
+                    workers: Workers = SERIAL) -> pa.Table:
+    """One row per feed item shown: (round, platform, agent, post, rank), agent-major as
+    the views' rows are (a range of rows per worker, one Arrow chunk each)."""
     parts = []
     for v in views:
-        valid = v.feed >= 0
-        rows, rank = np.nonzero(valid)
-        parts.append(pa.table({
-            "round": _const(round_, len(rows)),
-            "platform": platforms.array(np.full(len(rows), v.platform)),
-            "agent": pa.array(v.agents[rows].astype(np.int32)),
-            "post_id": pa.array(v.feed[rows, rank]),
-            "rank": pa.array(rank.astype(np.int16)),
-        }))
+        code = int(platforms.index[v.platform])
+
+        def rows_of(rows: slice, v=v, code=code) -> pa.Table:
+            feed = v.feed[rows]
+            valid = feed >= 0
+            n = int(np.count_nonzero(valid))
+            rank = np.broadcast_to(np.arange(feed.shape[1], dtype=np.int16), feed.shape)
+            return pa.table({
+                "round": _const(round_, n),
+                "platform": enum_array(np.full(n, code, np.int8), platforms.names),
+                "agent": pa.array(np.repeat(v.agents[rows].astype(np.int32),
+                                            valid.sum(axis=1))),
+                "post_id": pa.array(feed[valid]),
+                "rank": pa.array(rank[valid]),
+            })
+
+        parts += workers.over(len(v.agents), rows_of)
     if not parts:  # no platform had anyone acting
         return pa.table({"round": pa.array([], pa.int32()),
                          "platform": platforms.array(np.empty(0, np.int8)),

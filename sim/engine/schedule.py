@@ -14,6 +14,7 @@ import numpy as np
 
 from shoal.config import Config
 from shoal.core.counter_rng import CounterRNG, Purpose
+from shoal.core.workers import SERIAL, Workers
 
 
 def round_start(cfg: Config, round_: int) -> datetime:
@@ -24,8 +25,10 @@ def round_start(cfg: Config, round_: int) -> datetime:
 class Scheduler:
     """Draws the active set of each round."""
 
-    def __init__(self, cfg: Config, activity: np.ndarray, hourly: np.ndarray | None = None):
+    def __init__(self, cfg: Config, activity: np.ndarray, hourly: np.ndarray | None = None,
+                 workers: Workers = SERIAL):
         self.cfg = cfg
+        self.workers = workers  # the draws are per agent: a range of agents per worker
         self.rng = CounterRNG(cfg.seed)
         self.activity = activity
         self.curve = np.asarray(cfg.activity.hourly_curve(), dtype=np.float64)
@@ -45,7 +48,12 @@ class Scheduler:
         n = len(self.activity)
         agents = np.arange(n)
         p = self.probability(round_)
-        u = self.rng.uniform1(round_, Purpose.SCHEDULE, agents)
+        u = np.empty(n)
+
+        def draw(rows: slice) -> None:
+            u[rows] = self.rng.uniform1(round_, Purpose.SCHEDULE, agents[rows])
+
+        self.workers.over(n, draw)
         active = u < p
         if eligible is not None:
             active &= eligible

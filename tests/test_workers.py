@@ -1,0 +1,71 @@
+"""The driver's worker threads (shoal.core.workers): the partition rule, errors from a
+thread, and every agent-wise phase giving the same arrays whatever the number of ranges
+(the golden digests' `threads` leg checks whole runs)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shoal.core.rowsets import push_newest
+from shoal.core.workers import Workers, resolve_workers
+
+
+def test_ranges_are_contiguous_near_equal_and_cover_every_row():
+    w = Workers(4, min_rows=10)
+    for rows in (0, 1, 9, 10, 39, 40, 41, 1001):
+        parts = w.ranges(rows)
+        assert parts[0].start == 0 and parts[-1].stop == rows
+        assert all(a.stop == b.start for a, b in zip(parts, parts[1:], strict=False))
+        sizes = [p.stop - p.start for p in parts]
+        assert max(sizes) - min(sizes) <= 1
+        assert len(parts) == max(1, min(4, rows // 10))
+
+
+def test_map_keeps_item_order_and_raises_after_every_call_ended():
+    w = Workers(3)
+    assert w.map(lambda x: x * x, list(range(20))) == [x * x for x in range(20)]
+    done = []
+
+    def work(x: int) -> int:
+        if x == 1:
+            raise ValueError("range 1 failed")
+        done.append(x)
+        return x
+
+    with pytest.raises(ValueError, match="range 1 failed"):
+        w.map(work, [0, 1, 2, 3])
+    assert sorted(done) == [0, 2, 3]
+
+
+def test_resolve_workers():
+    assert resolve_workers(3) == 3
+    assert resolve_workers("auto") >= 1
+
+
+@pytest.mark.parametrize("n_rows", [1, 7, 500])
+def test_push_newest_is_the_same_in_ranges(n_rows):
+    rng = np.random.default_rng(n_rows)
+    k = 4
+    one = np.full((n_rows, k), -1, np.int64)
+    many = one.copy()
+    next_id = 0
+    for _ in range(5):  # rounds of pushes, ids always newer than the last round's
+        m = int(rng.integers(0, 3 * n_rows))
+        rows = rng.integers(0, n_rows, m)
+        vals = next_id + rng.permutation(m)
+        next_id += m
+        push_newest(one, rows, vals)
+        push_newest(many, rows, vals, Workers(3, min_rows=2))
+        assert np.array_equal(one, many)
+
+
+def test_a_config_with_bad_workers_names_the_field(tmp_path):
+    from shoal.config import load_config
+    from shoal.core.errors import InputError
+
+    for bad in ("0", "many", "true"):
+        with pytest.raises(InputError, match="executor.workers"):
+            load_config("configs/quickstart.yaml", [f"executor.workers={bad}"])
+    with pytest.raises(InputError, match="executor.worker_rows"):
+        load_config("configs/quickstart.yaml", ["executor.worker_rows=0"])
