@@ -4,6 +4,8 @@ thread, and every agent-wise phase giving the same arrays whatever the number of
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 
@@ -16,7 +18,7 @@ def test_ranges_are_contiguous_near_equal_and_cover_every_row():
     for rows in (0, 1, 9, 10, 39, 40, 41, 1001):
         parts = w.ranges(rows)
         assert parts[0].start == 0 and parts[-1].stop == rows
-        assert all(a.stop == b.start for a, b in zip(parts, parts[1:], strict=False))
+        assert all(a.stop == b.start for a, b in pairwise(parts))
         sizes = [p.stop - p.start for p in parts]
         assert max(sizes) - min(sizes) <= 1
         assert len(parts) == max(1, min(4, rows // 10))
@@ -65,7 +67,7 @@ def test_a_config_with_bad_workers_names_the_field(tmp_path):
     from shoal.core.errors import InputError
 
     for bad in ("0", "many", "true"):
-        with pytest.raises(InputError, match="executor.workers"):
+        with pytest.raises(InputError, match=r"executor\.workers"):
             load_config("configs/quickstart.yaml", [f"executor.workers={bad}"])
-    with pytest.raises(InputError, match="executor.worker_rows"):
+    with pytest.raises(InputError, match=r"executor\.worker_rows"):
         load_config("configs/quickstart.yaml", ["executor.worker_rows=0"])
