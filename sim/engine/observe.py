@@ -14,17 +14,6 @@ from shoal.engine.recommenders import FeedContext, Recommender
 from shoal.world.world import World
 
 
-def platform_view(world: World, name: str, agents: np.ndarray, feed: np.ndarray,
-                  social: bool = True, trust: bool = True) -> PlatformView:
-    """Gather the features of each feed item: author, kind, stance, votes; with `social`
-    also whether the reader follows the author, already voted or reposted; with `trust`
-    the reader's trust in the author. Features not asked for are left at their defaults
-    (they cost a binary search per feed item). Each reader's language goes along."""
-    view = new_view(world, name, agents, feed.shape[1])
-    fill_view(world, view, slice(0, len(agents)), feed, social, trust)
-    return view
-
-
 def new_view(world: World, name: str, agents: np.ndarray, k: int) -> PlatformView:
     """A platform's view of `agents` with feeds of width k, its arrays not yet filled
     (`fill_view` fills them, a range of rows at a time)."""
@@ -44,8 +33,11 @@ def new_view(world: World, name: str, agents: np.ndarray, k: int) -> PlatformVie
 
 def fill_view(world: World, view: PlatformView, rows: slice, feed: np.ndarray,
               social: bool = True, trust: bool = True) -> None:
-    """Write the feed of the view's `rows` and its items' features into the view (see
-    `platform_view`); touches nothing outside those rows."""
+    """Write the feed of the view's `rows` and its items' features into the view: author,
+    kind, stance, votes; with `social` also whether the reader follows the author, already
+    voted or reposted; with `trust` the reader's trust in the author. Features not asked
+    for are left at their defaults (they cost a binary search per feed item). Touches
+    nothing outside those rows."""
     plat = world.platforms[view.name]
     posts = world.posts
     agents = view.agents[rows]
