@@ -52,23 +52,48 @@ class Purpose(IntEnum):
     SURVEY = 15
 
 
+_CHUNK = 1 << 14  # counters per pass: the eight work arrays stay in the CPU's cache
+
+
 def philox4x32(
-    c0: np.ndarray, c1: np.ndarray, c2: np.ndarray, c3: np.ndarray, k0: int, k1: int,
-    rounds: int = 10,
+    c0: np.ndarray | int, c1: np.ndarray | int, c2: np.ndarray | int, c3: np.ndarray | int,
+    k0: int, k1: int, rounds: int = 10,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Philox4x32 on arrays of 32-bit counters (held in uint64); returns four uint64 words."""
-    x0, x1, x2, x3 = (np.asarray(c, dtype=np.uint64) & _MASK32 for c in (c0, c1, c2, c3))
+    """Philox4x32 on 32-bit counters (arrays held in uint64, or scalars, broadcast);
+    returns four uint64 words. It runs in chunks of `_CHUNK` counters with every
+    operation in place: the ten rounds then work in cache instead of allocating ~80
+    temporaries of the whole length (about ten times faster at a million counters)."""
+    arrays = [np.asarray(c, dtype=np.uint64) for c in (c0, c1, c2, c3)]
+    (n,) = np.broadcast_shapes(*(a.shape for a in arrays), (1,))
+    counters = [np.broadcast_to(a, (n,)) for a in arrays]
+    keys = []
     key0, key1 = k0 & 0xFFFFFFFF, k1 & 0xFFFFFFFF
     for i in range(rounds):
         if i:
             key0 = (key0 + _W0) & 0xFFFFFFFF
             key1 = (key1 + _W1) & 0xFFFFFFFF
-        p0 = _M0 * x0
-        p1 = _M1 * x2
-        hi0, lo0 = p0 >> _SHIFT32, p0 & _MASK32
-        hi1, lo1 = p1 >> _SHIFT32, p1 & _MASK32
-        x0, x1, x2, x3 = hi1 ^ x1 ^ np.uint64(key0), lo1, hi0 ^ x3 ^ np.uint64(key1), lo0
-    return x0, x1, x2, x3
+        keys.append((np.uint64(key0), np.uint64(key1)))
+    words = tuple(np.empty(n, np.uint64) for _ in range(4))
+    p0_, p1_ = np.empty(min(n, _CHUNK), np.uint64), np.empty(min(n, _CHUNK), np.uint64)
+    for start in range(0, n, _CHUNK):
+        end = min(start + _CHUNK, n)
+        x0, x1, x2, x3 = (w[start:end] for w in words)
+        for c, x in zip(counters, (x0, x1, x2, x3), strict=True):
+            np.bitwise_and(c[start:end], _MASK32, out=x)
+        p0, p1 = p0_[: end - start], p1_[: end - start]
+        for key0_, key1_ in keys:
+            np.multiply(x0, _M0, out=p0)
+            np.multiply(x2, _M1, out=p1)
+            # (x0, x1, x2, x3) <- (hi(p1) ^ x1 ^ key0, lo(p1), hi(p0) ^ x3 ^ key1, lo(p0))
+            np.right_shift(p1, _SHIFT32, out=x0)
+            np.bitwise_xor(x0, x1, out=x0)
+            np.bitwise_xor(x0, key0_, out=x0)
+            np.bitwise_and(p1, _MASK32, out=x1)
+            np.right_shift(p0, _SHIFT32, out=x2)
+            np.bitwise_xor(x2, x3, out=x2)
+            np.bitwise_xor(x2, key1_, out=x2)
+            np.bitwise_and(p0, _MASK32, out=x3)
+    return words
 
 
 _TO_UNIT = 1.0 / 9007199254740992.0  # 2**-53
@@ -110,17 +135,19 @@ class CounterRNG:
         """Doubles in [0, 1), shape (len(agents), n)."""
         agents = np.asarray(agents, dtype=np.uint64)
         blocks = (n + 1) // 2
-        a = np.repeat(agents, blocks)
-        b = np.tile(np.arange(blocks, dtype=np.uint64), len(agents))
-        r = np.full_like(a, np.uint64(round_ & 0xFFFFFFFF))
-        p = np.full_like(a, np.uint64(int(purpose) & 0xFFFFFFFF))
-        w0, w1, w2, w3 = philox4x32(a, r, p, b, self._k0, self._k1)
-        # 53 bits from each pair of words.
-        u0 = ((w0 << _SHIFT32) | w1) >> np.uint64(11)
-        u1 = ((w2 << _SHIFT32) | w3) >> np.uint64(11)
+        a, b = agents, 0
+        if blocks > 1:
+            a = np.repeat(agents, blocks)
+            b = np.tile(np.arange(blocks, dtype=np.uint64), len(agents))
+        w0, w1, w2, w3 = philox4x32(a, round_ & 0xFFFFFFFF, int(purpose) & 0xFFFFFFFF, b,
+                                    self._k0, self._k1)
         out = np.empty((len(agents), blocks * 2), dtype=np.float64)
-        out[:, 0::2] = (u0.astype(np.float64) * _TO_UNIT).reshape(len(agents), blocks)
-        out[:, 1::2] = (u1.astype(np.float64) * _TO_UNIT).reshape(len(agents), blocks)
+        # 53 bits from each pair of words, scaled to [0, 1)
+        for hi, lo, col in ((w0, w1, 0), (w2, w3, 1)):
+            np.left_shift(hi, _SHIFT32, out=hi)
+            np.bitwise_or(hi, lo, out=hi)
+            np.right_shift(hi, np.uint64(11), out=hi)
+            np.multiply(hi.reshape(len(agents), blocks), _TO_UNIT, out=out[:, col::2])
         return out[:, :n]
 
     def uniform1(self, round_: int, purpose: int, agents: np.ndarray) -> np.ndarray:
