@@ -19,6 +19,7 @@ from shoal.agents.population import Population
 from shoal.agents.prompt import ContextInputs, FeedItem, build_context, section_specs
 from shoal.config import Config
 from shoal.core.counter_rng import CounterRNG
+from shoal.core.heap import keep_freed_memory
 from shoal.core.loop_thread import gather_or_cancel
 from shoal.core.workers import SERIAL, Workers
 from shoal.llm.cache import CacheSpec, ResponseCache
@@ -57,6 +58,7 @@ class AgentShard:
     def __init__(self, shard_id: int, n_shards: int, cfg: Config, population: Population,
                  llm_urls: dict[str, list[str]] | None = None,
                  llm_cache: CacheSpec | None = None, workers: Workers = SERIAL):
+        keep_freed_memory()  # (a Ray shard's process, as the driver's: shoal.core.heap)
         self.shard_id = shard_id
         self.n_shards = n_shards
         self.workers = workers  # threads for a `by_agent` policy's ranges of agents

@@ -37,6 +37,7 @@ from shoal.beliefs.rules import Exposures, make_rule
 from shoal.core.counter_rng import CounterRNG
 from shoal.core.errors import ProviderDown
 from shoal.core.faults import crash_point
+from shoal.core.heap import keep_freed_memory
 from shoal.core.vocabulary import ACTION_NAMES, Reason
 from shoal.core.workers import Workers, resolve_workers
 from shoal.engine.agent_context import (
@@ -165,6 +166,7 @@ class RoundDriver:
         at start and after an intervention changed parameters or added agents."""
         w = self.world
         cfg = w.cfg
+        keep_freed_memory()  # rounds reuse their temporaries' memory (shoal.core.heap)
         self.workers = Workers(resolve_workers(cfg.executor.workers), cfg.executor.worker_rows)
         self.rng = CounterRNG(cfg.seed)
         self.rule = make_rule(cfg.beliefs.update)
