@@ -212,8 +212,8 @@ def top_up(rows: np.ndarray, have: np.ndarray, readers: np.ndarray, recent: np.n
     """Fill the empty tail of feed rows in place with the first of `recent` (newest first)
     that are not by the row's reader and not already in the row.
 
-    Works column-major ([candidate, row]) so the running count is a cumsum over axis 0:
-    one vector add per candidate instead of a short scan per row.
+    Works column-major ([candidate, row]): one pass per candidate over all rows, which
+    places it in every row that still has room and counts it there.
     """
     k = rows.shape[1]
     valid = recent_author[:, None] != readers[None, :]  # [m, S]
@@ -224,10 +224,14 @@ def top_up(rows: np.ndarray, have: np.ndarray, readers: np.ndarray, recent: np.n
         pos = np.searchsorted(asc, rows[ri, ci])
         hit = asc[np.minimum(pos, len(asc) - 1)] == rows[ri, ci]
         valid[len(asc) - 1 - pos[hit], ri[hit]] = False
-    slot = np.cumsum(valid, axis=0, dtype=np.int32) - 1 + have[None, :].astype(np.int32)
-    take = valid & (slot < k)
-    ci, ri = np.nonzero(take)
-    rows[ri, slot[ci, ri]] = recent[ci]
+    count = have.astype(np.intp)  # items in each row so far
+    for i, post in enumerate(recent.tolist()):
+        room = count < k
+        if not room.any():
+            break
+        at = np.flatnonzero(room & valid[i])
+        rows[at, count[at]] = post
+        count[at] += 1
 
 
 def hot_score(up: np.ndarray, down: np.ndarray, seconds: np.ndarray) -> np.ndarray:
