@@ -45,12 +45,15 @@ from shoal.core.registry import BELIEF_RULES
 def read_sequentially(x: np.ndarray, stance: np.ndarray, addressed: np.ndarray, eps: float,
                       mu: float) -> np.ndarray:
     """One-sided Deffuant over feed columns, oldest first: sequential over columns,
-    vectorised over agents and topics. x [A, T], stance/addressed [A, M, T]."""
+    vectorised over agents and topics. x [A, T] (updated in place and returned),
+    stance/addressed [A, M, T]."""
+    diff, ok = np.empty_like(x), np.empty(x.shape, bool)
     for m in range(stance.shape[1]):
-        s = stance[:, m, :]
-        diff = s - x
-        ok = addressed[:, m, :] & (np.abs(diff) < eps)
-        x = np.where(ok, x + mu * diff, x)
+        np.subtract(stance[:, m, :], x, out=diff)
+        np.less(np.abs(diff), eps, out=ok)
+        ok &= addressed[:, m, :]
+        diff *= mu
+        np.add(x, diff, out=x, where=ok)  # x + mu * diff where ok, x elsewhere
     return x
 
 
