@@ -42,10 +42,13 @@ class ActionBatch:
 
     @classmethod
     def concat(cls, batches: list[ActionBatch], n_topics: int) -> ActionBatch:
-        """Concatenate batches (order kept; call `canonical` to sort)."""
+        """Concatenate batches (order kept; call `canonical` to sort). A lone non-empty
+        batch is returned as it is, not copied."""
         batches = [b for b in batches if len(b)]
         if not batches:
             return cls.empty(n_topics)
+        if len(batches) == 1:
+            return batches[0]
         # A key some batches lack (e.g. LLM bookkeeping) is 0 for their rows.
         dtypes = {k: v.dtype for b in batches for k, v in b.meta.items()}
         meta = {k: np.concatenate([b.meta[k] if k in b.meta else np.zeros(len(b), dtypes[k])
