@@ -73,7 +73,8 @@ def philox4x32(
             key0 = (key0 + _W0) & 0xFFFFFFFF
             key1 = (key1 + _W1) & 0xFFFFFFFF
         keys.append((np.uint64(key0), np.uint64(key1)))
-    words = tuple(np.empty(n, np.uint64) for _ in range(4))
+    words = (np.empty(n, np.uint64), np.empty(n, np.uint64), np.empty(n, np.uint64),
+             np.empty(n, np.uint64))
     p0_, p1_ = np.empty(min(n, _CHUNK), np.uint64), np.empty(min(n, _CHUNK), np.uint64)
     for start in range(0, n, _CHUNK):
         end = min(start + _CHUNK, n)
@@ -135,7 +136,8 @@ class CounterRNG:
         """Doubles in [0, 1), shape (len(agents), n)."""
         agents = np.asarray(agents, dtype=np.uint64)
         blocks = (n + 1) // 2
-        a, b = agents, 0
+        a: np.ndarray = agents
+        b: np.ndarray | int = 0
         if blocks > 1:
             a = np.repeat(agents, blocks)
             b = np.tile(np.arange(blocks, dtype=np.uint64), len(agents))
