@@ -15,6 +15,11 @@ is perfect scaling; 1/k means the phase did not get faster ("round": the whole r
 from the rounds' wall time). Agent-steps per second count that wall time, every table
 logged. The baselines (bench/baselines/w_numpy.py, push and pull feeds) write
 nothing. Results go to bench/results/scaling-<time>.json and are printed.
+
+With --pin (Linux) the run with k workers is held to k cores (CPUs 0..k-1: every thread of
+this process, and the Ray processes it starts, which inherit the mask), the baselines to
+one: strong scaling on cores, not only on driver threads. Unpinned, a one-worker run still
+has every core for its writer thread and DuckDB's own threads.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
 
@@ -39,15 +45,39 @@ HERE = Path(__file__).resolve().parent
 PHASES = ("schedule", "observe", "context", "decide", "apply", "update", "log")
 
 
-def run_w(n: int, rounds: int, executor: str, workers: int) -> dict:
+def set_affinity(cpus: set[int]) -> None:
+    """Every thread of this process on `cpus` (threads and processes started later inherit
+    the mask of the thread that starts them)."""
+    for tid in os.listdir("/proc/self/task"):
+        with suppress(ProcessLookupError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(tid), cpus)
+
+
+@contextmanager
+def pinned(k: int | None):
+    """Within the block, this process on CPUs 0..k-1 (k None: unchanged)."""
+    if k is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    set_affinity(set(sorted(before)[:k]))
+    try:
+        yield
+    finally:
+        set_affinity(before)
+
+
+def run_w(n: int, rounds: int, executor: str, workers: int,
+          overrides: tuple[str, ...] = (), pin: bool = False) -> dict:
     """One run of W with `workers` driver threads (and as many shards on Ray): its
-    rounds' wall time and each phase's median milliseconds."""
-    with tempfile.TemporaryDirectory() as out:
+    rounds' wall time and each phase's median milliseconds. `overrides` are config
+    overrides (`path=value`) applied last; `pin`: on `workers` cores."""
+    with tempfile.TemporaryDirectory() as out, pinned(workers if pin else None):
         cfg = load_config(HERE / "configs" / "workload_w.yaml",
                           [f"population.size={n}", f"rounds={rounds}",
                            f"executor.kind={executor}", f"executor.workers={workers}",
                            f"executor.shards={workers if executor == 'ray' else 1}",
-                           f"output.dir={out}"])
+                           f"output.dir={out}", *overrides])
         sim = Simulation.create(cfg)
         try:
             sim.driver()  # the executor (and Ray) start before the clock
@@ -70,11 +100,13 @@ def run_w(n: int, rounds: int, executor: str, workers: int) -> dict:
             "phase_ms": phases}
 
 
-def numpy_baseline(n: int, rounds: int, feed: str) -> dict:
-    """bench/baselines/w_numpy.py, in its own process (one JSON line)."""
-    out = subprocess.run([sys.executable, str(HERE / "baselines" / "w_numpy.py"), "--n",
-                          str(n), "--rounds", str(rounds), "--seed", "0", "--feed", feed,
-                          "--repeat", "1"], capture_output=True, text=True, check=True)
+def numpy_baseline(n: int, rounds: int, feed: str, pin: bool = False) -> dict:
+    """bench/baselines/w_numpy.py, in its own process (one JSON line); `pin`: on one
+    core."""
+    with pinned(1 if pin else None):
+        out = subprocess.run([sys.executable, str(HERE / "baselines" / "w_numpy.py"), "--n",
+                              str(n), "--rounds", str(rounds), "--seed", "0", "--feed", feed,
+                              "--repeat", "1"], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -98,6 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--max-workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--executors", default="local,ray", help="comma-separated: local, ray")
+    ap.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
+                    help="a config override for every Shoal run, e.g. "
+                         "output.log_exposures=false (to time the phases without the "
+                         "writer's largest table)")
+    ap.add_argument("--pin", action="store_true",
+                    help="hold the run with k workers to k cores, the baselines to one")
     args = ap.parse_args(argv)
     workers, k = [], 1
     while k <= args.max_workers:
@@ -106,11 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for executor in args.executors.split(","):
         for k in workers:
-            rows.append(run_w(args.n, args.rounds, executor, k))
+            rows.append(run_w(args.n, args.rounds, executor, k, tuple(args.set), args.pin))
             print(json.dumps(rows[-1]), flush=True)
-    base = {feed: numpy_baseline(args.n, args.rounds, feed) for feed in ("push", "pull")}
+    base = {feed: numpy_baseline(args.n, args.rounds, feed, args.pin)
+            for feed in ("push", "pull")}
     print(json.dumps(base), flush=True)
     result = {"when": datetime.now().isoformat(timespec="seconds"), "cores": os.cpu_count(),
+              "overrides": args.set, "pinned": args.pin,
               "runs": rows, "numpy": base, "efficiency": efficiency(rows),
               "over_numpy_push": {f"{r['executor']}/{r['workers']}": r["agent_steps_per_s"]
                                   / base["push"]["agent_steps_per_s"] for r in rows}}
