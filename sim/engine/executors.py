@@ -37,20 +37,25 @@ log = logging.getLogger(__name__)
 PLACEMENTS = ("spread", "pack")
 
 
+def shard_request(request: DecisionRequest, n_shards: int, s: int) -> DecisionRequest:
+    """Shard `s`'s part of the request: only its agents (`agent % n_shards == s`; with one
+    shard the request itself, not a copy of every feed array)."""
+    if n_shards == 1:
+        return request
+    mine = request.agents % n_shards == s
+    views = [v.take(np.nonzero(v.agents % n_shards == s)[0]) for v in request.views]
+    return DecisionRequest(
+        round=request.round, views=views, agents=request.agents[mine],
+        position=request.position[mine], confidence=request.confidence[mine],
+        extras=request.extras, json_only=request.json_only, outputs=request.outputs,
+        budget=request.budget, model_tokens=request.model_tokens,
+        contexts=None if request.contexts is None else [request.contexts[s]],
+    )
+
+
 def split_request(request: DecisionRequest, n_shards: int) -> list[DecisionRequest]:
     """One request per shard, holding only that shard's agents."""
-    out = []
-    for s in range(n_shards):
-        mine = request.agents % n_shards == s
-        views = [v.take(np.nonzero(v.agents % n_shards == s)[0]) for v in request.views]
-        out.append(DecisionRequest(
-            round=request.round, views=views, agents=request.agents[mine],
-            position=request.position[mine], confidence=request.confidence[mine],
-            extras=request.extras, json_only=request.json_only, outputs=request.outputs,
-            budget=request.budget, model_tokens=request.model_tokens,
-            contexts=None if request.contexts is None else [request.contexts[s]],
-        ))
-    return out
+    return [shard_request(request, n_shards, s) for s in range(n_shards)]
 
 
 class Executor(ABC):
@@ -110,7 +115,7 @@ class LocalExecutor(Executor):
             shard.update(cfg, population)
 
     def decide(self, request: DecisionRequest) -> list[ShardResult]:
-        parts = split_request(request, self.n_shards) if self.n_shards > 1 else [request]
+        parts = split_request(request, self.n_shards)
         return self._loop.run(gather_or_cancel(*(shard.decide(part) for shard, part
                                                  in zip(self.shards, parts, strict=True))))
 
@@ -213,6 +218,7 @@ class RayExecutor(Executor):
             raise InputError(f"executor.placement: must be one of {', '.join(PLACEMENTS)}, "
                              f"got {placement!r}")
         self._ray = ray
+        self._workers = Workers(resolve_workers(cfg.executor.workers), cfg.executor.worker_rows)
         self._owns_ray = ensure_ray(address)
         self.actors = []
         self._in_flight: list = []  # the object refs of the round's shard calls
@@ -253,7 +259,12 @@ class RayExecutor(Executor):
         return ", ".join(f"{node[:8]}: {n}" for node, n in Counter(self.nodes).items())
 
     def decide(self, request: DecisionRequest) -> list[ShardResult]:
-        parts = split_request(request, self.n_shards)
+        # each shard's part gathered and put in the object store on the driver's worker
+        # threads (numpy's gathers and the store's copies let go of the GIL): at 1M agents
+        # the feeds are ~430 MB a round
+        parts = self._workers.map(
+            lambda s: self._ray.put(shard_request(request, self.n_shards, s)),
+            range(self.n_shards))
         # kept until every shard has answered: `close` cancels what an interrupted round
         # (Ctrl-C, a shard's error) left running
         self._in_flight = [a.decide.remote(p) for a, p in zip(self.actors, parts, strict=True)]
