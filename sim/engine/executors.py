@@ -218,7 +218,6 @@ class RayExecutor(Executor):
             raise InputError(f"executor.placement: must be one of {', '.join(PLACEMENTS)}, "
                              f"got {placement!r}")
         self._ray = ray
-        self._workers = Workers(resolve_workers(cfg.executor.workers), cfg.executor.worker_rows)
         self._owns_ray = ensure_ray(address)
         self.actors = []
         self._in_flight: list = []  # the object refs of the round's shard calls
@@ -259,12 +258,7 @@ class RayExecutor(Executor):
         return ", ".join(f"{node[:8]}: {n}" for node, n in Counter(self.nodes).items())
 
     def decide(self, request: DecisionRequest) -> list[ShardResult]:
-        # each shard's part gathered and put in the object store on the driver's worker
-        # threads (numpy's gathers and the store's copies let go of the GIL): at 1M agents
-        # the feeds are ~430 MB a round
-        parts = self._workers.map(
-            lambda s: self._ray.put(shard_request(request, self.n_shards, s)),
-            range(self.n_shards))
+        parts = split_request(request, self.n_shards)
         # kept until every shard has answered: `close` cancels what an interrupted round
         # (Ctrl-C, a shard's error) left running
         self._in_flight = [a.decide.remote(p) for a, p in zip(self.actors, parts, strict=True)]
