@@ -72,6 +72,17 @@ def test_several_problems_are_all_reported(quickstart_dict):
     assert "seed: must be >= 0, got -1" in msg
 
 
+def test_a_boolean_number_does_not_hide_the_sections_other_problems(quickstart_dict):
+    """A `true` where a number belongs is reported beside the other fields' problems of
+    its section, each boolean field on its own."""
+    data = {**quickstart_dict, "policy": {"post_rate": float("nan"), "engage_rate": True,
+                                          "reply_weight": False}}
+    msg = _error(data)
+    assert "policy.post_rate: must be a finite number, got nan" in msg
+    assert "policy.engage_rate: must be a number, got true" in msg
+    assert "policy.reply_weight: must be a number, got false" in msg
+
+
 def test_line_numbers_point_into_the_file(tmp_path, quickstart_dict):
     """The message carries file:line of the offending key."""
     data = copy.deepcopy(quickstart_dict)

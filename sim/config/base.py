@@ -48,14 +48,28 @@ class Strict(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _no_bool_numbers(cls, data: Any) -> Any:
-        # YAML reads `yes`/`true` as True, and pydantic would take it as 1.
+        # YAML reads `yes`/`true` as True, and pydantic would take it as 1. The value is
+        # swapped for one no number type accepts (rather than raising here), so the
+        # field's error is reported together with every other field's.
         if isinstance(data, dict):
-            for key, value in data.items():
-                field = cls.model_fields.get(key) if isinstance(key, str) else None
-                if isinstance(value, bool) and field is not None and _numeric(
-                        field.annotation) and not _admits(field.annotation, bool):
-                    raise ValueError(f"{key}: must be a number, got {str(value).lower()}")
+            swapped = {key: NotANumber(value) for key, value in data.items()
+                       if isinstance(value, bool) and isinstance(key, str)
+                       and (field := cls.model_fields.get(key)) is not None
+                       and _numeric(field.annotation) and not _admits(field.annotation, bool)}
+            if swapped:
+                return {**data, **swapped}
         return data
+
+
+class NotANumber:
+    """A YAML boolean given where a number belongs: fails the field's validation and shows
+    as the YAML spelled it (`must be a number, got true`)."""
+
+    def __init__(self, value: bool):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return str(self.value).lower()
 
 
 def _admits(annotation: Any, kind: type) -> bool:
