@@ -192,6 +192,28 @@ def test_as_of_reads_history(graph_run):
     assert rid not in set(run.graph_relations()["relation_id"])
 
 
+def test_graph_command_as_of_episodes_and_communities(graph_run, capsys):
+    """`shoal graph episodes|communities --as-of R` show the graph as it was at the end of
+    round R: the episodes admitted by then, the newest generation built by then."""
+    db = graph_run / "trajectory.duckdb"
+    (early,) = query(db, "SELECT count(*) FROM graph_episodes WHERE round <= 2")[0]
+    (every,) = query(db, "SELECT count(*) FROM graph_episodes")[0]
+    assert 0 < early < every
+    for as_of, rows in (("2", early), (None, every)):
+        capsys.readouterr()
+        assert main(["graph", "episodes", str(graph_run),
+                     *(["--as-of", as_of] if as_of else [])]) == 0
+        assert f"episodes ({rows} rows)" in capsys.readouterr().out
+    # generation 1 was built at round 4, generation 2 at round 8 (above)
+    sizes = dict(query(db, "SELECT generation, count(*) FROM graph_communities GROUP BY 1"))
+    for as_of, generation in (("3", None), ("5", 1), ("8", 2), (None, 2)):
+        capsys.readouterr()
+        assert main(["graph", "communities", str(graph_run),
+                     *(["--as-of", as_of] if as_of else [])]) == 0
+        rows = sizes[generation] if generation else 0
+        assert f"communities ({rows} rows)" in capsys.readouterr().out, as_of
+
+
 def test_what_you_know_in_inspect_within_budget(graph_run, capsys):
     assert main(["inspect", str(graph_run), "--agent", "3", "--round", "5",
                  "--platform", "twitter"]) == 0

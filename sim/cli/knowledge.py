@@ -48,7 +48,7 @@ def add_parsers(sub) -> None:
     for name, help_ in (("relations", "the facts (visible ones; --withdrawn: all)"),
                         ("entities", "the entities and how many facts each is in"),
                         ("episodes", "the texts the graph was read from"),
-                        ("communities", "the newest generation of communities"),
+                        ("communities", "the newest generation of communities (by --as-of)"),
                         ("search", "facts matching a query (BM25 + neighbourhood)"),
                         ("neighbourhood", "the facts around one entity"),
                         ("history", "a relation, its withdrawal, its endpoints' others")):
@@ -236,10 +236,11 @@ def cmd_graph_show(args: argparse.Namespace) -> int:
     elif a == "entities":
         frame, cols = reader.entities(args.as_of), ["entity_id", "name", "type", "relations"]
     elif a == "episodes":
-        frame = reader.episodes()
+        frame = reader.episodes(args.as_of)
         cols = ["episode_id", "kind", "source", "span_start", "span_end", "agent", "text"]
     elif a == "communities":
-        frame, cols = reader.communities(), ["generation", "community", "size", "summary"]
+        frame = reader.communities(as_of=args.as_of)
+        cols = ["generation", "community", "size", "summary"]
     elif a == "neighbourhood":
         frame = reader.neighbourhood(args.what, args.as_of)
         cols = ["relation_id", "subject", "predicate", "object", "kind", "source_id"]

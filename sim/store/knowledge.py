@@ -131,9 +131,10 @@ class GraphReader:
             LEFT JOIN v ON e.entity_id IN (v.subject_id, v.object_id)
             {cond} GROUP BY ALL ORDER BY e.entity_id""").df()
 
-    def episodes(self) -> pd.DataFrame:
-        """Every episode, verbatim."""
-        return self.con.sql("SELECT * FROM graph_episodes ORDER BY episode_id").df()
+    def episodes(self, as_of: int | None = None) -> pd.DataFrame:
+        """Every episode admitted by the end of round `as_of` (default: all), verbatim."""
+        cond = "" if as_of is None else f"WHERE round <= {int(as_of)}"
+        return self.con.sql(f"SELECT * FROM graph_episodes {cond} ORDER BY episode_id").df()
 
     def neighbourhood(self, entity: str, as_of: int | None = None) -> pd.DataFrame:
         """Visible relations with `entity` (a name, case-insensitive) at either end."""
@@ -149,17 +150,27 @@ class GraphReader:
             JOIN graph_relations r ON r.subject = v.subject_id AND r.object = v.object_id
             WHERE r.relation_id = {int(relation_id)} ORDER BY v.relation_id""").df()
 
-    def communities(self, generation: int | None = None) -> pd.DataFrame:
-        """The communities of one generation (default: the newest)."""
-        gen = ("(SELECT max(generation) FROM graph_communities)" if generation is None
-               else str(int(generation)))
+    @staticmethod
+    def _generation(generation: int | None, as_of: int | None) -> str:
+        """SQL for a generation of communities: the one given, else the newest built by
+        the end of round `as_of` (default: the newest of all)."""
+        if generation is not None:
+            return str(int(generation))
+        cond = "" if as_of is None else f" WHERE round <= {int(as_of)}"
+        return f"(SELECT max(generation) FROM graph_communities{cond})"
+
+    def communities(self, generation: int | None = None, as_of: int | None = None
+                    ) -> pd.DataFrame:
+        """The communities of one generation (default: the newest, or the newest built by
+        the end of round `as_of`)."""
+        gen = self._generation(generation, as_of)
         return self.con.sql(f"SELECT * FROM graph_communities WHERE generation = {gen} "
                             "ORDER BY community").df()
 
-    def members(self, generation: int | None = None) -> pd.DataFrame:
-        """Entity membership of one generation's communities (default: the newest)."""
-        gen = ("(SELECT max(generation) FROM graph_communities)" if generation is None
-               else str(int(generation)))
+    def members(self, generation: int | None = None, as_of: int | None = None
+                ) -> pd.DataFrame:
+        """Entity membership of one generation's communities (default as `communities`)."""
+        gen = self._generation(generation, as_of)
         return self.con.sql(f"""
             SELECT m.generation, m.community, m.entity_id, e.name, e.type
             FROM graph_community_members m JOIN graph_entities e USING (entity_id)
