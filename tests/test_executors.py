@@ -49,12 +49,26 @@ def _run(tmp_path, quickstart_dict, address: str) -> int:
 
 def test_an_address_where_nothing_listens_exits_2(tmp_path, quickstart_dict, no_ray, capsys):
     """host:port with nothing listening: exit 2 naming the address and how to get a
-    cluster (or run in-process); no run directory, not even the --out folder."""
+    cluster (or run on this machine); no run directory, not even the --out folder."""
     address = f"127.0.0.1:{_closed_port()}"
     assert _run(tmp_path, quickstart_dict, address) == 2
     err = capsys.readouterr().err
     assert f"--address {address}: no Ray cluster answers there" in err
-    assert "ray start --head" in err and "--executor local" in err
+    assert "ray start --head" in err and "leave --address out" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_sweep_to_an_address_where_nothing_listens_exits_2(tmp_path, quickstart_dict,
+                                                             no_ray, capsys):
+    """`shoal sweep --address` is probed before the sweep is announced or its folder made,
+    and the advice names only flags the command has."""
+    address = f"127.0.0.1:{_closed_port()}"
+    path = write_config(tmp_path / "c.yaml", quickstart_dict)
+    assert main(["sweep", str(path), "--seeds", "2", "--address", address,
+                 "--out", str(tmp_path / "out")]) == 2
+    captured = capsys.readouterr()
+    assert f"--address {address}: no Ray cluster answers there" in captured.err
+    assert "--executor" not in captured.err and "grid point" not in captured.err
     assert not (tmp_path / "out").exists()
 
 

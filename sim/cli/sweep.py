@@ -7,6 +7,7 @@ from rich.table import Table
 
 from shoal.analysis.sweeps import LEVEL, SUMMARY_FILE, SWEEP_FILE
 from shoal.cli.console import console, out, print_whole
+from shoal.engine.executors import probe_ray_address
 from shoal.runs.sweep import plan_sweep, run_sweep
 
 
@@ -40,6 +41,8 @@ def sweep(args) -> int:
     if args.rounds is not None:
         sets.append(f"rounds={args.rounds}")
     plan = plan_sweep(args.config, args.seeds, args.seed_base, args.grid, sets, args.out)
+    if args.address:  # before the plan is announced: no cluster there, no sweep
+        probe_ray_address(args.address)
     console.print(f"sweep [bold]{plan.root.name}[/]: {len(plan.points)} grid point(s) × "
                   f"{len(plan.seeds)} seed(s) = {len(plan.members)} runs → {plan.root}")
 

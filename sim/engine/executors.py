@@ -135,7 +135,7 @@ RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 def _no_cluster(address: str, why: str) -> InputError:
     return InputError(f"--address {address}: no Ray cluster answers there ({why}); start "
                       "one with `ray start --head` (then pass the address it prints, or "
-                      "'auto'), or run in-process with `--executor local`")
+                      "'auto'), or leave --address out to run on this machine alone")
 
 
 def probe_ray_address(address: str) -> None:
