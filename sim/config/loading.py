@@ -27,7 +27,24 @@ from shoal.core.errors import ConfigError, InputError
 from shoal.core.registry import REGISTRIES
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+class _ValueLoader(yaml.SafeLoader):
+    """A SafeLoader whose values that cannot be built (`2026-02-30`, `!!int abc`, an
+    integer of thousands of digits) are YAML errors at their line, not a bare ValueError."""
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, OverflowError) as exc:
+            if isinstance(exc, yaml.YAMLError):
+                raise
+            value = str(node.value) if isinstance(node, yaml.ScalarNode) else node.tag
+            shown = value if len(value) <= 40 else value[:40] + "…"
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read {shown!r}: {str(exc).splitlines()[0]}",
+                node.start_mark) from None
+
+
+class _UniqueKeyLoader(_ValueLoader):
     """A SafeLoader that rejects duplicate keys instead of silently keeping the last."""
 
 
@@ -580,7 +597,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str],
             raise ConfigError([f"{_quoted(label)}: expected key=value, e.g. "
                                "population.size=500"])
         try:
-            value = yaml.safe_load(raw)
+            value = yaml.load(raw, Loader=_ValueLoader)
         except yaml.YAMLError as exc:
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
             raise ConfigError([f"{_quoted(label)}: the value is not valid YAML ({problem}); "
