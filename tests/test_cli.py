@@ -137,6 +137,23 @@ def test_run_takes_a_name(tmp_path, quickstart_dict, capsys):
     assert json.loads((run / "run.json").read_text())["name"] == "what_if"
 
 
+def test_a_folder_beyond_the_basic_plane_runs_and_forks(tmp_path, quickstart_dict, capsys):
+    """An --out with a character beyond U+FFFF (an emoji): the run and a fork of it (which
+    writes into its parent's folder) both work; a name with one is refused by name, shown
+    as typed (JSON's escapes would reach YAML as two broken surrogate halves)."""
+    path = write_config(tmp_path / "c.yaml", {**quickstart_dict, "rounds": 2,
+                                              "population": {"size": 50}})
+    out = tmp_path / "runs\U0001f41f"
+    assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0
+    (run,) = out.iterdir()
+    assert main(["fork", str(run), "--round", "1", "--quiet"]) == 0
+    assert len(list(out.iterdir())) == 2
+    capsys.readouterr()
+    assert main(["run", str(path), "--name", "fish\U0001f41f", "--quiet", "--out",
+                 str(out)]) == 2
+    assert "got 'fish\U0001f41f'" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_a_ray_run_prints_none_of_rays_own_notices(tmp_path, quickstart_dict):
     """issue 26 item 18: Shoal's own Ray start keeps Ray's token-authentication notice and

@@ -9,7 +9,6 @@ shows the traceback); 130 interrupted.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 import traceback
@@ -21,7 +20,7 @@ from rich.markup import escape
 from shoal.cli.console import console, out, print_whole, progress_bar, stop_between_rounds
 from shoal.cli.knowledge import add_parsers as add_graph_parsers
 from shoal.config import load_config, resolved_dict
-from shoal.config.loading import locate
+from shoal.config.loading import locate, override_value
 from shoal.core.errors import InputError, ProviderDown
 from shoal.store.run_dir import engine_version
 
@@ -40,7 +39,7 @@ def _overrides(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         value = getattr(args, flag, None)
         if value is not None:
             # Text flags are quoted: `--out 2024` is a folder name, not a number.
-            shown = (json.dumps(value) if flag in ("executor", "address", "placement", "out",
+            shown = (override_value(value) if flag in ("executor", "address", "placement", "out",
                                                    "name")
                      else value)
             sets.append(f"{key}={shown}")

@@ -238,6 +238,8 @@ def _describe(err: ErrorDetails, path: tuple[Any, ...], data: Any) -> str:
         return f"must be a finite number, got {got!r}"
     if kind == "too_short":
         return f"must have at least {ctx.get('min_length')} item(s)"
+    if kind == "string_too_long":
+        return f"must have at most {ctx.get('max_length')} characters, got {len(str(got))}"
     if kind == "string_too_short":
         return "must not be empty" if ctx.get("min_length") == 1 else \
             f"must have at least {ctx.get('min_length')} characters"
@@ -569,6 +571,14 @@ def config_hash(cfg: Config) -> str:
     """A stable sha256 of the resolved config (canonical JSON)."""
     blob = json.dumps(resolved_dict(cfg), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def override_value(value: Any) -> str:
+    """A value as the right side of a `--set key=value` override: JSON, which YAML reads
+    back as the same value (a string stays a string: `--out 2024`), with characters
+    beyond U+FFFF written as they are (YAML would read JSON's surrogate-pair escapes
+    back as two broken halves)."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 def shown_override(item: str) -> str:

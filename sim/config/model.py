@@ -411,7 +411,8 @@ class CheckpointConfig(Strict):
 class Config(Strict):
     """A whole simulation, as read from YAML with defaults filled in."""
 
-    name: Name = "shoal"
+    # the prefix of run ids and folder names: kept well below file systems' 255 bytes
+    name: Name = Field(default="shoal", max_length=100)
     seed: int = Field(default=0, ge=0, lt=2**63)
     rounds: int = Field(gt=0)
     minutes_per_round: int = Field(default=60, gt=0)

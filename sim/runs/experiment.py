@@ -56,7 +56,7 @@ from shoal.analysis.experiments import (
 from shoal.config import Config, load_config, parse_config, resolved_dict
 from shoal.config.experiment import BASE, ArmSpec, ExperimentConfig
 from shoal.config.interventions import MUTABLE_SECTIONS, mutable
-from shoal.config.loading import locate, shown_override
+from shoal.config.loading import locate, override_value, shown_override
 from shoal.config.platforms import mutable_fields
 from shoal.core.errors import InputError
 from shoal.core.faults import crash_point
@@ -153,7 +153,7 @@ def arm_plan(arm: str, spec: ArmSpec, base: dict, k: int) -> ForkPlan:
     for key, value in spec.overrides.items():
         path = f"{where}.overrides.{key}"
         _check_override(key, path, schedule)
-        sets.append(f"{key}={json.dumps(value)}")  # JSON is YAML
+        sets.append(f"{key}={override_value(value)}")
         labels[sets[-1]] = f"{where}.overrides"
     edits = []
     for i, ref in enumerate(spec.interventions.remove):

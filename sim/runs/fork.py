@@ -11,14 +11,13 @@ anything is written.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from shoal.config import ConfigError, parse_config, upgrade_saved
 from shoal.config.llm import check_api_keys
-from shoal.config.loading import locate
+from shoal.config.loading import locate, override_value
 from shoal.core.errors import InputError
 from shoal.engine.agent_history import newly_tracked, rebuild_history
 from shoal.engine.interventions import check_against_population
@@ -56,11 +55,13 @@ def fork_run(parent: str | Path, fork_round: int, plan: ForkPlan | None = None,
     labels = dict(plan.labels)
     sets = list(plan.sets)
     if name is not None:
-        sets.append(f"name={json.dumps(str(name))}")
+        sets.append(f"name={override_value(str(name))}")
         labels[sets[-1]] = f"--name {name}"
-    sets.append(f"output.dir={json.dumps(str(out if out is not None else parent_dir.root.parent))}")
-    if out is not None:
-        labels[sets[-1]] = f"--out {out}"
+    folder = out if out is not None else parent_dir.root.parent
+    sets.append(f"output.dir={override_value(str(folder))}")
+    # a flag the user typed, else what the folder is (not a --set nobody typed)
+    labels[sets[-1]] = (f"--out {out}" if out is not None
+                        else f"the fork's folder {folder} (its parent's; --out DIR for another)")
     try:
         cfg, changes, renumber = fork_config(upgrade_saved(meta["config"]), fork_round,
                                              ForkPlan(sets, plan.seed, plan.interventions,

@@ -53,6 +53,7 @@ from shoal.analysis.sweeps import (
     summarize_members,
 )
 from shoal.config import Config, load_config, parse_config, resolved_dict
+from shoal.config.loading import override_value
 from shoal.core.errors import InputError
 from shoal.core.files import write_text
 from shoal.runs.task_pool import Outcome, TaskPool, failure
@@ -164,7 +165,7 @@ def plan_sweep(config: str | Path, seeds: int, seed_base: int = 0,
                      seeds=list(range(seed_base, seed_base + seeds)), sets=list(sets or []),
                      members=[], name=base.name)
     for p, point in enumerate(plan.points):
-        grid_sets = [f"{k}={json.dumps(v)}" for k, v in point.items()]  # JSON is YAML
+        grid_sets = [f"{k}={override_value(v)}" for k, v in point.items()]
         try:
             cfg = load_config(config, [*plan.sets, *grid_sets])
         except InputError as exc:
