@@ -250,3 +250,29 @@ def test_a_resumed_llm_run_counts_no_fallback_the_tables_do_not_hold(tmp_path):
     text = " ".join(console.export_text().split())
     assert "0 failed" in text and "0 fell back" in text, text
     assert f"{stopped[0][0]:,} requests of round(s) 3, which got no answer" in text
+
+
+def test_a_run_held_by_this_process_stays_locked_against_others(tmp_path):
+    """While a resumed run is open here, another process cannot open it (a second
+    `shoal resume` is refused as 'in use'), also after this process has looked its
+    lineage up: reading the trajectory's header would close a descriptor of the file, and
+    the kernel then drops DuckDB's lock on it."""
+    from shoal.runs.simulation import Simulation
+    from shoal.store.run_dir import open_run_dir
+
+    out = tmp_path / "runs"
+    killed = run_cli(["run", str(small_config(tmp_path)), "--out", str(out), "--quiet"],
+                     env={"SHOAL_FAULT": "mid_round:2"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    (run,) = out.iterdir()
+    sim = Simulation.resume(run)
+    try:
+        sim.driver()  # (the engine looks up the run's lineage for its response cache)
+        open_run_dir(run)  # a header check of a file this process holds
+        second = run_cli(["resume", str(run), "--quiet"])
+        assert second.returncode == 2, second.stderr
+        assert "in use by" in second.stderr
+        sim.run()
+    finally:
+        sim.close()
+    assert run_cli(["resume", str(run), "--quiet"]).returncode == 0  # (finished: says so)

@@ -244,11 +244,11 @@ class Simulation:
                                    finished_at=datetime.now().isoformat())
         except (OSError, duckdb.Error) as exc:
             with contextlib.suppress(Exception):
-                store.con.close()
+                store.abandon()
             raise _no_room_to_resume(run_dir, last, exc) or exc from None
         except BaseException:
             with contextlib.suppress(Exception):
-                store.con.close()
+                store.abandon()
             raise
         sim = cls(world, store, run_dir.checkpoints, run_dir.read_meta(), run_dir)
         sim.notes = notes

@@ -7,8 +7,10 @@ tables, one insert per table per round. The schema is shoal.store.schema's (docs
 from __future__ import annotations
 
 import json
+import os
 import re
 import struct
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -71,11 +73,29 @@ def damaged(path: str | Path, reason: str) -> str:
             "from a copy, or run the config again")
 
 
+# The files this process holds open as TrajectoryStores, by (device, inode). DuckDB's
+# lock on a file is a POSIX record lock, which the kernel drops when the process closes
+# *any* descriptor of that file: reading such a file's header here would silently let a
+# second process open it for writing beside us (a second `shoal resume` of a running run).
+_HELD: Counter[tuple[int, int]] = Counter()
+
+
+def _identity(path: str | Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def header_damage(path: str | Path) -> str | None:
     """What the first 12 kB of a trajectory file show wrong, without opening it in DuckDB
     (cheap enough for every run of a folder): not a DuckDB file (overwritten, zeroed), or
     shorter than the blocks its newest header lists (cut off). None: nothing seen (bytes
-    changed inside a block are found only when the block is read)."""
+    changed inside a block are found only when the block is read), or the file is one this
+    process has open as a store (opened whole; not read here: that would drop its lock)."""
+    if _identity(path) in _HELD:
+        return None
     try:
         with open(path, "rb") as f:
             head = f.read(3 * _HEADER)
@@ -122,13 +142,16 @@ class TrajectoryStore:
     def __init__(self, path: str | Path, platforms: Sequence[str] | None = None):
         self.path = Path(path) if str(path) != ":memory:" else None
         self.con = connect(path)
+        self._held = _identity(self.path) if self.path is not None else None
+        if self._held is not None:
+            _HELD[self._held] += 1
         try:
             if platforms is not None:
                 self.con.execute(schema(platforms))
             else:
                 self._upgrade()
         except duckdb.Error as exc:
-            self.con.close()
+            self.abandon()
             if out_of_space(exc):
                 raise StorageFull(f"no space left on the device of {path}") from None
             if (reason := damage_reason(exc)) is not None:
@@ -221,7 +244,17 @@ class TrajectoryStore:
                 raise
             raise StorageFull(f"no space left on the device of {self.path}") from None
         finally:
-            self.con.close()
+            self.abandon()
+
+    def abandon(self) -> None:
+        """Close the connection without a checkpoint (on an error path; what was committed
+        stays in the WAL) and forget that this process holds the file."""
+        self.con.close()
+        if self._held is not None:
+            _HELD[self._held] -= 1
+            if _HELD[self._held] <= 0:
+                del _HELD[self._held]
+            self._held = None
 
 
 _CONSTANT_ROWS = 4096  # below this a batch is cheap however it is sent
