@@ -93,7 +93,8 @@ def cmd_analyse(args: argparse.Namespace) -> int:
     out.print(f"analysis {result.analysis_id}: {result.status}; {result.claims} claims, "
               f"{result.unverified} unverified; cost ${result.cost_usd:.4f}; "
               f"{result.seconds:.1f} s", highlight=False)
-    console.print(f"markdown → {result.markdown}; `shoal report` shows it with its evidence")
+    console.print(f"markdown → {escape(str(result.markdown))}; `shoal report` shows it "
+                  "with its evidence")
     return 0 if result.status == "done" else 4
 
 

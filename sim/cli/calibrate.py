@@ -74,6 +74,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         best = dict(zip(result.estimates["param"], result.estimates["best"], strict=True))
         plot_fit(args.config, args.set or [], best, target, args.seeds, args.seed,
                  result.out / "fit.png")
-    console.print(f"results → {result.out} (calibrated.yaml, trials.csv, calibration.json"
+    console.print(f"results → {escape(str(result.out))} (calibrated.yaml, trials.csv, "
+                  "calibration.json"
                   + ("" if args.no_plot else ", fit.png") + ")")
     return 0

@@ -18,14 +18,15 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-console = Console(stderr=True, soft_wrap=True)  # error lines stay whole for grep
-out = Console()
+# emoji=False: user text (a run's name, a path) with `:smile:` in it stays as typed
+console = Console(stderr=True, soft_wrap=True, emoji=False)  # whole lines for grep
+out = Console(emoji=False)
 
 
 def print_whole(table) -> None:
     """Print a table at the terminal's width, or with whole lines when output is piped
     (run ids are not cut, so the output can be grepped)."""
-    (out if out.is_terminal else Console(width=240)).print(table)
+    (out if out.is_terminal else Console(width=240, emoji=False)).print(table)
 
 
 class _NoProgress:

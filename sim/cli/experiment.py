@@ -101,7 +101,8 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         result = run_experiment(root, spec, parallel=args.parallel, address=args.address,
                                 on_unit=on_unit)
     except KeyboardInterrupt:
-        console.print(f"[yellow]stopped[/]; continue with: shoal experiment --resume {root}",
+        console.print("[yellow]stopped[/]; continue with: shoal experiment --resume "
+                      f"{escape(str(root))}",
                       highlight=False)
         raise
     exp = result.experiment

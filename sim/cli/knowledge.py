@@ -4,15 +4,19 @@
 from __future__ import annotations
 
 import argparse
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.markup import escape
 from rich.table import Table
 
 from shoal.cli.console import console, print_whole
-from shoal.core.errors import InputError
+from shoal.core.errors import InputError, ProviderDown
 
 ROUND_MAX = 2**31 - 1  # rounds are int32 in the graph's tables
+SEED_LIMIT = 2**63  # seeds are int64 (config.yaml's `seed`)
 
 
 def add_parsers(sub) -> None:
@@ -73,29 +77,63 @@ def _extractor_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _extractor(args: argparse.Namespace):
-    """The offline extractor, or an LLM one for --llm (its calls counted on exit)."""
+    """The offline extractor, or an LLM one for --llm that stops at a first call that
+    fails (InputError naming the flag when --llm, --model or --api-key-env is not valid)."""
     from shoal.memory.knowledge.extract import OfflineExtractor
 
     if not args.llm:
         return OfflineExtractor()
+    from pydantic import ValidationError
+
     from shoal.config.llm import ProviderConfig
+    from shoal.config.loading import validation_problems
+    from shoal.core.errors import ConfigError
     from shoal.memory.knowledge.llm_extractor import LLMExtractor
 
-    provider = ProviderConfig(name="extractor", base_urls=[args.llm], model=args.model,
-                              api_key_env=args.api_key_env, temperature=0.0,
-                              max_tokens=1500)
-    return LLMExtractor(provider)
+    data = {"name": "extractor", "base_urls": [args.llm], "model": args.model,
+            "api_key_env": args.api_key_env, "temperature": 0.0, "max_tokens": 1500}
+    try:
+        provider = ProviderConfig(**data)
+    except ValidationError as exc:
+        flags = {("base_urls",): "--llm", ("model",): "--model",
+                 ("api_key_env",): "--api-key-env"}
+        # (the flag names the field: the provider's own field path would only confuse)
+        problems = [re.sub(r"^(--[a-z-]+): [\w.]+: ", r"\1: ", p)
+                    for p in validation_problems(exc, data, overrides=flags)]
+        raise ConfigError(problems) from None
+    return LLMExtractor(provider, stop_when_down=True)
 
 
-def _close(extractor) -> None:
-    close = getattr(extractor, "close", None)
-    calls = getattr(extractor, "calls", None)
-    if calls is not None and calls.rows:
-        rows = calls.drain(0)
-        failed = sum(r["status"] != "ok" for r in rows)
-        console.print(f"extraction: {len(rows)} LLM calls, {failed} failed", highlight=False)
-    if close is not None:
-        close()
+@contextmanager
+def _extracting(args: argparse.Namespace) -> Iterator:
+    """The extractor of --llm (or the offline one) for the block, closed after it. An LLM
+    endpoint whose first call fails stops the command before it writes anything: exit 2
+    when the endpoint cannot be used as given (nothing listening, a refused key, a wrong
+    model), 3 when trying later may do (a timeout, a rate limit, a server error). When
+    some calls failed, a warning says how many and why."""
+    from shoal.memory.knowledge.llm_extractor import ExtractorDown
+
+    extractor = _extractor(args)
+    try:
+        yield extractor
+    except ExtractorDown as exc:
+        said = (f"--llm {args.llm}: "
+                + ("no answer" if exc.status in ("unreachable", "timeout") else
+                   "no usable answer") + f" ({exc.error}); nothing written")
+        if exc.transient:
+            raise ProviderDown(f"{said}; try again later") from None
+        raise InputError(f"{said}. Is a server running there, and are this its base URL "
+                         "(…/v1), model and key? (`shoal llm-check URL` probes one)"
+                         ) from None
+    finally:
+        close = getattr(extractor, "close", None)
+        if close is not None:
+            close()
+    report = getattr(extractor, "report", None)
+    if report is not None:
+        line = escape(f"extraction: {report()}")
+        console.print(f"[yellow]warning[/]: {line}" if extractor.lost else line,
+                      highlight=False)
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -119,6 +157,10 @@ def cmd_init(args: argparse.Namespace) -> int:
         raise InputError(f"{where} {agents}: a scenario needs 2 to {MAX_AGENTS:,} agents")
     if rounds is not None and not 1 <= rounds <= MAX_ROUNDS:
         raise InputError(f"{said} {rounds}: a scenario needs 1 to {MAX_ROUNDS:,} rounds")
+    if args.seed < 0:  # (the config's `seed` takes the same range)
+        raise InputError(f"--seed {args.seed}: must be >= 0")
+    if args.seed >= SEED_LIMIT:
+        raise InputError(f"--seed {args.seed}: must be < 2**63")
     language = None
     if args.language is not None:
         from shoal.core.language import check
@@ -127,14 +169,11 @@ def cmd_init(args: argparse.Namespace) -> int:
             language = check(args.language)
         except ValueError as exc:
             raise InputError(f"--language: {exc}") from None
-    extractor = _extractor(args)
-    try:
+    with _extracting(args) as extractor:
         folder = init_scenario(args.brief, args.out, extractor,
                                InitOptions(agents=agents, seed=args.seed, rounds=rounds,
                                            language=language),
                                force=args.force)
-    finally:
-        _close(extractor)
     if (folder / "graph" / "llm_calls.parquet").exists():
         console.print(f"extraction's LLM calls: {folder / 'graph' / 'llm_calls.parquet'}",
                       markup=False, highlight=False)
@@ -151,7 +190,13 @@ def cmd_graph_add(args: argparse.Namespace) -> int:
     from shoal.memory.knowledge.ingest import ingest_document
     from shoal.memory.knowledge.memory import stamp
     from shoal.memory.knowledge.model import TABLES, KnowledgeGraph
-    from shoal.store.knowledge import GRAPH_TABLES, SCENARIO_DIR, GraphReader, write_scenario_graph
+    from shoal.store.knowledge import (
+        GRAPH_TABLES,
+        SCENARIO_DIR,
+        GraphReader,
+        read_scenario_file,
+        write_scenario_graph,
+    )
     from shoal.world.knowledge import read_document
 
     folder = Path(args.into)
@@ -175,18 +220,18 @@ def cmd_graph_add(args: argparse.Namespace) -> int:
     else:
         old = {}
     # All read first (nothing is written if one cannot be); a file's name is a source
-    # name of the graph's facts, so it is made one line of text.
+    # name of the graph's facts, so it is made one line of text. Earlier LLM calls are
+    # kept before this extraction's (read only when there are calls to add to them).
     texts = [(one_line(Path(d).name), read_document(d)) for d in args.documents]
-    extractor = _extractor(args)
-    try:
+    earlier = folder / SCENARIO_DIR / "llm_calls.parquet"
+    kept = read_scenario_file(earlier).to_pylist() if args.llm and earlier.exists() else []
+    with _extracting(args) as extractor:
         for name, text in texts:
             added = ingest_document(graph, name, text, extractor)
             console.print(f"{escape(name)}: {added['episodes']} episodes, {added['entities']} "
                           f"new entities, {added['relations']} relations", highlight=False)
         calls = getattr(extractor, "calls", None)
         rows = calls.drain(0) if calls is not None else []
-    finally:
-        _close(extractor)
     found = detect(graph, generation + 1, 0)
     tables = {n: stamp(t, 0) for n, t in graph.tables().items()}
     for n, t in found.tables().items():
@@ -198,13 +243,7 @@ def cmd_graph_add(args: argparse.Namespace) -> int:
     if rows:  # the extraction's LLM calls, after any earlier ones
         from shoal.runs.scenario_init import write_calls
 
-        earlier = folder / SCENARIO_DIR / "llm_calls.parquet"
-        if earlier.exists():
-            import duckdb
-
-            quoted = str(earlier).replace("'", "''")
-            rows = duckdb.sql(f"SELECT * FROM '{quoted}'").df().to_dict("records") + rows
-        write_calls(folder, rows)
+        write_calls(folder, kept + rows)
     console.print(f"graph → {folder / SCENARIO_DIR} ({graph.n_entities} entities, "
                   f"{graph.n_relations} relations, generation {generation + 1} of "
                   "communities)", markup=False, highlight=False)

@@ -60,7 +60,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     cfg = _load(args)
     out.print(yaml.safe_dump(resolved_dict(cfg), sort_keys=False), end="", markup=False,
               highlight=False)
-    console.print(f"[green]ok[/]: {args.config} is valid")
+    console.print(f"[green]ok[/]: {escape(str(args.config))} is valid")
     for note in cfg.notes():  # valid, but not what it says (a sample larger than its pool)
         console.print(f"[yellow]warning[/]: {escape(str(locate(cfg, InputError(note))))}",
                       highlight=False)
@@ -77,7 +77,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         sim = Simulation.create(cfg)
     except InputError as exc:  # found against the population: point into the config too
         raise locate(cfg, exc) from None
-    console.print(f"run [bold]{sim.run_id}[/] → {sim.dir.root}")
+    console.print(f"run [bold]{sim.run_id}[/] → {escape(str(sim.dir.root))}")
     for note in sim.notes:
         console.print(f"[yellow]note[/]: {escape(note)}", highlight=False)
     return _drive(sim, args.quiet, start)
@@ -132,7 +132,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
                     source=("stdin" if args.intervene == "-" else args.intervene) or "fork")
     sim = fork_run(args.run, args.round, plan, out=args.out, name=args.name)
     console.print(f"fork [bold]{sim.run_id}[/] of {sim.meta['lineage']['parent_run_id']} at "
-                  f"round {args.round} → {sim.dir.root}")
+                  f"round {args.round} → {escape(str(sim.dir.root))}")
     schedule = describe_schedule(sim.cfg, args.round)
     console.print(f"interventions after round {args.round}: "
                   + ("; ".join(schedule) if schedule else "none"), markup=False,
@@ -153,7 +153,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     entries = run_tree(args.folder)
     unfinished = clean_unfinished(args.folder)
     if not entries:
-        console.print(f"no runs in {args.folder}")
+        console.print(f"no runs in {escape(str(args.folder))}")
         _print_unfinished(args.folder, unfinished)
         return 0
     table = Table(box=None)
@@ -211,7 +211,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print_whole(table)
         out.print()
     plot_comparison(cmp, path)
-    console.print(f"plot → {path}" + (" (replaced the file there, as --out asked)"
+    console.print(f"plot → {escape(str(path))}" + (" (replaced the file there, as --out asked)"
                                       if replaced else ""), highlight=False)
     return 0
 
@@ -265,7 +265,7 @@ def cmd_interview(args: argparse.Namespace) -> int:
     result = interview(args.run, args.agent, args.question, args.round, args.base_url,
                        args.model, args.api_key_env)
     console.print(f"[bold]agent {result.agent}[/] as of the end of round {result.round} "
-                  f"({result.provider}: {result.model}; system text "
+                  f"({escape(result.provider)}: {escape(result.model)}; system text "
                   f"{result.context.tokens['system']} tokens)")
     if args.show_context:
         out.print("=== SYSTEM ===", markup=False)
@@ -316,9 +316,9 @@ def cmd_diagnose_memory(args: argparse.Namespace) -> int:
                           args.plant_as, args.group, Path(args.out) if args.out else None)
     except InputError as exc:
         raise locate(cfg, exc) from None
-    console.print(f"planted at round {result.plant_round} as {args.plant_as}: "
-                  f"{result.fact!r}; checked at round {result.check_round}; run "
-                  f"{result.run_dir or '(in memory; --out keeps it)'}")
+    console.print(f"planted at round {result.plant_round} as {escape(args.plant_as)}: "
+                  f"{escape(repr(result.fact))}; checked at round {result.check_round}; run "
+                  f"{escape(str(result.run_dir or '(in memory; --out keeps it)'))}")
     for stage in result.stages:
         mark = "[green]yes[/]" if stage.ok else "[red]no[/]"
         console.print(f"  {stage.stage:9} {mark}  {escape(stage.detail)}")
@@ -373,11 +373,11 @@ def _drive(sim, quiet: bool, start: float) -> int:
         kept = sim.checkpoints.latest()
         console.print(f"[yellow]interrupted[/]: the round in progress was abandoned; round "
                       f"{kept} is the last one kept (committed and checkpointed); continue "
-                      f"with: shoal resume {sim.dir.root}")
+                      f"with: shoal resume {escape(str(sim.dir.root))}")
         return 130
     if not sim.finished:
         console.print(f"[yellow]stopped[/] after round {sim.round} (committed and "
-                      f"checkpointed); continue with: shoal resume {sim.dir.root}")
+                      f"checkpointed); continue with: shoal resume {escape(str(sim.dir.root))}")
         return 130
     out.print(summarize(sim.dir.root, time.perf_counter() - start, sim.round - first))
     out.print(open_hint(sim.dir.root), soft_wrap=True, style="dim", markup=False,
@@ -390,7 +390,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from shoal.analysis.report import write_report
 
     path = write_report(args.run, args.out)
-    console.print(f"report → {path} ({path.stat().st_size / 1e3:,.0f} kB)")
+    console.print(f"report → {escape(str(path))} ({path.stat().st_size / 1e3:,.0f} kB)")
     return 0
 
 

@@ -90,7 +90,7 @@ def summarize(root: Path, wall_seconds: float | None = None, rounds_run: int | N
                          f"({steps:,} agent-rounds acted)")
     size = db.stat().st_size + (db.with_suffix(".duckdb.wal").stat().st_size
                                 if db.with_suffix(".duckdb.wal").exists() else 0)
-    head.add_row("trajectory", f"{db}  ({size / 1e6:.1f} MB)")
+    head.add_row("trajectory", Text(f"{db}  ({size / 1e6:.1f} MB)"))  # a path: not markup
     head.add_row("checkpoints", _checkpoints_line(CheckpointStore(Path(root) / "checkpoints")))
     if spent.requests:
         retried = f" ({usage.requests:,} HTTP requests)" if usage.retries else ""

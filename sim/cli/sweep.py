@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
+from rich.markup import escape
 from rich.table import Table
 
 from shoal.analysis.sweeps import LEVEL, SUMMARY_FILE, SWEEP_FILE
@@ -44,7 +45,8 @@ def sweep(args) -> int:
     if args.address:  # before the plan is announced: no cluster there, no sweep
         probe_ray_address(args.address)
     console.print(f"sweep [bold]{plan.root.name}[/]: {len(plan.points)} grid point(s) × "
-                  f"{len(plan.seeds)} seed(s) = {len(plan.members)} runs → {plan.root}")
+                  f"{len(plan.seeds)} seed(s) = {len(plan.members)} runs → "
+                  f"{escape(str(plan.root))}")
 
     def on_member(record: dict, done: int, total: int) -> None:
         if args.quiet and record["status"] == "finished":
