@@ -9,6 +9,7 @@ shows the traceback); 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 import time
 import traceback
@@ -649,17 +650,38 @@ def _guarded(func: Callable[[argparse.Namespace], int], args, debug: bool) -> in
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]")
         return 130
+    except OSError as exc:
+        if debug:
+            traceback.print_exc()
+        if exc.filename is None or exc.errno not in _PATH_ERRNOS:
+            return _internal(exc, debug)
+        # a file or folder the command was told to use (an --out on a read-only disk, in
+        # a folder it may not write, under a file): the user's to fix, not a bug
+        where = f"{exc.filename} → {exc.filename2}" if exc.filename2 else str(exc.filename)
+        console.print(f"[red]error[/]: {escape(where)}: {escape(exc.strerror or str(exc))}",
+                      highlight=False)
+        return 2
     except Exception as exc:
         if debug:
             traceback.print_exc()
         if (damage := _damaged_file(exc, args)) is not None:  # (a read no library named)
             console.print(f"[red]error[/]: {escape(damage)}", highlight=False)
             return 2
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        console.print(f"[red]internal error[/]: {type(exc).__name__}: {escape(first)}"
-                      + ("" if debug else "  (run with --debug for the traceback)"),
-                      highlight=False)
-        return 1
+        return _internal(exc, debug)
+
+
+# errors of a path itself (its permissions, its kind, its disk), not of Shoal's code
+_PATH_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR,
+                errno.ENOSPC, errno.ENAMETOOLONG, errno.EDQUOT, errno.ENOENT, errno.EEXIST}
+
+
+def _internal(exc: Exception, debug: bool) -> int:
+    """An error no check foresaw: one line, exit 1."""
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    console.print(f"[red]internal error[/]: {type(exc).__name__}: {escape(first)}"
+                  + ("" if debug else "  (run with --debug for the traceback)"),
+                  highlight=False)
+    return 1
 
 
 def _damaged_file(exc: Exception, args: argparse.Namespace) -> str | None:

@@ -23,6 +23,12 @@ def replacing(path: str | Path) -> Iterator[Path]:
     try:
         yield tmp
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.filename is not None and Path(exc.filename) == tmp:
+            # the error names the file the user asked for, not our temporary sibling
+            raise type(exc)(exc.errno, exc.strerror, str(path)) from None
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

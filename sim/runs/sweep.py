@@ -159,6 +159,8 @@ def plan_sweep(config: str | Path, seeds: int, seed_base: int = 0,
         raise InputError(f"--seed-base {seed_base}: seeds must lie in 0..2^63-1")
     axes = parse_grid(grid)
     base = load_config(config, list(sets or []))
+    if Path(out).exists() and not Path(out).is_dir():
+        raise InputError(f"--out {out}: a file, not a folder")
     root = Path(out).resolve() / f"{base.name}-sweep-{datetime.now():%Y%m%d-%H%M%S}-" \
                                  f"{secrets.token_hex(2)}"
     plan = SweepPlan(root=root, source=Path(config), grid=axes,
