@@ -40,7 +40,7 @@ from pydantic import ValidationError
 from shoal.config.llm import ProviderConfig, shown_name
 from shoal.core.errors import InputError, ProviderDown
 from shoal.llm.endpoints import LOOPBACK, Endpoints
-from shoal.llm.openai import redact_key
+from shoal.llm.openai import redact_key, token_count
 
 # A finding's status.
 YES = "yes"
@@ -337,17 +337,11 @@ def check_usage(reply: Reply) -> Finding:
     usage = reply.data.get("usage") if reply.ok else None
     usage = usage if isinstance(usage, dict) else {}
     prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    if _count(prompt) and _count(completion) is not None:
+    if token_count(prompt) and token_count(completion) is not None:
         return Finding(YES, f"prompt {prompt}, completion {completion} tokens",
                        {"prompt_tokens": prompt, "completion_tokens": completion})
     return Finding(NOT_REPORTED, "the answer has no usage.prompt_tokens/completion_tokens "
                    "(Shoal then estimates tokens and cost)")
-
-
-def _count(value: Any) -> int | None:
-    """`value` if it is a whole number >= 0 (not a bool), else None."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
-        else None
 
 
 async def check_tools(ep: Endpoint) -> Finding:
@@ -492,7 +486,7 @@ async def check_cached(ep: Endpoint) -> Finding:
     if not second.ok:
         return _refusal(second, "the repeated prompt")
     usage = second.data.get("usage") if isinstance(second.data.get("usage"), dict) else {}
-    data: dict[str, Any] = {"prompt_tokens": _count(usage.get("prompt_tokens"))}
+    data: dict[str, Any] = {"prompt_tokens": token_count(usage.get("prompt_tokens"))}
     cached, where = _cached(second.data)
     if cached is None:
         return Finding(NOT_REPORTED, "no usage.prompt_tokens_details.cached_tokens, "
@@ -514,12 +508,12 @@ def _cached(data: dict[str, Any]) -> tuple[int | None, str]:
     """Cached prompt tokens of an answer and the field that said so."""
     usage = data.get("usage")
     details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
-    if isinstance(details, dict) and _count(details.get("cached_tokens")) is not None:
+    if isinstance(details, dict) and token_count(details.get("cached_tokens")) is not None:
         return details["cached_tokens"], "usage.prompt_tokens_details.cached_tokens"
     timings = data.get("timings")
-    if isinstance(timings, dict) and _count(timings.get("cache_n")) is not None:
+    if isinstance(timings, dict) and token_count(timings.get("cache_n")) is not None:
         return timings["cache_n"], "timings.cache_n"
-    if isinstance(usage, dict) and _count(usage.get("prompt_cache_hit_tokens")) is not None:
+    if isinstance(usage, dict) and token_count(usage.get("prompt_cache_hit_tokens")) is not None:
         return usage["prompt_cache_hit_tokens"], "usage.prompt_cache_hit_tokens"  # DeepSeek
     return None, ""
 
@@ -575,7 +569,7 @@ async def check_context(ep: Endpoint, models: Reply) -> Finding:
         for where, value in (("default_generation_settings.n_ctx",
                               settings.get("n_ctx") if isinstance(settings, dict) else None),
                              ("n_ctx", props.data.get("n_ctx"))):
-            if _count(value):
+            if token_count(value):
                 return Finding(YES, f"{value:,} tokens (GET {ep.root}/props: {where})",
                                {"tokens": value, "source": f"props {where}"})
     entries = listed_models(models)
@@ -583,7 +577,7 @@ async def check_context(ep: Endpoint, models: Reply) -> Finding:
                  else None)
     for key in ("max_model_len", "context_length", "context_window", "max_context_length"):
         value = entry.get(key) if entry else None
-        if _count(value):
+        if token_count(value):
             return Finding(YES, f"{value:,} tokens (GET {ep.base}/models: {key})",
                            {"tokens": value, "source": f"models {key}"})
     return Finding(UNKNOWN, f"neither GET {ep.root}/props nor the model's entry of GET "

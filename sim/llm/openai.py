@@ -17,6 +17,7 @@ import os
 import random
 import ssl
 import time
+from typing import Any
 
 import httpx
 import orjson
@@ -237,11 +238,13 @@ class OpenAIChat(ChatModel):
                 raise TypeError("the message is not an object")
         except (ValueError, KeyError, IndexError, TypeError):
             attempt.status = "bad_response"
-            attempt.error = f"unexpected response: {self.redact(response.text)[:200]}"
+            shown = printable(self.redact(response.text)[:200])
+            attempt.error = f"unexpected response: {shown}"
             return
-        usage = data.get("usage") or {}
-        attempt.prompt_tokens = usage.get("prompt_tokens")
-        attempt.completion_tokens = usage.get("completion_tokens")
+        # counts a server got wrong (a string, a negative number) are counts it did not give
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        attempt.prompt_tokens = token_count(usage.get("prompt_tokens"))
+        attempt.completion_tokens = token_count(usage.get("completion_tokens"))
         attempt.cached_tokens = _cached_tokens(usage, data.get("timings"))
         attempt.status, attempt.message = "ok", message
 
@@ -261,6 +264,18 @@ def redact_key(text: str, key: str | None) -> str:
     return text
 
 
+def printable(text: str) -> str:
+    """A server's text as it may be shown in a terminal or a log: control characters
+    (escape sequences, NUL, bells) written as escapes."""
+    return "".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in text)
+
+
+def token_count(value: Any) -> int | None:
+    """`value` if it is a whole number >= 0 (not a bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
+        else None
+
+
 def _cached_tokens(usage: dict, timings: object = None) -> int | None:
     """The prompt tokens a server served from its prefix cache, as OpenAI reports them
     (`usage.prompt_tokens_details.cached_tokens`; vLLM too, with prefix caching and its
@@ -270,7 +285,7 @@ def _cached_tokens(usage: dict, timings: object = None) -> int | None:
     value = details.get("cached_tokens") if isinstance(details, dict) else None
     if value is None and isinstance(timings, dict):
         value = timings.get("cache_n")
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return token_count(value)
 
 
 def _seconds(retry_after: str | None) -> float | None:

@@ -269,6 +269,10 @@ def ask_all(providers: dict[int, ProviderConfig], contexts: dict[int, Assembled]
             for a, task in tasks.items():
                 if task.done() and not task.cancelled() and task.exception() is None:
                     out[a] = task.result()
+                elif task.done() and not task.cancelled():  # it failed: not the deadline
+                    exc = task.exception()
+                    out[a] = ChatReply(None, "error", error=f"{type(exc).__name__}: {exc}",
+                                       attempts=attempts[a])
                 else:
                     task.cancel()
             await asyncio.gather(*tasks.values(), return_exceptions=True)

@@ -1,0 +1,78 @@
+"""An endpoint that answers, but badly: token counts that are not numbers, control
+characters in what it says. Its numbers are taken as not given, its text is shown
+escaped, and neither a run nor an interview stops or crashes over them."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from shoal.cli.main import main
+from tests.helpers import make_config, query, run_config
+from tests.test_llm import llm_dict
+
+
+class HostileHandler(BaseHTTPRequestHandler):
+    """Chat completions whose usage holds strings and negative numbers; under /garbage/
+    an unreadable body with terminal escape sequences in it."""
+
+    def log_message(self, *args) -> None:  # (quiet)
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path.startswith("/garbage/"):
+            body = b"\x1b[2J\x1b]0;owned\x07 not json \x00"
+        else:
+            body = json.dumps({
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                    "role": "assistant", "content": "I would rather not say."}}],
+                "usage": {"prompt_tokens": "lots", "completion_tokens": -3,
+                          "prompt_tokens_details": {"cached_tokens": "some"}}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture(scope="module")
+def hostile() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), HostileHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_run_takes_counts_that_are_not_numbers_as_not_given(hostile, tmp_path):
+    """The run finishes; the calls are logged without the server's counts (not 'lots',
+    not -3: the completion as 0 tokens, as for any reply without usage)."""
+    run = run_config(make_config(llm_dict(hostile, size=40, rounds=2), tmp_path))
+    rows = query(run.dir.db, "SELECT status, prompt_tokens, completion_tokens, "
+                             "cached_tokens FROM llm_calls")
+    assert rows and all(status == "ok" for status, *_ in rows)
+    assert {tuple(r[2:]) for r in rows} == {(0, None)}
+    assert all(r[1] is None or r[1] >= 0 for r in rows)  # (NULL, or Shoal's own count)
+
+
+def test_an_interview_of_a_hostile_endpoint_ends_cleanly(hostile, tmp_path, capsys):
+    """`shoal interview` gets its answer despite the counts, and a reply that is not JSON
+    is reported with its control characters escaped, not sent to the terminal."""
+    run = run_config(make_config(llm_dict(hostile, size=40, rounds=2), tmp_path))
+    agent = str(query(run.dir.db, "SELECT agent FROM llm_calls LIMIT 1")[0][0])
+    assert main(["interview", str(run.dir.root), "--agent", agent, "--base-url", hostile,
+                 "--model", "x", "How are you?"]) == 0
+    assert "I would rather not say." in capsys.readouterr().out
+    garbage = hostile.replace("/v1", "/garbage/v1")
+    code = main(["interview", str(run.dir.root), "--agent", agent, "--base-url", garbage,
+                 "--model", "x", "How are you?"])
+    captured = capsys.readouterr()
+    shown = captured.out + captured.err
+    assert code in (0, 3), shown
+    assert "unexpected response" in shown and "\\x1b[2J" in shown
+    assert "\x1b" not in shown and "\x07" not in shown and "\x00" not in shown
