@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+from shoal.core.errors import ProviderDown
 from shoal.llm.chat import CallLog, ChatRequest, SyncChat, call_rows, chat_model
 from shoal.llm.endpoints import LOOPBACK, Endpoints
 from shoal.llm.metadata import EXTRACTION, meta
@@ -42,17 +43,69 @@ TOOL = {"type": "function", "function": {
                                  "sentence": {"type": "string"}}}}}}}}
 
 
-class LLMExtractor:
-    """Entities and facts from a chat model (see the module docstring)."""
+class ExtractorDown(ProviderDown):
+    """The first call of an extractor that stops when down (`stop_when_down`) failed,
+    retries included: the endpoint is unreachable, refuses us or answers nothing usable as
+    a chat model, so going on would only fail every text the same way."""
 
-    def __init__(self, provider, base_urls: list[str] | None = None):
+    def __init__(self, base_url: str, status: str, http_status: int | None, error: str):
+        self.base_url, self.status, self.http_status = base_url, status, http_status
+        self.error = error
+        super().__init__(f"{base_url}: {status}: {error}")
+
+    @property
+    def transient(self) -> bool:
+        """Whether trying later may do (a timeout, a rate limit, a server error) rather
+        than changing what was asked (no server there, a refused key, a wrong model)."""
+        from shoal.llm.openai import RETRYABLE  # (what the client retries: the same kinds)
+
+        return self.status == "timeout" or (self.status == "http_error" and (
+            self.http_status in RETRYABLE or (self.http_status or 0) >= 500))
+
+
+class LLMExtractor:
+    """Entities and facts from a chat model (see the module docstring).
+
+    `stop_when_down`: raise `ExtractorDown` when the first call fails (`shoal init`, `shoal
+    graph add`: a graph read from nothing is not worth writing); otherwise (a run's
+    activity) every failed call is a text without facts, recorded in `calls`."""
+
+    def __init__(self, provider, base_urls: list[str] | None = None,
+                 stop_when_down: bool = False):
         self.provider = provider  # a ProviderConfig
         self.base_urls = list(base_urls or provider.base_urls)
+        self.stop_when_down = stop_when_down
         self.calls = CallLog()
         self._endpoints: Endpoints | None = None  # its own loopback server, if it uses one
         self._chat: SyncChat | None = None
         self._n = 0
         self.round = 0  # the round the calls are for (llm_calls rows)
+        # Texts asked about, and those that gave no facts: their call failed (status:
+        # error), or the answer held no usable record_facts call.
+        self.texts = 0
+        self.failed: list[tuple[str, str]] = []
+        self.unusable = 0
+
+    def report(self) -> str:
+        """What the extraction came to, in a sentence (`shoal init`'s SCENARIO.md and
+        warnings): texts asked about, and why any gave no facts."""
+        model = f"the LLM extractor (model {self.provider.model} at " \
+                f"{', '.join(self.base_urls)})"
+        lost = []
+        if self.failed:
+            status, error = self.failed[0]
+            lost.append(f"{len(self.failed)} failed ({status}: {error}"
+                        f"{', …' if len(self.failed) > 1 else ''})")
+        if self.unusable:
+            lost.append(f"{self.unusable} answered without a usable record_facts call")
+        tail = f"; {' and '.join(lost)}: those texts gave no facts (there is no fallback " \
+               "extractor)" if lost else ", all answered"
+        return f"{model}: {self.texts} calls, one per text read{tail}"
+
+    @property
+    def lost(self) -> int:
+        """Texts that gave no facts because their call failed or its answer was unusable."""
+        return len(self.failed) + self.unusable
 
     def _ask(self, shown: str, known: dict[str, str], text: str) -> tuple[dict | None, str]:
         """The `record_facts` arguments for `shown` (`text` as its author wrote it, for the
@@ -72,6 +125,13 @@ class LLMExtractor:
                               meta=meta(EXTRACTION, text=text))
         reply = self._chat.chat(request, key=self._n)
         self._n += 1
+        self.texts += 1
+        if reply.status != "ok":
+            why = (reply.error or reply.status)[:300]
+            if self.stop_when_down and self.texts == 1:
+                raise ExtractorDown(reply.base_url or self.base_urls[0], reply.status,
+                                    reply.http_status, why)
+            self.failed.append((reply.status, why))
         args, error = None, reply.error
         if reply.status == "ok":
             for call in (reply.message or {}).get("tool_calls") or []:
@@ -84,6 +144,7 @@ class LLMExtractor:
                         error = "record_facts arguments are not JSON"
             if args is None and not error:
                 error = "no record_facts tool call in the reply"
+            self.unusable += args is None
         for row in call_rows(reply, self.provider, round_=self.round, agent=None,
                              platform="graph", estimated_prompt_tokens=count(SYSTEM + shown),
                              outcome="record_facts" if args is not None else "invalid"):

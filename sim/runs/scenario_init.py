@@ -564,8 +564,12 @@ def init_scenario(brief: str | Path, out: str | Path | None, extractor: Extracto
                                                         if description else "")
     _write(folder / "config.yaml", header + yaml.safe_dump(config, sort_keys=False,
                                                            allow_unicode=True))
+    # An LLM extractor says what it came to (texts that gave no facts, and why); the
+    # offline one, the default, has nothing to report.
+    described = getattr(extractor, "report", None)
     _write(folder / "SCENARIO.md", _report(path, title, description, topics, groups, graph,
-                                           member, plan, brief.fields, brief.details))
+                                           member, plan, brief.fields, brief.details,
+                                           described() if described else None))
     return folder
 
 
@@ -643,7 +647,7 @@ def _code(text: str) -> str:
 def _report(brief: Path, title: str, description: str, topics: TopicNames,
             groups: list[Group], graph: KnowledgeGraph, member: np.ndarray, plan: Schedule,
             fields: list[tuple[str, str]] | None = None,
-            details: dict[str, str] | None = None) -> str:
+            details: dict[str, str] | None = None, extraction: str | None = None) -> str:
     rel = graph.rows["graph_relations"].columns
     counts = Counter(member.tolist())
     lines = [f"# {one_line(title)}", "", f"Made by `shoal init` from {_code(brief.name)}.", ""]
@@ -668,6 +672,9 @@ def _report(brief: Path, title: str, description: str, topics: TopicNames,
         lines += ["", "## The preset template's fields", "", "| field | what Shoal did |",
                   "|---|---|"]
         lines += [f"| {_cell(_code(k))} | {what} |" for k, what in fields]
+    if extraction:
+        lines += ["", "## Extraction", "", f"The facts were read by {one_line(extraction)}. "
+                  "Every call is a row of `graph/llm_calls.parquet`."]
     lines += ["", "## Facts", "", "| id | fact | source |", "|---:|---|---|"]
     lines += [f"| {r} | {_cell(rel['fact'][r])} | {_cell(rel['source_id'][r])} |"
               for r in range(graph.n_relations)]

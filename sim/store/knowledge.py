@@ -15,6 +15,7 @@ their `invalid_at`, `invalidated_by` and `reason`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
+from shoal.core.errors import InputError
 from shoal.core.files import replacing
 from shoal.store.tables import TABLES, TableSpec
 
@@ -60,6 +62,30 @@ GRAPH = {s.name: s for s in (
 GRAPH_TABLES = tuple(GRAPH)
 DDL = "".join(s.ddl() for s in GRAPH.values())
 SCENARIO_DIR = "graph"
+_REPAIR = "run `shoal init` again or restore it"
+
+
+def _reason(exc: duckdb.Error, path: Path) -> str:
+    """DuckDB's message, on one line, without its error class or the file's name (the
+    message that quotes it names it already)."""
+    text = " ".join((str(exc).splitlines() or [""])[0].split())  # (not DuckDB's "LINE 1:")
+    text = re.sub(r"^[A-Za-z ]*Error: ", "", text)
+    return text.replace(f"File '{path}' ", "").replace(f" '{path}'", "")[:300]
+
+
+def read_scenario_file(path: str | Path) -> pa.Table:
+    """One Parquet file of a scenario's `graph/`, whole; InputError naming the file when it
+    cannot be read (truncated, overwritten, not Parquet at all)."""
+    path = Path(path)
+    con = duckdb.connect()
+    try:  # (the path is a parameter: a folder's name is data)
+        return con.sql("SELECT * FROM read_parquet($path)",
+                       params={"path": str(path)}).to_arrow_table()
+    except duckdb.Error as exc:
+        raise InputError(f"{path}: damaged or not a Parquet file ({_reason(exc, path)}); "
+                         f"{_REPAIR}") from None
+    finally:
+        con.close()
 
 
 def relations_sql(as_of: int | None = None, include_withdrawn: bool = False) -> str:
@@ -93,23 +119,40 @@ class GraphReader:
         for name in GRAPH_TABLES:
             table = tables.get(name)
             if table is not None and len(table):
-                self.con.register(f"_{name}", table)
-                self.con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM _{name}")
-                self.con.unregister(f"_{name}")
+                self._insert(name, table)
+
+    def _insert(self, name: str, table: pd.DataFrame | pa.Table) -> None:
+        self.con.register(f"_{name}", table)
+        try:
+            self.con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM _{name}")
+        finally:
+            self.con.unregister(f"_{name}")
 
     @classmethod
     def of_scenario(cls, folder: str | Path) -> GraphReader:
-        """The graph of a scenario folder (its `graph/` Parquet files)."""
+        """The graph of a scenario folder (its `graph/` Parquet files). InputError naming
+        the file when one is missing, damaged or not the table its name says."""
         root = Path(folder) / SCENARIO_DIR
-        tables = {}
-        con = duckdb.connect()
+        reader = cls({})
         for name in GRAPH_TABLES:
+            # `shoal init` and `shoal graph add` write every table, empty ones included:
+            # a missing file is a lost one, and reading on would rewrite the graph without it.
             path = root / f"{name}.parquet"
-            if path.exists():
-                tables[name] = con.sql(f"SELECT * FROM read_parquet('{path}')"
-                                       ).to_arrow_table()
-        con.close()
-        return cls(tables)
+            if not path.is_file():
+                raise InputError(f"{path}: missing from the scenario's graph (it has one "
+                                 f"file per table); {_REPAIR}")
+            table = read_scenario_file(path)
+            expected = [c for c, *_ in reader.con.sql(f"DESCRIBE {name}").fetchall()]
+            absent = [c for c in expected if c not in table.column_names]
+            if absent:
+                raise InputError(f"{path}: not a {name} table (no column "
+                                 f"{', '.join(absent)}); {_REPAIR}")
+            try:
+                reader._insert(name, table)
+            except duckdb.Error as exc:  # a column of another type, or one it never had
+                raise InputError(f"{path}: not a {name} table ({_reason(exc, path)}); "
+                                 f"{_REPAIR}") from None
+        return reader
 
     def arrow(self, name: str) -> pa.Table:
         """One of the graph tables, whole."""

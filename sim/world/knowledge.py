@@ -74,8 +74,12 @@ def read_document(path: str | Path) -> str:
     """A document's text: plain text or Markdown as it is, PDF through pypdf (page texts
     joined by blank lines). InputError naming the file when it cannot be read."""
     path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{path}: a folder, not a document (text, Markdown or PDF)")
     if not path.is_file():
-        raise InputError(f"{path}: no such document")
+        raise InputError(f"{path}: no such document" if not path.exists() else
+                         f"{path}: not a regular file, so not a document (text, Markdown "
+                         "or PDF)")
     if path.suffix.lower() == ".pdf":
         try:
             from pypdf import PdfReader
@@ -98,3 +102,5 @@ def read_document(path: str | Path) -> str:
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8, "
                          "or give a PDF") from None
+    except OSError as exc:  # no permission to read it, say
+        raise InputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
