@@ -286,6 +286,9 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     """Predict a config's LLM calls, tokens and cost with a dry run."""
     from shoal.runs.estimate import estimate
 
+    if args.completion_tokens < 1:
+        raise InputError(f"--completion-tokens {args.completion_tokens}: a typical "
+                         "completion is at least 1 token")
     cfg = _load(args)
     try:
         est = estimate(cfg, args.completion_tokens)

@@ -524,7 +524,8 @@ def resolve_paths(cfg: Config, base: Path) -> Config:
         if not resolved.is_file():
             line = origin.lines.get(dotted) if origin else None
             where = f"{origin.source}:{line}: " if origin and line else ""
-            problems.append(f"{where}{dotted}: file not found: {value} (looked at {resolved})")
+            missing = "a folder, not a file" if resolved.is_dir() else "file not found"
+            problems.append(f"{where}{dotted}: {missing}: {value} (looked at {resolved})")
         else:
             setattr(owner, field, str(resolved.resolve()))
     g = cfg.memory.graph
@@ -532,7 +533,8 @@ def resolve_paths(cfg: Config, base: Path) -> Config:
     for i, value in enumerate(g.documents):
         resolved = Path(value) if Path(value).is_absolute() else (base / value)
         if not resolved.is_file():
-            problems.append(f"memory.graph.documents.{i}: file not found: {value} "
+            missing = "a folder, not a file" if resolved.is_dir() else "file not found"
+            problems.append(f"memory.graph.documents.{i}: {missing}: {value} "
                             f"(looked at {resolved})")
         docs.append(str(resolved.resolve()))
     if g.scenario is not None:

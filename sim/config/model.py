@@ -445,9 +445,15 @@ class Config(Strict):
     def _cross(self) -> Self:
         span = (datetime.max - self.start_time).total_seconds() / 60
         if self.minutes_per_round * self.rounds > span:
-            # (named by the field the file sets: a late start_time with the default step)
-            field = "start_time" if "minutes_per_round" not in self.model_fields_set \
-                and "start_time" in self.model_fields_set else "minutes_per_round"
+            # Named by the field that is out of scale: rounds too many for hour-long rounds
+            # from any start this century; else the step the file sets, else a late start
+            if self.rounds * 60 > (datetime.max - datetime(2000, 1, 1)).total_seconds() / 60:
+                field = "rounds"
+            elif ("minutes_per_round" not in self.model_fields_set
+                  and "start_time" in self.model_fields_set):
+                field = "start_time"
+            else:
+                field = "minutes_per_round"
             raise ValueError(f"{field}: {self.rounds} rounds of "
                              f"{self.minutes_per_round:,} minutes from {self.start_time} run "
                              "past the year 9999")

@@ -339,6 +339,12 @@ def reopen_experiment(path: str | Path) -> tuple[Path, dict, int]:
         spec = json.loads(file.read_text())
     except (OSError, ValueError) as exc:
         raise InputError(f"--resume {path}: {file} cannot be read ({exc})") from None
+    if not (isinstance(spec, dict) and spec.keys() >= _RECORD_KEYS
+            and isinstance(spec["units"], list)
+            and all(isinstance(u, dict) and {"status", "kind", "unit", "replicate"} <= u.keys()
+                    for u in spec["units"])):
+        raise InputError(f"--resume {path}: {file} is not an experiment's record (edited, "
+                         "or another file); start the experiment again")
     kept = 0
     for unit in spec["units"]:
         done = unit["status"] == "finished" and unit.get("run") and \
@@ -355,6 +361,10 @@ def reopen_experiment(path: str | Path) -> tuple[Path, dict, int]:
             unit.update(status="pending", run=None, seconds=None, error=None)
             kept -= 1
     return root, spec, kept
+
+
+# what resuming reads of experiment.json before any run starts
+_RECORD_KEYS = {"name", "branch_round", "arms", "metrics", "base_config", "units", "control"}
 
 
 def _base_of(spec: dict, unit: dict) -> dict | None:

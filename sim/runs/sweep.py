@@ -149,12 +149,17 @@ class SweepPlan:
                 for combo in itertools.product(*self.grid.values())]
 
 
+MAX_SEEDS = 100_000  # members of one sweep (each a run directory)
+
+
 def plan_sweep(config: str | Path, seeds: int, seed_base: int = 0,
                grid: list[str] | None = None, sets: list[str] | None = None,
                out: str | Path = "runs") -> SweepPlan:
     """Validate every member's config (InputError on any problem; nothing is written)."""
     if seeds < 1:
         raise InputError(f"--seeds {seeds}: need at least one seed")
+    if seeds > MAX_SEEDS:  # each is a run directory: a typo, not a plan
+        raise InputError(f"--seeds {seeds}: at most {MAX_SEEDS:,} runs in one sweep")
     if seed_base < 0 or seed_base + seeds > 2**63:
         raise InputError(f"--seed-base {seed_base}: seeds must lie in 0..2^63-1")
     axes = parse_grid(grid)
