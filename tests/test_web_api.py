@@ -23,8 +23,8 @@ from shoal.analysis.metrics import esteban_ray, like_minded_share
 from shoal.analysis.notebook import open_run
 from shoal.runs.inspect import inspect_agent
 from shoal.web.app import create_app
-from shoal.web.service import Folder
-from tests.conftest import CONFIGS
+from shoal.web.service import Folder, WebError
+from tests.conftest import CONFIGS, ROOT
 from tests.helpers import run_cli, tables_differ
 
 SMALL = ["--set", "population.size=60", "--set", "rounds=3"]
@@ -423,6 +423,150 @@ def test_no_path_leads_outside_the_folder(api, outside):
         assert api.post("/api/start", json={"path": path}).status_code == 403
     assert "linked-run" not in {r["run_id"] for r in api.get("/api/runs").json()["runs"]}
     assert _listing(outside) == before
+
+
+@pytest.fixture
+def elsewhere(tmp_path_factory, folder) -> Iterator[Path]:
+    """A profile file outside the folder; inside it, data/ with a copy of the profiles
+    and a symbolic link to the outside file."""
+    out = tmp_path_factory.mktemp("elsewhere")
+    text = (ROOT / "tests" / "data" / "profiles" / "shoal_profiles.csv").read_text()
+    (out / "profiles.csv").write_text(text.replace("Climate scientist.", "SECRET BIO"))
+    (folder / "data").mkdir()
+    (folder / "data" / "profiles.csv").write_text(text)
+    os.symlink(out / "profiles.csv", folder / "data" / "linked.csv")
+    yield out
+    shutil.rmtree(folder / "data")
+
+
+PROFILES = "name: leak\nrounds: 2\ntopics: [climate, housing]\npopulation: {file: %s}\n"
+
+
+def test_a_config_naming_a_file_outside_the_folder_is_refused(api, folder, ids, elsewhere):
+    """A pasted config, or one with --set fields, that names a path outside the folder is
+    refused by check and start alike, naming the field, before the path is opened: the
+    answer for an outside file that exists equals the one for a file that does not."""
+    escape = "../" * 40 + str(elsewhere / "profiles.csv").lstrip("/")
+    before, outside_before = _listing(folder), _listing(elsewhere)
+    answers = set()
+    for given in (str(elsewhere / "profiles.csv"), str(elsewhere / "none.csv"), escape,
+                  "../data/linked.csv", "/etc/passwd", "!!binary L2V0Yy9wYXNzd2Q="):
+        for endpoint in ("/api/check", "/api/start"):
+            r = api.post(endpoint, json={"yaml": PROFILES % given})
+            assert r.status_code == 400, (endpoint, given, r.text)
+            error = r.json()["error"]
+            assert "pasted.yaml:4: population.file: names a file or folder outside the " \
+                   "served folder" in error, error
+            assert str(elsewhere) not in error and "SECRET" not in error
+            answers.add(error)
+    assert len(answers) == 1  # (nothing tells an existing outside file from a missing one)
+    for sets in (["population={file: /etc/passwd}"],
+                 [f"initial_stances.file={elsewhere / 'profiles.csv'}"]):
+        for endpoint in ("/api/check", "/api/start"):
+            r = api.post(endpoint, json={"path": "configs/q.yaml", "sets": sets})
+            assert r.status_code == 400 and "--set" in r.json()["error"], r.text
+    fields = {
+        "graph: {kind: edgelist, file: /etc/passwd}": "graph.file",
+        "memory: {graph: {documents: [a.md, /etc/passwd]}}": "memory.graph.documents.1",
+        "memory: {graph: {scenario: ../..}}": "memory.graph.scenario",
+        "llm: {providers: [{base_urls: [loopback], model: m, tokenizer: /etc/t.json}]}":
+            "llm.providers.0.tokenizer",
+        "llm: {providers: [{base_urls: [loopback], model: m}], cache_dir: ~/cache}":
+            "llm.cache_dir",
+        "output: {dir: ../elsewhere}": "output.dir",
+        "interventions: [{round: 1, kind: set, values: {llm.cache_dir: /tmp}}]":
+            "interventions.0.values.llm.cache_dir",
+        "experiment: {arms: {a: {}, b: {overrides: {population.file: /etc/passwd}}}}":
+            "experiment.arms.b.overrides.population.file"}
+    for extra, field in fields.items():
+        r = api.post("/api/check", json={"yaml": "name: x\nrounds: 2\ntopics: [a]\n"
+                                                  f"population: {{size: 5}}\n{extra}\n"})
+        assert r.status_code == 400 and f"pasted.yaml:5: {field}: names a file or " \
+            "folder outside" in r.json()["error"], (extra, r.text)
+    assert _listing(folder) == before and _listing(elsewhere) == outside_before
+
+
+def test_a_config_naming_a_file_inside_the_folder_runs(api, folder, ids, elsewhere):
+    """Relative paths in pasted YAML resolve against configs/, where it is kept."""
+    yaml_text = PROFILES % "../data/profiles.csv"
+    checked = api.post("/api/check", json={"yaml": yaml_text}).json()
+    assert checked["ok"], checked
+    assert f"file: {folder.resolve() / 'data' / 'profiles.csv'}" in checked["resolved_yaml"]
+    started = api.post("/api/start", json={"yaml": yaml_text})
+    assert started.status_code == 200, started.text
+    job = _wait_job(api, started.json()["job"]["id"])
+    assert job["returncode"] == 0, job["log_tail"]
+    agent = api.get(f"/api/runs/{started.json()['run_id']}/agents/0").json()["agent"]
+    assert agent["name"] == "Maya Chen" and agent["bio"] == "Climate scientist."
+
+
+def test_a_fork_naming_a_path_outside_the_folder_is_refused(api, folder, ids):
+    root, _ = ids
+    before = _listing(folder)
+    for plan, said in (
+            ({"sets": ["llm.cache_dir=/tmp/shared-cache"]}, "--set llm.cache_dir: names"),
+            ({"sets": ["memory.graph.documents=[../../x.md]"]},
+             "--set memory.graph.documents: memory.graph.documents.0: names"),
+            ({"add": [{"round": 3, "kind": "set", "values": {"llm.cache_dir": "/tmp/c"}}]},
+             "add: entry 0: values.llm.cache_dir: names")):
+        r = api.post(f"/api/runs/{root}/fork", json={"round": 2, **plan})
+        assert r.status_code == 400 and said in r.json()["error"], (plan, r.text)
+    assert _listing(folder) == before
+
+
+def test_malformed_requests_are_refused_naming_the_field(api, folder, ids):
+    """Numbers out of range and malformed bodies: 400 or 422 naming the field, never a
+    500 and never a quietly different answer."""
+    root, _ = ids
+    last = api.get(f"/api/runs/{root}").json()["rounds_done"]
+    for path, params, field in (
+            ("network", {"round": 1, "max_nodes": -1}, "max_nodes"),
+            ("network", {"round": last + 1}, "round"),
+            ("network", {"round": -1}, "round"),
+            ("posts", {"round": -1}, "round"),
+            ("posts", {"round": last + 1}, "round"),
+            ("posts", {"offset": -1}, "offset"),
+            ("posts", {"offset": 10**22}, "offset"),
+            ("posts", {"limit": 0}, "limit"),
+            ("agents", {"limit": -5}, "limit"),
+            ("knowledge", {"round": last + 1}, "round"),
+            ("schedule", {"round": -1}, "round")):
+        r = api.get(f"/api/runs/{root}/{path}", params=params)
+        assert r.status_code == 400 and r.json()["error"].startswith(f"{field}: must be"), \
+            (path, params, r.text)
+    assert api.get(f"/api/runs/{root}/network", params={"round": 0, "max_nodes": 10}
+                   ).json()["sampled"]
+    r = api.post(f"/api/runs/{root}/sql", json={"sql": "SELECT 1", "limit": -5})
+    assert r.status_code == 400 and r.json()["error"].startswith("limit: must be")
+    before = _listing(folder)
+    for body, field in (({"round": 2, "move": [{"ref": "x", "round": "y"}]}, "move.0.round"),
+                        ({"round": 2, "move": [{"ref": "x"}]}, "move.0.round"),
+                        ({"round": 2, "move": [{"round": 3}]}, "move.0.ref"),
+                        ({"round": 2, "sets": [3]}, "sets.0"),
+                        ({"round": "two"}, "round")):
+        r = api.post(f"/api/runs/{root}/fork", json=body)
+        assert r.status_code == 422 and f"body.{field}:" in r.json()["error"], (body, r.text)
+    # (the MCP tools call the same service: it refuses what the REST bodies' types would)
+    served = Folder(folder)
+    with pytest.raises(WebError, match=r"^move\.0\.round: must be a whole number"):
+        served.fork(root, 2, move=[{"ref": "x", "round": "y"}])
+    with pytest.raises(WebError, match=r"^round: must be >= 0"):
+        served.fork(root, -1)
+    assert _listing(folder) == before
+
+
+def test_a_config_value_yaml_cannot_read_is_an_error_not_a_crash(api, folder):
+    """A date that does not exist, an integer too long to read, a tag that does not fit:
+    check says what is wrong (ok: false, with the line), start refuses (400)."""
+    before = _listing(folder)
+    for line in ("start_time: 2026-02-30", f"seed: {'9' * 5000}", "seed: !!int abc"):
+        text = f"name: x\nrounds: 2\ntopics: [a]\npopulation: {{size: 5}}\n{line}\n"
+        r = api.post("/api/check", json={"yaml": text})
+        assert r.status_code == 200 and not r.json()["ok"], (line, r.text)
+        assert r.json()["error"].startswith("pasted.yaml:5: "), (line, r.text)
+        r = api.post("/api/start", json={"yaml": text})
+        assert r.status_code == 400 and r.json()["error"].startswith("pasted.yaml:5: ")
+    assert _listing(folder) == before
 
 
 def test_a_page_elsewhere_can_neither_reach_nor_forge(api, ids):

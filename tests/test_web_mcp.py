@@ -158,6 +158,28 @@ def test_stdio_read_only_refuses_fork(runs):
     with_log(body)
 
 
+def test_stdio_refuses_a_config_naming_a_path_outside_the_folder(runs, tmp_path):
+    """check_config, run_config and fork_run go through the server's own check: a path
+    outside the folder is refused naming the field, and nothing is started."""
+    folder, run_id = runs
+    secret = tmp_path / "profiles.csv"
+    secret.write_text("name,bio\nAnn,SECRET BIO\n")
+    pasted = f"name: leak\nrounds: 2\ntopics: [a]\npopulation: {{file: {secret}}}\n"
+
+    async def body(errlog: Any) -> None:
+        async with stdio(folder, errlog=errlog) as client:
+            for tool in ("check_config", "run_config"):
+                message = await refused(client, tool, yaml=pasted)
+                assert "population.file: names a file or folder outside the served " \
+                       "folder" in message and str(tmp_path) not in message, message
+            message = await refused(client, "fork_run", run=run_id, round=1,
+                                    sets=[f"llm.cache_dir={tmp_path}"])
+            assert "--set llm.cache_dir: names a file or folder outside" in message
+            assert (await call(client, "list_jobs"))["jobs"] == []
+
+    with_log(body)
+
+
 def test_stdio_interview_and_analysis(runs):
     """With an LLM (the built-in loopback server): an agent answers a question, and an
     analysis started in the background is read back with its sections and verdicts."""

@@ -12,6 +12,7 @@ import difflib
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -431,13 +432,17 @@ def _check_size(root: yaml.Node | None, path: Path) -> None:
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None,
-                labels: dict[str, str] | None = None) -> Config:
-    """Read, parse and validate a YAML config file; relative paths resolve against its folder.
+                labels: dict[str, str] | None = None, base: Path | None = None,
+                vet: Callable[[Config], None] | None = None) -> Config:
+    """Read, parse and validate a YAML config file; relative paths resolve against its
+    folder (or `base`).
 
     `overrides` are `a.b=value` strings applied to the YAML before validation; a problem
     with what one of them wrote names it (as `labels` shows it: a CLI flag turned into an
     override is named as the flag, e.g. `--rounds 0`). The config remembers where its
     fields are (`locate` puts file:line on problems found later, against the population).
+    `vet`, if given, sees the validated config before any file it names is looked at (the
+    web server refuses paths outside its folder there, whether they exist or not).
     """
     path = Path(path)
     data, root = read_yaml(path)
@@ -449,8 +454,10 @@ def load_config(path: str | Path, overrides: list[str] | None = None,
     cfg = parse_config(data, root, str(path), blame)
     cfg._origin = Origin(str(path), _field_lines(root), blame)
     try:
+        if vet is not None:
+            vet(cfg)
         check_api_keys(cfg)  # a key variable that is not set is found before anything runs
-        return resolve_paths(cfg, path.parent)
+        return resolve_paths(cfg, base if base is not None else path.parent)
     except InputError as exc:
         raise locate(cfg, exc) from None
 

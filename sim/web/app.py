@@ -37,6 +37,13 @@ EVENT_POLL_S = 0.25  # how often the event stream looks for a new round
 MAX_BODY = 4 * 2**20  # the largest request body (a pasted config, a fork plan, a query)
 
 
+class MoveBody(BaseModel):
+    """A pending intervention to fire at another round."""
+
+    ref: str | int = Field(description="the intervention's name or index")
+    round: int = Field(description="the round it fires at instead")
+
+
 class ForkBody(BaseModel):
     """A fork plan: `shoal fork`'s flags as fields."""
 
@@ -46,8 +53,8 @@ class ForkBody(BaseModel):
     seed: int | None = None
     drop: list[str] = Field(default_factory=list, description="interventions to drop "
                             "(name or index)")
-    move: list[dict[str, Any]] = Field(default_factory=list,
-                                       description="[{ref, round}]: interventions to move")
+    move: list[MoveBody] = Field(default_factory=list,
+                                 description="[{ref, round}]: interventions to move")
     add: list[dict[str, Any]] = Field(default_factory=list,
                                       description="interventions to add, as in the YAML")
     name: str | None = None
@@ -114,7 +121,7 @@ def create_app(folder: Folder, token: str | None = None, mcp: bool = True) -> Fa
         app.add_route("/mcp", http_app(mounted[0]), include_in_schema=False)
 
     @app.middleware("http")
-    async def guard(request: Request, call_next: Callable) -> Any:
+    async def guard(request: Request, call_next: Callable[..., Any]) -> Any:
         path = request.url.path
         guarded = path.startswith(("/api", "/mcp"))
         if guarded and token is None and not _loopback_host(request.headers.get("host")):
@@ -260,8 +267,8 @@ def create_app(folder: Folder, token: str | None = None, mcp: bool = True) -> Fa
     @app.post("/api/runs/{run}/fork")
     def fork(run: str, body: ForkBody) -> dict[str, Any]:
         """Fork the run at a round with a plan (as `shoal fork` does)."""
-        return api.fork(run, body.round, body.sets, body.seed, body.drop, body.move,
-                        body.add, body.name, body.run)
+        return api.fork(run, body.round, body.sets, body.seed, body.drop,
+                        [m.model_dump() for m in body.move], body.add, body.name, body.run)
 
     @app.get("/api/compare")
     def compare(runs: str) -> dict[str, Any]:

@@ -7,8 +7,11 @@ Reads go through the run's history (a fork's early rounds are its parent's) and,
 run is being written, through its live mirror (`output.live_parquet`), so the writer is
 never blocked. Paths: a run is named by its id, a config by a path inside the folder; a
 name that leads outside it (`..`, an absolute path, a symbolic link out) is refused, as
-is a run whose history lies outside it. Mutations (start, stop, resume, fork, interview,
-analysis) are refused when the folder is served read-only.
+is a run whose history lies outside it, and a config (checked, started, or a fork's
+`--set` fields and added interventions) that names a file or folder outside it
+(shoal.web.paths). A request's numbers out of range are refused naming the field.
+Mutations (start, stop, resume, fork, interview, analysis) are refused when the folder is
+served read-only.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 MAX_PAGE = 500  # rows per page of any list
 MAX_NODES = 5000  # nodes a network view may ask for
+MAX_OFFSET = 2**53  # the furthest a page may start (DuckDB's OFFSET is a BIGINT)
 ECHO_READERS = 20_000  # readers the echo share is measured on (a uniform sample above)
 LIKES = ("like", "upvote")
 REPOSTS = ("repost", "quote")
@@ -196,7 +200,7 @@ class Folder:
     @_reads
     def sql(self, run_id: str, sql: str, limit: int = 100) -> dict[str, Any]:
         """A reader's own SELECT, through the analyst's read-only guard and limits."""
-        limit = max(1, min(int(limit), 1000))
+        limit = _whole("limit", limit, 1, 1000)
         with self.cursor(run_id) as (cur, _):
             return select_rows(cur, sql, Limits(rows=limit, timeout_s=30)).as_dict()
 
@@ -387,6 +391,14 @@ class Folder:
                 held[run_id] = (last, str(self.run_dir(run_id).read_meta().get("created_at")))
             return held[run_id]
 
+    def _last_round(self, run_id: str) -> int:
+        """The last round a request may name: the last readable now, or the run's last
+        checkpoint where that is later (a live run's page may know it a moment early)."""
+        run_dir = self.run_dir(run_id)
+        latest = run_dir.checkpoints.latest()
+        done = run_dir.read_meta().get("rounds_done") if latest is None else latest
+        return max(self._committed(run_id)[0], done if isinstance(done, int) else 0)
+
     def _marks(self, run_id: str) -> list[dict[str, Any]]:
         """The interventions and fork rounds to mark on a time axis."""
         marks = []
@@ -444,9 +456,11 @@ class Folder:
               offset: int = 0, platform: str | None = None) -> dict[str, Any]:
         """The posts of a round (default: the last), most seen first."""
         limit, offset = _page(limit, offset)
-        if round_ is None:
-            round_ = self.rows(run_id, "SELECT coalesce(max(round), 0) AS r FROM rounds")[0]["r"]
-        where, params = "round = ?", [int(round_)]
+        last = self._committed(run_id)[0]
+        round_ = last if round_ is None else \
+            _whole("round", round_, 0, self._last_round(run_id))
+        params: list[Any]
+        where, params = "round = ?", [round_]
         if platform:
             _one_of("platform", platform, self._platforms(run_id))
             where += " AND platform::VARCHAR = ?"
@@ -480,10 +494,11 @@ class Folder:
         """The follow graph at the end of a round: every agent, or above `max_nodes` a
         sample (the agents whose hashed id is smallest: uniform, and the same each time),
         with the follows among the shown agents, coloured by stance, sized by reach."""
-        max_nodes = max(1, min(int(max_nodes), MAX_NODES))
+        # (above MAX_NODES: MAX_NODES, as the rule in the answer says)
+        max_nodes = min(_whole("max_nodes", max_nodes, 1), MAX_NODES)
         info = self.run(run_id)
-        if round_ is None:
-            round_ = info["rounds_done"] or 0
+        round_ = (info["rounds_done"] or 0) if round_ is None else \
+            _whole("round", round_, 0, self._last_round(run_id))
         if topic:
             _one_of("topic", topic, info["topics"])
         if platform:
@@ -549,6 +564,8 @@ class Folder:
                   ) -> dict[str, Any]:
         """The graph memory as of the end of a round: entities and relations, each
         relation with its provenance; withdrawn relations only when asked for."""
+        if round_ is not None:
+            round_ = _whole("round", round_, 0, self._last_round(run_id))
         rel = self.rows(run_id, relations_sql(round_, withdrawn))
         cond = "" if round_ is None else f"WHERE round <= {int(round_)}"
         ents = self.rows(run_id, f"SELECT entity_id, name, type, summary FROM "
@@ -695,35 +712,51 @@ class Folder:
     def schedule(self, run_id: str, round_: int) -> dict[str, Any]:
         """The interventions a fork at `round_` may drop, move or keep."""
         cfg = self.run_dir(run_id).read_config()
+        rounds = cfg.get("rounds")
+        round_ = _whole("round", round_, 0, rounds if isinstance(rounds, int) else None)
         pending = []
         for i, e in enumerate(cfg.get("interventions") or []):
             r = e.get("round") if isinstance(e, dict) else None
-            if isinstance(r, int) and r > int(round_):
+            if isinstance(r, int) and r > round_:
                 pending.append({"index": i, "ref": str(e.get("name") or i),
                                 "name": e.get("name"), "round": r, "kind": e.get("kind"),
                                 "entry": e})
-        return {"round": int(round_), "pending": pending}
+        return {"round": round_, "pending": pending}
 
     def fork(self, run_id: str, round_: int, sets: list[str] | None = None,
              seed: int | None = None, drop: list[str] | None = None,
              move: list[dict[str, Any]] | None = None, add: list[Any] | None = None,
              name: str | None = None, run: bool = True) -> dict[str, Any]:
-        """Fork a run at a round with a plan: exactly `shoal fork` with the same flags."""
+        """Fork a run at a round with a plan: exactly `shoal fork` with the same flags.
+        A `--set` field or added intervention naming a path outside the folder is
+        refused."""
         self.writable()
         run_dir = self.run_dir(run_id)
-        args = ["fork", str(run_dir.root), "--round", str(int(round_)), "--quiet"]
-        for item in sets or []:
-            args += ["--set", str(item)]
+        round_ = _whole("round", round_, 0)
+        sets = _strings("sets", sets)
         if seed is not None:
-            args += ["--seed", str(int(seed))]
-        for ref in drop or []:
-            args += ["--drop", str(ref)]
-        for m in move or []:
+            seed = _whole("seed", seed)
+        drop = [_ref(f"drop.{i}", ref) for i, ref in enumerate(_list("drop", drop))]
+        moves = []
+        for i, m in enumerate(_list("move", move)):
             if not isinstance(m, dict) or "ref" not in m or "round" not in m:
-                raise WebError("move: each entry needs 'ref' (a name or index) and 'round'")
-            args += ["--move", f"{m['ref']}={int(m['round'])}"]
+                raise WebError(f"move.{i}: each entry needs 'ref' (a name or index) and "
+                               "'round'")
+            moves.append(f"{_ref(f'move.{i}.ref', m['ref'])}="
+                         f"{_whole(f'move.{i}.round', m['round'])}")
+        add = _list("add", add)
+        if name is not None and not isinstance(name, str):
+            raise WebError("name: must be text")
+        self._confine_fork(sets, add)
+        # (`--flag=VALUE`: a value starting with '-' is still the flag's, never a flag)
+        args = ["fork", str(run_dir.root), f"--round={round_}", "--quiet"]
+        args += [f"--set={item}" for item in sets]
+        if seed is not None:
+            args.append(f"--seed={seed}")
+        args += [f"--drop={ref}" for ref in drop]
+        args += [f"--move={m}" for m in moves]
         if name:
-            args += ["--name", str(name)]
+            args.append(f"--name={name}")
         if not run:
             args.append("--no-run")
         stdin = None
@@ -732,6 +765,27 @@ class Folder:
             stdin = json.dumps(add)
         job = self._job("fork", args, stdin)
         return {"run_id": job.run_id, "job": job.as_dict()}
+
+    def _confine_fork(self, sets: list[str], add: list[Any]) -> None:
+        """Refuse a fork whose `--set` fields or added interventions name a path outside
+        the folder (a fork's relative paths are its command's: the folder's)."""
+        from shoal.config import apply_overrides
+        from shoal.web.paths import named_paths, outside, refusal
+
+        bad = []
+        for item in sets:
+            try:
+                written = apply_overrides({}, [item])
+            except Exception:  # (the command refuses the same item before it opens
+                continue  # anything, with the message of `shoal fork`)
+            key = item.partition("=")[0].strip()
+            bad += [f"--set {key}" + ("" if f == key else f": {f}")
+                    for f in outside(named_paths(written), self.root, self.root)]
+        for i, entry in enumerate(add):
+            bad += [f"add: entry {i}: {f}"
+                    for f in outside(named_paths(entry), self.root, self.root)]
+        if bad:
+            raise WebError(refusal(bad))
 
     def analyses(self, run_id: str) -> dict[str, Any]:
         """The run's analyses, newest first."""
@@ -782,8 +836,10 @@ class Folder:
         if _being_written(run_dir):
             raise Conflict(f"{run_id} is being written; analyse it once it stops")
         args = ["analyse", str(run_dir.root)]
+        if question is not None and not isinstance(question, str):
+            raise WebError("question: must be text")
         if question:
-            args += ["--question", question]
+            args.append(f"--question={question}")
         if self.base_url:
             args += ["--base-url", self.base_url]
         if self.model:
@@ -819,22 +875,31 @@ class Folder:
     def check(self, yaml_text: str | None = None, path: str | None = None,
               sets: list[str] | None = None) -> dict[str, Any]:
         """Validate a config as `shoal check` does: ok, or the message naming the field
-        path and line."""
-        from shoal.config import load_config, resolved_dict
+        path and line. A config naming a file or folder outside the folder is refused
+        (400), before anything looks at that path."""
+        from shoal.config import resolved_dict
         from shoal.config.loading import locate
 
         if (yaml_text is None) == (path is None):
             raise WebError("give either 'yaml' (the config's text) or 'path' (a config "
                            "in the folder)")
+        if yaml_text is not None and not isinstance(yaml_text, str):
+            raise WebError("yaml: must be the config's text")
+        sets = _strings("sets", sets)
         with tempfile.TemporaryDirectory(prefix="shoal-check-") as tmp:
             if yaml_text is not None:
+                # (its relative paths resolve where `start` keeps it: configs/)
                 file, shown = Path(tmp) / "pasted.yaml", "pasted.yaml"
                 file.write_text(yaml_text, encoding="utf-8")
+                base = self.file("configs", "configs folder")
             else:
                 assert path is not None
                 file, shown = self.file(path, "config"), path
+                base = file.parent
             try:
-                cfg = load_config(file, list(sets or []))
+                cfg = self._load(file, sets, base)
+            except WebError as exc:
+                raise WebError(str(exc).replace(str(file), shown)) from None
             except InputError as exc:
                 message = str(exc).replace(str(file), shown)
                 return {"ok": False, "error": message}
@@ -842,6 +907,25 @@ class Folder:
                      for n in cfg.notes()]
             return {"ok": True, "error": None, "notes": notes,
                     "resolved_yaml": yaml.safe_dump(resolved_dict(cfg), sort_keys=False)}
+
+    def _load(self, file: Path, sets: list[str], base: Path) -> Any:
+        """`load_config(file, sets)` with relative paths resolved against `base`, and
+        refused (WebError, naming the field) when a field names a path outside the
+        folder: checked before the paths are resolved, so a missing outside file is
+        refused like an existing one (no "file not found" telling them apart)."""
+        from shoal.config import load_config
+        from shoal.config.loading import locate
+        from shoal.web.paths import config_paths, outside, refusal
+
+        def vet(cfg: Any) -> None:
+            # (the job's working folder is the folder: tokenizer and cache_dir paths are
+            # relative to it, the file fields to the config's folder)
+            out = outside(config_paths(cfg), self.root, base)
+            if out:
+                raise WebError("; ".join(str(locate(cfg, InputError(refusal([f]))))
+                                         for f in out))
+
+        return load_config(file, sets, base=base, vet=vet)
 
     def start(self, yaml_text: str | None = None, path: str | None = None,
               sets: list[str] | None = None) -> dict[str, Any]:
@@ -864,8 +948,8 @@ class Folder:
             file = self.file(path, "config")
         args = ["run", str(file), "--out", str(self.root), "--quiet",
                 "--set", "output.live_parquet=true"]
-        for item in sets or []:
-            args += ["--set", str(item)]
+        # (`--set=VALUE`: a value starting with '-' is still the flag's, never a flag)
+        args += [f"--set={item}" for item in _strings("sets", sets)]
         job = self._job("run", args)
         return {"run_id": job.run_id, "job": job.as_dict()}
 
@@ -911,13 +995,59 @@ def _one_of(what: str, value: str, known: list[str]) -> None:
 
 
 def _page(limit: int, offset: int) -> tuple[int, int]:
-    limit, offset = int(limit), int(offset)
-    if limit < 1 or offset < 0:
-        raise WebError("limit must be >= 1 and offset >= 0")
-    return min(limit, MAX_PAGE), offset
+    """A page's size (above MAX_PAGE: MAX_PAGE) and its offset."""
+    return min(_whole("limit", limit, 1), MAX_PAGE), _whole("offset", offset, 0, MAX_OFFSET)
 
 
-def _stamp(run_dir: RunDir) -> tuple:
+def _whole(what: str, value: Any, lo: int | None = None, hi: int | None = None) -> int:
+    """`value` as a whole number in lo..hi (a WebError naming `what` otherwise)."""
+    if isinstance(value, str) and re.fullmatch(r"\s*-?\d{1,19}\s*", value):
+        value = int(value)  # (a round typed into a form)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise WebError(f"{what}: must be a whole number, got {_shown(value)}")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        span = (f"between {lo} and {hi}" if lo is not None and hi is not None
+                else f">= {lo}" if lo is not None else f"<= {hi}")
+        raise WebError(f"{what}: must be {span}, got {_shown(value)}")
+    return value
+
+
+def _shown(value: Any) -> str:
+    """A value a request gave, short enough for a message."""
+    try:
+        text = repr(value)
+    except ValueError:  # (an integer of more digits than Python turns into text)
+        return "a number too long to show"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _list(what: str, value: Any) -> list[Any]:
+    """A list the request gave (None: empty)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise WebError(f"{what}: must be a list, got {_shown(value)}")
+    return value
+
+
+def _strings(what: str, value: Any) -> list[str]:
+    """A list of strings the request gave (None: empty)."""
+    items = _list(what, value)
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise WebError(f"{what}.{i}: must be text, got {_shown(item)}")
+    return items
+
+
+def _ref(what: str, value: Any) -> str:
+    """An intervention named by its name or its index."""
+    if isinstance(value, bool) or not isinstance(value, str | int) or value == "":
+        raise WebError(f"{what}: must be an intervention's name or index, got "
+                       f"{_shown(value)}")
+    return str(value)
+
+
+def _stamp(run_dir: RunDir) -> tuple[int, ...]:
     """What changes when a run gains rows: its file, its live mirror, its run.json."""
     def mtime(p: Path) -> int:
         try:
@@ -935,7 +1065,7 @@ def _being_written(run_dir: RunDir) -> bool:
     return being_written(run_dir)
 
 
-_totals: dict[Path, tuple[tuple, dict[str, Any]]] = {}
+_totals: dict[Path, tuple[tuple[int, ...], dict[str, Any]]] = {}
 
 
 def _llm_totals(run_dir: RunDir) -> dict[str, Any]:
