@@ -38,10 +38,12 @@ def summary_table(summary: pd.DataFrame, grid_keys: list[str]) -> Table:
 
 def sweep(args) -> int:
     """`shoal sweep CONFIG --seeds N [--grid key=v1,v2 ...]`."""
-    sets = list(args.set or [])
+    sets, labels = list(args.set or []), {}
     if args.rounds is not None:
         sets.append(f"rounds={args.rounds}")
-    plan = plan_sweep(args.config, args.seeds, args.seed_base, args.grid, sets, args.out)
+        labels[sets[-1]] = f"--rounds {args.rounds}"
+    plan = plan_sweep(args.config, args.seeds, args.seed_base, args.grid, sets, args.out,
+                      labels)
     if args.address:  # before the plan is announced: no cluster there, no sweep
         probe_ray_address(args.address)
     console.print(f"sweep [bold]{plan.root.name}[/]: {len(plan.points)} grid point(s) × "

@@ -154,8 +154,10 @@ MAX_SEEDS = 100_000  # members of one sweep (each a run directory)
 
 def plan_sweep(config: str | Path, seeds: int, seed_base: int = 0,
                grid: list[str] | None = None, sets: list[str] | None = None,
-               out: str | Path = "runs") -> SweepPlan:
-    """Validate every member's config (InputError on any problem; nothing is written)."""
+               out: str | Path = "runs", labels: dict[str, str] | None = None
+               ) -> SweepPlan:
+    """Validate every member's config (InputError on any problem; nothing is written).
+    `labels`: how messages name an override a flag wrote (`--rounds 0`)."""
     if seeds < 1:
         raise InputError(f"--seeds {seeds}: need at least one seed")
     if seeds > MAX_SEEDS:  # each is a run directory: a typo, not a plan
@@ -163,7 +165,7 @@ def plan_sweep(config: str | Path, seeds: int, seed_base: int = 0,
     if seed_base < 0 or seed_base + seeds > 2**63:
         raise InputError(f"--seed-base {seed_base}: seeds must lie in 0..2^63-1")
     axes = parse_grid(grid)
-    base = load_config(config, list(sets or []))
+    base = load_config(config, list(sets or []), labels)
     if Path(out).exists() and not Path(out).is_dir():
         raise InputError(f"--out {out}: a file, not a folder")
     root = Path(out).resolve() / f"{base.name}-sweep-{datetime.now():%Y%m%d-%H%M%S}-" \
