@@ -276,3 +276,20 @@ def test_a_run_held_by_this_process_stays_locked_against_others(tmp_path):
     finally:
         sim.close()
     assert run_cli(["resume", str(run), "--quiet"]).returncode == 0  # (finished: says so)
+
+
+def test_a_run_missing_run_json_or_its_trajectory_is_named_so(finished, tmp_path, capsys):
+    """A run directory that lost its run.json is listed by `shoal runs` as damaged (not
+    passed over as no run), and resume names the missing file; so for a lost trajectory."""
+    folder = tmp_path / "runs"
+    for lost in ("run.json", "trajectory.duckdb"):
+        shutil.rmtree(folder, ignore_errors=True)
+        run = Path(shutil.copytree(finished, folder / finished.name))
+        (run / lost).unlink()
+        capsys.readouterr()
+        assert main(["runs", str(folder)]) == 0
+        listed = capsys.readouterr()
+        if lost == "run.json":
+            assert "damaged" in listed.out and "run.json: missing" in listed.err
+        assert main(["resume", str(run), "--quiet"]) == 2
+        assert f"{lost}: missing" in capsys.readouterr().err

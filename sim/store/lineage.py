@@ -385,10 +385,11 @@ def being_written(run_dir: RunDir) -> bool:
 
 
 def _read_meta(path: Path) -> dict[str, Any] | None:
-    """run.json of a folder, None if it has none, `{"status": "damaged"}` if it does not
-    parse."""
+    """run.json of a folder, None if it has none (not a run), `{"status": "damaged"}` if it
+    does not parse, or if it is gone from a folder that holds a trajectory (a run that lost
+    it: listed as damaged, not passed over)."""
     if not (path / "run.json").is_file():
-        return None
+        return {"status": "damaged"} if (path / "trajectory.duckdb").is_file() else None
     try:
         meta = json.loads((path / "run.json").read_text())
     except (OSError, UnicodeDecodeError, ValueError):

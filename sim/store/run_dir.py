@@ -90,6 +90,9 @@ class RunDir:
         """run.json as a dict (InputError naming the file if it is damaged)."""
         try:
             meta = json.loads(self.meta.read_text())
+        except FileNotFoundError:
+            raise InputError(f"{self.meta}: missing; the run cannot be used as it is (its "
+                             "trajectory and checkpoints are still there)") from None
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise InputError(f"{self.meta}: damaged ({type(exc).__name__}: "
                              f"{str(exc).splitlines()[0][:120]}); the run cannot be used "
@@ -142,9 +145,13 @@ def open_run_dir(path: str | Path) -> RunDir:
                          "(the process making it was stopped, or is still at it); "
                          f"`shoal runs {p.parent}` removes it once nothing is making it; "
                          "run the command that made it again")
-    if not run_dir.meta.is_file() or not run_dir.db.is_file():
+    has_meta, has_db = run_dir.meta.is_file(), run_dir.db.is_file()
+    if not has_meta and not has_db:
         raise InputError(f"{path}: not a Shoal run directory (no run.json or {DB_NAME})")
-    run_dir.read_meta()  # a damaged run.json is found before anything touches the run
+    if not has_db:
+        raise InputError(f"{run_dir.db}: missing; the run cannot be read without its "
+                         "trajectory: restore the file from a copy, or run the config again")
+    run_dir.read_meta()  # a missing or damaged run.json is found before anything changes
     from shoal.store.trajectory import damaged, header_damage  # (DuckDB: loaded when used)
 
     if (why := header_damage(run_dir.db)) is not None:
