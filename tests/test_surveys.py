@@ -137,6 +137,16 @@ def test_llm_agents_answer_through_the_interview_path(tmp_path):
     run = run_config(cfg).dir.root
     r = open_run(run).survey_responses
     assert set(r["source"]) == {"rule"}
+    # an endpoint that does not answer: exit 3, nothing stored (not abstentions), so the
+    # same command asks again once one does
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    assert main(["survey", str(run), "--base-url", f"http://127.0.0.1:{closed}/v1",
+                 "--model", "m"]) == 3
+    assert set(open_run(run).survey_responses["source"]) == {"rule"}
     assert main(["survey", str(run)]) == 0
     r = open_run(run).survey_responses
     llm = r[r["source"] == "llm"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from shoal.core.errors import InputError
+from shoal.core.errors import InputError, ProviderDown
 from shoal.core.faults import crash_point
 from shoal.core.language import DEFAULT, templates
 from shoal.engine.agent_context import context_for
@@ -179,9 +179,21 @@ def _ask(world, survey: Survey, wave: int, round_: int, ids: list[int], base_url
     questions = {a: texts[world.population.language_of(a)] for a in ids}
     replies = ask_all(chosen, contexts, questions, world.cfg.seed, concurrency, None,
                       about=lambda a, context: asked(a, context, SURVEY, items=items))
+    answered = {a: answer_of(replies[a]) for a in ids}
+    # A reply that never came (no connection, a timeout, an error status) is not the
+    # respondent abstaining: nothing of the wave is stored, so the same command asks again.
+    # An empty or unreadable answer that did come is an abstention, as for a person.
+    lost = [(a, status, error) for a, (_, status, error) in answered.items()
+            if status not in ("ok", "empty")]
+    if lost:
+        a, status, error = lost[0]
+        raise ProviderDown(f"survey {survey.name} wave {wave} (round {round_}): {len(lost)} "
+                           f"of {len(ids)} LLM respondents got no answer (agent {a}: "
+                           f"{status}: {error}); nothing of this wave was stored: run the "
+                           "command again when the endpoint answers")
     rows = []
     for a in ids:
-        text, status, _ = answer_of(replies[a])
+        text, status, _ = answered[a]
         answers = parse_answers(text, survey) if status == "ok" else None
         for it in survey.items:
             row = item_row(it, (answers or {}).get(it.id))
