@@ -9,6 +9,7 @@ user: an id outside the population or an unknown group is an error naming the fi
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from pydantic import Field
@@ -30,6 +31,18 @@ class Selector(Strict):
         return self.ids is None and self.groups is None and self.fraction is None
 
 
+_ID_PART = re.compile(r"\d+(?:-\d+)?")  # an id, or a range of ids: 7, 0-199
+
+
+def id_ranges(text: str) -> list[tuple[int, int]] | None:
+    """The (first, last) id ranges of a list of ids and ranges (`0-199,250`); None for
+    text that is not one (`0-`, `-5` and `5--7` are not)."""
+    parts = [p.strip() for p in text.strip().split(",")]
+    if not all(_ID_PART.fullmatch(p) for p in parts):
+        return None
+    return [(int(lo), int(hi or lo)) for lo, _, hi in (p.partition("-") for p in parts)]
+
+
 def parse_selector(text: str, flag: str = "--agents") -> Selector:
     """A selector from the command line: `all`, ids and ranges (`0-199,250`),
     `group:NAME[,NAME]`, or a YAML mapping (`{groups: [a], fraction: 0.5}`); an
@@ -47,13 +60,13 @@ def parse_selector(text: str, flag: str = "--agents") -> Selector:
         if not names:
             raise InputError(f"{flag} {text}: name at least one group")
         return Selector(groups=names)
-    if text and all(part.strip().replace("-", "", 1).isdigit() for part in text.split(",")):
+    ranges = id_ranges(text)
+    if ranges is not None:
         ids: list[int] = []
-        for part in text.split(","):
-            lo, _, hi = part.strip().partition("-")
-            if hi and int(hi) < int(lo):
-                raise InputError(f"{flag} {text}: the range {part.strip()} is empty")
-            ids.extend(range(int(lo), int(hi or lo) + 1))
+        for lo, hi in ranges:
+            if hi < lo:
+                raise InputError(f"{flag} {text}: the range {lo}-{hi} is empty")
+            ids.extend(range(lo, hi + 1))
         return Selector(ids=ids)
     try:
         data = yaml.safe_load(text)

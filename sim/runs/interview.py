@@ -197,10 +197,9 @@ def _world(run_dir: RunDir, round_: int | None):
 def _id_ranges(text: str) -> list[tuple[int, int]]:
     """The id ranges of an `--agents` text of ids and ranges (`0-199,250`), as
     `parse_selector` reads them; [] for any other selector."""
-    parts = [p.strip() for p in text.strip().split(",")]
-    if not text.strip() or not all(p.replace("-", "", 1).isdigit() for p in parts):
-        return []
-    return [(int(lo), int(hi or lo)) for lo, _, hi in (p.partition("-") for p in parts)]
+    from shoal.config.selector import id_ranges
+
+    return id_ranges(text) or []
 
 
 def _check_ranges(text: str, n: int) -> None:
