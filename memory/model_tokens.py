@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -76,6 +77,28 @@ def server_root(base_url: str) -> str:
     return base_url[:-3] if base_url.endswith("/v1") else base_url
 
 
+MAX_REPLY_BYTES = 16 * 2**20  # a token list this long is not an answer
+
+
+def _post_json(http: httpx.Client, url: str, body: dict, deadline: float) -> object:
+    """The JSON of a 200 answer to a POST, None for any other answer; TimeoutError when it
+    has not all come by `deadline` (httpx's timeout bounds each read, not the whole)."""
+    with http.stream("POST", url, json=body) as r:
+        raw = bytearray()
+        for chunk in r.iter_bytes():
+            raw += chunk
+            if time.monotonic() > deadline:
+                raise TimeoutError(url)
+            if len(raw) > MAX_REPLY_BYTES:
+                return None
+        if r.status_code != 200:
+            return None
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):  # (not JSON; JSON nested beyond reason)
+        return None
+
+
 def server_count(base_url: str, model: str, texts: list[str], timeout_s: float = 30.0
                  ) -> list[int] | None:
     """Each text's tokens by the server's `POST /tokenize` (llama.cpp's form, then
@@ -87,12 +110,13 @@ def server_count(base_url: str, model: str, texts: list[str], timeout_s: float =
             counts = []
             try:
                 for text in texts:
-                    r = http.post(f"{root}/tokenize", json={**body, key: text})
-                    tokens = r.json().get("tokens") if r.status_code == 200 else None
+                    data = _post_json(http, f"{root}/tokenize", {**body, key: text},
+                                      time.monotonic() + timeout_s)
+                    tokens = data.get("tokens") if isinstance(data, dict) else None
                     if not isinstance(tokens, list):
                         break
                     counts.append(len(tokens))
-            except (httpx.HTTPError, ValueError, AttributeError):
+            except (httpx.HTTPError, TimeoutError):
                 return None
             if len(counts) == len(texts):
                 return counts

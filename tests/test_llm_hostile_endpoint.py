@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -23,9 +24,27 @@ class HostileHandler(BaseHTTPRequestHandler):
     def log_message(self, *args) -> None:  # (quiet)
         pass
 
+    def do_GET(self) -> None:
+        self.do_POST()
+
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if self.path.startswith("/garbage/"):
+        if self.path.startswith("/trickle/"):  # a byte at a time, slower than any timeout
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            try:
+                for _ in range(100000):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(0.2)
+            except OSError:  # (the client gave up)
+                pass
+            return
+        if self.path.startswith("/deep/"):
+            body = b'{"choices": ' + b"[" * 100000 + b"]" * 100000 + b"}"
+        elif self.path.startswith("/garbage/"):
             body = b"\x1b[2J\x1b]0;owned\x07 not json \x00"
         else:
             body = json.dumps({
@@ -76,3 +95,27 @@ def test_an_interview_of_a_hostile_endpoint_ends_cleanly(hostile, tmp_path, caps
     assert code in (0, 3), shown
     assert "unexpected response" in shown and "\\x1b[2J" in shown
     assert "\x1b" not in shown and "\x07" not in shown and "\x00" not in shown
+
+
+@pytest.mark.parametrize("mode", ["deep", "trickle"])
+def test_llm_check_of_an_endpoint_that_never_answers_properly_ends(hostile, mode, capsys):
+    """JSON nested 100,000 deep, and an answer dripping a byte at a time: `shoal llm-check`
+    reports the endpoint unusable within its timeout, as an error of the endpoint (not an
+    internal error, not a hang)."""
+    url = hostile.replace("/v1", f"/{mode}/v1")
+    code = main(["llm-check", url, "--model", "m", "--timeout", "1", "--concurrency", "1",
+                 "--requests", "1"])
+    shown = capsys.readouterr()
+    assert "internal error" not in shown.err, shown.err
+    assert code in (2, 3), shown.out + shown.err
+
+
+@pytest.mark.parametrize("mode", ["deep", "trickle"])
+def test_a_tokenize_endpoint_that_never_answers_properly_is_no_tokenizer(hostile, mode):
+    """The run's token counter asks the server's /tokenize first: a bottomless JSON
+    answer, or one that drips past the timeout, means the server has none (the run then
+    counts with tiktoken) instead of a crash or a run stuck before round 1."""
+    from shoal.memory.model_tokens import server_count
+
+    url = hostile.replace("/v1", f"/{mode}/v1")
+    assert server_count(url, "m", ["hello there"], timeout_s=1.0) is None

@@ -40,7 +40,7 @@ from pydantic import ValidationError
 from shoal.config.llm import ProviderConfig, shown_name
 from shoal.core.errors import InputError, ProviderDown
 from shoal.llm.endpoints import LOOPBACK, Endpoints
-from shoal.llm.openai import redact_key, token_count
+from shoal.llm.openai import printable, redact_key, token_count
 
 # A finding's status.
 YES = "yes"
@@ -198,6 +198,9 @@ def _cut(text: str, most: int = 60) -> str:
     return text if len(text) <= most else text[:most - 1] + "…"
 
 
+MAX_REPLY_BYTES = 16 * 2**20  # no answer of an OpenAI-compatible API is this long
+
+
 class Endpoint:
     """The endpoint under test: its base URL (…/v1), its server root (the base URL
     without a trailing /v1, where llama.cpp and vLLM serve /tokenize and /props), the
@@ -218,21 +221,38 @@ class Endpoint:
         """One request; never raises for a network error (the reply says what happened).
         The body's text is redacted before anything reads it."""
         start = time.perf_counter()
+        limit = self.client.timeout.read or 60.0
         try:
-            response = await self.client.request(method, url, json=body)
-        except httpx.TimeoutException:
-            return Reply(None, error=f"no answer within {self.client.timeout.read:g} s",
+            # the whole answer within the timeout (httpx's bounds each read: a server
+            # sending a byte a second would never time out) and within MAX_REPLY_BYTES
+            status, raw = await asyncio.wait_for(self._receive(method, url, body), limit)
+        except (httpx.TimeoutException, TimeoutError):
+            return Reply(None, error=f"no answer within {limit:g} s",
                          seconds=time.perf_counter() - start)
         except httpx.HTTPError as exc:
             return Reply(None, error=self.redact(f"{type(exc).__name__}: {exc}")[:200],
                          seconds=time.perf_counter() - start)
         seconds = time.perf_counter() - start
-        text = self.redact(response.text)
+        if raw is None:
+            return Reply(None, error=f"an answer over {MAX_REPLY_BYTES // 2**20} MB",
+                         seconds=seconds)
+        text = self.redact(raw.decode("utf-8", "replace"))
         try:
             data = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # (not JSON; JSON nested beyond reason)
             data = None
-        return Reply(response.status_code, data, text[:300], seconds=seconds)
+        return Reply(status, data, printable(text[:300]), seconds=seconds)
+
+    async def _receive(self, method: str, url: str, body: dict[str, Any] | None
+                       ) -> tuple[int, bytes | None]:
+        """The status and body of one request (None: the body grew past the cap)."""
+        async with self.client.stream(method, url, json=body) as response:
+            raw = bytearray()
+            async for chunk in response.aiter_bytes():
+                raw += chunk
+                if len(raw) > MAX_REPLY_BYTES:
+                    return response.status_code, None
+            return response.status_code, bytes(raw)
 
     async def chat(self, messages: list[dict[str, str]], max_tokens: int = PROBE_MAX_TOKENS,
                    **extra: Any) -> Reply:
