@@ -4,6 +4,7 @@ in shoal.analyst and shoal.runs.interview, imported when a command runs)."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from rich.markup import escape
 from rich.table import Table
@@ -71,6 +72,8 @@ def cmd_analyse(args: argparse.Namespace) -> int:
     settings.check()
     if args.out and not args.out.lower().endswith(".md"):
         raise InputError(f"--out {args.out}: the analysis is Markdown; give a .md file name")
+    if args.out and not Path(args.out).resolve().parent.is_dir():  # before anything is paid
+        raise InputError(f"--out {args.out}: no such folder {Path(args.out).parent}")
     try:
         if args.retry_section:
             result = retry_sections(args.run, args.analysis, args.retry_section,

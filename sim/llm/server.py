@@ -35,6 +35,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import random
 import re
@@ -743,6 +744,8 @@ def faults_from(args: argparse.Namespace, servers: int = 1) -> list[Faults]:
                                      f"{servers} servers; give one, or one per server")
                 value = value[i if len(value) > 1 else 0]
                 flag = f"--{f.name.replace('_', '-')} {value:g}"
+                if not math.isfinite(value):
+                    raise ValueError(f"{flag}: must be a finite number")
                 if f.name.endswith("_rate") and not 0 <= value <= 1:
                     raise ValueError(f"{flag}: a share, between 0 and 1")
                 if value < 0:
@@ -765,6 +768,9 @@ def _described(faults: Faults) -> str:
     changed = [f"{f.name}={getattr(faults, f.name):g}" for f in dataclasses.fields(Faults)
                if f.name in PER_SERVER and getattr(faults, f.name) != getattr(default, f.name)]
     return f" ({', '.join(changed)})" if changed else ""
+
+
+MAX_SERVERS = 1024  # one process's servers (each holds a listening socket)
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -794,8 +800,16 @@ def serve(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
     n = args.servers
-    if n < 1:
-        print(f"error: --servers {n}: must be at least 1", file=sys.stderr)
+    if not 1 <= n <= MAX_SERVERS:
+        print(f"error: --servers {n}: 1 to {MAX_SERVERS:,}", file=sys.stderr)
+        return 2
+    if args.parent_pid is not None and args.parent_pid < 1:
+        print(f"error: --parent-pid {args.parent_pid}: a process id is at least 1",
+              file=sys.stderr)
+        return 2
+    if args.record is not None and not Path(args.record).resolve().parent.is_dir():
+        print(f"error: --record {args.record}: no such folder {Path(args.record).parent}",
+              file=sys.stderr)
         return 2
     if not 0 <= args.port <= 65535 - (n - 1 if args.port else 0):
         print(f"error: --port {args.port}: a port is 0..65535 (0: any free one)"
