@@ -4,6 +4,7 @@ memory, saved as a run directory; and the counterfactual forks its schedule edit
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -296,3 +297,31 @@ def test_a_closed_simulation_on_disk_forks_in_memory(tmp_path, on_disk):
         assert open_run(fork).beliefs["round"].max() == fork.cfg.rounds
     finally:
         fork.close()
+
+
+def test_the_notebook_api_names_wrong_argument_types():
+    """Arguments of the wrong kind are InputErrors naming the argument: a round as text or
+    a float, one string where a list of strings goes (it would be read as its
+    characters), a path where interventions go, no runs at all; a numpy round is a
+    round."""
+    from shoal import open_runs
+
+    quick = CONFIGS / "quickstart.yaml"
+    sim = Simulation.from_yaml(quick, out=None, overrides=["rounds=2", "population.size=50"])
+    try:
+        sim.run()
+        for call, said in (
+                (lambda: sim.fork("2"), "fork at '2': a round is a whole number"),
+                (lambda: sim.fork(1.0), "fork at 1.0: a round is a whole number"),
+                (lambda: sim.fork(1, sets="policy.post_rate=0.3"), "sets: a list of strings"),
+                (lambda: sim.fork(1, interventions="x.yaml"), "interventions: a list of"),
+                (lambda: Simulation.from_yaml(quick, overrides="rounds=3"), "overrides: a list"),
+                (lambda: Simulation.from_dict(None), "from_dict: the config must be a mapping"),
+                (lambda: open_runs([]), "open_runs: no runs given")):
+            with pytest.raises(InputError, match=re.escape(said)):
+                call()
+        fork = sim.fork(np.int64(1), sets=["policy.post_rate=0.3"])
+        assert fork.round == 1
+        fork.close()
+    finally:
+        sim.close()

@@ -44,7 +44,11 @@ def open_runs(paths: Iterable[str | Path | Any] | str | Path,
             paths = [e.dir.root for e in run_tree(folder)]
             if not paths:
                 raise InputError(f"{folder}: no runs in this folder")
-    return Runs([p if isinstance(p, Run) else Run(p) for p in paths], labels)
+    runs = [p if isinstance(p, Run) else Run(p) for p in paths]
+    if not runs:
+        raise InputError("open_runs: no runs given; give run directories, or a folder of "
+                         "runs")
+    return Runs(runs, labels)
 
 
 def open_sweep(path: str | Path) -> Sweep:

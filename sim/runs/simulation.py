@@ -139,13 +139,17 @@ class Simulation:
     def from_yaml(cls, path: str | Path, *, seed: int | None = None, out: Any = CONFIGURED,
                   overrides: Iterable[str] = ()) -> Simulation:
         """A new simulation of a YAML config (`overrides`: `key=value` like `--set`)."""
-        sets = [*overrides, *([f"seed={seed}"] if seed is not None else [])]
+        sets = [*_strings("overrides", overrides),
+                *([f"seed={seed}"] if seed is not None else [])]
         return cls.create(load_config(path, sets), out=out)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, seed: int | None = None, out: Any = CONFIGURED
                   ) -> Simulation:
         """A new simulation of a config given as a mapping (as the YAML would be)."""
+        if not isinstance(data, dict):
+            raise InputError(f"from_dict: the config must be a mapping (as the YAML would "
+                             f"be), got {type(data).__name__}")
         data = {**data, **({"seed": seed} if seed is not None else {})}
         return cls.create(parse_config(data), out=out)
 
@@ -477,6 +481,14 @@ class Simulation:
         0..at, so `open_run(fork)` shows its whole history."""
         self.flush()
         at = self.round if at is None else at
+        if not isinstance(at, numbers.Integral) or isinstance(at, bool):  # (numpy's too)
+            raise InputError(f"fork at {at!r}: a round is a whole number (an int)")
+        at = int(at)
+        sets, schedule = _strings("sets", sets), _strings("schedule", schedule)
+        if interventions is not None and not (isinstance(interventions, list) and all(
+                isinstance(i, dict) for i in interventions)):
+            raise InputError("interventions: a list of mappings, each one intervention as "
+                             "the config's `interventions:` entries are")
         if at not in self.checkpoints.available():
             raise InputError(f"fork at {at}: no checkpoint of round {at}; kept rounds: "
                              f"{', '.join(map(str, self.checkpoints.available()))}")
@@ -788,3 +800,14 @@ def _copy_prefix(reader: LiveRun | RunDir, store: TrajectoryStore, at: int,
         rows = _rows_or_none(reader, spec.name, spec.upto(at, n_posts))
         if rows is not None and len(rows):
             store.insert(spec.name, pa.Table.from_pandas(rows, preserve_index=False))
+
+
+def _strings(name: str, values: Iterable[str]) -> list[str]:
+    """`values` as a list of strings; a lone string is refused (it would be read as its
+    characters: `sets="rounds=3"` as `r`, `o`, ...)."""
+    if isinstance(values, str | bytes):
+        raise InputError(f"{name}: a list of strings, e.g. [{values!r}], not one string")
+    out = list(values)
+    if not all(isinstance(v, str) for v in out):
+        raise InputError(f"{name}: every item must be a string, got {out!r}"[:300])
+    return out
