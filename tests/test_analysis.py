@@ -3,6 +3,7 @@ frame, reading a run while another process writes it, and the plots."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from shoal.core.errors import InputError
 from shoal.runs.fork import fork_run
 from shoal.store.lineage import being_written
 from shoal.store.run_dir import RunDir
-from tests.conftest import CONFIGS, write_config
+from tests.conftest import CONFIGS, ROOT, write_config
 from tests.helpers import fork_plan, make_config, run_config
 
 K = 4
@@ -287,3 +288,30 @@ def test_run_wraps_only_run_directories(tmp_path):
         Run(tmp_path / "x")
     with pytest.raises(InputError, match="no runs"):
         open_runs(tmp_path / "x")
+
+
+def test_bad_arguments_of_the_notebook_metrics_are_named(tmp_path):
+    """A metric's argument out of its domain is an InputError naming it, not a pandas or
+    numpy error from deep inside: bins, an agents column, a platform, an as-of round, a
+    run label or index."""
+    from shoal import open_run, open_runs
+    from shoal.cli.main import main
+    from shoal.core.errors import InputError
+
+    out = tmp_path / "runs"
+    assert main(["run", str(ROOT / "configs" / "quickstart.yaml"), "--rounds", "2", "--set",
+                 "population.size=50", "--out", str(out), "--quiet"]) == 0
+    (path,) = out.iterdir()
+    run = open_run(path)
+    for call, said in ((lambda: run.polarization(bins=0), "bins=0"),
+                       (lambda: run.group_distance("nope_col"), "groups='nope_col'"),
+                       (lambda: run.echo_chambers(platform="myspace"), "platform='myspace'"),
+                       (lambda: run.graph_relations(as_of=-5), "as_of=-5"),
+                       (lambda: run.graph_entities(as_of=1.7), "as_of=1.7")):
+        with pytest.raises(InputError, match=re.escape(said)):
+            call()
+    runs = open_runs([path])
+    with pytest.raises(KeyError, match="no run labelled 'zzz'; labels: "):
+        runs["zzz"]
+    with pytest.raises(IndexError, match="there are 1 runs"):
+        runs[10]

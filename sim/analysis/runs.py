@@ -22,6 +22,7 @@ llm_calls.section_tokens) are parsed into Python objects. Column reference: docs
 from __future__ import annotations
 
 import json
+import numbers
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import cache
 from pathlib import Path
@@ -240,11 +241,11 @@ class Run(ForkInfo, Frames):
     def graph_relations(self, as_of: int | None = None, include_withdrawn: bool = False
                         ) -> pd.DataFrame:
         """The graph's relations visible at the end of round `as_of` (default: now)."""
-        return self.graph().relations(as_of, include_withdrawn)
+        return self.graph().relations(_round_arg("as_of", as_of), include_withdrawn)
 
     def graph_entities(self, as_of: int | None = None) -> pd.DataFrame:
         """The graph's entities, with how many visible relations each is in."""
-        return self.graph().entities(as_of)
+        return self.graph().entities(_round_arg("as_of", as_of))
 
     def graph_episodes(self) -> pd.DataFrame:
         """The texts the graph was read from, verbatim, with their sources."""
@@ -444,6 +445,8 @@ class Run(ForkInfo, Frames):
     def polarization(self, alpha: float = 1.6, bins: int = 5) -> pd.DataFrame:
         """Per round and topic: sd, bimodality coefficient, Esteban–Ray, distance between
         the means of those against and for (`metrics.polarization`)."""
+        if not isinstance(bins, int) or isinstance(bins, bool) or bins < 1:
+            raise InputError(f"bins={bins!r}: the number of bins, a whole number >= 1")
         return metrics.polarization(self.beliefs, alpha=alpha, bins=bins)
 
     def group_distance(self, groups: str | Any | None = None) -> pd.DataFrame:
@@ -452,7 +455,11 @@ class Run(ForkInfo, Frames):
         mapping agent → label (`metrics.group_mean_distance`)."""
         beliefs = self.beliefs
         if isinstance(groups, str) and groups not in beliefs.columns:
-            labels = self.agents.set_index("agent_id")[groups]
+            agents = self.agents
+            if groups not in agents.columns:
+                raise InputError(f"groups={groups!r}: not a column of agents; columns: "
+                                 f"{', '.join(agents.columns)}")
+            labels = agents.set_index("agent_id")[groups]
             groups = labels[labels.notna()]
             beliefs = beliefs[beliefs["agent"].isin(groups.index)]
         return metrics.group_mean_distance(beliefs, groups)
@@ -461,6 +468,10 @@ class Run(ForkInfo, Frames):
                       platform: str | None = None) -> pd.DataFrame:
         """Follower–followee stance correlation per round and topic
         (`metrics.follower_followee_correlation`)."""
+        platforms = list(self.config["platforms"])
+        if platform is not None and platform not in platforms:
+            raise InputError(f"platform={platform!r}: not a platform of this run; "
+                             f"platforms: {', '.join(platforms)}")
         return metrics.follower_followee_correlation(self.beliefs, self.follows, rounds,
                                                      platform)
 
@@ -591,6 +602,11 @@ class Runs(Frames):
         return iter(self.runs)
 
     def __getitem__(self, key: int | str) -> Run:
+        if isinstance(key, str) and key not in self.labels:
+            raise KeyError(f"no run labelled {key!r}; labels: {', '.join(self.labels)}")
+        if isinstance(key, int) and not -len(self.runs) <= key < len(self.runs):
+            raise IndexError(f"run {key}: there are {len(self.runs)} runs (0.."
+                             f"{len(self.runs) - 1})")
         return self.runs[key if isinstance(key, int) else self.labels.index(key)]
 
     @property
@@ -694,3 +710,12 @@ for _name in FRAMES:
     setattr(Runs, _name, _frame_property(_name))
 for _name in METRICS:
     setattr(Runs, _name, _metric_method(_name))
+
+
+def _round_arg(name: str, value: int | None) -> int | None:
+    """A round argument (None: now), checked: a whole number >= 0."""
+    if value is None:
+        return None
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0:
+        raise InputError(f"{name}={value!r}: a round, a whole number >= 0")
+    return int(value)
