@@ -293,3 +293,11 @@ def test_a_run_missing_run_json_or_its_trajectory_is_named_so(finished, tmp_path
             assert "damaged" in listed.out and "run.json: missing" in listed.err
         assert main(["resume", str(run), "--quiet"]) == 2
         assert f"{lost}: missing" in capsys.readouterr().err
+
+
+def test_shoal_runs_of_a_run_directory_lists_that_run(finished, capsys):
+    """`shoal runs RUN` (a run directory, not the folder of runs) lists that run."""
+    capsys.readouterr()
+    assert main(["runs", str(finished)]) == 0
+    out = capsys.readouterr().out
+    assert finished.name in out and "finished" in out

@@ -146,6 +146,8 @@ def cmd_fork(args: argparse.Namespace) -> int:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     """List the runs of an output folder as a lineage tree (forks under their parents)."""
+    from pathlib import Path
+
     from rich.table import Table
 
     from shoal.store.lineage import run_tree
@@ -153,6 +155,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
     entries = run_tree(args.folder)
     unfinished = clean_unfinished(args.folder)
+    if not entries and (Path(args.folder) / "run.json").is_file():  # a run, not a folder
+        entries = [e for e in run_tree(Path(args.folder).resolve().parent)
+                   if e.dir.root.name == Path(args.folder).resolve().name]
     if not entries:
         console.print(f"no runs in {escape(str(args.folder))}")
         _print_unfinished(args.folder, unfinished)

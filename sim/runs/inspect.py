@@ -65,14 +65,14 @@ def inspect_agent(run: str, agent: int, round_: int, platform: str | None = None
     world = world_at(run_dir, round_ - 1, f"--round {round_}: inspecting needs round")
     if not 0 <= agent < world.n_agents:
         raise InputError(f"--agent {agent}: no such agent (agents 0..{world.n_agents - 1})")
-    if platform and platform not in world.platforms:
-        raise InputError(f"--platform {platform}: not enabled in this run (platforms: "
-                         f"{', '.join(world.platforms)})")
+    if platform is not None and platform not in world.platforms:
+        raise InputError(f"--platform {platform or repr(platform)}: not enabled in this "
+                         f"run (platforms: {', '.join(world.platforms)})")
     begin_round(world, round_)
     if agent not in world.context_agents():  # not tracked live: rebuilt from its actions
         rebuild_history(run, world, np.array([agent]), round_, world.digest,
                         world.notifications)
-    names = [platform] if platform else [n for n, p in world.platforms.items()
+    names = [platform] if platform is not None else [n for n, p in world.platforms.items()
                                          if p.members[agent]]
     out = []
     for name in names:
