@@ -158,3 +158,19 @@ def test_compare_writes_next_to_the_runs_and_never_replaces_a_plot_silently(
                          ("no/such/p.png", "--out no/such/p.png: no such folder")):
         assert main(["compare", str(a), str(b), "--out", out]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_a_topic_one_run_lacks_has_no_gap(runs, tmp_path, capsys):
+    """Runs on different topics: a topic one of them lacks shows no gap ('—'), not 0.000,
+    which would read as 'identical'."""
+    data = yaml.safe_load((CONFIGS / "quickstart.yaml").read_text())
+    data.update(rounds=2, population={"size": 60}, topics=["carbon_tax"],
+                initial_stances={"default": {"dist": "uniform"}, "confidence": 0.5})
+    other = run_config(make_config(data, tmp_path)).dir.root
+    cmp = compare_runs([runs.root, other])
+    assert pd.isna(max_mean_gap(cmp, cmp.runs[1], "nuclear_power")[0])
+    capsys.readouterr()
+    assert main(["compare", str(runs.root), str(other), "--out", str(tmp_path / "c.png")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.split()[:1] == ["nuclear_power"])
+    assert lines[at + 1].split() == ["B", "—", "—", "—", "—", "—", "—"]  # (no gap, no round)

@@ -9,6 +9,7 @@ common to all runs). `shoal compare` prints the tables and writes a PNG.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,11 +137,14 @@ def first_difference(a: pd.DataFrame, b: pd.DataFrame, upto: int) -> int | None:
 
 
 def max_mean_gap(cmp: Comparison, run: RunData, topic: str) -> tuple[float, int | None]:
-    """The largest |mean(run) − mean(reference)| of a topic over rounds 0..R, and where."""
+    """The largest |mean(run) − mean(reference)| of a topic over rounds 0..R, and where
+    (NaN, None: one of the two has no beliefs on the topic, so nothing to compare)."""
     rounds = pd.RangeIndex(cmp.last_round + 1, name="round")
     gap = (_topic_stats(run, topic, rounds)["mean"]
            - _topic_stats(cmp.reference, topic, rounds)["mean"]).abs().dropna()
-    if gap.empty or gap.max() == 0:
+    if gap.empty:
+        return math.nan, None
+    if gap.max() == 0:
         return 0.0, None
     return float(gap.max()), int(gap.idxmax())
 
