@@ -43,6 +43,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from shoal.runs.calibrate import calibrate, parse_param, plot_fit
 
     params = [parse_param(p) for p in args.param]
+    if args.address:  # before anything is made: no cluster there, nothing written
+        from shoal.engine.executors import probe_ray_address
+
+        probe_ray_address(args.address)
 
     def on_trial(done: int, total: int, d: float) -> None:
         console.print(f"  [{done}/{total}] distance {d:.4g}", highlight=False)

@@ -61,6 +61,10 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
     if args.parallel is not None and args.parallel < 1:  # (before anything is written)
         raise InputError(f"--parallel {args.parallel}: must be >= 1")
+    if args.address:  # (no cluster there: nothing planned, nothing written)
+        from shoal.engine.executors import probe_ray_address
+
+        probe_ray_address(args.address)
     if args.resume is not None:
         if args.config is not None or args.set or args.rounds is not None:
             raise InputError("--resume DIR continues an experiment as it was planned; give "
@@ -81,7 +85,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         bases = n if spec["branch_round"] > 0 else 0
         console.print(f"experiment [bold]{plan.root.name}[/]: {arms} arms × {n} "
                       f"replicate(s), branching at round {spec['branch_round']} = "
-                      f"{bases + arms * n} runs → {plan.root}", highlight=False)
+                      f"{bases + arms * n} runs → {escape(str(plan.root))}", highlight=False)
         _warn(plan.notes)
         root, spec = start_experiment(plan)
 

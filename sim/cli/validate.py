@@ -55,6 +55,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
                       highlight=False)
 
     folder = args.out or f"runs/validation-{datetime.now():%Y%m%d-%H%M%S}"
+    if args.address:  # before anything is made: no cluster there, nothing written
+        from shoal.engine.executors import probe_ray_address
+
+        probe_ray_address(args.address)
     done = validate(args.cases, folder, args.quick, args.seed, args.replicates, args.llm,
                     args.parallel, args.address, on_case)
     table = Table(box=None)
