@@ -323,6 +323,10 @@ class ResponseCache:
                 except OSError as exc:
                     failed = self._write_error(exc)
             for _, done in batch:
+                # its caller may have stopped waiting (the run stopping): atomically, a
+                # cancelled future is left alone and any other can no longer be cancelled
+                if not done.set_running_or_notify_cancel():
+                    continue
                 if failed is None:
                     done.set_result(None)
                 else:
