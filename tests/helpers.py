@@ -6,8 +6,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import duckdb
@@ -119,3 +121,13 @@ def small_disk(folder: Path, size: str) -> Iterator[Path]:
     finally:
         if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
             subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def serve_http(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A server of `handler` on 127.0.0.1 for a fixture to yield from: its root URL
+    (http://127.0.0.1:PORT), shut down when the fixture ends."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()

@@ -9,7 +9,7 @@ import json
 import socket
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import duckdb
@@ -17,6 +17,7 @@ import pytest
 
 from shoal.cli.main import main
 from tests.conftest import ROOT
+from tests.helpers import serve_http
 
 TOLL = ROOT / "tests" / "data" / "graph" / "toll.md"
 PARAGRAPHS = 4  # of TOLL, the heading included: `shoal init` reads each twice
@@ -94,12 +95,8 @@ class _Flaky(BaseHTTPRequestHandler):
 def _serve(ok: int, status: int) -> Iterator[str]:
     handler = type("Handler", (_Flaky,), {"ok": ok, "status": status, "served": 0,
                                           "lock": threading.Lock()})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    for root in serve_http(handler):
+        yield root + "/v1"
 
 
 @pytest.fixture

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import ClassVar
 
 import pytest
@@ -31,6 +30,7 @@ from shoal.llm.check import (
     suggest_concurrency,
 )
 from shoal.llm.server import serve_in_thread
+from tests.helpers import serve_http
 
 KEY = "sk-test-" + "0123456789abcdef" * 2  # fake, key-shaped: must never be printed
 SHOWN = {"chat", "tools", "json_schema", "json_object", "usage", "cached tokens", "tokenize",
@@ -125,26 +125,16 @@ class SchemaHandler(FakeHandler):
             "usage": {"prompt_tokens": len(prompt) // 4 + 10, "completion_tokens": 5}})
 
 
-def _serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
-    """A server of `handler` on 127.0.0.1; its root URL (http://127.0.0.1:PORT)."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
 @pytest.fixture(scope="module")
 def fake() -> Iterator[str]:
     """The fake endpoint without tools or structured output."""
-    yield from _serve(FakeHandler)
+    yield from serve_http(FakeHandler)
 
 
 @pytest.fixture(scope="module")
 def schema_only() -> Iterator[str]:
     """The fake endpoint with structured output but without parsed tool calls."""
-    yield from _serve(SchemaHandler)
+    yield from serve_http(SchemaHandler)
 
 
 @pytest.fixture(scope="module")

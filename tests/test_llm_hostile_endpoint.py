@@ -5,15 +5,14 @@ escaped, and neither a run nor an interview stops or crashes over them."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from shoal.cli.main import main
-from tests.helpers import make_config, query, run_config
+from tests.helpers import make_config, query, run_config, serve_http
 from tests.test_llm import llm_dict
 
 
@@ -61,11 +60,8 @@ class HostileHandler(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def hostile() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), HostileHandler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    for root in serve_http(HostileHandler):
+        yield root + "/v1"
 
 
 def test_a_run_takes_counts_that_are_not_numbers_as_not_given(hostile, tmp_path):
