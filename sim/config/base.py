@@ -10,7 +10,8 @@ schema on first use (`defer_build`), so the registries load then, not at import.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -47,29 +48,51 @@ class Strict(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _no_bool_numbers(cls, data: Any) -> Any:
-        # YAML reads `yes`/`true` as True, and pydantic would take it as 1. The value is
+    def _no_lax_numbers(cls, data: Any) -> Any:
+        # YAML reads `yes`/`true` as True, and pydantic would take it as 1; a quoted "10"
+        # is a string, which pydantic would read as 10 without a word. Either value is
         # swapped for one no number type accepts (rather than raising here), so the
         # field's error is reported together with every other field's.
         if isinstance(data, dict):
             swapped = {key: NotANumber(value) for key, value in data.items()
-                       if isinstance(value, bool) and isinstance(key, str)
+                       if isinstance(key, str) and isinstance(value, bool | str)
                        and (field := cls.model_fields.get(key)) is not None
-                       and _numeric(field.annotation) and not _admits(field.annotation, bool)}
+                       and _lax_number(field.annotation, value)}
             if swapped:
                 return {**data, **swapped}
         return data
 
 
 class NotANumber:
-    """A YAML boolean given where a number belongs: fails the field's validation and shows
-    as the YAML spelled it (`must be a number, got true`)."""
+    """A YAML boolean, or a quoted string, given where a number belongs: fails the field's
+    validation and shows as the YAML spelled it (`must be a number, got true`)."""
 
-    def __init__(self, value: bool):
+    def __init__(self, value: bool | str):
         self.value = value
 
     def __repr__(self) -> str:
-        return str(self.value).lower()
+        if isinstance(self.value, bool):
+            return str(self.value).lower()
+        return f"{self.value!r} (a quoted string: write the number without quotes)"
+
+
+def _lax_number(annotation: Any, value: bool | str) -> bool:
+    """Whether pydantic would quietly read `value` as a number for a field of this type:
+    a boolean where the field is numeric and takes no booleans, a string where the field
+    takes numbers (or nothing) only."""
+    if isinstance(value, bool):
+        return _numeric(annotation) and not _admits(annotation, bool)
+    kinds = _alternatives(annotation)
+    return bool(kinds & {int, float}) and kinds <= {int, float, type(None)}
+
+
+def _alternatives(annotation: Any) -> set[Any]:
+    """The types a union (or a lone type) admits; Annotated and Optional unwrapped."""
+    if get_origin(annotation) is Annotated:
+        return _alternatives(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, UnionType):
+        return set().union(*(_alternatives(a) for a in get_args(annotation)))
+    return {annotation}
 
 
 def _admits(annotation: Any, kind: type) -> bool:
