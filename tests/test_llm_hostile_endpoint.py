@@ -4,6 +4,7 @@ escaped, and neither a run nor an interview stops or crashes over them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -41,7 +42,10 @@ class HostileHandler(BaseHTTPRequestHandler):
             except OSError:  # (the client gave up)
                 pass
             return
-        if self.path.startswith("/deep/"):
+        if self.path.startswith("/huge/"):  # a well-formed answer of 17 MB
+            body = (b'{"choices": [{"message": {"role": "assistant", "content": "'
+                    + b"a" * (17 * 2**20) + b'"}}]}')
+        elif self.path.startswith("/deep/"):
             body = b'{"choices": ' + b"[" * 100000 + b"]" * 100000 + b"}"
         elif self.path.startswith("/garbage/"):
             body = b"\x1b[2J\x1b]0;owned\x07 not json \x00"
@@ -55,7 +59,8 @@ class HostileHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        with contextlib.suppress(OSError):  # (the client stopped reading)
+            self.wfile.write(body)
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +120,17 @@ def test_a_tokenize_endpoint_that_never_answers_properly_is_no_tokenizer(hostile
 
     url = hostile.replace("/v1", f"/{mode}/v1")
     assert server_count(url, "m", ["hello there"], timeout_s=1.0) is None
+
+
+def test_an_answer_beyond_reason_is_not_read_whole(hostile, tmp_path, capsys):
+    """A 17 MB chat answer (past the client's 16 MB cap) is an unexpected response, read
+    no further than the cap: the interview ends with the endpoint's error, not with the
+    answer in memory or on the terminal."""
+    run = run_config(make_config(llm_dict(hostile, size=40, rounds=2), tmp_path))
+    agent = str(query(run.dir.db, "SELECT agent FROM llm_calls LIMIT 1")[0][0])
+    code = main(["interview", str(run.dir.root), "--agent", agent, "--base-url",
+                 hostile.replace("/v1", "/huge/v1"), "--model", "x", "How are you?"])
+    captured = capsys.readouterr()
+    shown = captured.out + captured.err
+    assert code in (0, 3), shown
+    assert "an answer over 16 MB" in shown and "aaaaaaaaaa" not in shown

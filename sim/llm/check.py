@@ -40,7 +40,7 @@ from pydantic import ValidationError
 from shoal.config.llm import ProviderConfig, shown_name
 from shoal.core.errors import InputError, ProviderDown
 from shoal.llm.endpoints import LOOPBACK, Endpoints
-from shoal.llm.openai import printable, redact_key, token_count
+from shoal.llm.openai import MAX_REPLY_BYTES, printable, redact_key, token_count
 
 # A finding's status.
 YES = "yes"
@@ -196,9 +196,6 @@ def _cut(text: str, most: int = 60) -> str:
     """`text` on one line, at most `most` characters."""
     text = " ".join(text.split())
     return text if len(text) <= most else text[:most - 1] + "…"
-
-
-MAX_REPLY_BYTES = 16 * 2**20  # no answer of an OpenAI-compatible API is this long
 
 
 class Endpoint:

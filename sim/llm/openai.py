@@ -30,6 +30,8 @@ from shoal.llm.metadata import FIELD, LOOPBACK_MODEL
 from shoal.llm.pool import FAILED, NEUTRAL, OK, EndpointPool
 
 RETRYABLE = {408, 409, 425, 429, 500, 502, 503, 504}
+MAX_REPLY_BYTES = 16 * 2**20  # no answer of an OpenAI-compatible API is this long
+_TOO_LONG = f"an answer over {MAX_REPLY_BYTES // 2**20} MB (not read on)"
 
 
 @functools.cache
@@ -118,8 +120,9 @@ class OpenAIChat(ChatModel):
         return self._http
 
     async def _post(self, http: StripedTransport, url: str, content: bytes, attempt: int
-                    ) -> httpx.Response:
-        """POST `content` to the endpoint's /chat/completions; the response read whole."""
+                    ) -> tuple[httpx.Response, bytes | None]:
+        """POST `content` to the endpoint's /chat/completions: the response and its body,
+        read whole (None: the body grew past MAX_REPLY_BYTES, and was not read on)."""
         target = self._targets.get(url)
         if target is None:
             target = self._targets[url] = httpx.URL(f"{url}/chat/completions")
@@ -128,10 +131,15 @@ class OpenAIChat(ChatModel):
             extensions={"timeout": self._timeout})
         response = await http.handle_async_request(request)
         try:
-            await response.aread()
+            chunks, size = [], 0
+            async for chunk in response.aiter_bytes():  # (decoded: a gzip bomb is caught)
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > MAX_REPLY_BYTES:
+                    return response, None
         finally:
             await response.aclose()
-        return response
+        return response, b"".join(chunks)
 
     def redact(self, text: str) -> str:
         """`text` with the API key (and any long piece of it) removed."""
@@ -175,7 +183,7 @@ class OpenAIChat(ChatModel):
                 retry_after = None
                 outcome = FAILED
                 try:
-                    response = await self._post(http, url, content, attempt)
+                    response, body = await self._post(http, url, content, attempt)
                 except httpx.TimeoutException:
                     now.status, now.error = "timeout", (
                         f"no answer within {self.provider.timeout_s:g} s")
@@ -189,7 +197,7 @@ class OpenAIChat(ChatModel):
                 else:
                     now.http_status = response.status_code
                     if response.status_code == 200:
-                        self._parse(now, response)
+                        self._parse(now, body)
                         used = (now.prompt_tokens or 0) + (now.completion_tokens or 0)
                         self.pool.release(endpoint, OK if now.status == "ok" else FAILED,
                                           tokens_used=used or None, tokens_taken=tokens)
@@ -197,8 +205,8 @@ class OpenAIChat(ChatModel):
                         result.latency_ms = 1e3 * (time.perf_counter() - start)
                         return result
                     now.status = "http_error"
-                    now.error = self.redact(f"HTTP {response.status_code}: "
-                                            f"{response.text[:300]}")
+                    said = _TOO_LONG if body is None else body[:300].decode("utf-8", "replace")
+                    now.error = self.redact(f"HTTP {response.status_code}: {printable(said)}")
                     retry_after = _seconds(response.headers.get("Retry-After"))
                     if response.status_code < 500:  # the request's problem or a rate limit
                         outcome = NEUTRAL
@@ -226,11 +234,15 @@ class OpenAIChat(ChatModel):
                                                           attempt.completion_tokens)
         result.cached_tokens = attempt.cached_tokens
 
-    def _parse(self, attempt: Attempt, response: httpx.Response) -> None:
-        """Read a 200 response into the attempt. The API key is removed from everything
-        the server said before anything reads it (an echoed key never reaches a post)."""
+    def _parse(self, attempt: Attempt, body: bytes | None) -> None:
+        """Read a 200 response's body into the attempt. The API key is removed from
+        everything the server said before anything reads it (an echoed key never reaches a
+        post)."""
+        if body is None:
+            attempt.status, attempt.error = "bad_response", f"unexpected response: {_TOO_LONG}"
+            return
         # (bytes as they came: decoding them to text first is only needed to redact a key)
-        text = self.redact(response.text) if self._key else response.content
+        text = self.redact(body.decode("utf-8", "replace")) if self._key else body
         try:
             data = orjson.loads(text)
             message = data["choices"][0]["message"]
@@ -238,7 +250,7 @@ class OpenAIChat(ChatModel):
                 raise TypeError("the message is not an object")
         except (ValueError, KeyError, IndexError, TypeError):
             attempt.status = "bad_response"
-            shown = printable(self.redact(response.text)[:200])
+            shown = printable(self.redact(body[:200].decode("utf-8", "replace")))
             attempt.error = f"unexpected response: {shown}"
             return
         # counts a server got wrong (a string, a negative number) are counts it did not give
