@@ -229,3 +229,23 @@ def test_garbage_run_json_exits_2_and_touches_nothing(tmp_path, reference_db, ca
     err = capsys.readouterr().err
     assert f"{run_dir / 'run.json'}: damaged" in err
     assert digests() == before
+
+
+def test_a_components_numpy_numbers_come_back_as_numbers(tmp_path):
+    """A part's state meta holding numpy scalars reads back as the numbers (not their
+    text, which a fork would then add to an int); a value JSON cannot hold is an error
+    naming the component, not a string saved in its place."""
+    import threading
+
+    from shoal.core.registry import PluginError
+    from shoal.core.state import State
+    from shoal.store.checkpoints import CheckpointStore
+
+    store = CheckpointStore(tmp_path)
+    part = State(meta={"calls": np.int64(3), "weight": np.float32(0.5), "n": [np.int32(2)]})
+    store.write_state(1, {"my_part": part}, {})
+    state, _ = store.read_state(1)
+    assert state["my_part"].meta == {"calls": 3, "weight": 0.5, "n": [2]}
+    assert type(state["my_part"].meta["calls"]) is int
+    with pytest.raises(PluginError, match=r"'my_part'.*lock"):
+        store.write_state(2, {"my_part": State(meta={"lock": threading.Lock()})}, {})

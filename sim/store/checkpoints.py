@@ -41,6 +41,7 @@ import pyarrow.parquet as pq
 
 from shoal.core.faults import crash_point
 from shoal.core.files import replacing
+from shoal.core.registry import PluginError
 from shoal.core.state import State, json_default
 
 FORMAT = 6  # bump when what a checkpoint holds changes; 4 and 5 are still read
@@ -177,7 +178,7 @@ class CheckpointStore:
                 "sha256": _sha256(tmp_dir / "state.npz"),
                 "log_bytes": log_bytes, "state_bytes": state_bytes,
                 "ms": 1e3 * (time.perf_counter() - started)}
-        (tmp_dir / "meta.json").write_text(json.dumps(full, default=str))
+        (tmp_dir / "meta.json").write_text(_meta_json(full, state))
         _fsync_dir(tmp_dir)
         final = self.state_dir / name
         shutil.rmtree(final, ignore_errors=True)  # a stale folder from an aborted attempt
@@ -468,3 +469,21 @@ class MemoryCheckpoints:
             keep = {k: v for k, v in meta.items()
                     if k not in ("format", "round", "log_bytes", "state_bytes", "ms")}
             store.write_state(r, state, keep)
+
+
+def _meta_json(full: dict[str, Any], state: dict[str, State]) -> str:
+    """A checkpoint's meta.json text. Numpy scalars are saved as their Python values;
+    anything else JSON cannot hold is an error naming the component whose state holds it
+    (saved as its str(), it would come back as a string)."""
+    try:
+        return json.dumps(full, default=json_default)
+    except (TypeError, ValueError):
+        for name, s in state.items():
+            try:
+                json.dumps(s.meta, default=json_default)
+            except (TypeError, ValueError) as exc:
+                raise PluginError(f"the state of {name!r} cannot be kept in a checkpoint "
+                                  f"(its get_state's meta must hold JSON values): {exc}"
+                                  ) from exc
+        raise
+
