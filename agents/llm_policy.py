@@ -36,6 +36,7 @@ from shoal.beliefs.stance import estimate_stance
 from shoal.config import Config
 from shoal.core.errors import InputError
 from shoal.core.loop_thread import cancel_all
+from shoal.core.registry import PluginError, calling, from_shoal
 from shoal.core.vocabulary import SOURCE, STANCE_METHOD, ActionType
 from shoal.llm.cache import CacheCorrupt, CachedChat, CacheMiss, ResponseCache
 from shoal.llm.chat import Attempt, ChatModel, ChatReply, ChatRequest, call_rows, chat_model
@@ -162,10 +163,20 @@ class LLMPolicy:
         repaired = False
         while True:  # the call, once more without tools if they are refused, one repair
             turn.n_calls += 1
+            model = getattr(client, "inner", client)  # (the model itself, under its cache)
+            what = f"chat model {type(model).__name__} of provider {prompt.provider!r}"
             try:
-                result = await client.chat(request, agent, turn.attempts)
+                with calling(what, model, round_):
+                    result = await client.chat(request, agent, turn.attempts)
             except CacheMiss as miss:
                 raise _named(miss, agent, round_, view.name, turn.n_calls) from None
+            if not from_shoal(model) and (not isinstance(result, ChatReply)
+                                          or not turn.attempts):
+                raise PluginError(f"round {round_}: the {what} "
+                                  + (f"returned {type(result).__name__}, not a ChatReply"
+                                     if not isinstance(result, ChatReply) else
+                                     "recorded no attempt (chat() must append each request "
+                                     "it made to `attempts`)"))
             self._record(turn, view, round_, _mode(request))
             if result.status != "ok":
                 refused = refusal(request, result)
@@ -217,10 +228,14 @@ class LLMPolicy:
         await cancel_all(pending)  # stragglers: cancelled, they fall back
         # a replay's miss, a cache that cannot write: the run stops (every task's error
         # is taken, so none is reported later as never retrieved)
-        stopped = [e for e in (t.exception() for t in tasks if t in done)
-                   if isinstance(e, InputError)]
+        failed = {t: t.exception() for t in tasks if t in done}
+        stopped = [e for e in failed.values() if isinstance(e, InputError)]
         if stopped:
             raise stopped[0]
+        for task, turn in zip(tasks, turns.values(), strict=True):
+            if (error := failed.get(task)) is not None and not turn.reason:
+                # (an error of Shoal's own: the agent falls back, and the reason says why)
+                turn.reason = f"error: {type(error).__name__}: {error}"[:300]
         for turn in turns.values():
             mode = self.mode(view.prompts[turn.row].provider)
             if turn.attempts:  # cut off with a request in flight: its rows all the same

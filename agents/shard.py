@@ -14,13 +14,14 @@ import numpy as np
 from shoal.agents.actions import ActionBatch
 from shoal.agents.llm_policy import LLMPolicy
 from shoal.agents.observation import DecisionRequest, PlatformView, Prompt
-from shoal.agents.policy import build_policy
+from shoal.agents.policy import build_policy, check_decisions
 from shoal.agents.population import Population
 from shoal.agents.prompt import ContextInputs, FeedItem, build_context, section_specs
 from shoal.config import Config
 from shoal.core.counter_rng import CounterRNG
 from shoal.core.heap import keep_freed_memory
 from shoal.core.loop_thread import gather_or_cancel
+from shoal.core.registry import calling, from_shoal
 from shoal.core.workers import SERIAL, Workers
 from shoal.llm.cache import CacheSpec, ResponseCache
 from shoal.memory.context import Line, accounting_rows
@@ -124,8 +125,15 @@ class AgentShard:
         position, confidence = request.position[rows], request.confidence[rows]
 
         def decide(part: slice) -> ActionBatch:
-            return self.policy.decide(view.take(part), position[part], confidence[part],
-                                      request.round, self.max_actions[view.name])
+            taken, most = view.take(part), self.max_actions[view.name]
+            with calling(what, self.policy, request.round):
+                batch = self.policy.decide(taken, position[part], confidence[part],
+                                           request.round, most)
+            if from_shoal(self.policy):
+                return batch
+            return check_decisions(batch, taken, most, self.n_topics, what, request.round)
+
+        what = f"policy {self.cfg.policy.kind!r}"
 
         if not self.policy.by_agent or view.prompts:
             return decide(slice(0, len(view.agents)))

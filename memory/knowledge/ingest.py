@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from shoal.core.registry import PluginError, calling, from_shoal
 from shoal.memory.knowledge.extract import Extraction, Extractor, trimmed
 from shoal.memory.knowledge.model import KnowledgeGraph
 from shoal.memory.knowledge.resolve import key, resolve
@@ -85,7 +87,7 @@ def ingest_document(graph: KnowledgeGraph, source: str, text: str, extractor: Ex
     if topics:
         topics.entities(graph)
     spans = paragraphs(text)
-    extractions = extractor.extract([text[a:b] for a, b in spans], known)
+    extractions = extract(extractor, [text[a:b] for a, b in spans], known)
     for (a, b), ex in zip(spans, extractions, strict=True):
         episode = graph.add_episode("document", source, text[a:b], span=(a, b))
         _add_mentions(graph, ex)
@@ -137,8 +139,24 @@ class RoundActivity:
 def extract_activity(activity: RoundActivity, extractor: Extractor,
                      topics: TopicNames) -> list[Extraction]:
     """The extraction of every agent's text (pure: safe in a background thread)."""
-    return extractor.extract(activity.texts, topics.known(),
-                             authors=[f"@{u}" for u in activity.usernames])
+    return extract(extractor, activity.texts, topics.known(),
+                   authors=[f"@{u}" for u in activity.usernames])
+
+
+def extract(extractor: Extractor, texts: list[str], known: dict[str, Any],
+            authors: list[str] | None = None) -> list[Extraction]:
+    """`extractor.extract`, held to its contract when it is a plug-in's: an error it
+    raises names it, and it returns one Extraction per text."""
+    what = f"extractor {type(extractor).__name__}"
+    with calling(what, extractor):
+        out = (extractor.extract(texts, known) if authors is None
+               else extractor.extract(texts, known, authors=authors))
+    if not from_shoal(extractor) and (not isinstance(out, list) or len(out) != len(texts)
+                                      or not all(isinstance(e, Extraction) for e in out)):
+        got = f"{len(out)} items" if isinstance(out, list) else type(out).__name__
+        raise PluginError(f"the {what} returned {got} for {len(texts)} texts; it must "
+                          "return a list of one Extraction per text")
+    return out
 
 
 def apply_activity(graph: KnowledgeGraph, activity: RoundActivity,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
@@ -57,6 +58,35 @@ class PluginError(InputError):
     environment the user set up, not Shoal, that needs fixing)."""
 
 
+def from_shoal(obj: Any) -> bool:
+    """Whether a part's implementation (a class, an instance, a function) is Shoal's own."""
+    module = getattr(obj, "__module__", None) or ""
+    return module == "shoal" or module.startswith("shoal.")
+
+
+@contextmanager
+def calling(what: str, obj: Any, round_: int | None = None, during: str = ""
+            ) -> Iterator[None]:
+    """Around a call into the part `obj` (`what` names it: "belief rule 'x'"): an error a
+    plug-in's part raises, `sys.exit` included, becomes a PluginError naming the part and
+    the round. Shoal's own parts' errors pass unchanged (they are Shoal's bugs, and show
+    as such)."""
+    if from_shoal(obj):
+        yield
+        return
+    try:
+        yield
+    except InputError:
+        raise
+    except (Exception, SystemExit) as exc:
+        said = str(exc).strip().splitlines()
+        when = f"round {round_}: " if round_ is not None else ""
+        kept = f". Nothing of round {round_} was kept" if round_ is not None else ""
+        raise PluginError(f"{when}the {what} (from {getattr(obj, '__module__', '?')}) raised "
+                          f"{type(exc).__name__}{during}" + (f": {said[0]}" if said else "")
+                          + kept) from exc
+
+
 @dataclass(frozen=True)
 class Part:
     """One registered part: its name, config model (or None) and implementation."""
@@ -79,12 +109,13 @@ class Registry:
         self._parts: dict[str, Part] = {}
 
     def register(self, name: str, config: type | None = None, impl: Any = None,
-                 **meta: Any) -> Any:
-        """Register `impl` (or, used as a decorator, the decorated object) as `name`.
-        `meta` carries family-specific facts (e.g. a recommender's feed description)."""
+                 module: str | None = None, **meta: Any) -> Any:
+        """Register `impl` (or, used as a decorator, the decorated object) as `name`;
+        `module` is where it comes from (default: the implementation's module). `meta`
+        carries family-specific facts (e.g. a recommender's feed description)."""
         if impl is None:
-            return lambda obj: self.register(name, config, obj, **meta) or obj
-        module = getattr(impl, "__module__", None) or "?"
+            return lambda obj: self.register(name, config, obj, module, **meta) or obj
+        module = module or getattr(impl, "__module__", None) or "?"
         old = self._parts.get(name)
         if old is not None and (old.impl is not impl or old.config is not config):
             raise PluginError(f"{self.family} {name!r} is registered twice: by {old.module} "
@@ -107,7 +138,9 @@ class Registry:
         """Build the part a config section names (by its tag): `impl(config, ...)`."""
         if self.tag is None:  # same TypeError getattr(config, None) raised before
             raise TypeError(f"{self.family} registry has no tag: create() needs one")
-        return self.get(getattr(config, self.tag)).impl(config, *args, **kwargs)
+        part = self.get(getattr(config, self.tag))
+        with calling(f"{self.family} {part.name!r}", part.impl, during=" while being built"):
+            return part.impl(config, *args, **kwargs)
 
     def names(self) -> list[str]:
         """Registered names, sorted."""
@@ -179,7 +212,7 @@ def _load_entry_point(ep: EntryPoint) -> None:
             obj()
     except PluginError:
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # (a module calling sys.exit() on import too)
         raise PluginError(f"plug-in {ep.name!r} ({ep.value}) failed to load: "
                           f"{type(exc).__name__}: {exc}") from exc
     _LOADED.append(f"{ep.name} = {ep.value}")

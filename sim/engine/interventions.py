@@ -35,7 +35,9 @@ from shoal.config.selector import Selector
 from shoal.core.counter_rng import CounterRNG, Purpose
 from shoal.core.errors import ConfigError, InputError
 from shoal.core.posts import NewPosts, PostKind
-from shoal.core.registry import INTERVENTIONS
+from shoal.core.registry import INTERVENTIONS, PluginError, calling, from_shoal
+from shoal.core.state import json_default
+from shoal.engine.update import belief_problem
 from shoal.platforms.spec import spec as platform_spec
 from shoal.world.interventions import NEWS_AUTHOR, ActiveEvent
 from shoal.world.selection import select
@@ -101,13 +103,37 @@ def fire_due(world: World, round_: int) -> Fired:
     for i in schedule.due(round_):
         spec = schedule.cfg.interventions[i]
         ctx = InterventionContext(world, round_, i, fired, schedule)
-        effect = INTERVENTIONS.get(spec.kind).impl(ctx, spec)
+        impl = INTERVENTIONS.get(spec.kind).impl
+        what = f"intervention interventions.{i} (kind {spec.kind!r})"
+        with calling(what, impl, round_):
+            effect = impl(ctx, spec)
+        if not from_shoal(impl):
+            effect = _plugin_effect(world, effect, what, round_)
         schedule.fired.add(i)
         fired.rows.append({"round": round_, "index": i, "kind": spec.kind,
                            "spec": json.dumps(spec_json(spec)),
                            "effect": json.dumps(effect)})
     schedule.expire(round_)
     return fired
+
+
+def _plugin_effect(world: World, effect: Any, what: str, round_: int) -> dict[str, Any]:
+    """A plug-in intervention's effect as the `effect` column holds it (a JSON object;
+    numpy numbers as numbers), after checking the beliefs it may have set."""
+    def wrong(problem: str) -> PluginError:
+        return PluginError(f"round {round_}: the {what} {problem}. Nothing of round "
+                           f"{round_} was kept.")
+
+    problem = belief_problem(world)
+    if problem is not None:
+        raise wrong(f"left {problem}")
+    if not isinstance(effect, dict):
+        raise wrong(f"returned {type(effect).__name__}, not a dict (its effect, logged "
+                    "in the interventions table)")
+    try:
+        return json.loads(json.dumps(effect, default=json_default, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise wrong(f"returned an effect JSON cannot hold: {exc}") from None
 
 
 def begin_round(world: World, round_: int) -> Fired:

@@ -9,6 +9,7 @@ from shoal.agents.observation import DecisionRequest, PlatformView
 from shoal.beliefs.rules import Exposures
 from shoal.core.counter_rng import CounterRNG
 from shoal.core.keys import pack, unique_sorted
+from shoal.core.registry import PluginError, calling, from_shoal
 from shoal.core.workers import SERIAL, Workers
 from shoal.engine.recommenders import FeedContext, Recommender
 from shoal.world.world import World
@@ -88,19 +89,27 @@ def observe(world: World, round_: int, acting: dict[str, np.ndarray],
     views = []
     for name, agents in acting.items():
         plat = world.platforms[name]
+        rec = recommenders[name]
+        position = world.beliefs.position
+        if not from_shoal(rec):  # (what a plug-in reads, it may not write)
+            position = position.view()
+            position.flags.writeable = False
         ctx = FeedContext(
             round=round_, posts=world.posts, platform=plat,
-            position=world.beliefs.position, interests=world.population.interests, rng=rng,
+            position=position, interests=world.population.interests, rng=rng,
             minutes_per_round=world.cfg.minutes_per_round,
         )
-        rec = recommenders[name]
         view = new_view(world, name, agents, plat.k)
 
         def feeds(part: np.ndarray, rec=rec, ctx=ctx, plat=plat, name=name) -> np.ndarray:
             if not world.posts.n:  # nothing posted yet: every feed is empty
                 return np.full((len(part), plat.k), -1, dtype=np.int64)
-            feed = rec.feeds(ctx, part)
-            if feed.shape != (len(part), plat.k):
+            what = f"recommender {rec_kind(world, name)!r} of platforms.{name}"
+            with calling(what, rec, round_):
+                feed = rec.feeds(ctx, part)
+            if not from_shoal(rec):
+                check_feeds(feed, part, world, plat.code, plat.k, what, round_)
+            elif feed.shape != (len(part), plat.k):
                 raise ValueError(f"platforms.{name}.recommender ({type(rec).__name__}): "
                                  f"feeds must be [agents, {plat.k}], got {feed.shape}")
             return pin_events(feed, part, world, plat.code, round_)
@@ -114,6 +123,43 @@ def observe(world: World, round_: int, acting: dict[str, np.ndarray],
         workers.over(len(agents), fill)
         views.append(view)
     return views
+
+
+def rec_kind(world: World, platform: str) -> str:
+    """The `kind` of a platform's configured recommender (for messages)."""
+    return str(getattr(getattr(world.cfg.platforms.get(platform), "recommender", None),
+                       "kind", "?"))
+
+
+def check_feeds(feed: object, agents: np.ndarray, world: World, code: int, k: int, what: str,
+                round_: int) -> None:
+    """A plug-in recommender's feeds are what the engine reads them as: an integer array
+    [agents, k] of existing posts of this platform (-1: an empty slot), none twice in a
+    feed. Anything else would be logged as exposures and acted on as it stands."""
+    def wrong(problem: str) -> PluginError:
+        return PluginError(f"round {round_}: the {what} returned feeds that {problem}. "
+                           f"Nothing of round {round_} was kept.")
+
+    if not isinstance(feed, np.ndarray) or feed.dtype.kind not in "iu":
+        kind = feed.dtype if isinstance(feed, np.ndarray) else type(feed).__name__
+        raise wrong(f"are not an integer array (got {kind})")
+    if feed.shape != (len(agents), k):
+        raise wrong(f"are not [agents, feed_size] = [{len(agents)}, {k}] (got "
+                    f"{list(feed.shape)})")
+    shown = feed[feed != -1]
+    if shown.size and (shown.min() < 0 or shown.max() >= world.posts.n):
+        bad = int(shown[(shown < 0) | (shown >= world.posts.n)][0])
+        raise wrong(f"name post {bad}, which does not exist (ids are 0..{world.posts.n - 1}"
+                    ", -1 for an empty slot)")
+    other = shown[world.posts.platform[shown] != code]
+    if other.size:
+        raise wrong(f"show post {int(other[0])}, which is another platform's")
+    ordered = np.sort(feed, axis=1)
+    twice = (ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] != -1)
+    if twice.any():
+        row = int(np.argwhere(twice)[0][0])
+        raise wrong(f"show a post twice in one feed (agent {int(agents[row])}'s: "
+                    f"{feed[row].tolist()})")
 
 
 def pin_events(feed: np.ndarray, agents: np.ndarray, world: World, code: int, round_: int

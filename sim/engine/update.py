@@ -8,6 +8,7 @@ import numpy as np
 from shoal.beliefs.rules import Exposures, UpdateContext, UpdateRule
 from shoal.core.counter_rng import CounterRNG
 from shoal.core.errors import NumericError
+from shoal.core.registry import calling
 from shoal.core.vocabulary import TRUST_CAUSES
 from shoal.core.workers import SERIAL, Workers
 from shoal.engine.apply import Applied
@@ -30,29 +31,48 @@ def update_beliefs(world: World, rule: UpdateRule, exposures: Exposures, applied
                         history=world.history, engagement=applied.engagement, rng=rng,
                         graph=next(iter(world.platforms.values())).graph, alive=world.alive,
                         initial_position=world.initial_position)
-    if rule.by_agent:
-        workers.over(len(exposures.agents),
-                     lambda rows: rule.update(world.beliefs, exposures.take(rows), ctx))
-    else:
-        rule.update(world.beliefs, exposures, ctx)
+    with calling(f"belief rule {world.cfg.beliefs.update.rule!r}", rule, round_):
+        if rule.by_agent:
+            workers.over(len(exposures.agents),
+                         lambda rows: rule.update(world.beliefs, exposures.take(rows), ctx))
+        else:
+            rule.update(world.beliefs, exposures, ctx)
     check_finite(world, applied, round_)
     if world.history is not None:
         world.history.record(*exposures.flat(), round_)
 
 
+def belief_problem(world: World) -> str | None:
+    """What is wrong with the beliefs, if anything: positions must be finite and in
+    [-1, 1], confidences finite and in [0, 1] (None: all are)."""
+    b = world.beliefs
+    for what, values, low in (("positions", b.position, -1.0), ("confidences",
+                                                               b.confidence, 0.0)):
+        if not values.size:
+            continue
+        lo, hi = values.min(), values.max()  # (NaN propagates: one pass finds both)
+        if np.isfinite(lo) and np.isfinite(hi) and low <= lo and hi <= 1.0:
+            continue
+        bad = ~np.isfinite(values)
+        how = "not finite"
+        if not bad.any():
+            bad, how = (values < low) | (values > 1.0), f"outside [{low:g}, 1]"
+        agent, topic = (int(i) for i in np.argwhere(bad)[0])
+        return (f"{int(bad.sum())} {what} {how} (first: agent {agent}, topic "
+                f"{world.topics[topic]!r}: {float(values[agent, topic])!r})")
+    return None
+
+
 def check_finite(world: World, applied: Applied, round_: int) -> None:
     """Stop the run (before anything of the round is logged) if the update left a belief
-    or a trust value that is not a finite number: such a run's results are meaningless."""
-    b = world.beliefs
-    for what, values in (("positions", b.position), ("confidences", b.confidence)):
-        bad = ~np.isfinite(values)
-        if bad.any():
-            agent, topic = (int(i) for i in np.argwhere(bad)[0])
-            raise NumericError(
-                f"round {round_}: the belief rule {world.cfg.beliefs.update.rule!r} made "
-                f"{int(bad.sum())} {what} not finite (first: agent {agent}, topic "
-                f"{world.topics[topic]!r}); check beliefs.update's parameters. Nothing of "
-                f"round {round_} was kept.")
+    that is not a finite number in its range, or a trust value that is not finite: such
+    a run's results are meaningless."""
+    problem = belief_problem(world)
+    if problem is not None:
+        raise NumericError(
+            f"round {round_}: the belief rule {world.cfg.beliefs.update.rule!r} made "
+            f"{problem}; check beliefs.update's parameters. Nothing of round {round_} was "
+            "kept.")
     t = applied.trust
     bad = ~np.isfinite(t["value"])
     if bad.any():

@@ -15,6 +15,8 @@ platform's state and takes part in the round through the hooks of
 from __future__ import annotations
 
 import importlib
+import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +26,7 @@ from shoal.core.registry import PLATFORMS
 from shoal.core.vocabulary import ActionType
 
 MAX_CODE = 9  # random-stream keys are purpose + 100·code + 1000·slot
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 @dataclass(frozen=True)
@@ -43,11 +46,18 @@ class PlatformSpec:
     engine: str | None = None  # "module:Class" of a non-social platform's engine
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise InputError(f"platform {self.name!r}: a platform's name is a lowercase "
+                             "letter, then lowercase letters, digits or _ (it names "
+                             "columns, tables and config sections)")
         if not 0 <= self.code <= MAX_CODE:
             raise InputError(f"platform {self.name!r}: code {self.code} must be in "
                              f"0..{MAX_CODE}")
         if ActionType.DO_NOTHING not in self.actions:
             raise InputError(f"platform {self.name!r}: its actions must include do_nothing")
+        if stray := [a.name.lower() for a in self.engagements if a not in self.actions]:
+            raise InputError(f"platform {self.name!r}: engagements {stray} are not among "
+                             "its actions")
         if not self.social and not self.engine:
             raise InputError(f"platform {self.name!r}: a platform that is not social needs "
                              "an engine")
@@ -94,5 +104,7 @@ def register(platform: PlatformSpec, config: type, example: dict | None = None
     """Register a platform spec with its config model (`example`: a config section that
     uses it, for the conformance kit, where its defaults are not enough)."""
     meta = {"example": example} if example is not None else {}
-    PLATFORMS.register(platform.name, config=config, impl=platform, **meta)
+    # (named by the module that called: the spec object itself is of this module)
+    caller = sys._getframe(1).f_globals.get("__name__", "?")
+    PLATFORMS.register(platform.name, config=config, impl=platform, module=caller, **meta)
     return platform

@@ -39,6 +39,7 @@ from shoal.config import Config, config_hash, load_config, parse_config, resolve
 from shoal.config.llm import check_api_keys
 from shoal.core.errors import InputError, NumericError, ProviderDown, StorageFull, out_of_space
 from shoal.core.faults import crash_point
+from shoal.core.registry import PluginError
 from shoal.engine.driver import RoundDriver, RoundStats
 from shoal.engine.executors import Executor, make_executor
 from shoal.engine.interventions import (
@@ -130,6 +131,7 @@ class Simulation:
         self.writer: RoundWriter | None = None
         self._driver: RoundDriver | None = None
         self._closed = False
+        self._broken: str | None = None  # why a round stopped part-way (the world is not a round's)
         self.notes: list[str] = []  # what the user should know (a damaged checkpoint skipped)
         self.cache_parents: list[Path] = []  # run directories whose LLM answers it may read
 
@@ -319,7 +321,14 @@ class Simulation:
             self.dir.write_meta(**fields)
 
     def _check_open(self) -> None:
-        """A closed simulation has no engine or writer left: say so, and how to go on."""
+        """A closed simulation has no engine or writer left, and one whose round stopped
+        part-way holds a world of no round: say so, and how to go on."""
+        if self._broken is not None and not self._closed:
+            where = (f"Simulation.resume({str(self.dir.root)!r}) continues from its last "
+                     "checkpoint" if self.dir is not None else "it was held in memory: make "
+                     "a new Simulation")
+            raise InputError(f"{self.run_id}: {self._broken}; the world in memory is not "
+                             f"that of any round: {where}")
         if not self._closed:
             return
         if self.dir is None:
@@ -344,12 +353,18 @@ class Simulation:
                                 if executor.kind == "ray" else {}))
         try:
             stats = driver.step()
-        except (ProviderDown, NumericError, CacheMiss) as exc:  # the round is dropped, stop
+        except (ProviderDown, NumericError, CacheMiss, PluginError) as exc:
+            # the round is dropped: stop
+            self._broken = f"round {self.round + 1} stopped part-way ({exc})"
             self.flush()
             self._write_meta(status="stopped", stopped_reason=str(exc))
             raise
         except StorageFull as exc:
+            self._broken = f"round {self.round + 1} stopped part-way ({exc})"
             self._stopped_for(exc)
+            raise
+        except BaseException as exc:
+            self._broken = f"round {self.round + 1} stopped part-way ({type(exc).__name__})"
             raise
         if self.finished:
             self.flush()
