@@ -20,9 +20,16 @@ from shoal.agents.policy import Policy
 from shoal.beliefs.rules.base import UpdateRule
 from shoal.config.base import Strict
 from shoal.config.interventions import InterventionSpec
-from shoal.core.registry import BELIEF_RULES, INTERVENTIONS, POLICIES, RECOMMENDERS
+from shoal.core.registry import (
+    BELIEF_RULES,
+    INTERVENTIONS,
+    MARKET_MAKERS,
+    POLICIES,
+    RECOMMENDERS,
+)
 from shoal.core.vocabulary import ActionType as A
 from shoal.engine.recommenders import Recommender
+from shoal.market.makers import LMSR, LMSRConfig
 
 BAD_ROUND = 2  # the round each part misbehaves in (round 1 goes well)
 MODE: dict[str, str] = {}  # the misbehaviour the running test asked for
@@ -135,12 +142,31 @@ def misbehaving_intervention(ctx, spec):
     return {"calls": np.int64(3), "weight": np.float32(0.5)}
 
 
+class MakerCfg(LMSRConfig):
+    kind: Literal["misbehaving_maker"] = "misbehaving_maker"  # type: ignore[assignment]
+
+
+class MisbehavingMaker(LMSR):
+    """LMSR whose quotes go wrong: NaN shares, or a price above 1 after a buy."""
+
+    def quote_buy(self, outcome: int, cash: float) -> float:
+        if MODE["maker"] == "nan":
+            return float("nan")
+        return super().quote_buy(outcome, cash)
+
+    def prices(self) -> np.ndarray:
+        p = super().prices()
+        return p * 2 if MODE["maker"] == "prices" and self.collected else p
+
+
 BELIEF_RULES.register("misbehaving_rule", RuleCfg, MisbehavingRule)
+MARKET_MAKERS.register("misbehaving_maker", MakerCfg, MisbehavingMaker)
 RECOMMENDERS.register("misbehaving_feed", FeedCfg, MisbehavingFeed, feed_order="newest first")
 POLICIES.register("misbehaving_policy", ShoutCfg, MisbehavingPolicy)
 INTERVENTIONS.register("misbehaving_intervention", NudgeCfg, misbehaving_intervention)
 
-FINE = {"rule": "fine", "feed": "fine", "policy": "fine", "intervention": "fine"}
+FINE = {"rule": "fine", "feed": "fine", "policy": "fine", "intervention": "fine",
+        "maker": "fine"}
 
 
 def _cli(args: list[str]) -> tuple[int, str]:
@@ -166,10 +192,19 @@ def run_case(folder: Path, part: str, mode: str, changes: dict) -> dict:
     MODE.update(FINE)
     MODE[part] = mode
     folder.mkdir(parents=True)
-    data = {"name": "misbehaving", "seed": 5, "rounds": 3, "population": {"size": 60},
-            "topics": ["carbon_tax"], "activity": {"level": 0.9},
-            "executor": {"kind": "local"}, "platforms": {"twitter": {}, "reddit": {}},
-            **changes}
+    if "base" in changes:  # a config of the repository's, changed
+        data = yaml.safe_load(Path(changes.pop("base")).read_text())
+        for dotted, value in changes.pop("set").items():
+            *path, last = dotted.split(".")
+            node = data
+            for key in path:
+                node = node[int(key)] if isinstance(node, list) else node[key]
+            node[last] = value
+    else:
+        data = {"name": "misbehaving", "seed": 5, "rounds": 3, "population": {"size": 60},
+                "topics": ["carbon_tax"], "activity": {"level": 0.9},
+                "executor": {"kind": "local"}, "platforms": {"twitter": {}, "reddit": {}}}
+    data.update(changes)
     config = folder / "config.yaml"
     config.write_text(yaml.safe_dump(data, sort_keys=False))
     code, said = _cli(["run", str(config), "--out", str(folder / "runs"), "--quiet"])

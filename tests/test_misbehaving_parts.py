@@ -56,13 +56,21 @@ CASES = {
         ("range", "left 1 positions outside [-1, 1] (first: agent 0")]},
 }
 WELL = {"intervention_numpy": ("intervention", "numpy", NUDGE, "")}
+MARKET = {"base": str(ROOT / "configs" / "market.yaml"), "rounds": 3, "interventions": [],
+          "executor": {"kind": "local"},
+          "set": {"population.size": 100, "platforms.market.markets.0.maker":
+                  {"kind": "misbehaving_maker", "b": 300}}}
+MAKERS = {f"maker_{mode}": ("maker", mode, MARKET, "the market maker 'misbehaving_maker' of "
+                            "market 'carbon_tax_passes' " + said) for mode, said in [
+    ("nan", "traded nan shares for"),
+    ("prices", "priced its outcomes at [")]}
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> dict:
     folder = tmp_path_factory.mktemp("misbehaving")
     cases = [[cid, part, mode, changes] for cid, (part, mode, changes, _) in
-             {**CASES, **WELL}.items()]
+             {**CASES, **WELL, **MAKERS}.items()]
     # (imported, not run as __main__: the parts' module is named as a plug-in's would be)
     script = f"import sys, {PLUGIN} as plugin; plugin.main(sys.argv[1], sys.argv[2])"
     done = subprocess.run([sys.executable, "-c", script, json.dumps(cases), str(folder)],
@@ -80,6 +88,16 @@ def test_a_misbehaving_part_stops_the_run_naming_itself(case, results):
     assert got["code"] == 2 and said in got["said"], got
     assert "internal error" not in got["said"]
     assert got["rounds"] == 1
+    assert got["resume_code"] == 0 and got["rounds_resumed"] == 3, got
+
+
+@pytest.mark.parametrize("case", list(MAKERS))
+def test_a_market_maker_whose_trades_the_books_cannot_hold(case, results):
+    """NaN shares, prices that do not sum to 1: the trade's round stops (exit 2), named;
+    the maker fixed, the run resumes to its end."""
+    *_, said = MAKERS[case]
+    got = results[case]
+    assert got["code"] == 2 and said in got["said"], got
     assert got["resume_code"] == 0 and got["rounds_resumed"] == 3, got
 
 

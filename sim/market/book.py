@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from shoal.core.errors import InputError
+from shoal.core.registry import PluginError, calling, from_shoal
 from shoal.core.state import State
 from shoal.core.vocabulary import ActionType, Reason
 from shoal.market.config import MarketConfig
@@ -143,30 +144,34 @@ class Books:
               source: int, limit: float = math.nan) -> Trade:
         """Apply a trade `check` passed; a limit order fills only up to its limit."""
         m = self.markets[market]
-        before = m.maker.price(outcome)
-        held = self.shares[market][agent, outcome]
-        if action == ActionType.BUY:
-            cash = min(amount, float(self.cash[agent]))
-            if math.isfinite(limit):
-                cash = m.maker.cash_to_price(outcome, limit, cash)
-            shares = m.maker.buy(outcome, cash)
-            self.cash[agent] -= cash
-            self.shares[market][agent, outcome] += shares
-            self.cost[market][agent, outcome] += cash
-            side = "buy"
-        else:
-            shares = min(amount, float(held))
-            if math.isfinite(limit):
-                shares = m.maker.shares_to_price(outcome, limit, shares)
-            cash = m.maker.sell(outcome, shares)
-            basis = self.cost[market][agent, outcome] * (shares / held if held else 1.0)
-            self.cash[agent] += cash
-            self.shares[market][agent, outcome] -= shares
-            self.cost[market][agent, outcome] -= basis
-            self.realised[agent] += cash - basis
-            side = "sell"
-        return Trade(market, agent, side, outcome, cash, shares, before,
-                     m.maker.price(outcome), source)
+        what = f"market maker {m.cfg.maker.kind!r} of market {m.cfg.id!r}"
+        with calling(what, m.maker):
+            before = m.maker.price(outcome)
+            held = self.shares[market][agent, outcome]
+            if action == ActionType.BUY:
+                cash = min(amount, float(self.cash[agent]))
+                if math.isfinite(limit):
+                    cash = m.maker.cash_to_price(outcome, limit, cash)
+                shares = m.maker.buy(outcome, cash)
+                self.cash[agent] -= cash
+                self.shares[market][agent, outcome] += shares
+                self.cost[market][agent, outcome] += cash
+                side = "buy"
+            else:
+                shares = min(amount, float(held))
+                if math.isfinite(limit):
+                    shares = m.maker.shares_to_price(outcome, limit, shares)
+                cash = m.maker.sell(outcome, shares)
+                basis = self.cost[market][agent, outcome] * (shares / held if held else 1.0)
+                self.cash[agent] += cash
+                self.shares[market][agent, outcome] -= shares
+                self.cost[market][agent, outcome] -= basis
+                self.realised[agent] += cash - basis
+                side = "sell"
+            after = m.maker.price(outcome)
+        if not from_shoal(m.maker):
+            _check_maker(m, what, cash, shares)  # (the round is dropped if not)
+        return Trade(market, agent, side, outcome, cash, shares, before, after, source)
 
     def resolve(self, market: int, outcome: int, r: int) -> dict[str, np.ndarray]:
         """Pay 1 per share of `outcome` to its holders; close the market. Returns the
@@ -242,3 +247,18 @@ class Books:
                                     meta=meta["markets"][i]["maker"]))
             m.resolved = meta["markets"][i]["resolved"]
             m.resolved_round = meta["markets"][i]["resolved_round"]
+
+
+def _check_maker(m: Market, what: str, cash: float, shares: float) -> None:
+    """A plug-in maker's trade is what the books record: a finite, non-negative amount of
+    cash and shares, and prices after it that are positive and sum to 1."""
+    prices = np.asarray(m.maker.prices(), dtype=np.float64)
+    problem = None
+    if not (math.isfinite(cash) and math.isfinite(shares) and cash >= 0 and shares >= 0):
+        problem = f"traded {shares!r} shares for {cash!r} cash (both must be finite, >= 0)"
+    elif prices.shape != (len(m.outcomes),) or not np.isfinite(prices).all() or (
+            prices <= 0).any() or abs(prices.sum() - 1) > 1e-6:
+        problem = f"priced its outcomes at {prices.tolist()} (positive, summing to 1)"
+    if problem is not None:
+        raise PluginError(f"the {what} {problem}. Nothing of this round was kept")
+
