@@ -187,3 +187,22 @@ def test_a_damage_error_no_library_named_is_still_exit_2(tmp_path, capsys, monke
     err = " ".join(capsys.readouterr().err.split())
     assert f"{tmp_path / 'run' / 'trajectory.duckdb'}: damaged (a block's checksum" in err
     assert "stored checksum" not in err and "internal error" not in err
+
+
+def test_ctrl_c_while_duckdb_runs_a_statement_is_an_interruption(capsys):
+    """DuckDB turns Ctrl-C during a statement (a run's file being made, a table read)
+    into its own exception: the command says `interrupted` and exits 130, as for any
+    Ctrl-C, not `internal error`."""
+    import argparse
+
+    import duckdb
+
+    from shoal.cli.main import _guarded
+
+    def interrupted(args) -> int:
+        raise duckdb.InterruptException("Query interrupted")
+
+    assert _guarded(interrupted, argparse.Namespace(), False) == 130
+    captured = capsys.readouterr()
+    shown = captured.out + captured.err
+    assert "interrupted" in shown and "internal error" not in shown

@@ -202,14 +202,34 @@ def test_two_ctrl_cs_with_calls_in_flight_stop_at_once(tmp_path, gated_server, e
     _resumes_to_the_end(folder)
 
 
+def test_sigterm_with_calls_in_flight_stops_at_once(tmp_path, gated_server):
+    """SIGTERM (a job scheduler, `kill`) stops the run as a second Ctrl-C does: the round
+    abandoned, the command names the round kept and exits 143, the run resumes."""
+    url, gate = gated_server
+    out = tmp_path / "runs"
+    run = Command("run", str(_config(tmp_path, url)), "--out", str(out))
+    wait_for(lambda: gate.arrived > 0, "LLM call in flight", run)
+    run.process.send_signal(signal.SIGTERM)
+    assert run.wait() == 143, run.stderr
+    _clean(run.stderr)
+    (folder,) = out.iterdir()
+    assert f"terminated (SIGTERM): the round in progress was abandoned; round 0 is the " \
+           f"last one kept (committed and checkpointed); continue with: shoal resume " \
+           f"{folder}" in " ".join(run.stderr.split())
+    gate.open.set()
+    _resumes_to_the_end(folder)
+
+
 def test_a_runs_loopback_server_leaves_ctrl_c_to_the_run():
-    """A terminal's Ctrl-C reaches the loopback server a run started (it is in the run's
-    process group): the server goes on answering the run's calls in flight, and stops
-    when the run stops it."""
+    """A terminal's Ctrl-C does not reach the loopback server a run started (a process
+    group of its own: a server still importing would die of it), and the server ignores
+    one sent to it: it goes on answering the run's calls in flight, and stops when the
+    run stops it."""
     from shoal.llm.server import LoopbackProcess
 
     server = LoopbackProcess(seed=0)
     try:
+        assert os.getpgid(server.process.pid) != os.getpgid(0)
         os.kill(server.process.pid, signal.SIGINT)
         # (the server is asked after the signal: a server that died of it answers nothing)
         assert httpx.get(f"{server.url.removesuffix('/v1')}/_shoal/health",

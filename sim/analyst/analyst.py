@@ -127,10 +127,15 @@ class AnalysisInterrupted(KeyboardInterrupt):
     """Ctrl-C stopped an analysis: its finished sections are kept, the others marked
     interrupted; the same `analyse` call continues it."""
 
-    def __init__(self, run: Path, analysis_id: str, kept: int):
-        super().__init__(f"analysis {analysis_id} interrupted: {kept} finished sections "
-                         "kept; run the same `shoal analyse` command to continue it")
-        self.run, self.analysis_id, self.kept = run, analysis_id, kept
+    def __init__(self, run: Path, analysis_id: str, kept: int | None):
+        if kept is None:  # (before its plan was stored: the next call starts it anew)
+            said = (f"analysis {analysis_id} interrupted before its plan was made: nothing "
+                    "kept; the same `shoal analyse` command starts it again")
+        else:
+            said = (f"analysis {analysis_id} interrupted: {kept} finished sections kept; "
+                    "run the same `shoal analyse` command to continue it")
+        super().__init__(said)
+        self.run, self.analysis_id, self.kept = run, analysis_id, kept or 0
 
 
 @dataclass
@@ -498,9 +503,10 @@ class Analyst:
         self.sql_pool.shutdown(wait=True, cancel_futures=True)
         self.db.shutdown(wait=True, cancel_futures=True)
 
-    def mark_interrupted(self) -> int:
+    def mark_interrupted(self) -> int | None:
         """After Ctrl-C (threads drained): the sections under way and the analysis are
-        marked `interrupted`; the number of finished sections kept."""
+        marked `interrupted`; the number of finished sections kept (None: stopped before
+        its plan was stored, so there is nothing to continue)."""
         key = {"analysis_id": self.analysis_id}
         self.store.update("analysis_sections", {**key, "status": "running"}, {
             "status": "interrupted", "finished_at": datetime.now(),
@@ -509,7 +515,9 @@ class Analyst:
         try:
             frames = analysis_frames(self.con, self.analysis_id)
         except InputError:  # interrupted before the analysis was stored
-            return 0
+            return None
+        if not json.loads(frames["analysis_runs"]["plan"].iloc[0] or "[]"):
+            return None
         latest = _latest_sections(frames["analysis_sections"])
         return sum(v["status"] == "done" for v in latest.values())
 

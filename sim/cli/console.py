@@ -94,3 +94,29 @@ def stop_between_rounds() -> Iterator[_Stop]:
         yield stop
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a service manager, `kill`, a job scheduler's time limit): the command
+    stops as at a second Ctrl-C (what is committed stays, the run says how to resume it),
+    and exits 143."""
+
+
+@contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """While the block runs, SIGTERM raises `Terminated` in the main thread (where no
+    handler of the program's own is set), instead of killing the process with nothing
+    said and a run left marked `running`."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def handler(signum, frame) -> None:
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -15,10 +15,19 @@ import time
 import traceback
 from collections.abc import Callable
 
+import duckdb
 import yaml
 from rich.markup import escape
 
-from shoal.cli.console import console, out, print_whole, progress_bar, stop_between_rounds
+from shoal.cli.console import (
+    Terminated,
+    console,
+    out,
+    print_whole,
+    progress_bar,
+    stop_between_rounds,
+    terminate_as_interrupt,
+)
 from shoal.cli.knowledge import add_parsers as add_graph_parsers
 from shoal.config import load_config, resolved_dict
 from shoal.config.loading import locate, override_value
@@ -344,7 +353,7 @@ def _drive(sim, quiet: bool, start: float) -> int:
     from shoal.cli.summary import open_hint, summarize
 
     first = sim.round
-    interrupted = False
+    interrupted: KeyboardInterrupt | None = None
     with stop_between_rounds() as stop:
         try:
             with progress_bar(quiet) as progress:
@@ -373,17 +382,19 @@ def _drive(sim, quiet: bool, start: float) -> int:
                         stop.requested = True
                 stop.closing = True  # (a Ctrl-C from here on would only cut the close short)
                 sim.flush()
-        except KeyboardInterrupt:
-            interrupted = True
+        except KeyboardInterrupt as exc:
+            interrupted = exc
         finally:
             stop.closing = True
             sim.close()
     if interrupted:
         kept = sim.checkpoints.latest()
-        console.print(f"[yellow]interrupted[/]: the round in progress was abandoned; round "
+        how = "terminated[/] (SIGTERM)" if isinstance(interrupted, Terminated) else \
+            "interrupted[/]"
+        console.print(f"[yellow]{how}: the round in progress was abandoned; round "
                       f"{kept} is the last one kept (committed and checkpointed); continue "
                       f"with: shoal resume {escape(str(sim.dir.root))}")
-        return 130
+        return 143 if isinstance(interrupted, Terminated) else 130
     if not sim.finished:
         console.print(f"[yellow]stopped[/] after round {sim.round} (committed and "
                       f"checkpointed); continue with: shoal resume {escape(str(sim.dir.root))}")
@@ -635,7 +646,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `shoal` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    return _guarded(args.func, args, args.debug)
+    with terminate_as_interrupt():
+        return _guarded(args.func, args, args.debug)
 
 
 def _check_paths(args: argparse.Namespace) -> None:
@@ -655,7 +667,13 @@ def _guarded(func: Callable[[argparse.Namespace], int], args, debug: bool) -> in
     except ProviderDown as exc:
         console.print(f"[red]stopped[/]: {escape(str(exc))}", highlight=False)
         return 3
+    except Terminated:
+        console.print("[yellow]terminated[/] (SIGTERM)")
+        return 143
     except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]")
+        return 130
+    except duckdb.InterruptException:  # Ctrl-C while DuckDB ran a statement
         console.print("[yellow]interrupted[/]")
         return 130
     except OSError as exc:

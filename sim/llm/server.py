@@ -642,19 +642,25 @@ class LoopbackProcess:
                    for k, v in dataclasses.asdict(faults or Faults()).items() if v is not False]
         # `--parent-pid`: the server stops when this process is gone, even if it was
         # killed (SIGKILL runs no cleanup that could stop it).
+        # In a process group of its own: a terminal's Ctrl-C goes to the run alone (which
+        # stops the server when done with it), not to a server still importing, which
+        # it would kill before it could ignore it.
         self.process = subprocess.Popen(
             [sys.executable, "-m", "shoal.llm.server", "--port", "0", "--seed", str(seed),
              "--ready-file", str(ready), "--parent-pid", str(os.getpid()), *options],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, process_group=0)
         deadline = time.monotonic() + timeout_s
-        while not ready.exists():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                shutil.rmtree(ready.parent, ignore_errors=True)
-                raise RuntimeError("the loopback LLM server did not start")
-            time.sleep(0.05)
-        self.url = ready.read_text()
-        shutil.rmtree(ready.parent, ignore_errors=True)
+        try:
+            while not ready.exists():
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the loopback LLM server did not start")
+                time.sleep(0.05)
+            self.url = ready.read_text()
+        except BaseException:  # (Ctrl-C while it starts too: it stops with us)
+            self.stop()
+            raise
+        finally:
+            shutil.rmtree(ready.parent, ignore_errors=True)
 
     def stop(self) -> None:
         """Terminate the child."""
