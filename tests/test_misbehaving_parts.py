@@ -140,3 +140,34 @@ def test_a_platform_is_refused_when_registered_not_when_run():
     with pytest.raises(PluginError, match=r"by shoal\.platforms\.twitter and by "
                                           r"tests\.test_misbehaving_parts"):
         register(clash, Strict)
+
+
+def test_a_part_whose_config_model_cannot_check_a_config_is_refused():
+    """Without a config model a part could not be named in a config; one that takes
+    unknown fields would run a misspelt parameter on its default; an intervention's model
+    must have what every entry has (its round): each is refused when registered."""
+    from typing import Literal
+
+    from pydantic import BaseModel
+
+    from shoal.config.base import Strict
+    from shoal.core.registry import BELIEF_RULES, INTERVENTIONS, PluginError
+
+    class Loose(BaseModel):
+        rule: Literal["loose_rule"]
+
+    class NotAnEntry(Strict):
+        kind: Literal["not_an_entry"]
+
+    def nothing(*args):
+        return {}
+
+    with pytest.raises(PluginError, match="needs a config model"):
+        BELIEF_RULES.register("no_config_rule", None, nothing)
+    with pytest.raises(PluginError, match="must refuse unknown fields: derive it from "
+                                          r"shoal\.config\.base\.Strict"):
+        BELIEF_RULES.register("loose_rule", Loose, nothing)
+    with pytest.raises(PluginError, match=r"must derive from shoal\.config\.interventions\."
+                                          "InterventionSpec"):
+        INTERVENTIONS.register("not_an_entry", NotAnEntry, nothing)
+    assert "loose_rule" not in BELIEF_RULES and "not_an_entry" not in INTERVENTIONS

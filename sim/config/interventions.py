@@ -19,7 +19,7 @@ from pydantic import Field, field_validator, model_validator
 
 from shoal.config.base import Strict
 from shoal.config.selector import Selector
-from shoal.core.registry import PLATFORMS
+from shoal.core.registry import INTERVENTIONS, PLATFORMS
 
 Stance = dict[str, Annotated[float, Field(ge=-1, le=1)]]
 
@@ -204,3 +204,6 @@ def mutable(key: str) -> bool:
     if parts[0] == "platforms":
         return len(parts) >= 3 and parts[2] in mutable_fields(parts[1])
     return parts[0] in MUTABLE_SECTIONS
+
+
+INTERVENTIONS.config_base = InterventionSpec  # (a plug-in's config model derives from it)

@@ -394,3 +394,6 @@ def check_api_keys(cfg: _HasLLM) -> None:
             raise InputError(f"llm.providers.{i}.api_key_env: the environment variable "
                              f"{shown_name(p.api_key_env)} is not set; export it (the key "
                              "itself never goes in the config)")
+
+
+CHAT_MODELS.config_base = ProviderConfig  # (a plug-in's config model derives from it)

@@ -106,6 +106,7 @@ class Registry:
         self.family = family
         self.tag = tag
         self.default = default
+        self.config_base: type | None = None  # what every part's config model derives from
         self._parts: dict[str, Part] = {}
 
     def register(self, name: str, config: type | None = None, impl: Any = None,
@@ -120,8 +121,11 @@ class Registry:
         if old is not None and (old.impl is not impl or old.config is not config):
             raise PluginError(f"{self.family} {name!r} is registered twice: by {old.module} "
                               f"and by {module}")
-        if config is not None and self.tag is not None:
-            _check_tag(self, name, config)
+        if config is None and self.tag is not None:
+            raise PluginError(f"{self.family} {name!r} (from {module}): needs a config model "
+                              f"(a config names its part by `{self.tag}: {name}`)")
+        if config is not None:
+            _check_config(self, name, config, module)
         self._parts[name] = Part(name, config, impl, module, dict(meta))
         return impl
 
@@ -154,6 +158,22 @@ class Registry:
     def __contains__(self, name: str) -> bool:
         load_plugins()
         return name in self._parts
+
+
+def _check_config(registry: Registry, name: str, config: type, module: str) -> None:
+    """A part's config model refuses unknown fields (a misspelt parameter is an error, not
+    a default silently used), derives from the family's base model where it has one, and
+    carries the family's tag."""
+    where = f"{registry.family} {name!r} (from {module}): its config model"
+    if getattr(config, "model_config", {}).get("extra") != "forbid":
+        raise PluginError(f"{where} {getattr(config, '__name__', config)} must refuse "
+                          "unknown fields: derive it from shoal.config.base.Strict")
+    base = registry.config_base
+    if base is not None and not (isinstance(config, type) and issubclass(config, base)):
+        raise PluginError(f"{where} {config.__name__} must derive from "
+                          f"{base.__module__}.{base.__name__}")
+    if registry.tag is not None:
+        _check_tag(registry, name, config)
 
 
 def _check_tag(registry: Registry, name: str, config: type) -> None:
