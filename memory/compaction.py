@@ -153,10 +153,15 @@ class Job:
     failed_round: int = -1  # the boundary at which the last attempt failed
 
     def run(self, summarizer: Summarizer) -> str:
-        """Do the work (raises on failure)."""
+        """Do the work (raises on failure, as for a summary that is not text)."""
         if self.kind == "round":
-            return summarizer.summarize_round(self.header, self.items)
-        return summarizer.merge(self.previous, self.lines)
+            text = summarizer.summarize_round(self.header, self.items)
+        else:
+            text = summarizer.merge(self.previous, self.lines)
+        if not isinstance(text, str):  # (a plug-in's: kept, it would be a NULL summary)
+            raise TypeError(f"the summarizer {type(summarizer).__name__} returned "
+                            f"{type(text).__name__}, not the summary's text")
+        return text
 
     def to_dict(self) -> dict:
         """JSON-able form (checkpoints keep pending work)."""

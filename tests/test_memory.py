@@ -191,3 +191,23 @@ def test_diagnostic_names_the_stage(tmp_path, plant_as, check, verdict):
     if plant_as == "event":
         assert "pinned" in result.stages[1].detail
         assert result.stages[2].detail.startswith("in the system text of 20 of 20")
+
+
+def test_a_summary_that_is_not_text_is_a_failed_attempt():
+    """A plug-in summariser returning None (or anything but text) fails the job, which
+    stays pending with the reason, instead of a `done` summary with no text."""
+    import pytest
+
+    from shoal.memory.compaction import Job
+
+    class Silent:
+        def summarize_round(self, header, items):
+            return None
+
+        def merge(self, previous, lines):
+            return 42
+
+    with pytest.raises(TypeError, match="returned NoneType, not the summary's text"):
+        Job(1, "round", (3, 3), header="round 3").run(Silent())
+    with pytest.raises(TypeError, match="returned int"):
+        Job(2, "merge", (1, 3)).run(Silent())
