@@ -206,3 +206,23 @@ def test_ctrl_c_while_duckdb_runs_a_statement_is_an_interruption(capsys):
     captured = capsys.readouterr()
     shown = captured.out + captured.err
     assert "interrupted" in shown and "internal error" not in shown
+
+
+def test_a_ctrl_c_after_the_command_has_ended_does_not_change_its_exit_status(tmp_path):
+    """A second Ctrl-C while a run closes, or one during the interpreter's exit, came after
+    the command had said how it ended: the process exits with the command's status, not
+    as killed by SIGINT."""
+    import subprocess
+    import sys
+
+    script = ("import os, signal, sys, time\n"
+              "from shoal.cli.main import main\n"
+              f"sys.argv = ['shoal', 'runs', {str(tmp_path / 'none')!r}]\n"
+              "code = main()\n"
+              "os.kill(os.getpid(), signal.SIGINT)\n"
+              "time.sleep(0.5)\n"
+              "sys.exit(code)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert "KeyboardInterrupt" not in done.stderr

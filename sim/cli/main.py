@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import errno
+import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -647,7 +649,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     with terminate_as_interrupt():
-        return _guarded(args.func, args, args.debug)
+        code = _guarded(args.func, args, args.debug)
+    if argv is None and threading.current_thread() is threading.main_thread():
+        # The `shoal` command has ended and said so: a late Ctrl-C (a second one while
+        # the run closed, one during the interpreter's exit) must not turn its exit
+        # status into a death by signal.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return code
 
 
 def _check_paths(args: argparse.Namespace) -> None:
