@@ -159,3 +159,21 @@ def test_the_plugins_parts_pass_the_conformance_kit(site, tmp_path):
                             env={**os.environ, "PYTHONPATH": str(site)},
                             capture_output=True, text=True)
     assert result.returncode == 0 and "all passed" in result.stdout, result.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_the_docs_policy_and_intervention_pass_the_kit(tmp_path):
+    """docs/plugins.md's policy and intervention, copied from the page as a reader would,
+    register on import and pass the conformance kit as the page says to call it."""
+    page = (ROOT / "docs" / "plugins.md").read_text()
+    section = page.split("## A policy and an intervention", 1)[1]
+    (tmp_path / "shoal_extra.py").write_text(section.split("```python\n", 1)[1].split("```")[0])
+    script = ("import sys; from pathlib import Path; import shoal_extra\n"
+              "from shoal.testing import check_intervention, check_policy\n"
+              "out = Path(sys.argv[1])\n"
+              "check_policy('quiet', out / 'policy')\n"
+              "check_intervention('sway', out / 'sway', topic='carbon_tax', by=0.2)\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "kit")], cwd=tmp_path,
+                          env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]

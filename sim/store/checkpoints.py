@@ -482,8 +482,11 @@ def _meta_json(full: dict[str, Any], state: dict[str, State]) -> str:
             try:
                 json.dumps(s.meta, default=json_default)
             except (TypeError, ValueError) as exc:
-                raise PluginError(f"the state of {name!r} cannot be kept in a checkpoint "
-                                  f"(its get_state's meta must hold JSON values): {exc}"
-                                  ) from exc
+                kind, _, key = name.partition(".")
+                part = {"recommender": f"the recommender of the platform with code {key}",
+                        "engine": f"the engine of platform {key!r}"}.get(kind, "a part")
+                raise PluginError(f"the state of {name!r} ({part}) cannot be kept in a "
+                                  f"checkpoint (its get_state's meta must hold JSON values): "
+                                  f"{exc}") from exc
         raise
 
