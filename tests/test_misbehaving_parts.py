@@ -171,3 +171,22 @@ def test_a_part_whose_config_model_cannot_check_a_config_is_refused():
                                           "InterventionSpec"):
         INTERVENTIONS.register("not_an_entry", NotAnEntry, nothing)
     assert "loose_rule" not in BELIEF_RULES and "not_an_entry" not in INTERVENTIONS
+
+
+def test_a_platform_code_in_use_is_refused_when_registered():
+    """Codes key every stored row of a platform: a second platform with a code in use is
+    refused as it registers (whether or not a config enables it), naming both."""
+    from shoal.config.base import Strict
+    from shoal.core.posts import PostKind
+    from shoal.core.registry import PluginError, load_plugins
+    from shoal.core.vocabulary import ActionType as A
+    from shoal.platforms.spec import PlatformSpec, register, spec
+
+    load_plugins()
+    taken = spec("twitter").code
+    board = PlatformSpec(name="clashing_board", code=taken, label="Board",
+                         feed_kinds=(PostKind.POST,), actions=(A.POST, A.DO_NOTHING),
+                         engagements=(), action_help=("post", "do_nothing"))
+    with pytest.raises(PluginError, match=rf"code {taken} is platform 'twitter''s \(from "
+                                          r"shoal\.platforms\.twitter\)"):
+        register(board, Strict)

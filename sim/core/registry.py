@@ -146,6 +146,11 @@ class Registry:
         with calling(f"{self.family} {part.name!r}", part.impl, during=" while being built"):
             return part.impl(config, *args, **kwargs)
 
+    def registered(self) -> list[Part]:
+        """The parts registered so far, without loading the plug-ins (for checks made
+        while they register)."""
+        return list(self._parts.values())
+
     def names(self) -> list[str]:
         """Registered names, sorted."""
         load_plugins()

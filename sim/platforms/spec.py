@@ -22,7 +22,7 @@ from typing import Any
 
 from shoal.core.errors import InputError
 from shoal.core.posts import PostKind
-from shoal.core.registry import PLATFORMS
+from shoal.core.registry import PLATFORMS, PluginError
 from shoal.core.vocabulary import ActionType
 
 MAX_CODE = 9  # random-stream keys are purpose + 100·code + 1000·slot
@@ -106,5 +106,10 @@ def register(platform: PlatformSpec, config: type, example: dict | None = None
     meta = {"example": example} if example is not None else {}
     # (named by the module that called: the spec object itself is of this module)
     caller = sys._getframe(1).f_globals.get("__name__", "?")
+    for other in PLATFORMS.registered():  # (codes key stored rows: one per platform)
+        if other.impl.code == platform.code and other.name != platform.name:
+            raise PluginError(f"platform {platform.name!r} (from {caller}): code "
+                              f"{platform.code} is platform {other.name!r}'s (from "
+                              f"{other.module}); choose a free code in 0..{MAX_CODE}")
     PLATFORMS.register(platform.name, config=config, impl=platform, module=caller, **meta)
     return platform
