@@ -429,6 +429,30 @@ def test_loopback_servers_die_with_a_killed_run(tmp_path):
     assert left == []
 
 
+def test_a_loopback_server_whose_run_was_killed_removes_its_ready_file(tmp_path):
+    """A run killed before it read the server's ready file leaves it to the server, which
+    removes it (and its shoal-loopback-* folder) when it stops for want of a parent."""
+    ready = tmp_path / "shoal-loopback-test" / "url"
+    ready.parent.mkdir()
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import os, subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-m', 'shoal.llm.server', '--port', '0', "
+        "'--ready-file', sys.argv[1], '--parent-pid', str(os.getpid())])\n"
+        "time.sleep(600)\n"), str(ready)])
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ready.exists(), "the server never became ready"
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 120  # generous: only a server that never stops fails
+    while ready.parent.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not ready.parent.exists()
+
+
 def _all_text(db: Path) -> list[tuple]:
     """Every VARCHAR/JSON value of every table (DuckDB may compress strings on disk)."""
     rows = []

@@ -864,6 +864,11 @@ def serve(args: argparse.Namespace) -> int:
         serving.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await serving
+        if args.ready_file:  # (a parent killed before it read the file left it behind)
+            ready = Path(args.ready_file)
+            ready.unlink(missing_ok=True)
+            if ready.parent.name.startswith("shoal-loopback-"):
+                shutil.rmtree(ready.parent, ignore_errors=True)
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main())
