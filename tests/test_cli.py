@@ -226,3 +226,25 @@ def test_a_ctrl_c_after_the_command_has_ended_does_not_change_its_exit_status(tm
                           timeout=120)
     assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
     assert "KeyboardInterrupt" not in done.stderr
+
+
+def test_a_ctrl_c_while_the_program_loads_ends_it_quietly():
+    """The console script's `run` imports the program itself: a Ctrl-C while Python loads
+    it (here raised by the import of shoal.cli.main) exits 130 saying `interrupted`, with
+    no traceback."""
+    import subprocess
+    import sys
+
+    script = ("import builtins\n"
+              "real = builtins.__import__\n"
+              "def loading(name, *args, **kwargs):\n"
+              "    if name == 'shoal.cli.main':\n"
+              "        raise KeyboardInterrupt\n"
+              "    return real(name, *args, **kwargs)\n"
+              "builtins.__import__ = loading\n"
+              "from shoal.cli import run\n"
+              "run()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.strip() == "interrupted"
