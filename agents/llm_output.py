@@ -77,9 +77,9 @@ def action_schema(platform: str, feed: list[int], accounts: list[str],
     return {"anyOf": branches}
 
 
-def response_format(schema: dict[str, Any]) -> dict[str, Any]:
+def response_format(schema: dict[str, Any], name: str = "action") -> dict[str, Any]:
     """The `response_format` asking for an answer matching `schema`."""
-    return {"type": "json_schema", "json_schema": {"name": "action", "schema": schema}}
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
 
 
 async def probe(model: ChatModel) -> tuple[Output, str]:

@@ -104,9 +104,11 @@ def test_an_interview_answers_through_the_real_model(quick_run, llama_server):
 def test_a_survey_wave_answers_through_the_real_model(quick_run):
     done = run_cli(["survey", str(quick_run[0])])
     assert done.returncode == 0, done.stderr[-2000:]
-    answered = query(quick_run[0] / "trajectory.duckdb",
-                     "SELECT count(*) FROM survey_responses WHERE source = 'llm'")
-    assert answered[0][0] > 0
+    rows, answered = query(quick_run[0] / "trajectory.duckdb",
+                           "SELECT count(*), count(*) FILTER (NOT abstained) "
+                           "FROM survey_responses WHERE source = 'llm'")[0]
+    # answered, not only asked: the questionnaire's schema constrains a small model's reply
+    assert rows > 0 and answered / rows >= 0.9, (rows, answered)
 
 
 def test_graph_memory_extraction_through_the_real_model(llama_server, tmp_path):

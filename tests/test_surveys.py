@@ -286,3 +286,26 @@ def test_survey_statistics_say_what_cannot_be_estimated(capsys, tmp_path):
     _print("change", wave_change(responses, surveys))
     printed = capsys.readouterr().out
     assert "n/a" in printed and "nan" not in printed
+
+
+def test_the_questionnaires_schema_has_each_items_kind_of_answer():
+    """What a json_schema provider is sent with the questionnaire: every item required,
+    each as its kind is answered (the parsing of replies reads the same shapes)."""
+    from shoal.surveys.asking import answer_schema
+    from shoal.surveys.config import Survey
+
+    survey = Survey.model_validate({"name": "s", "waves": [0], "items": [
+        {"id": "good", "kind": "likert", "points": 7, "topic": "carbon_tax",
+         "text": "Good?"},
+        {"id": "cost", "kind": "numeric", "range": [10, 0], "topic": "carbon_tax",
+         "text": "Cost?"},
+        {"id": "vote", "kind": "single", "topic": "carbon_tax", "text": "Vote?",
+         "options": [{"label": "yes", "position": 1}, {"label": "no", "position": -1}]},
+        {"id": "why", "kind": "text", "text": "Why?"}]})
+    schema = answer_schema(survey)
+    assert schema["required"] == ["good", "cost", "vote", "why"]
+    assert schema["properties"] == {
+        "good": {"type": "integer", "minimum": 1, "maximum": 7},
+        "cost": {"type": "number", "minimum": 0, "maximum": 10},
+        "vote": {"type": "string", "enum": ["yes", "no"]},
+        "why": {"type": "string"}}

@@ -242,12 +242,14 @@ def asked(agent: int, context: Assembled, kind: str = INTERVIEW, **fields: Any
 def ask_all(providers: dict[int, ProviderConfig], contexts: dict[int, Assembled],
             question: str | dict[int, str], seed: int, concurrency: int | None,
             deadline_s: float | None, stop: Callable[[], bool] | None = None,
-            about: Callable[[int, Assembled], dict[str, Any]] = asked
+            about: Callable[[int, Assembled], dict[str, Any]] = asked,
+            formats: dict[int, dict[str, Any]] | None = None
             ) -> dict[int, ChatReply]:
     """Every agent's reply; calls not answered by the deadline are `deadline` replies,
     those cut short by `stop()` are `stopped` replies. `question`: one for everyone, or
     each agent's own (a survey in the agent's language). `about(agent, context)`: the
-    request's `shoal` field (default: an interview's)."""
+    request's `shoal` field (default: an interview's). `formats`: the `response_format`
+    of an agent's request, where the answer must match a schema."""
     endpoints = Endpoints(seed)
 
     async def run_all() -> dict[int, ChatReply]:
@@ -260,7 +262,8 @@ def ask_all(providers: dict[int, ProviderConfig], contexts: dict[int, Assembled]
             ChatRequest(messages=[{"role": "system", "content": contexts[a].system},
                                   {"role": "user", "content": question if isinstance(
                                       question, str) else question[a]}],
-                        meta=about(a, contexts[a])), a, attempts[a]))
+                        meta=about(a, contexts[a]),
+                        response_format=(formats or {}).get(a)), a, attempts[a]))
             for a in providers}
         try:
             stopped = await _wait(set(tasks.values()), deadline_s, stop)

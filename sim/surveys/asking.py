@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from shoal.agents.llm_output import response_format
 from shoal.core.errors import InputError, ProviderDown
 from shoal.core.faults import crash_point
 from shoal.core.language import DEFAULT, templates
@@ -68,6 +69,27 @@ def items_data(survey: Survey, labels: dict[str, str]) -> list[dict]:
     return [{"id": it.id, "kind": it.kind, "about": labels[it.topic] if it.topic else None,
              "points": it.points, "reverse": it.reverse, "range": list(it.range),
              "options": [o.label for o in it.options]} for it in survey.items]
+
+
+def answer_schema(survey: Survey) -> dict:
+    """The JSON schema of a whole reply: one property per item, each the item's kind of
+    answer (a Likert point, a number in range, an option's label, a list of them, text)."""
+    props: dict[str, dict] = {}
+    for it in survey.items:
+        labels = [o.label for o in it.options]
+        if it.kind == "likert":
+            props[it.id] = {"type": "integer", "minimum": 1, "maximum": it.points}
+        elif it.kind == "numeric":
+            low, high = sorted(it.range)
+            props[it.id] = {"type": "number", "minimum": low, "maximum": high}
+        elif it.kind == "single":
+            props[it.id] = {"type": "string", "enum": labels}
+        elif it.kind == "multiple":
+            props[it.id] = {"type": "array", "items": {"type": "string", "enum": labels}}
+        else:
+            props[it.id] = {"type": "string"}
+    return {"type": "object", "properties": props, "required": list(props),
+            "additionalProperties": False}
 
 
 def parse_answers(text: str, survey: Survey) -> dict[str, object] | None:
@@ -177,8 +199,14 @@ def _ask(world, survey: Survey, wave: int, round_: int, ids: list[int], base_url
              questionnaire(survey, labels, tag)
              for tag in {world.population.language_of(a) for a in ids}}
     questions = {a: texts[world.population.language_of(a)] for a in ids}
+    # A provider that answers in JSON constrained by a schema (what small local models
+    # need to answer in JSON at all) is given the questionnaire's.
+    schema = response_format(answer_schema(survey), name="survey")
+    formats = {a: schema for a, p in chosen.items()
+               if p.output == "json_schema" or world.outputs.get(p.name) == "json_schema"}
     replies = ask_all(chosen, contexts, questions, world.cfg.seed, concurrency, None,
-                      about=lambda a, context: asked(a, context, SURVEY, items=items))
+                      about=lambda a, context: asked(a, context, SURVEY, items=items),
+                      formats=formats)
     answered = {a: answer_of(replies[a]) for a in ids}
     # A reply that never came (no connection, a timeout, an error status) is not the
     # respondent abstaining: nothing of the wave is stored, so the same command asks again.
