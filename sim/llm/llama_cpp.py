@@ -19,6 +19,7 @@ import argparse
 import os
 import platform
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -214,8 +215,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"server: {binary}\nmodel:  {model}")
     if args.command == "serve":
+        def stopping(signum: int, frame: object) -> None:
+            raise KeyboardInterrupt  # (SIGTERM, as Ctrl-C: the server stops with us)
+
+        signal.signal(signal.SIGTERM, stopping)
         server = LlamaServer(binary, model, args.port, args.threads, args.slots).start()
-        print(f"serving {MODEL_NAME} at {server.url} (Ctrl-C stops it)", flush=True)
+        print(f"serving {MODEL_NAME} at {server.url} (Ctrl-C or SIGTERM stops it)",
+              flush=True)
         try:
             assert server.process is not None
             server.process.wait()
