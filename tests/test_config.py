@@ -151,3 +151,16 @@ def test_shorthands(quickstart_dict):
     assert cfg.beliefs.update.epsilon == 0.3
     assert cfg.topics[1].label == "wind power"
     assert cfg.topics[0].keywords == ["tax"]
+
+
+def test_the_name_of_a_keys_variable_is_shown_but_a_key_is_not():
+    """`api_key_env` names the variable holding the key: a message shows that name; a
+    key given there by mistake, or a field that holds a credential, stays hidden."""
+    from shoal.config.loading import shown_override
+
+    assert shown_override("llm.providers.0.api_key_env=NOPE_KEY") == \
+        "llm.providers.0.api_key_env=NOPE_KEY"
+    assert shown_override("llm.providers.0.api_key_env=sk-abcdefghijklmnopqrstuvwxyz1234") \
+        == "llm.providers.0.api_key_env=(value hidden)"
+    assert shown_override("llm.providers.0.extra_body.token=zzz") == \
+        "llm.providers.0.extra_body.token=(value hidden)"

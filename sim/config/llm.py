@@ -315,8 +315,10 @@ def shown_name(name: str) -> str:
 
 
 def is_secret_name(name: str) -> bool:
-    """Whether a field name says it holds a credential (api_key, token, secret, ...)."""
-    return bool(_SECRET_NAME.search(name))
+    """Whether a field name says it holds a credential (api_key, token, secret, ...). A
+    name ending in `_env` (`api_key_env`) holds the name of the variable that holds it,
+    which is not hidden (a key given there by mistake is, being key-shaped)."""
+    return bool(_SECRET_NAME.search(name)) and not name.lower().endswith("_env")
 
 
 def secret_fields(data: Any, path: str = "") -> list[str]:
