@@ -257,6 +257,9 @@ def test_unreachable_provider_exits_3_and_says_so(tmp_path):
     proc = cli("run", str(path), "--quiet")
     assert proc.returncode == 3, proc.stderr
     assert "none of" in proc.stderr and "shoal resume" in proc.stderr
+    # calls counted as calls, each with its retries as requests
+    said = re.search(r"none of (\d+) LLM calls \((\d+) requests\)", " ".join(proc.stderr.split()))
+    assert said and int(said.group(2)) > int(said.group(1)) > 0, proc.stderr
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert json.loads((run_dir / "run.json").read_text())["status"] == "stopped"
 

@@ -136,8 +136,10 @@ def check_providers(calls: list[dict], round_: int) -> None:
     if calls and all(c["status"] != "ok" for c in calls):
         failed = {c["base_url"] for c in calls if c["base_url"]}
         example = next((c["error"] for c in calls if c["error"]), "")
+        turns = len({(c.get("agent"), c.get("platform"), c.get("call")) for c in calls})
         raise ProviderDown(
-            f"round {round_}: none of {len(calls)} LLM calls got an answer "
+            f"round {round_}: none of {turns} LLM calls ({len(calls)} requests) got an "
+            f"answer "
             f"({', '.join(sorted(failed)) or 'no endpoint'}: {example}); the run stopped "
             f"after round {round_ - 1} and can be resumed with `shoal resume`")
 
