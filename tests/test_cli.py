@@ -212,9 +212,6 @@ def test_a_ctrl_c_after_the_command_has_ended_does_not_change_its_exit_status(tm
     """A second Ctrl-C while a run closes, or one during the interpreter's exit, came after
     the command had said how it ended: the process exits with the command's status, not
     as killed by SIGINT."""
-    import subprocess
-    import sys
-
     script = ("import os, signal, sys, time\n"
               "from shoal.cli.main import main\n"
               f"sys.argv = ['shoal', 'runs', {str(tmp_path / 'none')!r}]\n"
@@ -222,8 +219,7 @@ def test_a_ctrl_c_after_the_command_has_ended_does_not_change_its_exit_status(tm
               "os.kill(os.getpid(), signal.SIGINT)\n"
               "time.sleep(0.5)\n"
               "sys.exit(code)\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120)
+    done = _python(script)
     assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
     assert "KeyboardInterrupt" not in done.stderr
 
@@ -232,9 +228,6 @@ def test_a_ctrl_c_while_the_program_loads_ends_it_quietly():
     """The console script's `run` imports the program itself: a Ctrl-C while Python loads
     it (here raised by the import of shoal.cli.main) exits 130 saying `interrupted`, with
     no traceback."""
-    import subprocess
-    import sys
-
     script = ("import builtins\n"
               "real = builtins.__import__\n"
               "def loading(name, *args, **kwargs):\n"
@@ -244,7 +237,15 @@ def test_a_ctrl_c_while_the_program_loads_ends_it_quietly():
               "builtins.__import__ = loading\n"
               "from shoal.cli import run\n"
               "run()\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120)
+    done = _python(script)
     assert done.returncode == 130, done.stderr
     assert done.stderr.strip() == "interrupted"
+
+
+def _python(script: str):
+    """`script` run by this Python in a process of its own: its exit status and output."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
