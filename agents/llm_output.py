@@ -96,10 +96,17 @@ async def probe(model: ChatModel) -> tuple[Output, str]:
     reply = await model.chat(request)
     if reply.status in ("unreachable", "timeout") or (reply.http_status or 0) in (401, 403):
         # nothing learnt about what the model can do: not a choice to keep for the run
-        raise InputError(f"llm.providers: {model.provider.name}: output: auto could not "
-                         f"probe {reply.base_url or ', '.join(model.provider.base_urls)}: "
-                         f"{model.redact(reply.error)}; start the server (or check the "
-                         "key), or set output: tools | json_schema | text")
+        provider = model.provider
+        where = reply.base_url or ", ".join(provider.base_urls)
+        if reply.http_status in (401, 403):
+            key = (f"the key in ${provider.api_key_env} (api_key_env)" if provider.api_key_env
+                   else "the key: this provider sends none (set api_key_env)")
+            remedy = f"check {key}"
+        else:
+            remedy = "start the server or correct base_urls"
+        raise InputError(f"llm.providers: {provider.name}: output: auto could not probe "
+                         f"{where}: {model.redact(reply.error)}; {remedy}, or set output: "
+                         "tools | json_schema | text")
     why_not = _usable(reply.status, reply.message, reply.error, tool_call=True)
     if not why_not:
         return "tools", "a tool call came back and parsed"

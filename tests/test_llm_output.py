@@ -249,3 +249,23 @@ def test_auto_refuses_to_decide_without_an_answer():
             sync.run(probe(model), 60)
     finally:
         sync.close()
+
+
+def test_auto_names_the_key_variable_when_the_server_refuses_the_key(monkeypatch):
+    """A 401 is about the key, not the server: the message names the variable to check."""
+    monkeypatch.setenv("SHOAL_TEST_PROBE_KEY", "not-the-key")
+    server = serve_in_thread(seed=0, key="the-key")
+    try:
+        model = chat_model(_provider(server.url, max_retries=0,
+                                     api_key_env="SHOAL_TEST_PROBE_KEY"))
+        sync = SyncChat(model)
+        try:
+            with pytest.raises(InputError) as refused:
+                sync.run(probe(model), 60)
+        finally:
+            sync.close()
+    finally:
+        server.stop()
+    message = str(refused.value)
+    assert "check the key in $SHOAL_TEST_PROBE_KEY (api_key_env)" in message
+    assert "not-the-key" not in message and "start the server" not in message
