@@ -183,6 +183,9 @@ def test_estimate_predicts_with_the_runs_counter(tmp_path):
         return int(line.split()[2].replace(",", ""))
 
     assert prompt_tokens(words.stdout) < prompt_tokens(margin.stdout)
+    # and each says whose tokens it counted
+    assert "counted with       cl100k and the margin (1.25 per cl100k token)" in margin.stdout
+    assert "counted with       the tokenizer.json (" in words.stdout
 
 
 def test_the_loopback_server_tokenizes_like_llama_cpp_and_vllm():

@@ -16,6 +16,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import duckdb
 import yaml
@@ -35,6 +36,9 @@ from shoal.config import load_config, resolved_dict
 from shoal.config.loading import locate, override_value
 from shoal.core.errors import InputError, ProviderDown
 from shoal.store.run_dir import engine_version
+
+if TYPE_CHECKING:
+    from shoal.runs.estimate import ProviderEstimate
 
 FACT_LOST = 5  # `shoal diagnose-memory`: the planted fact did not reach the agents
 
@@ -316,12 +320,20 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         out.print(f"provider {p.provider} ({p.model}): {p.agents:,} agents, {p.calls:,} calls\n"
                   f"  prompt tokens      {p.prompt_tokens:,} (per call: median "
                   f"{p.prompt_p50:,.0f}, max {p.prompt_max:,})\n"
+                  f"  counted with       {_counted_by(p)}\n"
                   f"  completion tokens  {p.completion_typical:,} typical "
                   f"({args.completion_tokens}/call) to {p.completion_max:,} (max_tokens)\n"
                   f"  cost               ${p.cost_typical:,.4f} typical to ${p.cost_max:,.4f}",
                   highlight=False)
     console.print("One call per LLM agent turn; repair and HTTP retries come on top.")
     return 0
+
+
+def _counted_by(p: ProviderEstimate) -> str:
+    """Whose tokens an estimate's prompt counts are, and their ratio to cl100k's."""
+    who = {"server": "the server's tokenizer", "tokenizer.json": "the tokenizer.json"}.get(
+        p.counter, "cl100k and the margin")
+    return f"{who} ({p.ratio:.2f} per cl100k token)"
 
 
 def cmd_diagnose_memory(args: argparse.Namespace) -> int:

@@ -40,6 +40,8 @@ class ProviderEstimate:
     completion_max: int  # calls × max_tokens
     cost_typical: float
     cost_max: float
+    counter: str = "tiktoken"  # whose tokens: server | tokenizer.json | tiktoken (× margin)
+    ratio: float = 1.0  # the model's tokens per cl100k token, as measured or assumed
 
 
 @dataclass
@@ -86,5 +88,5 @@ def estimate(cfg: Config, completion_tokens: int = TYPICAL_COMPLETION) -> Estima
         out.append(ProviderEstimate(
             p.name, p.model, calls, int(mine["agent"].nunique()), total,
             float(prompt.median()) if calls else 0.0, int(prompt.max()) if calls else 0,
-            typical, ceiling, cost(typical), cost(ceiling)))
+            typical, ceiling, cost(typical), cost(ceiling), model.counter, model.ratio))
     return Estimate(cfg.rounds, out, time.perf_counter() - start)
