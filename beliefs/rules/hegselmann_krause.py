@@ -3,6 +3,14 @@
 x_i ← mean of {x_i} ∪ {s_j : |s_j − x_i| ≤ ε} over agent i's influences this round
 (`influences.py`): in mode `complete` the classic synchronous model, in which every agent
 moves to the average of everyone within ε of it. Confidence is not used.
+
+The bound is closed, and a distance that equals ε in exact arithmetic counts as within it
+even when floating-point rounding puts it an ulp or two above (`TIE`): equidistant start
+profiles, the standard test bed of the literature (Hegselmann & Krause 2002; Lorenz 2007),
+place many pairs exactly ε apart, and without the allowance whether they interact — and so
+the number of final clusters — depends on rounding (n = 11 equidistant on [0, 1],
+ε = 0.1: 3 clusters in exact arithmetic; 5 on Shoal's scale with a bare `<=`), and mode
+`complete` (sorted positions) and `neighbours` (differences) round differently.
 """
 
 from __future__ import annotations
@@ -14,6 +22,11 @@ from shoal.beliefs.rules.config import Dynamics, Epsilon
 from shoal.beliefs.rules.influences import influences
 from shoal.beliefs.state import BeliefState
 from shoal.core.registry import BELIEF_RULES
+
+# Allowance for rounding in |x_j − x_i| ≤ ε: distances here are at most 2, so an exact tie
+# is off by a few 1e-16 after a subtraction or an average; 1e-12 is far above that and far
+# below any distance that matters.
+TIE = 1e-12
 
 
 class HegselmannKrause(Dynamics):
@@ -35,7 +48,7 @@ class HegselmannKrauseRule(UpdateRule):
 
     def update(self, beliefs: BeliefState, exposures: Exposures, ctx: UpdateContext) -> None:
         c = self.cfg
-        inf = influences(beliefs.position, exposures, ctx, c.mode, within=c.epsilon,
+        inf = influences(beliefs.position, exposures, ctx, c.mode, within=c.epsilon + TIE,
                          skip_seen=c.skip_seen)
         x = beliefs.position[inf.rows]
         beliefs.position[inf.rows] = (x + inf.weighted) / (1.0 + inf.weight)

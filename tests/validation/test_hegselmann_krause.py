@@ -65,3 +65,42 @@ def test_complete_mode_equals_the_definition() -> None:
     close = np.abs(x0[None, :, :] - x0[:, None, :]) <= eps  # [i, j, t]
     expected = (close * x0[None, :, :]).sum(axis=1) / close.sum(axis=1)
     np.testing.assert_allclose(x, expected, rtol=0, atol=1e-12)
+
+
+def exact_fixed_point(n: int, eps01) -> list:
+    """Hegselmann–Krause from n equidistant opinions k/(n − 1) on [0, 1], in exact rational
+    arithmetic (so ties at distance exactly ε are decided as the closed bound says), run to
+    its fixed point."""
+    from fractions import Fraction
+
+    x = [Fraction(k, n - 1) for k in range(n)]
+    for _ in range(1000):
+        y = [sum(s) / len(s) for s in ([xj for xj in x if abs(xj - xi) <= eps01] for xi in x)]
+        if y == x:
+            return x
+        x = y
+    raise AssertionError("no fixed point")
+
+
+@pytest.mark.parametrize("mode", ["complete", "neighbours"])
+@pytest.mark.parametrize(("n", "eps01"), [(11, (1, 10)), (21, (1, 20)), (21, (1, 10)),
+                                          (11, (3, 10)), (21, (1, 4))])
+def test_equidistant_start_ties_are_within_the_bound(n: int, eps01: tuple, mode: str) -> None:
+    """Equidistant start profiles put many pairs exactly ε apart; the closed bound counts
+    them as within. Shoal (on [−1, 1], ε doubled; `complete`, and `neighbours` on the
+    complete follow graph) must end at the exact-arithmetic fixed point (1e-9), whatever
+    floating-point rounding does to those distances. (Without the allowance for rounding:
+    n = 11, ε = 0.1 ended in 3 clusters in `complete` and 5 in `neighbours`, and n = 21,
+    ε = 0.05 in 9–10 instead of 7.)"""
+    from fractions import Fraction
+
+    from shoal.core.follow_graph import FollowGraph
+
+    eps = Fraction(*eps01)
+    expected = np.array([float(v) for v in exact_fixed_point(n, eps)])
+    src, dst = np.nonzero(~np.eye(n, dtype=bool))
+    x, rounds = run_rule({"rule": "hegselmann_krause", "mode": mode, "epsilon": 2 * float(eps)},
+                         to_shoal(np.linspace(0, 1, n))[:, None], rounds=1000,
+                         graph=FollowGraph(n, src, dst), until_still=1e-13)
+    assert rounds < 1000
+    np.testing.assert_allclose((x[:, 0] + 1) / 2, expected, rtol=0, atol=1e-9)
