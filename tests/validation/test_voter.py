@@ -50,3 +50,40 @@ def test_copies_are_exact() -> None:
     x, _ = run_rule({"rule": "voter", "mode": "complete", "rate": 0.5}, x0, rounds=20)
     for t in range(4):
         assert set(x[:, t]) <= set(x0[:, t])
+
+
+def star(leaves: int):
+    """A star of mutual follows: agent 0 follows and is followed by every leaf."""
+    from shoal.core.follow_graph import FollowGraph
+
+    hub, spokes = np.zeros(leaves, np.int64), np.arange(1, leaves + 1)
+    return FollowGraph(leaves + 1, np.r_[hub, spokes], np.r_[spokes, hub])
+
+
+def test_degree_weighted_consensus_probability_on_a_star() -> None:
+    """On an undirected graph the degree-weighted mean Σ k_i x_i / Σ k_i is the martingale
+    of the voter model (Sood & Redner 2005), not the plain share: on a star with 10 leaves,
+    the hub alone at +1 holds half the degree, so P(+1 consensus) = 1/2 (the plain share is
+    1/11). Mode `neighbours` with rate ½ (see the next test for rate 1): 400 replicas,
+    within ± 4σ (σ = 0.025)."""
+    graph, replicas = star(10), 400
+    x0 = -np.ones((11, replicas))
+    x0[0] = 1.0
+    x, _ = run_rule({"rule": "voter", "mode": "neighbours", "rate": 0.5}, x0, rounds=2000,
+                    seed=3, graph=graph,
+                    until=lambda x: bool((np.ptp(x, axis=0) == 0).all()))
+    assert (np.ptp(x, axis=0) == 0).all()
+    assert abs(float((x[0] > 0).mean()) - 0.5) <= 4 * np.sqrt(0.25 / replicas)
+
+
+def test_synchronous_rate_one_swaps_forever_on_bipartite_graphs() -> None:
+    """The documented limitation of the synchronous modes at rate 1 (docs/models.md,
+    `voter`): on a bipartite graph both sides copy each other at once, so a state with
+    each side at one opinion swaps every round and never reaches consensus — two agents
+    in mode `complete`, and a star whose hub disagrees with all its leaves."""
+    x, _ = run_rule({"rule": "voter", "mode": "complete"}, np.array([[1.0], [-1.0]]), rounds=41)
+    np.testing.assert_array_equal(x[:, 0], [-1.0, 1.0])
+    x0 = -np.ones((11, 1))
+    x0[0] = 1.0
+    x, _ = run_rule({"rule": "voter", "mode": "neighbours"}, x0, rounds=41, graph=star(10))
+    np.testing.assert_array_equal(x[:, 0], -x0[:, 0])
