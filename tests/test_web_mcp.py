@@ -5,11 +5,13 @@ run made with the command line."""
 from __future__ import annotations
 
 import json
+import queue
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -281,3 +283,50 @@ def test_http_needs_the_token(served, runs):
             assert answer.status_code == 403 and "attacker.example" in answer.json()["error"]
 
     anyio.run(body)
+
+
+def test_stdio_answers_malformed_lines_as_json_rpc_says_and_goes_on(tmp_path):
+    """A line that is not JSON gets -32700 with id null; JSON that is no valid message
+    gets -32600 (with its id when that is a valid one); the server then goes on serving
+    (the SDK's transport dropped such lines without an answer)."""
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "test", "version": "1"}}}
+    sent: list[tuple[bytes, int | None, int | str | None]] = [  # (line, code, id)
+        (json.dumps(init).encode(), None, 1),
+        (b"not json", -32700, None),
+        (b'{"jsonrpc": "2.0", "id": 2, "method": ', -32700, None),
+        (b"\xff\xfe\x00", -32700, None),
+        (b'{"jsonrpc": "2.0", "id": NaN, "method": "ping"}', -32700, None),
+        (b'{"jsonrpc": "2.0", "id": 3}', -32600, 3),
+        (b'{"jsonrpc": "1.0", "id": "four", "method": "ping"}', -32600, "four"),
+        (b'{"jsonrpc": "2.0", "id": true, "method": "ping"}', -32600, None),
+        (b'{"jsonrpc": "2.0", "id": null, "method": "ping"}', -32600, None),
+        (b"[1, 2]", -32600, None),
+        (b"42", -32600, None),
+        (b'{"jsonrpc": "2.0", "id": 5, "method": "ping"}', None, 5),
+    ]
+    proc = subprocess.Popen([sys.executable, "-m", "shoal", "mcp", str(tmp_path)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+    assert proc.stdin is not None and proc.stdout is not None
+    answers: queue.Queue[bytes] = queue.Queue()
+    threading.Thread(target=lambda: [answers.put(a) for a in proc.stdout], daemon=True).start()
+    try:
+        for line, code, request_id in sent:
+            proc.stdin.write(line + b"\n\n")  # (a blank line between is no message)
+            proc.stdin.flush()
+            try:
+                answer = json.loads(answers.get(timeout=WAIT_S))
+            except queue.Empty:
+                raise AssertionError(f"no answer to {line!r}") from None
+            assert answer["jsonrpc"] == "2.0" and answer["id"] == request_id, (line, answer)
+            if code is None:
+                assert "result" in answer, (line, answer)
+            else:
+                assert answer["error"]["code"] == code, (line, answer)
+        proc.stdin.close()
+        assert proc.wait(timeout=WAIT_S) == 0  # (input closed: it ends)
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -82,7 +82,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     """Serve MCP over standard input/output until it closes."""
-    from shoal.web.mcp_server import build_server
+    import anyio
 
-    build_server(_folder(args)).run("stdio")
+    from shoal.web.mcp_server import build_server, run_stdio
+
+    anyio.run(run_stdio, build_server(_folder(args)))
     return 0

@@ -10,9 +10,11 @@ of items (`total` says how many there were), long texts to a stated number of ch
 
 import contextlib
 import functools
+import json
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from html.parser import HTMLParser
@@ -20,13 +22,23 @@ from pathlib import PurePath
 from typing import Annotated, Any
 from uuid import UUID
 
+import anyio
 import duckdb
 import numpy as np
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp_types import ToolAnnotations
+from mcp.shared.message import SessionMessage
+from mcp_types import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    ErrorData,
+    JSONRPCError,
+    JSONRPCNotification,
+    ToolAnnotations,
+)
 from pydantic import BaseModel, Field
 from starlette.types import ASGIApp
 
@@ -365,6 +377,69 @@ def http_app(server: MCPServer) -> ASGIApp:
     server.streamable_http_app(
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
     return StreamableHTTPASGIApp(server.session_manager)
+
+
+async def run_stdio(server: MCPServer) -> None:
+    """Serve `server` over standard input and output until input closes, answering a line
+    that is no JSON-RPC message as JSON-RPC 2.0 says (the SDK's transport drops it
+    without a word, and the client waits for an answer that never comes): -32700 with
+    id null for a line that is not JSON, -32600 for JSON that is no valid message (with
+    the message's id when it has a valid one); then it goes on serving."""
+    lines: deque[str] = deque()  # the lines read, each until its message is handled
+
+    async def read() -> AsyncIterator[str]:
+        # (the SDK's own reader makes exactly one message or exception of each line)
+        with open(0, encoding="utf-8", errors="replace", closefd=False) as stdin:
+            async for line in anyio.wrap_file(stdin):
+                if line.strip():  # (blank lines between messages are no message)
+                    lines.append(line)
+                    yield line
+
+    checked_send, checked = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    lowlevel = server._lowlevel_server
+    async with stdio_server(stdin=read()) as (read_stream, write_stream):  # type: ignore[arg-type]
+
+        async def check() -> None:
+            async with checked_send:
+                async for item in read_stream:
+                    line = lines.popleft()
+                    if isinstance(item, Exception) or _stray_id(item, line):
+                        await write_stream.send(SessionMessage(_invalid_message(line)))
+                    else:
+                        await checked_send.send(item)
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(check)
+            await lowlevel.run(checked, write_stream, lowlevel.create_initialization_options())
+
+
+def _stray_id(item: SessionMessage, line: str) -> bool:
+    """Whether `item`, read as a notification, has an `id` (of a type no request id may
+    have: true, null, 1.5, an object), which makes it an invalid request, not a
+    notification."""
+    if not isinstance(item.message, JSONRPCNotification) or '"id"' not in line:
+        return False
+    try:
+        return "id" in json.loads(line)
+    except ValueError:
+        return True
+
+
+def _invalid_message(line: str) -> JSONRPCError:
+    """The JSON-RPC 2.0 error answering `line`, which is no valid message."""
+    def no_constant(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+
+    try:
+        data = json.loads(line, parse_constant=no_constant)
+    except ValueError as exc:
+        return JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(
+            code=PARSE_ERROR, message=f"Parse error: the line is not JSON ({exc})"))
+    given = data.get("id") if isinstance(data, dict) else None
+    request_id = given if isinstance(given, str) or type(given) is int else None
+    return JSONRPCError(jsonrpc="2.0", id=request_id, error=ErrorData(
+        code=INVALID_REQUEST, message="Invalid Request: not a JSON-RPC 2.0 request, "
+                                      "notification or response object"))
 
 
 # ---------------------------------------------------------------- helpers
