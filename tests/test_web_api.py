@@ -583,6 +583,32 @@ def test_a_page_elsewhere_can_neither_reach_nor_forge(api, ids):
     assert r.status_code == 413 and "larger than 4 MiB" in r.json()["error"]
 
 
+def test_a_chunked_body_above_the_limit_is_refused(tmp_path):
+    """A body sent without a Content-Length (chunked) is held to the same 4 MiB as one
+    with it: refused (413) before it is parsed, not read whole into memory; a small
+    chunked body is read as usual."""
+    def chunks(text: str, size: int = 2**16) -> Iterator[bytes]:
+        data = text.encode()
+        for start in range(0, len(data), size):
+            yield data[start:start + size]
+
+    s = Server(Folder(tmp_path))
+    try:
+        with s.client() as c:
+            big = json.dumps({"yaml": "x" * (5 * 2**20)})
+            r = c.post("/api/check", content=chunks(big),
+                       headers={"content-type": "application/json"})
+            assert r.status_code == 413 and "larger than 4 MiB" in r.json()["error"], r.text
+            small = json.dumps({"yaml": "name: x\nrounds: 2\ntopics: [a]\n"
+                                        "population: {size: 5}\n"})
+            r = c.post("/api/check", content=chunks(small, 7),
+                       headers={"content-type": "application/json"})
+            assert r.status_code == 200 and r.json()["ok"], r.text
+    finally:
+        s.close()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_token_is_checked_on_every_request(folder, ids):
     root, _ = ids
     s = Server(Folder(folder), token="s3cret-for-tests")

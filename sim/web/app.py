@@ -27,6 +27,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Streamin
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shoal.core.errors import InputError
 from shoal.store.run_dir import engine_version
@@ -119,6 +120,8 @@ def create_app(folder: Folder, token: str | None = None, mcp: bool = True) -> Fa
         # the endpoint is /mcp itself (mounting the SDK's app would put it at /mcp/mcp);
         # the guard below checks host names, the token and the origin
         app.add_route("/mcp", http_app(mounted[0]), include_in_schema=False)
+
+    app.add_middleware(ChunkedBodyLimit)  # (inside the guard: after its checks)
 
     @app.middleware("http")
     async def guard(request: Request, call_next: Callable[..., Any]) -> Any:
@@ -329,6 +332,43 @@ def create_app(folder: Folder, token: str | None = None, mcp: bool = True) -> Fa
         return FileResponse(static / "index.html")
 
     return app
+
+
+class ChunkedBodyLimit:
+    """Refuses a request body sent without a Content-Length (chunked) once it passes
+    MAX_BODY bytes, as the guard refuses a larger Content-Length: such a body is read here
+    (at most MAX_BODY bytes of it) before the app reads it, so a client cannot make the
+    server hold, and parse, a body of any size."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or any(name == b"content-length"
+                                          for name, _ in scope["headers"]):
+            await self.app(scope, receive, send)
+            return
+        body, more = bytearray(), True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # (the client went away)
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > MAX_BODY:
+                await _error(413, f"the request body is larger than {MAX_BODY // 2**20} "
+                                  "MiB")(scope, receive, send)
+                return
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if sent:  # (then only the client's disconnect is left to hear)
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": bytes(body), "more_body": False}
+
+        await self.app(scope, replay, send)
 
 
 def _progress(folder: Folder, run_id: str) -> dict[str, Any]:
