@@ -609,6 +609,37 @@ def test_a_chunked_body_above_the_limit_is_refused(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_link_out_inside_a_run_and_a_loop_of_links_are_refused(tmp_path):
+    """A run whose config (or any file under it) is a symbolic link out of the folder is
+    refused (403) before anything of it is read, not shown; a loop of links among the
+    runs is left out of the list (it failed with a 500) and refused by name."""
+    folder = tmp_path / "runs"
+    secret = tmp_path / "secret.yaml"
+    secret.write_text("SECRET_VALUE: 1\n")
+    for name, link in (("config-out", "config.yaml"), ("deep-out", "checkpoints/log/x")):
+        run = folder / name
+        (run / "checkpoints" / "log").mkdir(parents=True)
+        (run / "run.json").write_text(json.dumps({"run_id": name, "status": "finished",
+                                                  "rounds_done": 1, "rounds": 1}))
+        os.symlink(secret, run / link)
+    os.symlink("loop-b", folder / "loop-a")
+    os.symlink("loop-a", folder / "loop-b")
+    s = Server(Folder(folder))
+    try:
+        with s.client() as c:
+            r = c.get("/api/runs")
+            assert r.status_code == 200, r.text
+            assert {e["run_id"] for e in r.json()["runs"]} == {"config-out", "deep-out"}
+            for path in ("/api/runs/config-out", "/api/runs/config-out/report",
+                         "/api/runs/deep-out/series", "/api/runs/loop-a",
+                         "/api/runs/loop-b/events"):
+                r = c.get(path)
+                assert r.status_code == 403 and "SECRET" not in r.text, (path, r.text)
+            assert "config.yaml is a symbolic link" in c.get("/api/runs/config-out").text
+    finally:
+        s.close()
+
+
 def test_a_token_is_checked_on_every_request(folder, ids):
     root, _ = ids
     s = Server(Folder(folder), token="s3cret-for-tests")

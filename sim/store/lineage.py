@@ -276,6 +276,15 @@ def runs_folder(folder: str | Path, what: str = "the output folder") -> Path:
     return root
 
 
+def _links_out(path: Path, inside: Path) -> bool:
+    """Whether `path`, an entry of the folder `inside`, is a link out of it (or a loop
+    of links, which leads nowhere)."""
+    try:
+        return path.resolve().parent != inside
+    except (OSError, RuntimeError):
+        return True
+
+
 def run_tree(folder: str | Path, within: bool = False) -> list[RunEntry]:
     """The runs under an output folder, depth first: each root (oldest first), then its
     forks below it. A run whose run.json or trajectory is damaged is listed with the status
@@ -288,7 +297,7 @@ def run_tree(folder: str | Path, within: bool = False) -> list[RunEntry]:
     inside = root.resolve()
     metas = {p.name: meta for p in sorted(root.iterdir())
              if not p.name.startswith(".")
-             and not (within and p.resolve().parent != inside)  # (a link out of the folder)
+             and not (within and _links_out(p, inside))
              and (meta := _read_meta(p)) is not None}
 
     def parent_of(run_id: str) -> str | None:

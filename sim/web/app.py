@@ -373,7 +373,7 @@ class ChunkedBodyLimit:
 
 def _progress(folder: Folder, run_id: str) -> dict[str, Any]:
     """What the event stream reports: the last whole round and the status."""
-    run_dir = folder.run_dir(run_id)
+    run_dir = folder.run_dir(run_id, links=False)  # (checked when the stream opened)
     meta = run_dir.read_meta()
     done = meta.get("rounds_done")
     rounds = run_dir.root / "live" / "rounds"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import signal
 import tempfile
@@ -101,8 +102,25 @@ class Folder:
     # ------------------------------------------------------------ paths and runs
 
     def _inside(self, path: Path) -> bool:
-        resolved = path.resolve()
+        try:
+            resolved = path.resolve()
+        except (OSError, RuntimeError):  # a loop of symbolic links
+            return False
         return resolved == self.root or self.root in resolved.parents
+
+    def _link_out(self, folder: Path) -> str | None:
+        """The first path under `folder` (relative to it) that is a symbolic link leading
+        outside the served folder, or None (links to folders are not followed)."""
+        todo = [folder]
+        while todo:
+            with os.scandir(todo.pop()) as entries:
+                for entry in entries:
+                    if entry.is_symlink():
+                        if not self._inside(Path(entry.path)):
+                            return str(Path(entry.path).relative_to(folder))
+                    elif entry.is_dir():
+                        todo.append(Path(entry.path))
+        return None
 
     def file(self, rel: str, what: str = "file") -> Path:
         """A path inside the folder, given relative to it (403 if it leads outside)."""
@@ -116,9 +134,10 @@ class Folder:
             raise Forbidden(f"{rel}: leads outside the served folder")
         return path
 
-    def run_dir(self, run_id: str) -> RunDir:
+    def run_dir(self, run_id: str, links: bool = True) -> RunDir:
         """The run `run_id` of the folder (404 if there is none; 403 if its name or its
-        history leads outside the folder)."""
+        history leads outside the folder, or, unless `links` is false, a symbolic link
+        under it does)."""
         if not RUN_ID.match(run_id or ""):
             raise Forbidden(f"{run_id!r}: not a run id (letters, digits, '.', '_', '-')")
         path = self.root / run_id
@@ -126,6 +145,10 @@ class Folder:
             raise Forbidden(f"{run_id}: leads outside the served folder")
         if not (path / "run.json").is_file():
             raise NotFound(f"no run {run_id} in {self.root.name}")
+        link = self._link_out(path) if links else None
+        if link is not None:  # (its config, history or checkpoints read from elsewhere)
+            raise Forbidden(f"{run_id}: its {link} is a symbolic link that leads outside "
+                            "the served folder")
         run_dir = RunDir(path)
         for seg in lineage(path):
             if seg.dir is not None and not self._inside(seg.dir.root):
