@@ -69,13 +69,14 @@ def _write_inputs(case: dict[str, Any], here: Path) -> dict[str, str]:
             "dir": str(here)}
 
 
-def _damaged_copy(run: Path, here: Path, how: str) -> Path:
-    """A copy of `run` under `here` whose trajectory.duckdb is damaged `how` (truncated,
-    flipped, zeros: `tests.test_lifecycle.damage`)."""
+def _damaged_copy(run: Path, here: Path, how: str, file: str = "trajectory.duckdb"
+                  ) -> Path:
+    """A copy of `run` under `here` whose `file` (its trajectory.duckdb unless told) is
+    damaged `how` (truncated, flipped, zeros: `tests.test_lifecycle.damage`)."""
     from tests.test_lifecycle import damage
 
     copy = Path(shutil.copytree(run, here / "damaged" / run.name))
-    damage(copy / "trajectory.duckdb", how)
+    damage(copy / file, how)
     return copy
 
 
@@ -112,7 +113,8 @@ def test_bad_input(case, parent, tmp_path_factory, capsys, monkeypatch):
     monkeypatch.delenv("SHOAL_TEST_KEY_THAT_IS_NEVER_SET", raising=False)
     values = {**_write_inputs(case, here), "parent": str(parent["run"])}
     if "damage" in case:  # {damaged}: a copy of the parent with its trajectory damaged
-        values["damaged"] = str(_damaged_copy(parent["run"], here, case["damage"]))
+        values["damaged"] = str(_damaged_copy(parent["run"], here, case["damage"],
+                                              case.get("damaged_file", "trajectory.duckdb")))
     argv = [_fill(arg, values) for arg in case["argv"]]
     before = _listing(here)
 

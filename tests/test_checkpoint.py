@@ -212,6 +212,22 @@ def test_damaged_newest_checkpoint_falls_back(tmp_path, reference_db, where, dam
     assert tables_differ(reference_db, run_dir / "trajectory.duckdb") == []
 
 
+def test_a_damaged_older_checkpoint_does_not_fail_a_resume_that_succeeded(
+        tmp_path, reference_db, capsys):
+    """An older checkpoint's meta.json cut short, and the newest checkpoint damaged:
+    `shoal resume` resumes from the round before and finishes (exit 0, the reference
+    tables), and its summary says which checkpoint is damaged instead of failing with an
+    internal error after the run had finished."""
+    run_dir = _copy_of(reference_db, tmp_path)
+    _truncate(run_dir / "checkpoints" / f"state/round-{ROUNDS:06d}/state.npz")
+    _truncate(run_dir / "checkpoints" / "state/round-000001/meta.json")
+    assert main(["resume", str(run_dir)]) == 0
+    out = capsys.readouterr()
+    assert "internal error" not in out.err, out.err
+    assert "damaged: round 1" in " ".join(out.out.split()), out.out
+    assert tables_differ(reference_db, run_dir / "trajectory.duckdb") == []
+
+
 def test_garbage_run_json_exits_2_and_touches_nothing(tmp_path, reference_db, capsys):
     """run.json that is not JSON: resume exits 2 naming the file, and the trajectory and
     every checkpoint file are byte for byte what they were."""

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from shoal.analysis.fidelity import summary_lines as fidelity_lines
-from shoal.store.checkpoints import CheckpointStore
+from shoal.store.checkpoints import CheckpointError, CheckpointStore
 from shoal.store.llm_usage import ModeOutcomes, Usage, outcomes_by_mode, token_drift
 
 STOPPED = "round_stopped"  # `llm_calls.outcome` of the calls of a round that stopped
@@ -23,11 +23,21 @@ def _checkpoints_line(store: CheckpointStore) -> str:
     if not rounds:
         return "none"
     logs, states = store.size_bytes()
-    metas = [store.meta(r) for r in rounds if r > 0] or [store.meta(rounds[0])]
-    ms = sum(m["ms"] for m in metas) / len(metas)
-    per = sum(m["log_bytes"] + m["state_bytes"] for m in metas) / len(metas)
-    return (f"{len(rounds)} kept (rounds {rounds[0]}..{rounds[-1]}), logs {logs / 1e6:.1f} MB "
-            f"+ states {states / 1e6:.1f} MB; per round {per / 1e3:,.0f} kB in {ms:.0f} ms")
+    metas, damaged = [], []
+    for r in [r for r in rounds if r > 0] or rounds[:1]:
+        try:
+            metas.append(store.meta(r))
+        except CheckpointError:  # (a resume passed over it: the run is whole)
+            damaged.append(str(r))
+    line = (f"{len(rounds)} kept (rounds {rounds[0]}..{rounds[-1]}), logs {logs / 1e6:.1f} MB "
+            f"+ states {states / 1e6:.1f} MB")
+    if metas:
+        ms = sum(m["ms"] for m in metas) / len(metas)
+        per = sum(m["log_bytes"] + m["state_bytes"] for m in metas) / len(metas)
+        line += f"; per round {per / 1e3:,.0f} kB in {ms:.0f} ms"
+    if damaged:
+        line += f"; damaged: round {', '.join(damaged)}"
+    return line
 
 
 def summarize(root: Path, wall_seconds: float | None = None, rounds_run: int | None = None

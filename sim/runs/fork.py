@@ -31,6 +31,7 @@ from shoal.runs.simulation import (
     run_row,
     world_at,
 )
+from shoal.store.checkpoints import CheckpointError
 from shoal.store.lineage import lineage as lineage_of
 from shoal.store.live_mirror import LiveMirror
 from shoal.store.run_dir import RunDir, new_run_id, open_run_dir
@@ -49,7 +50,10 @@ def fork_run(parent: str | Path, fork_round: int, plan: ForkPlan | None = None,
         shown = ", ".join(str(r) for r in store.available()) or "none"
         raise InputError(f"--round {fork_round}: {parent_dir.run_id} has no checkpoint of "
                          f"round {fork_round}; kept rounds: {shown}")
-    meta = store.meta(fork_round)
+    try:
+        meta = store.meta(fork_round)
+    except CheckpointError as exc:
+        raise InputError(f"{parent_dir.run_id}: {exc}") from None
     # --name and --out as quoted sets (`--name 2024` is a name, not a number), named as
     # the flags they are when something is wrong with them
     labels = dict(plan.labels)
