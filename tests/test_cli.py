@@ -208,6 +208,34 @@ def test_ctrl_c_while_duckdb_runs_a_statement_is_an_interruption(capsys):
     assert "interrupted" in shown and "internal error" not in shown
 
 
+@pytest.mark.parametrize("error", [
+    OSError(28, "No space left on device"),  # (a write names no file: a report's page)
+    "duckdb.IOException",  # (a scenario's graph, written by DuckDB)
+])
+def test_a_full_disk_met_by_any_command_is_a_user_error(error, capsys, tmp_path):
+    """A full disk met by a write no check foresaw (`shoal report --out`, `shoal init`,
+    `shoal fork --out` on a full disk) says so, naming the --out, and exits 2; it was an
+    internal error (exit 1)."""
+    import argparse
+
+    import duckdb
+
+    from shoal.cli.main import _guarded
+
+    if error == "duckdb.IOException":
+        error = duckdb.IOException('IO Error: Could not write file "x.parquet.tmp": No '
+                                   "space left on device")
+
+    def full(args) -> int:
+        raise error
+
+    out = tmp_path / "report.html"
+    assert _guarded(full, argparse.Namespace(out=str(out)), False) == 2
+    shown = " ".join("".join(capsys.readouterr()).split())
+    assert f"no space left on the device of {out}" in shown, shown
+    assert "internal error" not in shown
+
+
 def test_a_ctrl_c_after_the_command_has_ended_does_not_change_its_exit_status(tmp_path):
     """A second Ctrl-C while a run closes, or one during the interpreter's exit, came after
     the command had said how it ended: the process exits with the command's status, not

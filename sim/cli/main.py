@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import re
 import signal
 import sys
 import threading
@@ -34,7 +35,7 @@ from shoal.cli.console import (
 from shoal.cli.knowledge import add_parsers as add_graph_parsers
 from shoal.config import load_config, resolved_dict
 from shoal.config.loading import locate, override_value
-from shoal.core.errors import InputError, ProviderDown
+from shoal.core.errors import InputError, ProviderDown, out_of_space
 from shoal.store.run_dir import engine_version
 
 if TYPE_CHECKING:
@@ -700,7 +701,7 @@ def _guarded(func: Callable[[argparse.Namespace], int], args, debug: bool) -> in
         if debug:
             traceback.print_exc()
         if exc.filename is None or exc.errno not in _PATH_ERRNOS:
-            return _internal(exc, debug)
+            return _no_space(exc, args) if out_of_space(exc) else _internal(exc, debug)
         # a file or folder the command was told to use (an --out on a read-only disk, in
         # a folder it may not write, under a file): the user's to fix, not a bug
         where = f"{exc.filename} → {exc.filename2}" if exc.filename2 else str(exc.filename)
@@ -713,12 +714,25 @@ def _guarded(func: Callable[[argparse.Namespace], int], args, debug: bool) -> in
         if (damage := _damaged_file(exc, args)) is not None:  # (a read no library named)
             console.print(f"[red]error[/]: {escape(damage)}", highlight=False)
             return 2
-        return _internal(exc, debug)
+        return _no_space(exc, args) if out_of_space(exc) else _internal(exc, debug)
 
 
 # errors of a path itself (its permissions, its kind, its disk), not of Shoal's code
 _PATH_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR,
                 errno.ENOSPC, errno.ENAMETOOLONG, errno.EDQUOT, errno.ENOENT, errno.EEXIST}
+
+
+def _no_space(exc: Exception, args: argparse.Namespace) -> int:
+    """A full disk met by a write no check named (a report, a scenario, a fork's files):
+    the user's to fix, exit 2, naming the file the error names, else the --out, else the
+    file a library's message names."""
+    named = re.search(r'file "([^"]+)"', str(exc))
+    where = (exc.filename if isinstance(exc, OSError) else None) \
+        or getattr(args, "out", None) or (named.group(1) if named else None)
+    console.print("[red]error[/]: no space left on the device"
+                  + (f" of {escape(str(where))}" if where else "")
+                  + "; free some space, then run the command again", highlight=False)
+    return 2
 
 
 def _internal(exc: Exception, debug: bool) -> int:
