@@ -278,6 +278,24 @@ def test_bad_briefs_name_the_file(tmp_path, capsys, content, message):
     assert not (tmp_path / "out" / "config.yaml").exists()
 
 
+def test_a_document_too_large_or_a_looping_link_is_refused_by_name(tmp_path, capsys):
+    """A document over the size limit is refused before it is read (a sparse file: no
+    disk used), and a loop of links is said to be one, not a missing file."""
+    from shoal.world.knowledge import MAX_DOCUMENT_BYTES
+
+    huge = tmp_path / "huge.md"
+    with huge.open("wb") as f:
+        f.truncate(MAX_DOCUMENT_BYTES + 1)
+    (tmp_path / "a.md").symlink_to(tmp_path / "b.md")
+    (tmp_path / "b.md").symlink_to(tmp_path / "a.md")
+    for doc, message in ((huge, "the file is over 16 MB"),
+                         (tmp_path / "a.md", "a symbolic link that leads to no file")):
+        assert main(["graph", "add", str(doc), "--into", str(tmp_path / "s"), "--new"]) == 2
+        err = capsys.readouterr().err
+        assert message in err and str(doc) in err, err
+    assert not (tmp_path / "s" / "graph").exists()
+
+
 def test_bad_graph_config_names_the_field(tmp_path, capsys, graph_dict):
     data = {**graph_dict, "memory": {"graph": {"enabled": True,
                                                "documents": ["missing.md"],

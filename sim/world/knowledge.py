@@ -70,16 +70,42 @@ def scenario_tables(folder: str) -> dict:
     return {name: reader.arrow(name) for name in TABLES}
 
 
+# The most text one document may hold: extraction keeps every sentence, chunk and
+# mention of a document in memory at once (about 50 bytes per byte of text: a 47 MB file
+# took 2.2 GB), so a larger one is refused before it is read, to be split into parts.
+MAX_DOCUMENT_BYTES = 16 * 2**20
+
+
 def read_document(path: str | Path) -> str:
     """A document's text: plain text or Markdown as it is, PDF through pypdf (page texts
-    joined by blank lines). InputError naming the file when it cannot be read."""
+    joined by blank lines). InputError naming the file when it cannot be read, or when
+    its text is over `MAX_DOCUMENT_BYTES`."""
     path = Path(path)
     if path.is_dir():
         raise InputError(f"{path}: a folder, not a document (text, Markdown or PDF)")
     if not path.is_file():
+        if path.is_symlink():
+            raise InputError(f"{path}: a symbolic link that leads to no file (its target "
+                             "is missing, or the links loop)")
         raise InputError(f"{path}: no such document" if not path.exists() else
                          f"{path}: not a regular file, so not a document (text, Markdown "
                          "or PDF)")
+    text = _read_text(path)
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_DOCUMENT_BYTES:
+        raise _too_large(path, "its text")
+    return text
+
+
+def _too_large(path: Path, what: str) -> InputError:
+    return InputError(f"{path}: {what} is over {MAX_DOCUMENT_BYTES // 2**20} MB, more than "
+                      "one document may hold (its extraction would need some 50 times "
+                      "that in memory); split it into several documents and give each")
+
+
+def _read_text(path: Path) -> str:
+    """The text of the regular file `path`, by its kind."""
+    if path.suffix.lower() != ".pdf" and path.stat().st_size > MAX_DOCUMENT_BYTES:
+        raise _too_large(path, "the file")  # (not read at all)
     if path.suffix.lower() == ".pdf":
         try:
             from pypdf import PdfReader
