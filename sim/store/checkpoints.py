@@ -271,7 +271,11 @@ class CheckpointStore:
         if not path.is_file():
             raise CheckpointError(f"checkpoint log for round {r} is missing: {path}")
         manifest = self.log_dir / f"{name}.json"
-        sums = json.loads(manifest.read_text())["sha256"] if manifest.is_file() else {}
+        try:
+            sums = json.loads(manifest.read_text())["sha256"] if manifest.is_file() else {}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CheckpointError(f"{manifest}: damaged, cannot be read ({type(exc).__name__}: "
+                                  f"{exc})") from None
         for fname, digest in sums.items():
             if _sha256(self.log_dir / fname) != digest:
                 raise CheckpointError(f"{self.log_dir / fname}: damaged (its checksum "
