@@ -269,6 +269,28 @@ def test_sql_goes_through_the_analysts_guard(api, ids):
         assert r.status_code == 400 and words in r.json()["error"], (sql, r.text)
 
 
+def test_every_answer_says_what_its_page_may_load(api, ids, server):
+    """A content security policy on every answer (refusals too): the app may run only
+    its own scripts; a run's report none at all, sandboxed."""
+    from shoal.web.app import APP_POLICY, REPORT_POLICY
+
+    root, _ = ids
+    with server.client(headers={"host": "example.org"}) as stranger:
+        refused = stranger.get("/api/runs")
+    answers = {"/": api.get("/"), "/static/app.js": api.get("/static/app.js"),
+               "/api/runs": api.get("/api/runs"), "refused": refused,
+               "report": api.get(f"/api/runs/{root}/report")}
+    assert refused.status_code == 403
+    for name, r in answers.items():
+        assert r.headers["x-content-type-options"] == "nosniff", name
+        assert r.headers["referrer-policy"] == "no-referrer", name
+        assert r.headers["content-security-policy"] == (
+            REPORT_POLICY if name == "report" else APP_POLICY), name
+    assert "script-src 'self'" in APP_POLICY and "sandbox" in REPORT_POLICY
+    assert "script" not in REPORT_POLICY  # (default-src 'none' covers scripts)
+    assert "<script" not in answers["report"].text  # (so the policy takes nothing away)
+
+
 def test_report_schedule_configs_and_check(api, ids):
     root, _ = ids
     report = api.get(f"/api/runs/{root}/report")

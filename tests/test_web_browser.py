@@ -188,11 +188,14 @@ def browser(chromium_path):
 
 @pytest.fixture
 def page(browser):
-    """A 1280x800 page; the test fails on any uncaught script error in it."""
+    """A 1280x800 page; the test fails on any uncaught script error in it, and on
+    anything the server's content security policy blocked."""
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    pg.on("console", lambda m: m.type == "error" and "Content Security Policy" in m.text
+          and errors.append(m.text))
     pg.set_default_timeout(30_000)
     yield pg
     context.close()

@@ -146,6 +146,8 @@ def create_app(folder: Folder, token: str | None = None, mcp: bool = True) -> Fa
                                    "(Content-Type: application/json)")
         return await call_next(request)
 
+    app.add_middleware(SecurityHeaders)  # (outermost: the guard's answers get them too)
+
     @app.exception_handler(WebError)
     async def web_error(_: Request, exc: WebError) -> JSONResponse:
         return _error(exc.status, str(exc))
@@ -332,6 +334,52 @@ def create_app(folder: Folder, token: str | None = None, mcp: bool = True) -> Fa
         return FileResponse(static / "index.html")
 
     return app
+
+
+# What a page of this server may load and do, said to the browser on every answer
+# (defence in depth: everything shown is escaped already). The app: its own scripts and
+# styles only (styles inline too: a report written into a tab from the app's script
+# inherits this policy), images of its own or data: URLs, requests to itself, no framing.
+APP_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+              "img-src 'self' data: blob:; connect-src 'self'; object-src 'none'; "
+              "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+# A run's report (`shoal report`'s page): no scripts at all, its inline style and data:
+# images, sandboxed (an origin of its own: it cannot reach the app's API or token).
+REPORT_POLICY = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+                 "base-uri 'none'; form-action 'none'; frame-ancestors 'none'; sandbox")
+
+
+class SecurityHeaders:
+    """Adds the content security policy (`APP_POLICY`, or `REPORT_POLICY` for a run's
+    report), `nosniff` and no referrer (an event stream's URL may carry the token) to
+    every HTTP answer, the guard's refusals included."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        policy = REPORT_POLICY if path.startswith("/api/runs/") and path.endswith(
+            "/report") else APP_POLICY
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", [])
+                           if k.lower() not in _SECURITY_HEADERS]
+                headers += [(b"content-security-policy", policy.encode()),
+                            (b"x-content-type-options", b"nosniff"),
+                            (b"referrer-policy", b"no-referrer")]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+_SECURITY_HEADERS = {b"content-security-policy", b"x-content-type-options",
+                     b"referrer-policy"}
 
 
 class ChunkedBodyLimit:
