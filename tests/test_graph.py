@@ -576,3 +576,26 @@ def test_init_stretches_given_rounds_over_the_span(tmp_path):
     assert config["rounds"] == ROUNDS
     assert config["rounds"] * config["minutes_per_round"] >= 14 * 24 * 60
     assert "\u201ctwo weeks\u201d" in (folder / "SCENARIO.md").read_text()
+
+
+def test_a_scenario_that_cannot_be_written_whole_leaves_no_folder(tmp_path):
+    """A write that fails part-way (here a file size limit, as a full disk would) leaves
+    no half-written scenario folder behind; the error goes on to the caller."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "scenario"
+    script = (
+        "import resource, signal, sys\n"
+        "from shoal.memory.knowledge.extract import OfflineExtractor\n"
+        "from shoal.runs.scenario_init import init_scenario\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # (the write fails instead)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
+        "try:\n"
+        "    init_scenario(sys.argv[1], sys.argv[2], OfflineExtractor())\n"
+        "except OSError as exc:\n"
+        "    print('failed:', exc)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(ROOT / "examples" / "bike_lanes.md"),
+                           str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert "failed:" in done.stdout and "File too large" in done.stdout, done.stdout + done.stderr
+    assert not out.exists()

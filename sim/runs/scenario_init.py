@@ -41,6 +41,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -545,31 +546,37 @@ def init_scenario(brief: str | Path, out: str | Path | None, extractor: Extracto
         p["following"] = sorted(picks)
 
     found = detect(graph, 1, 0, seed=opts.seed)
+    made = not folder.exists()  # (a folder this call makes goes again if it fails)
     folder.mkdir(parents=True, exist_ok=True)
-    from shoal.memory.knowledge.memory import stamp
+    try:
+        from shoal.memory.knowledge.memory import stamp
 
-    tables = {name: stamp(t, 0) for name, t in {**graph.tables(), **found.tables()}.items()}
-    write_scenario_graph(folder, tables)
-    calls = getattr(extractor, "calls", None)  # an LLM extractor's calls, kept beside it
-    rows = calls.drain(0) if calls is not None else []
-    if rows:
-        write_calls(folder, rows)
-    _write(folder / "personas.yaml", yaml.safe_dump(personas, sort_keys=False,
-                                                    allow_unicode=True))
-    config = _config(title, topics, opts, brief, plan, language)
-    # The YAML is the emitter's, from data; the brief's words go only into comments of one
-    # line each, so no title or file name can add a key.
-    header = _comment(f"{title}: made by `shoal init` from {path.name}; SCENARIO.md says "
-                      "what came from which facts.") + (_comment(description)
-                                                        if description else "")
-    _write(folder / "config.yaml", header + yaml.safe_dump(config, sort_keys=False,
-                                                           allow_unicode=True))
-    # An LLM extractor says what it came to (texts that gave no facts, and why); the
-    # offline one, the default, has nothing to report.
-    described = getattr(extractor, "report", None)
-    _write(folder / "SCENARIO.md", _report(path, title, description, topics, groups, graph,
-                                           member, plan, brief.fields, brief.details,
-                                           described() if described else None))
+        tables = {name: stamp(t, 0) for name, t in {**graph.tables(), **found.tables()}.items()}
+        write_scenario_graph(folder, tables)
+        calls = getattr(extractor, "calls", None)  # an LLM extractor's calls, kept beside it
+        rows = calls.drain(0) if calls is not None else []
+        if rows:
+            write_calls(folder, rows)
+        _write(folder / "personas.yaml", yaml.safe_dump(personas, sort_keys=False,
+                                                        allow_unicode=True))
+        config = _config(title, topics, opts, brief, plan, language)
+        # The YAML is the emitter's, from data; the brief's words go only into comments of one
+        # line each, so no title or file name can add a key.
+        header = _comment(f"{title}: made by `shoal init` from {path.name}; SCENARIO.md says "
+                          "what came from which facts.") + (_comment(description)
+                                                            if description else "")
+        _write(folder / "config.yaml", header + yaml.safe_dump(config, sort_keys=False,
+                                                               allow_unicode=True))
+        # An LLM extractor says what it came to (texts that gave no facts, and why); the
+        # offline one, the default, has nothing to report.
+        described = getattr(extractor, "report", None)
+        _write(folder / "SCENARIO.md", _report(path, title, description, topics, groups, graph,
+                                               member, plan, brief.fields, brief.details,
+                                               described() if described else None))
+    except BaseException:  # a full disk, say, or Ctrl-C: no half-written scenario
+        if made:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
     return folder
 
 
