@@ -65,6 +65,16 @@ def test_check_prints_the_resolved_config(capsys):
     assert "is valid" in captured.err
 
 
+def test_check_takes_every_override_flag_of_run(capsys):
+    """docs/config.md: `shoal check` takes the same override flags as `shoal run`, so a
+    command line can be checked before it is run (`--name` was missing)."""
+    args = ["--seed", "9", "--rounds", "4", "--name", "checked", "--out", "elsewhere",
+            "--set", "population.size=50", "--executor", "local", "--shards", "2"]
+    assert main(["check", str(CONFIGS / "quickstart.yaml"), *args]) == 0
+    out = capsys.readouterr().out
+    assert "name: checked" in out and "rounds: 4" in out and "dir: elsewhere" in out
+
+
 def test_karate_club_config_runs(tmp_path, quickstart_dict):
     """A networkx built-in graph works when the population matches its size."""
     data = {**quickstart_dict, "rounds": 3, "population": {"size": 34},

@@ -638,6 +638,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check", help="validate a config and print it resolved")
     _add_config_flags(p)
+    p.add_argument("--name", help="name of the run (the prefix of its run id; default: the "
+                                  "config's name)")
     p.set_defaults(func=cmd_check)
     add_graph_parsers(sub)
     _debug_anywhere(sub)
