@@ -171,7 +171,8 @@ SKIP: dict[tuple[str, str], str] = {
     ("docs/llm.md", "shoal llm-check http"):
         "probes a server of that kind (vLLM, OpenAI, ...), which the test does not have",
     ("docs/experiments.md", "shoal experiment news.yaml"):
-        "the errors of four edits of the example, which the page describes but does not ship",
+        "the errors of four edits of the example, which the page describes but does not ship "
+        "(tests/test_experiment.py makes the edits and checks them)",
     ("docs/plugins.md", "board.yaml"):
         "needs the example plug-in installed (tests/test_plugins.py builds it and checks this)",
     ("docs/graph.md", "[--agents"): "a synopsis (brackets mark optional flags), not a command",

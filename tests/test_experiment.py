@@ -117,6 +117,29 @@ def test_bad_input_exits_2_names_the_field_and_writes_nothing(tmp_path, quicksta
     assert not out.exists()
 
 
+def test_the_errors_docs_experiments_md_shows_are_what_its_edits_give(tmp_path, monkeypatch,
+                                                                      capsys):
+    """docs/experiments.md shows the errors of four edits of a copy of
+    configs/experiments/news.yaml, with their lines: the page and the shipped file agree
+    (the page's line numbers had fallen behind the file's)."""
+    page = (ROOT / "docs" / "experiments.md").read_text()
+    shown = [line for line in page.splitlines() if line.startswith("error: news.yaml:")]
+    source = (ROOT / "configs" / "experiments" / "news.yaml").read_text()
+    move = "      interventions: {move: {news: 5}}"
+    line = next(x for x in source.splitlines() if x.startswith(move))
+    edits = [source.replace(line, line + "\n      overrides: {foo: 1}"),
+             source.replace(line, line + "\n      overrides: {population.size: 10}"),
+             source.replace("{move: {news: 5}}", "{move: {news: 3}}"),
+             source.replace("{remove: [news]}", "{remove: [levy]}")]
+    assert len(shown) == len(edits) and all(e != source for e in edits)
+    monkeypatch.chdir(tmp_path)
+    for text, expect in zip(edits, shown, strict=True):
+        Path("news.yaml").write_text(text)
+        assert main(["experiment", "news.yaml", "--out", "out"]) == 2
+        assert capsys.readouterr().err.strip() == expect
+        assert not Path("out").exists()
+
+
 def test_a_config_without_an_experiment_and_a_plain_run_of_one(tmp_path, quickstart_dict,
                                                                capsys):
     """`shoal experiment` needs the section; `shoal run` ignores it (and a config without
