@@ -83,6 +83,19 @@ def test_a_boolean_number_does_not_hide_the_sections_other_problems(quickstart_d
     assert "policy.reply_weight: must be a number, got false" in msg
 
 
+def test_the_quotes_hint_is_given_only_for_a_quoted_number(quickstart_dict):
+    """`"10"` (a number in quotes) is told to lose its quotes; `ten` or `1000x` (a typo, no
+    quotes in the file) is shown as it is, without a hint about quotes it does not have."""
+    data = {**quickstart_dict, "policy": {"post_rate": "0.1", "engage_rate": "abc"},
+            "population": {**quickstart_dict["population"], "size": "1000x"}}
+    msg = _error(data)
+    assert ("policy.post_rate: must be a number, got '0.1' (a quoted string: write the "
+            "number without quotes)") in msg
+    assert "policy.engage_rate: must be a number, got 'abc'" in msg
+    assert "population.size: must be an integer, got '1000x'" in msg
+    assert msg.count("quoted string") == 1, msg
+
+
 def test_line_numbers_point_into_the_file(tmp_path, quickstart_dict):
     """The message carries file:line of the offending key."""
     data = copy.deepcopy(quickstart_dict)

@@ -73,6 +73,10 @@ class NotANumber:
     def __repr__(self) -> str:
         if isinstance(self.value, bool):
             return str(self.value).lower()
+        try:
+            float(self.value)
+        except ValueError:  # not a number at all (`ten`, `1000x`): no quotes to take off
+            return repr(self.value)
         return f"{self.value!r} (a quoted string: write the number without quotes)"
 
 
