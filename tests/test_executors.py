@@ -99,3 +99,25 @@ def test_a_malformed_address_exits_2(tmp_path, quickstart_dict, no_ray, capsys):
     assert _run(tmp_path, quickstart_dict, "no-port-here") == 2
     assert "not a Ray address" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_an_address_that_answers_but_cannot_be_joined_says_so(tmp_path, quickstart_dict,
+                                                              no_ray, monkeypatch, capsys):
+    """Something listens at the address but Ray cannot join it (seen with a cluster using
+    token authentication): the message does not claim that nothing answers there."""
+    import ray
+
+    def fail(*args, **kwargs):
+        raise ConnectionError("Failed to connect to Ray cluster at the address")
+
+    monkeypatch.setattr(ray, "init", fail)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("", 0))  # every address: Ray dials 127.0.0.1 as the node's own IP
+        listener.listen()
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        assert _run(tmp_path, quickstart_dict, address) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "no Ray cluster answers there" not in err
+    assert f"--address {address}: something answers there, but joining it" in err
+    assert "Failed to connect to Ray cluster" in err
+    assert not (tmp_path / "out").exists()

@@ -198,7 +198,13 @@ def ensure_ray(address: str | None) -> bool:
     except ConnectionError as exc:
         if not address:
             raise InputError(f"cannot start a local Ray instance: {exc}") from None
-        raise _no_cluster(address, str(exc)) from None
+        # the probe reached it: something does answer there, but Ray could not join it
+        # (another Ray version, a cluster with token authentication, not a Ray GCS, ...)
+        raise InputError(f"--address {address}: something answers there, but joining it as "
+                         f"a Ray cluster failed ({exc}); check that it is the address "
+                         "`ray start --head` printed, with the same Ray version and "
+                         "authentication as this machine's, or leave --address out to run "
+                         "on this machine alone") from None
     return True
 
 
