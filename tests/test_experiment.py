@@ -298,6 +298,11 @@ def test_a_killed_experiment_resumes_to_the_tables_of_an_uninterrupted_one(finis
         assert tables_differ(root / a.run / "trajectory.duckdb",
                              reference / b.run / "trajectory.duckdb") == [], a.unit
         assert len([p for p in (root / a.unit).iterdir() if p.is_dir()]) == 1  # no leftovers
+    again = run_cli(["experiment", "--resume", str(root), "--quiet"])  # (all finished)
+    assert again.returncode == 0, again.stderr
+    total = len(spec["units"])
+    said = again.stdout + again.stderr
+    assert f"{total} of {total} runs finished; nothing is left to run" in said
 
 
 @pytest.mark.slow

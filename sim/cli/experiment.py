@@ -70,8 +70,10 @@ def cmd_experiment(args: argparse.Namespace) -> int:
             raise InputError("--resume DIR continues an experiment as it was planned; give "
                              "no CONFIG, --set or --rounds with it")
         root, spec, kept = reopen_experiment(args.resume)
-        console.print(f"resume experiment [bold]{root.name}[/]: {kept} of "
-                      f"{len(spec['units'])} runs finished, the others run now")
+        total = len(spec["units"])
+        console.print(f"resume experiment [bold]{escape(root.name)}[/]: {kept} of {total} runs "
+                      "finished" + (", the others run now" if kept < total else
+                                    "; nothing is left to run"))
     else:
         if args.config is None:
             raise InputError("give a CONFIG (with an experiment section), or --resume DIR")

@@ -139,6 +139,9 @@ def open_run_dir(path: str | Path) -> RunDir:
         p = Path("runs") / p
     run_dir = RunDir(p)
     if not p.is_dir():
+        if p.is_file() and p.suffix.lower() in (".yaml", ".yml"):
+            raise InputError(f"{path}: a config file, not a run directory; run it with "
+                             f"`shoal run {path}`, then give the run's directory")
         raise InputError(f"{path}: no such run directory")
     if is_creating(p):
         raise InputError(f"{path}: not a run: a run directory whose making did not finish "
