@@ -253,6 +253,36 @@ def doc_commands() -> list[DocCommand]:
 COMMANDS = doc_commands()
 
 
+@dataclass(frozen=True)
+class DocBlock:
+    """One ```python block of a page."""
+
+    page: str
+    line: int  # the line of its first statement
+    text: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.page}:{self.line}"
+
+    def matches(self, key: tuple[str, str]) -> bool:
+        return key[0] == self.page and key[1] in self.text
+
+
+def doc_blocks() -> list[DocBlock]:
+    """Every ```python block of the pages, in page order."""
+    found = []
+    for path in PAGES:
+        text = path.read_text()
+        for m in re.finditer(r"^```python\n(.*?)^```", text, re.S | re.M):
+            line = text.count("\n", 0, m.start()) + 2
+            found.append(DocBlock(path.relative_to(ROOT).as_posix(), line, m.group(1)))
+    return found
+
+
+BLOCKS = doc_blocks()
+
+
 # --- the working folder ---------------------------------------------------------------------
 
 
@@ -346,7 +376,7 @@ class Workspace:
         return re.sub(r"\{([\w-]+)\}", lambda m: self.recipe(m.group(1)), text)
 
 
-def _placeholders(cmd: DocCommand) -> dict[str, str]:
+def _placeholders(cmd: DocCommand | DocBlock) -> dict[str, str]:
     table = {**PLACEHOLDERS, **PAGE_PLACEHOLDERS.get(cmd.page, {})}
     for key, more in COMMAND_PLACEHOLDERS.items():
         if cmd.matches(key):
@@ -358,7 +388,7 @@ def _placeholders(cmd: DocCommand) -> dict[str, str]:
 def _literal_ids(page: str) -> dict[str, str]:
     """A page's example run ids → recipes, in order of first appearance per run name."""
     seen: dict[str, list[str]] = {}
-    for cmd in COMMANDS:
+    for cmd in [*COMMANDS, *BLOCKS]:
         if cmd.page == page:
             for m in LITERAL_RUN.finditer(cmd.text):
                 ids = seen.setdefault(m.group(1), [])
@@ -370,6 +400,13 @@ def _literal_ids(page: str) -> dict[str, str]:
 
 def resolve(cmd: DocCommand, ws: Workspace) -> str:
     """The command's text with its placeholders replaced by what recipes made."""
+    text = substitute(cmd, ws)
+    assert not re.search(r"<[^>]*>|…", text), f"{cmd.id}: a placeholder left in `{text}`"
+    return text
+
+
+def substitute(cmd: DocCommand | DocBlock, ws: Workspace) -> str:
+    """`cmd`'s text with the placeholders and example run ids it has replaced."""
     for name in next((v for k, v in NEEDS.items() if cmd.matches(k)), []):
         ws.recipe(name)
     text = cmd.text
@@ -381,7 +418,6 @@ def resolve(cmd: DocCommand, ws: Workspace) -> str:
         pattern = rf"\b{token}\b" if token.isalpha() else re.escape(token)
         if re.search(pattern, text):
             text = re.sub(pattern, lambda m, name=name: ws.recipe(name), text)
-    assert not re.search(r"<[^>]*>|…", text), f"{cmd.id}: a placeholder left in `{text}`"
     return text
 
 
@@ -464,6 +500,83 @@ def test_documented_command(cmd: DocCommand, workspace: Workspace):
                             f"exited {ran.rc}, the page shows {want}:\n{ran.tail()}")
     if want == 2:
         assert "error:" in ran.output, ran.tail()
+
+
+# python blocks not run, and why
+SKIP_BLOCKS: dict[tuple[str, str], str] = {
+    ("docs/plugins.md", ""): "plug-in modules: tests/test_plugins.py builds the example "
+                             "package and runs the page's minimal parts",
+    ("docs/cluster.md", "ray_cluster"): "starts the tests' own cluster of several Ray "
+                                        "processes (tests/test_cluster.py uses it)",
+    ("docs/llm.md", "run.fidelity()"): "continues the prose: `run`, `a` and `b` are the "
+                                       "reader's runs",
+}
+# a block's text as the reduced size needs it: (page, text) → the text at that size
+BLOCK_EDITS: dict[tuple[str, str], str] = {
+    # the workspace's experiment has SMALL's 2 replicates (0 and 1)
+    ("docs/experiments.md", 'exp.run("no_news", 3)'): 'exp.run("no_news", 1)',
+    # its sweep has CAPS' 2 seeds: a member of seed 3 is not there; the first one is
+    ("docs/report_and_sweep.md", '"quickstart-p0-s3-20261202-124455-55207e"'):
+        "sweep.runs.labels[0]",
+}
+# what a page's python blocks run as one script (the blocks in order, one namespace)
+BLOCK_SCRIPT = """
+import os, sys, traceback
+os.environ.setdefault("MPLBACKEND", "Agg")
+namespace = {"__name__": "__main__"}
+for where, code in BLOCKS:
+    try:
+        exec(compile(code, where, "exec"), namespace)
+    except BaseException:
+        traceback.print_exc()
+        sys.exit(f"the block at {where} failed")
+"""
+
+
+def _sized(page: str, text: str) -> str:
+    """A block's text with BLOCK_EDITS applied."""
+    for (on, was), now in BLOCK_EDITS.items():
+        if on == page:
+            text = text.replace(was, now)
+    return text
+
+
+def _run_named(text: str, ws: Workspace) -> str:
+    """`text` with each example run id no recipe stands for (`runs/whatif-2026…`, made by
+    the page's own commands) replaced by the newest run (or sweep, or experiment) of that
+    name in the workspace."""
+    def newest(m: re.Match) -> str:
+        if (ws.root / m.group(0)).exists():  # (a run a recipe made, already put in)
+            return m.group(0)
+        named = re.compile(rf"{re.escape(m.group(1))}-\d{{8}}-\d{{6}}-[0-9a-f]+")
+        made = sorted((f for kind in ("run.json", "sweep.json", "experiment.json")
+                       for f in ws.root.glob(f"runs/**/{m.group(1)}-*/{kind}")
+                       if named.fullmatch(f.parent.name)), key=lambda p: p.stat().st_mtime)
+        return str(made[-1].parent.relative_to(ws.root)) if made else m.group(0)
+
+    return LITERAL_RUN.sub(newest, text)
+
+
+@pytest.mark.parametrize("page", sorted({b.page for b in BLOCKS}))
+@pytest.mark.slow
+def test_documented_python(page: str, workspace: Workspace):
+    """A page's python blocks, pasted in order into one Python process in the working
+    folder (after the page's commands, as a reader runs them), run without an error; their
+    placeholders and example run ids stand for runs the recipes or the page's commands
+    made."""
+    blocks = [b for b in BLOCKS if b.page == page and
+              not any(b.matches(k) for k in SKIP_BLOCKS)]
+    if not blocks:
+        pytest.skip("; ".join(why for k, why in SKIP_BLOCKS.items() if k[0] == page))
+    code = [(b.id, _sized(page, _run_named(substitute(b, workspace), workspace)))
+            for b in blocks]
+    for where, text in code:
+        left = [m for m in re.findall(r"runs/<[^>]*>", text)]
+        assert not left, f"{where}: a placeholder no recipe stands for: {left}"
+    done = subprocess.run([sys.executable, "-c", f"BLOCKS = {code!r}\n{BLOCK_SCRIPT}"],
+                          cwd=workspace.root, capture_output=True, text=True, timeout=900,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-4000:]
 
 
 def test_the_pages_have_commands():
