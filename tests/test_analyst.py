@@ -547,3 +547,57 @@ def test_a_quoted_answer_with_its_citation_is_one_claim():
     misquoted = "Agent 0 answered at round 5: “on Twitter, round 7, I liked a post” [step 1]."
     wrong = verify(parse_claim(misquoted), lambda c: (evidence, ""))
     assert wrong.verdict == "unsupported" and "7" in wrong.detail
+
+
+def test_numbers_the_rows_do_not_hold_are_not_verified():
+    """A number is checked as written: a minus sign needs a negative value, a whole number
+    is not a fraction rounded ("1" for 0.57), "0.32%" is not 0.32, ".9" and "5e-3" are
+    numbers, and "3x" states 3."""
+    assert numbers("The spread was .9 and fell by 5e-3, 3x and −0.12.") == [
+        (0.9, 1, False, ".9"), (0.005, 3, False, "5e-3"), (3.0, 0, False, "3"),
+        (-0.12, 2, False, "−0.12")]
+    assert supports(0.12, 2, False, [-0.12])  # "fell by 0.12": sign aside
+    assert supports(-0.12, 2, False, [-0.1204]) and not supports(-0.32, 2, False, [0.3186])
+    assert not supports(1, 0, False, [0.573]) and not supports(0, 0, False, [0.3])
+    assert supports(0, 0, False, [0.0]) and supports(2, 0, False, [1.6])
+    assert supports(45, 0, True, [0.452]) and supports(45, 0, True, [45.2])
+    assert not supports(0.32, 2, True, [0.3186]) and not supports(0, 0, True, [0.3])
+    assert parse_claim("The spread was .9 [step 1].").text == "The spread was .9."
+
+
+def _crafted_script() -> dict:
+    """A section whose sentences cite real rows that do not say what they say."""
+    sd = ("SELECT stddev_pop(position) AS sd FROM beliefs WHERE round = 6 AND "
+          "topic = 'carbon_tax'")
+    lies = [
+        "The spread of positions was 1 [step 1].",                    # 0.57 is not 1
+        "Agent 3 held -0.32 on the carbon tax [agent 3 round 5].",    # it held +0.32
+        "Agent 3 held 0.32% support [agent 3 round 5].",              # 0.32 is 32%
+        "Fully 45% of agents changed sides [post 45].",               # the post's id
+        "It fell to 5% [agent 3 round 5].",                           # the round cited
+        "Polarization stood at “0.99” [step 2].",                     # the model's query
+        "Agent 0 said “polarization 0.87” [step 3].",                 # its own question
+        "The spread stood at “6” [step 1].",                          # "round = 6"
+        "The spread was .9 [step 1].",
+    ]
+    return {"plan": _plan("lies"), "lies": [
+        {"tool_calls": [{"name": "sql", "arguments": {"query": sd}}]},
+        {"tool_calls": [{"name": "sql", "arguments": {"query": "SELECT count(*) AS n FROM "
+                                                      "beliefs WHERE position > 0.99"}}]},
+        {"tool_calls": [{"name": "interview", "arguments": {
+            "agents": [0], "round": 6, "question": "Is polarization 0.87 now?"}}]},
+        {"tool_calls": [{"name": "write_section", "arguments": {"text": "\n\n".join(
+            [*lies, "Post 45 is cited by its id [post 45].",
+             "Agent 3 at round 5 is cited [agent 3 round 5]."])}}]}]}
+
+
+def test_claims_citing_rows_that_say_otherwise_are_not_verified(herd):
+    """Each sentence cites rows that exist but do not hold its number (a sign, a
+    rounding, a percentage, an id, a quotation of the model's own query or question):
+    each is unsupported; an id written as such ("post 45") is still its own evidence."""
+    parent, _ = herd
+    r, _ = _analyse(parent, _crafted_script())
+    assert r.returncode == 0, r.stderr + r.stdout
+    claims = open_run(parent).analysis()["analysis_claims"].sort_values("claim")
+    verdicts = dict(zip(claims["sentence"], claims["verdict"], strict=True))
+    assert list(verdicts.values()) == ["unsupported"] * 9 + ["verified"] * 2, verdicts

@@ -35,8 +35,16 @@ from typing import Any
 
 _TAG = re.compile(r"\[(post|posts|agent|step|steps)\s+([^\]]*)\]", re.IGNORECASE)
 _AGENT = re.compile(r"^\s*(\d+)\s*,?\s*(?:at\s+)?round\s+(\d+)\s*$", re.IGNORECASE)
-_NUMBER = re.compile(r"(?<![\w.\-])(-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?)(%?)"
-                     r"(?![\w])")
+# A number as written: optional minus (ASCII or U+2212), digits with thousands commas or
+# decimals, or a bare decimal (".9"), an optional exponent ("5e-3"); "%" marks a percentage.
+# A multiplier ("3x") does not hide it from the check; an ordinal ("2nd") is no number.
+_NUMBER = re.compile(r"(?<![\w.\-\u2212])([-\u2212]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
+                     r"|\.\d+)(?:[eE][-+]?\d+)?)(%?)(?:(?![\w])|(?=[x\u00d7](?!\w)))")
+# A number that names a cited thing ("post 447", "agent 12", "round 5", "step 3").
+_NAMED = re.compile(r"\b(post|agent|round|step)s?\s+#?(\d+)\b", re.IGNORECASE)
+# Keys of a tool result that echo what the model asked (its query, question, limit) or
+# number the call: not evidence of anything the run holds.
+_ECHOED = frozenset({"query", "question", "note", "citation", "step", "limit"})
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"“(\[*_])")
 _QUOTES = {"“": "”", "«": "»", '"': '"'}  # opening → closing
 _MASK = "\ue000"  # stands for a sentence end inside a quotation while splitting
@@ -73,7 +81,8 @@ class Claim:
     @property
     def text(self) -> str:
         """The sentence without its citation tags."""
-        return re.sub(r"\s+([.,;:!?])", r"\1", _TAG.sub("", self.sentence)).strip()
+        # (" .9" keeps its space: it is a number, not a full stop)
+        return re.sub(r"\s+([.,;:!?])(?!\d)", r"\1", _TAG.sub("", self.sentence)).strip()
 
 
 def sentences(text: str) -> Iterator[str]:
@@ -133,16 +142,31 @@ def quotations(text: str) -> list[tuple[int, int]]:
 def _quoted(text: str, evidence: list[dict]) -> str:
     """`text` without the quotations found word for word in a string of `evidence`
     (their numbers are the cited value's own)."""
-    values = [" ".join(v.split()) for v in _strings(evidence)]
+    values = [" ".join(v.split()) for v in _strings(_data(evidence))]
     kept, at = [], 0
     for start, end in quotations(text):
         inner = text[start + 1:end - 1]
         pieces = [" ".join(p.split()) for p in _GAP.split(inner)]
         pieces = [p.strip(" .,;:") for p in pieces if p.strip(" .,;:")]
-        if pieces and any(all(p in v for p in pieces) for v in values):
+        if pieces and any(all(_has_words(v, p) for p in pieces) for v in values):
             kept.append(text[at:start])
             at = end
     return "".join(kept) + text[at:]
+
+
+def _has_words(value: str, piece: str) -> bool:
+    """Whether `piece` occurs in `value` as whole words (a quoted "6" is not in "16")."""
+    return re.search(rf"(?<!\w){re.escape(piece)}(?!\w)", value) is not None
+
+
+def _data(obj: Any) -> Any:
+    """A cited result without what merely echoes the call (`_ECHOED`): the model's own
+    query or question is not evidence for a quotation or a number."""
+    if isinstance(obj, dict):
+        return {k: _data(v) for k, v in obj.items() if k not in _ECHOED}
+    if isinstance(obj, list | tuple):
+        return [_data(v) for v in obj]
+    return obj
 
 
 def _leaves(obj: Any) -> Iterator[Any]:
@@ -187,23 +211,40 @@ def numbers(text: str) -> list[tuple[float, int, bool, str]]:
     """The numbers a text states: (value, decimals shown, is a percentage, as written)."""
     out = []
     for m in _NUMBER.finditer(text):
-        raw = m.group(1).replace(",", "")
-        decimals = len(raw.split(".")[1]) if "." in raw else 0
+        raw = m.group(1).replace(",", "").replace("\u2212", "-")
+        mantissa, _, exponent = raw.lower().partition("e")
+        decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+        if exponent:  # 5e-3: the decimals its value shows
+            decimals = max(0, decimals - int(exponent))
         out.append((float(raw), decimals, m.group(2) == "%", m.group(0)))
     return out
 
 
 def supports(value: float, decimals: int, percent: bool, evidence: list[float]) -> bool:
-    """Whether a stated number matches some evidence value, as rounded when written."""
+    """Whether a stated number matches some evidence value, as rounded when written.
+
+    Sign aside ("fell by 0.12" is -0.12), except that a number written with a minus sign
+    needs a negative value. A whole number is not the rounding of a fraction between -1
+    and 1 ("1" is not 0.57, "0" is not 0.3). A percentage is a fraction times 100
+    (0.452 is "45%"), or a value already in percent, which is then at least 1 in size
+    ("0.32%" is not 0.32)."""
     tolerance = 0.5 * 10.0 ** -decimals + 1e-9
-    targets = [abs(value)]
-    if percent:
-        targets.append(abs(value) / 100)
+    stated = abs(value)
     for v in evidence:
-        for t in targets:
-            tol = tolerance / 100 if (percent and t != abs(value)) else tolerance
-            if abs(abs(v) - t) <= tol:
+        if value < 0 and v > 0:
+            continue
+        size = abs(v)
+        if percent:
+            if abs(size - stated / 100) <= tolerance / 100:
                 return True
+            if size >= 1 and abs(size - stated) <= tolerance:
+                return True
+            continue
+        if abs(size - stated) > tolerance:
+            continue
+        if decimals == 0 and size < 1 and abs(size - round(size)) > 1e-9:
+            continue  # a whole number stated for a fraction
+        return True
     return False
 
 
@@ -241,12 +282,12 @@ def verify(claim: Claim, resolve: Resolver) -> Claim:
             problems.append(f"[{c.label()}]: {why}")
             continue
         claim.evidence.append({"citation": c.label(), **evidence})
-        values.extend(numeric_values(evidence))
-        values.extend(c.key)  # "post 123" in the text is supported by citing post 123
+        values.extend(numeric_values(_data(_without_ids(evidence, c))))
     if problems:
         claim.verdict, claim.detail = "unresolved", "; ".join(problems)
         return claim
-    stated = numbers(_quoted(claim.text, claim.evidence))  # a quotation's are its own
+    # a quotation's numbers are its own; "post 123" is supported by citing post 123
+    stated = numbers(_unnamed(_quoted(claim.text, claim.evidence), claim.citations))
     missing = [s[3] for s in stated if not supports(s[0], s[1], s[2], values)]
     if missing:
         claim.verdict = "unsupported"
@@ -254,6 +295,36 @@ def verify(claim: Claim, resolve: Resolver) -> Claim:
     else:
         claim.verdict = "verified"
     return claim
+
+
+def _without_ids(evidence: dict, c: Citation) -> dict:
+    """A post's or an agent's cited rows without the columns that are the citation's own
+    key (`post_id`; `agent` and `round`): an id supports only the number that names it
+    (`_unnamed`), not "45%" citing [post 45]."""
+    own = {"post": ("post_id",), "agent": ("agent", "round")}.get(c.kind)
+    columns, rows = evidence.get("columns"), evidence.get("rows")
+    if not own or not isinstance(columns, list) or not isinstance(rows, list):
+        return evidence
+    keep = [i for i, name in enumerate(columns) if name not in own]
+    return {**evidence, "columns": [columns[i] for i in keep],
+            "rows": [[r[i] for i in keep] for r in rows if isinstance(r, list)]}
+
+
+def _unnamed(text: str, citations: list[Citation]) -> str:
+    """`text` without the numbers that name a cited thing as such ("post 123" citing
+    [post 123], "agent 12" and "round 5" citing [agent 12 round 5], "step 3" citing
+    [step 3]): only written that way does an id count as evidence for itself."""
+    named = set()
+    for c in citations:
+        if c.kind == "agent":
+            named |= {("agent", c.key[0]), ("round", c.key[1])}
+        else:
+            named.add((c.kind, c.key[0]))
+
+    def drop(m: re.Match) -> str:
+        return m.group(1) if (m.group(1).lower(), int(m.group(2))) in named else m.group(0)
+
+    return _NAMED.sub(drop, text)
 
 
 def citations_json(claim: Claim) -> str:
