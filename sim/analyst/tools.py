@@ -252,7 +252,7 @@ class Toolbox:
 
     def top_posts(self, args: dict) -> dict:
         """The most engaged posts (ties: higher score, then older)."""
-        limit = min(int(args.get("limit") or 10), 20)
+        limit = max(1, min(int(args.get("limit") or 10), 20))  # (as its schema says)
         posts = self.run.posts
         if args.get("round_from") is not None:
             posts = posts[posts["round"] >= int(args["round_from"])]

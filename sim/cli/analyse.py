@@ -91,7 +91,7 @@ def cmd_analyse(args: argparse.Namespace) -> int:
     for r in result.sections.sort_values("position").itertuples():
         kept = " (kept)" if r.section_id in result.reused else ""
         table.add_row(escape(r.section_id), f"{r.attempt}{kept}", r.status,
-                      str(r.tool_calls), escape(str(r.error or ""))[:80])
+                      str(r.tool_calls), escape(_shown(r.error))[:80])
     print_whole(table)
     out.print(f"analysis {result.analysis_id}: {result.status}; {result.claims} claims, "
               f"{result.unverified} unverified; cost ${result.cost_usd:.4f}; "
