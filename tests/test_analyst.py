@@ -601,3 +601,14 @@ def test_claims_citing_rows_that_say_otherwise_are_not_verified(herd):
     claims = open_run(parent).analysis()["analysis_claims"].sort_values("claim")
     verdicts = dict(zip(claims["sentence"], claims["verdict"], strict=True))
     assert list(verdicts.values()) == ["unsupported"] * 9 + ["verified"] * 2, verdicts
+
+
+def test_a_failed_section_beside_a_done_one_prints_no_nan_and_top_posts_keeps_its_bounds(
+        herd):
+    parent, _ = herd
+    r, _ = _analyse(parent, {"plan": _plan("good", "bad"), "bad": [{"content": ""}],
+                             "good": _calls("SELECT count(*) AS n FROM posts")})
+    assert r.returncode == 4, r.stderr + r.stdout
+    assert "neither text nor a tool call" in r.stdout and "nan" not in r.stdout
+    rows = Toolbox(open_run(parent)).call("top_posts", {"limit": -5})["rows"]
+    assert len(rows) == 1
