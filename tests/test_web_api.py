@@ -716,3 +716,79 @@ def test_read_only_refuses_every_change_and_writes_nothing(folder, ids):
     finally:
         s.close()
     assert _listing(folder) == before
+
+
+# ---------------------------------------------------------------- runs no process writes
+
+
+def _first_event(client: httpx.Client, run_id: str) -> dict:
+    with client.stream("GET", f"/api/runs/{run_id}/events") as events:
+        for line in events.iter_lines():
+            if line.startswith("data:"):
+                return json.loads(line[5:])
+    raise AssertionError("the event stream ended without an event")
+
+
+def test_the_event_stream_says_a_stopped_run_is_not_running(tmp_path):
+    """run.json says `running` until its process ends the run; a run stopped or killed
+    midway keeps that line. The event stream says what GET /api/runs/ID says (it was
+    `running`, so a page showed a stopped run running, with its Stop button)."""
+    made = run_cli(["run", str(CONFIGS / "quickstart.yaml"), "--out", str(tmp_path),
+                    "--quiet", *SMALL])
+    assert made.returncode == 0, made.stderr
+    (run,) = [p for p in tmp_path.iterdir() if (p / "run.json").is_file()]
+    meta = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**meta, "status": "running"}))  # (as killed)
+    server = Server(Folder(tmp_path))
+    try:
+        with server.client() as c:
+            said = c.get(f"/api/runs/{run.name}").json()["status"]
+            assert said != "running"
+            assert _first_event(c, run.name)["status"] == said
+    finally:
+        server.close()
+
+
+def test_no_second_writer_while_a_job_of_the_server_writes_the_run(folder, ids):
+    """While a job this server started holds a run (here a stand-in that never ends), an
+    analysis or an interview of it is refused with 409 (an analysis started then failed
+    on the file's lock with an internal error; an interview was a bare HTTP 500)."""
+    root, _ = ids
+    served = Folder(folder, base_url="loopback", model="m")
+    server = Server(served)
+    job = served.jobs.start("analyse", ["serve", str(folder), "--port", str(_free_port())],
+                            wait_s=0)
+    job.run_id = root
+    try:
+        with server.client() as c:
+            started = c.post(f"/api/runs/{root}/analyses", json={"question": "why?"})
+            assert started.status_code == 409, started.text
+            assert "being written" in started.json()["error"]
+            asked = c.post(f"/api/runs/{root}/agents/1/interview", json={"question": "hi"})
+            assert asked.status_code == 409, asked.text
+            assert "being written" in asked.json()["error"]
+    finally:
+        job.proc.kill()
+        job.proc.wait()
+        server.close()
+
+
+def test_a_folder_renamed_away_while_a_run_is_checked_for_links_is_passed_over(
+        tmp_path, monkeypatch):
+    """A checkpoint is written into a temporary folder and renamed: one that vanishes
+    while the server looks for symbolic links under the run is no error (it was a 500
+    on GET /api/runs/ID while the run ran)."""
+    import shoal.web.service as service
+
+    run = tmp_path / "r1"
+    (run / "checkpoints" / "state" / ".round-000043.tmp").mkdir(parents=True)
+    (run / "run.json").write_text("{}")
+    real = os.scandir
+
+    def racing(path):
+        if str(path).endswith(".tmp"):
+            (Path(path)).rmdir()  # (renamed by the writer just now)
+        return real(path)
+
+    monkeypatch.setattr(service.os, "scandir", racing)
+    assert Folder(tmp_path)._link_out(run) is None

@@ -14,8 +14,10 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import os
+import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -30,8 +32,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shoal.core.errors import InputError
+from shoal.store.lineage import run_status
 from shoal.store.run_dir import engine_version
-from shoal.web.service import Folder, WebError
+from shoal.web.service import Folder, NotFound, WebError
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
 EVENT_POLL_S = 0.25  # how often the event stream looks for a new round
@@ -242,9 +245,13 @@ def create_app(folder: Folder, token: str | None = None, mcp: bool = True) -> Fa
 
         async def stream() -> AsyncIterator[str]:
             last = None
+            progress = _Progress(folder, run)
             yield "retry: 1000\n\n"
             while not await request.is_disconnected():
-                now = await asyncio.to_thread(_progress, folder, run)
+                try:
+                    now = await asyncio.to_thread(progress)
+                except WebError:  # (its folder deleted: the next request says so)
+                    return
                 if now != last:
                     kind = "hello" if last is None else "round"
                     last = now
@@ -419,17 +426,53 @@ class ChunkedBodyLimit:
         await self.app(scope, replay, send)
 
 
-def _progress(folder: Folder, run_id: str) -> dict[str, Any]:
-    """What the event stream reports: the last whole round and the status."""
-    run_dir = folder.run_dir(run_id, links=False)  # (checked when the stream opened)
-    meta = run_dir.read_meta()
-    done = meta.get("rounds_done")
-    rounds = run_dir.root / "live" / "rounds"
-    if rounds.is_dir():  # a live run: what a reader can see now
-        files = sorted(rounds.glob("round=*.parquet"))
-        if files:
-            done = int(files[-1].name[6:12])
-    return {"run_id": run_id, "rounds_done": done, "status": meta.get("status")}
+class _Progress:
+    """What one event stream reports: the last whole round and the status. run.json says
+    `running` (or `resumed`) from the start of a run to its end, also when its process
+    was stopped or killed; so when a run so marked has shown no new round for a second,
+    whether a process still holds its file is asked, as `GET /api/runs/ID` asks (at
+    most once a second while a slow round runs, once for a run found stopped)."""
+
+    STALL_S = 1.0
+
+    def __init__(self, folder: Folder, run_id: str):
+        self.run_dir = folder.run_dir(run_id, links=False)  # (checked when it opened)
+        self.run_id = run_id
+        self.key: tuple[Any, ...] | None = None  # (run.json's stamp, the last round)
+        self.since = 0.0  # when `key` was first seen
+        self.checked = 0.0  # when a writer was last looked for
+        self.derived: str | None = None  # the status found then
+
+    def __call__(self) -> dict[str, Any]:
+        run_dir = self.run_dir
+        if not (run_dir.root / "run.json").is_file():
+            raise NotFound(f"no run {self.run_id}")
+        meta = run_dir.read_meta()
+        done = meta.get("rounds_done")
+        rounds = run_dir.root / "live" / "rounds"
+        if rounds.is_dir():  # a live run: what a reader can see now
+            files = sorted(rounds.glob("round=*.parquet"))
+            if files:
+                done = int(files[-1].name[6:12])
+        status = meta.get("status")
+        if status in ("running", "resumed"):
+            status = self._derived(meta, done, status)
+        return {"run_id": self.run_id, "rounds_done": done, "status": status}
+
+    def _derived(self, meta: dict[str, Any], done: Any, status: str) -> str:
+        now = time.monotonic()
+        with suppress(OSError):
+            key = (os.stat(self.run_dir.root / "run.json").st_mtime_ns, done)
+            if key != self.key:
+                self.key, self.since, self.derived = key, now, None
+            if self.derived not in (None, "running", "resumed"):
+                return self.derived  # (found stopped: it stays so until run.json changes)
+            first = self.checked == 0.0
+            if first or (now - self.since >= self.STALL_S and now - self.checked >= 1.0):
+                self.checked = now
+                self.derived = run_status(self.run_dir, meta)
+            return self.derived or status
+        return status
 
 
 def _loopback_host(host: str | None) -> bool:

@@ -36,7 +36,14 @@ from shoal.analysis.metrics import esteban_ray_binned
 from shoal.core.errors import InputError
 from shoal.store.history_sql import Limits, attach_history, bound_connection, select_rows
 from shoal.store.knowledge import relations_sql
-from shoal.store.lineage import lineage, read_table, run_status, run_tree, runs_folder
+from shoal.store.lineage import (
+    held_by_writer,
+    lineage,
+    read_table,
+    run_status,
+    run_tree,
+    runs_folder,
+)
 from shoal.store.run_dir import RunDir
 from shoal.web.jobs import Job, Jobs
 
@@ -113,7 +120,11 @@ class Folder:
         outside the served folder, or None (links to folders are not followed)."""
         todo = [folder]
         while todo:
-            with os.scandir(todo.pop()) as entries:
+            try:
+                entries = os.scandir(todo.pop())
+            except FileNotFoundError:  # (a writer renamed it meanwhile: a checkpoint's
+                continue               # temporary folder, made whole by its rename)
+            with entries:
                 for entry in entries:
                     if entry.is_symlink():
                         if not self._inside(Path(entry.path)):
@@ -692,15 +703,32 @@ class Folder:
 
         self.writable()
         run_dir = self.run_dir(run_id)
+        self._not_busy(run_id, "interview its agents")
         if _being_written(run_dir):
             raise Conflict(f"{run_id} is being written; interview its agents once it stops")
-        batch = interview_agents(str(run_dir.root), [int(agent)], question, round_,
-                                 self.base_url, self.model)
+        try:
+            batch = interview_agents(str(run_dir.root), [int(agent)], question, round_,
+                                     self.base_url, self.model)
+        except duckdb.Error as exc:  # (a process started elsewhere took the file meanwhile)
+            if not held_by_writer(exc):
+                raise
+            raise Conflict(f"{run_id} is being written; interview its agents once it stops"
+                           ) from None
         iv = batch.interviews[0]
         return {"answer": iv.answer, "status": iv.status, "error": iv.error,
                 "round": batch.round, "batch_id": batch.batch_id, "stored": batch.stored}
 
     # ------------------------------------------------------------ jobs
+
+    def _not_busy(self, run_id: str, what: str) -> None:
+        """Refuse (409) to write to a run that a job of this server still writes: a run,
+        resume or analysis holds its file between its commits too, so a second writer
+        would fail on the file's lock midway (an analysis with an internal error, an
+        interview with its answer lost)."""
+        job = self.jobs.for_run(run_id)
+        if job is not None:
+            raise Conflict(f"{run_id} is being written by this server's {job.kind} job "
+                           f"(pid {job.proc.pid}); {what} once it ends")
 
     def _job(self, kind: str, args: list[str], stdin: str | None = None) -> Job:
         job = self.jobs.start(kind, args, stdin)
@@ -856,6 +884,7 @@ class Folder:
         """Start `shoal analyse` on a run."""
         self.writable()
         run_dir = self.run_dir(run_id)
+        self._not_busy(run_id, "analyse it")
         if _being_written(run_dir):
             raise Conflict(f"{run_id} is being written; analyse it once it stops")
         args = ["analyse", str(run_dir.root)]
