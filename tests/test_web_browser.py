@@ -362,3 +362,52 @@ def test_the_fork_editor_makes_the_fork_shoal_fork_makes(served, page, tmp_path)
                            cli_dir / "trajectory.duckdb")
     # (the `run` table holds each run's own id and creation time)
     assert [t for t in differ if t != "run"] == []
+
+
+@pytest.mark.slow
+def test_at_a_phone_width_the_pages_keep_the_screens_width(served, browser, shots):
+    """At 375 px a wide table (the runs, a round's posts) scrolls inside its card; the
+    page itself keeps the screen's width (it was twice as wide: the top bar and every
+    card ended half-way across the page)."""
+    server, parent = served
+    context = browser.new_context(viewport={"width": 375, "height": 800})
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        for route, ready in [("/", f'tr.run-row[data-run="{parent}"]'),
+                             (f"/run/{parent}?round=3", ".post-row")]:
+            _open(pg, server, route, ready)
+            width, screen = pg.evaluate(
+                "() => [document.documentElement.scrollWidth, window.innerWidth]")
+            assert width <= screen, f"#{route}: the page is {width} px wide on a {screen} px screen"
+        _shot(pg, shots, "run-narrow")
+    finally:
+        context.close()
+    assert not errors, errors
+
+
+@pytest.mark.slow
+def test_a_charts_axis_is_as_wide_as_its_tick_labels(served, page):
+    """Counts of hundreds of thousands (LLM tokens, a large run's actions) are drawn in
+    full left of the plot (the axis was a fixed 52 px: '100,000' lost its first digits)."""
+    server, parent = served
+    _open(page, server, f"/run/{parent}", "#chart-activity canvas")
+    room, widest = page.evaluate("""async () => {
+        const { chart } = await import("./static/js/charts.js");
+        const el = document.createElement("div");
+        el.style.width = "600px";
+        document.body.append(el);
+        const u = chart(el, { title: "t", x: [0, 1, 2],
+          series: [{ label: "tokens", values: [0, 600000, 1250000] }] }).u;
+        for (let i = 0; i < 3 && !u.axes[1]._values; i++) {
+          await new Promise((r) => requestAnimationFrame(() => r()));  // (drawn)
+        }
+        const axis = u.axes[1];
+        const ctx = document.createElement("canvas").getContext("2d");
+        ctx.font = axis.font[0];
+        const px = devicePixelRatio || 1;
+        const widest = Math.max(...axis._values.map((v) => ctx.measureText(v).width)) / px;
+        return [u.bbox.left / px - axis.ticks.size - axis.gap, widest];
+    }""")
+    assert room >= widest, f"tick labels {widest:.0f} px wide in {room:.0f} px"

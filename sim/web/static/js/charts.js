@@ -55,6 +55,23 @@ function marksPlugin(handle) {
   };
 }
 
+// The width of a y axis: its longest tick label and the ticks (uPlot's fixed `size`
+// cut labels such as "100,000" on the left).
+function axisSize(u, values, axisIdx, cycleNum) {
+  const axis = u.axes[axisIdx];
+  if (cycleNum > 1 && axis._size) return axis._size; // (settled: no second measure)
+  let size = (axis.ticks && axis.ticks.show !== false ? axis.ticks.size : 0) + (axis.gap || 0);
+  const longest = (values || []).reduce((a, v) => (String(v).length > a.length ? String(v) : a),
+    "");
+  if (longest) {
+    u.ctx.save();
+    u.ctx.font = axis.font[0];
+    size += u.ctx.measureText(longest).width / (devicePixelRatio || 1);
+    u.ctx.restore();
+  }
+  return Math.max(40, Math.ceil(size) + 4);
+}
+
 function xRange(u, min, max) {
   if (min === null || max === null) return [0, 1];
   return min === max ? [min - 1, max + 1] : [min, max];
@@ -115,13 +132,13 @@ function options(handle, spec) {
     : spec.y ? { range: fixedRange(spec.y[0], spec.y[1]) } : {};
   const axes = [
     { label: "round", labelSize: 16, size: 34, space: 40, incrs: ROUND_STEPS },
-    { size: 52, label: spec.yLabel || undefined, labelSize: spec.yLabel ? 16 : undefined },
+    { size: axisSize, label: spec.yLabel || undefined, labelSize: spec.yLabel ? 16 : undefined },
   ];
   if (spec.y2) {
     // without a range: from 0 to a little above the largest value
     scales.y2 = { range: spec.y2.range ? fixedRange(spec.y2.range[0], spec.y2.range[1])
       : from0 };
-    axes.push({ scale: "y2", side: 1, grid: { show: false }, size: 46,
+    axes.push({ scale: "y2", side: 1, grid: { show: false }, size: axisSize,
       label: spec.y2.label, labelSize: 16 });
   }
   const series = [{ label: "round", value: (u, v) => (v === null || v === undefined ? "–" : v) }];
