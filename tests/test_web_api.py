@@ -792,3 +792,36 @@ def test_a_folder_renamed_away_while_a_run_is_checked_for_links_is_passed_over(
 
     monkeypatch.setattr(service.os, "scandir", racing)
     assert Folder(tmp_path)._link_out(run) is None
+
+
+def test_a_run_whose_population_has_no_size_shows_its_agent_count(folder, ids, tmp_path):
+    """A population read from a file of profiles has no `size` in the config: the runs
+    list and the run's page count its agents from the newest checkpoint."""
+    from shoal.store.run_dir import RunDir
+    from shoal.web.service import _agents
+
+    root, _ = ids
+    copy = tmp_path / root
+    shutil.copytree(folder / root, copy)
+    config = yaml.safe_load((copy / "config.yaml").read_text())
+    size = config["population"].pop("size")
+    (copy / "config.yaml").write_text(yaml.safe_dump(config))
+    assert _agents(RunDir(copy)) == size == 60
+    shutil.rmtree(copy / "checkpoints")
+    assert _agents(RunDir(copy)) is None  # (nothing to count from: shown as unknown)
+
+
+def test_a_run_folder_named_outside_the_ids_is_listed_with_why_it_cannot_open(folder, ids,
+                                                                             api):
+    """A run copied under a name the pages refuse (spaces, accents) is listed saying so."""
+    root, _ = ids
+    odd = folder / "café run"
+    shutil.copytree(folder / root, odd)
+    try:
+        rows = {r["run_id"]: r for r in api.get("/api/runs").json()["runs"]}
+        refused = api.get("/api/runs/café run")
+    finally:
+        shutil.rmtree(odd)
+    assert refused.status_code == 403
+    assert "rename the folder to open it here" in rows["café run"]["problem"]
+    assert not rows[root]["problem"]

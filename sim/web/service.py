@@ -34,6 +34,7 @@ import yaml
 
 from shoal.analysis.metrics import esteban_ray_binned
 from shoal.core.errors import InputError
+from shoal.store.checkpoints import CheckpointError
 from shoal.store.history_sql import Limits, attach_history, bound_connection, select_rows
 from shoal.store.knowledge import relations_sql
 from shoal.store.lineage import (
@@ -251,6 +252,9 @@ class Folder:
                    "rounds": meta.get("rounds"), "agents": _agents(e.dir),
                    "created_at": meta.get("created_at"), "problem": e.problem,
                    **_llm_totals(e.dir)}
+            if not RUN_ID.match(e.dir.run_id):  # listed, but its pages refuse the name
+                row["problem"] = ("its folder's name is not a run id (letters, digits, '.', "
+                                  "'_', '-'): rename the folder to open it here")
             if q and q.lower() not in f"{row['run_id']} {row['name']}".lower():
                 continue
             if status and row["status"] != status:
@@ -617,6 +621,8 @@ class Folder:
                                "source_id": r["source_id"], "episode_id": r["episode_id"],
                                "valid_from": r["valid_from"],
                                "withdrawn": r["invalid_at"] is not None,
+                               "invalid_at": r["invalid_at"],
+                               "invalidated_by": r["invalidated_by"],
                                "reason": r["reason"]} for r in rel]}
 
     # ------------------------------------------------------------ agents
@@ -1141,11 +1147,17 @@ def _llm_totals(run_dir: RunDir) -> dict[str, Any]:
 
 
 def _agents(run_dir: RunDir) -> int | None:
-    """The population size the run's config asks for."""
+    """The population size the run's config asks for; for a population read from a file
+    of profiles (no size in the config), the count its newest checkpoint holds."""
     with suppress(InputError):
         pop = run_dir.read_config().get("population") or {}
         size = pop.get("size") if isinstance(pop, dict) else None
-        return int(size) if isinstance(size, int) else None
+        if isinstance(size, int):
+            return size
+    with suppress(CheckpointError, OSError, ValueError, KeyError, TypeError):
+        store = run_dir.checkpoints
+        latest = store.latest()
+        return None if latest is None else int(store.meta(latest)["counts"]["n_agents"])
     return None
 
 

@@ -65,6 +65,7 @@ function newContext() {
 async function show() {
   takeTokenFromHash();
   if (current) current.close();
+  clearErrors(); // (a new page: the last page's errors are not its own)
   const ctx = newContext();
   current = ctx;
   const { path, query } = parseHash();

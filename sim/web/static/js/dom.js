@@ -87,7 +87,7 @@ export function fmtDate(v) {
 
 // ---- pieces -----------------------------------------------------------------------------
 
-export const STATUSES = ["running", "finished", "stopped", "interrupted", "damaged"];
+export const STATUSES = ["created", "running", "finished", "stopped", "interrupted", "damaged"];
 
 export function badge(status) {
   const s = String(status || "unknown");

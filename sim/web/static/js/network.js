@@ -225,6 +225,11 @@ export async function renderNetwork(root, [runId], query, ctx) {
         ["episode", r.episode_id ?? "–"],
         ["valid from round", r.valid_from ?? "–"],
         ["withdrawn", r.withdrawn ? "yes" : "no"],
+        ...(r.withdrawn ? [
+          ["withdrawn at round", r.invalid_at ?? "–"],
+          ["withdrawn by", r.invalidated_by ?? "–"],
+          ["why", r.reason || "–"],
+        ] : []),
         ["relation id", r.relation_id],
       ]));
       relInfo.classList.remove("muted");
