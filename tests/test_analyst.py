@@ -612,3 +612,20 @@ def test_a_failed_section_beside_a_done_one_prints_no_nan_and_top_posts_keeps_it
     assert "neither text nor a tool call" in r.stdout and "nan" not in r.stdout
     rows = Toolbox(open_run(parent)).call("top_posts", {"limit": -5})["rows"]
     assert len(rows) == 1
+
+
+def test_a_message_with_more_tool_calls_than_the_budget_is_answered_within_it(herd):
+    """A model asking for 40 tool calls in one message: the calls the budget allows are
+    run, one more is refused, the rest are not run or recorded as steps (the model's
+    message, recorded whole, still shows them); the section finishes."""
+    parent, _ = herd
+    many = [{"name": "sql", "arguments": {"query": f"SELECT {i} AS n"}} for i in range(40)]
+    r, _ = _analyse(parent, {"plan": _plan("greedy"), "greedy": [
+        {"tool_calls": many},
+        {"tool_calls": [{"name": "write_section", "arguments": {"text": "Done [step 1]."}}]}]},
+        "--tool-calls", "5")
+    assert r.returncode == 0, r.stderr + r.stdout
+    steps = _tool_steps(parent)
+    assert list(steps["status"]) == ["ok"] * 5 + ["refused"]
+    sections = open_run(parent).analysis()["analysis_sections"]
+    assert list(sections["status"]) == ["done"] and int(sections["tool_calls"].iloc[0]) == 6

@@ -358,7 +358,7 @@ class Analyst:
             if reply.status != "ok":
                 raise SectionFailed(f"the model call failed: {reply.status}: {reply.error}")
             message = reply.message or {}
-            calls = message.get("tool_calls") or []
+            calls = _within_budget(message.get("tool_calls") or [], budget - counter["calls"])
             if not calls:
                 if reply.text:
                     return reply.text
@@ -805,3 +805,18 @@ def _pick_rows(evidence: dict, stated: list) -> dict:
                                   for v, d, p, _ in stated)]
     rest = [r for r in rows if r not in hit]
     return {**evidence, "rows": (hit + rest)[:EVIDENCE_ROWS], "rows_total": len(rows)}
+
+
+def _within_budget(calls: list[dict], left: int) -> list[dict]:
+    """The tool calls of one message that are answered: every `write_section`, and of the
+    others as many as the budget has left plus one (answered with the refusal that tells
+    the model the budget is spent). The rest stay in the recorded message only, so a model
+    that asks for thousands of calls at once cannot multiply the trace."""
+    kept, others = [], 0
+    for tc in calls:
+        fn = tc.get("function") if isinstance(tc, dict) else None
+        terminal = isinstance(fn, dict) and fn.get("name") == TERMINAL
+        if terminal or others < max(left, 0) + 1:
+            kept.append(tc)
+            others += not terminal
+    return kept
