@@ -629,3 +629,23 @@ def test_a_message_with_more_tool_calls_than_the_budget_is_answered_within_it(he
     assert list(steps["status"]) == ["ok"] * 5 + ["refused"]
     sections = open_run(parent).analysis()["analysis_sections"]
     assert list(sections["status"]) == ["done"] and int(sections["tool_calls"].iloc[0]) == 6
+
+
+def test_a_plan_that_never_comes_is_given_up_at_the_deadline(herd):
+    """A server that takes the request and never answers: the plan call is bounded by
+    --deadline like a section's work (it waited for every HTTP retry's timeout), the
+    default plan is used and the trace says why."""
+    import socket
+
+    parent, _ = herd
+    with socket.socket() as silent:  # listens, never accepts: requests wait for ever
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
+        r = run_cli(["analyse", str(parent), "--base-url", url, "--model", MODEL,
+                     "--deadline", "1"])
+    assert r.returncode in (1, 4), r.stderr + r.stdout  # (every section timed out too)
+    steps = open_run(parent).analysis()["analysis_steps"]
+    (plan,) = steps[steps["kind"] == "plan"].itertuples()
+    assert plan.status == "fallback"
+    assert "no answer within the deadline (1 s); the default plan is used" in plan.arguments

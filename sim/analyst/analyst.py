@@ -273,18 +273,25 @@ class Analyst:
         request = ChatRequest(messages=[{"role": "system", "content": PLAN_SYSTEM},
                                         {"role": "user", "content": run_facts}],
                               tools=[PLAN_TOOL], tool_choice="required", meta=self._meta(None))
-        reply = await self._chat(request)
         problem = ""
         sections = None
-        if reply.status != "ok":
+        try:  # (bounded like a section: a plan that never comes does not hold up the rest)
+            reply: ChatReply | None = await asyncio.wait_for(self._chat(request),
+                                                             self.settings.deadline_s)
+        except TimeoutError:
+            reply = None
+            problem = (f"the plan call failed: no answer within the deadline "
+                       f"({self.settings.deadline_s:g} s); the default plan is used")
+        if reply is not None and reply.status != "ok":
             problem = f"the plan call failed: {reply.status}: {reply.error}"
-        else:
+        elif reply is not None:
             try:
                 calls = (reply.message or {}).get("tool_calls") or []
                 sections = parse_plan(json.loads(calls[0]["function"]["arguments"]))
             except (IndexError, KeyError, TypeError, ValueError) as exc:
                 problem = f"unusable plan ({exc}); the default plan is used"
-        await self._step("plan", 1, 1, "plan", content=json.dumps(reply.message),
+        await self._step("plan", 1, 1, "plan",
+                         content=json.dumps(reply.message if reply else None),
                          status="ok" if sections else "fallback", reply=reply,
                          name="plan_sections", arguments={"problem": problem} if problem
                          else None)
