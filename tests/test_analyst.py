@@ -649,3 +649,16 @@ def test_a_plan_that_never_comes_is_given_up_at_the_deadline(herd):
     (plan,) = steps[steps["kind"] == "plan"].itertuples()
     assert plan.status == "fallback"
     assert "no answer within the deadline (1 s); the default plan is used" in plan.arguments
+
+
+def test_tool_arguments_that_are_no_json_object_are_answered_as_such(herd):
+    """A call whose arguments are not a JSON object is told so (it was told 'sql: the
+    query is empty'), and the section goes on."""
+    parent, _ = herd
+    r, _ = _analyse(parent, {"plan": _plan("odd"), "odd": [
+        {"tool_calls": [{"name": "sql", "arguments": "SELECT 1 {"}]},
+        *_calls("SELECT count(*) AS n FROM posts")]})
+    assert r.returncode == 0, r.stderr + r.stdout
+    first = _tool_steps(parent).iloc[0]
+    assert first.status == "error"
+    assert "sql: the arguments are not a JSON object: SELECT 1 {" in first.result

@@ -392,6 +392,9 @@ class Analyst:
         status = "ok"
         if counter["calls"] > self.settings.tool_calls:
             result, status = {"error": f"tool budget spent: call {TERMINAL}"}, "refused"
+        elif not isinstance(args, dict):
+            result, status = {"error": f"{name}: the arguments are not a JSON object: "
+                                       f"{str(args)[:200]}"}, "error"
         elif name == TERMINAL:
             result, status = {"error": f"{TERMINAL} needs the section's text"}, "error"
         else:
@@ -759,7 +762,7 @@ def _parse_call(tc: dict) -> tuple[str, Any]:
     try:
         args = json.loads(raw) if isinstance(raw, str) else (raw or {})
     except ValueError:
-        args = {"raw": raw}
+        args = raw  # (not a JSON object: the call is answered with that error)
     return str(fn.get("name") or ""), args
 
 
