@@ -139,6 +139,16 @@ def _lse(values) -> float:
     return m + math.log(sum([math.exp(v - m) for v in values]))
 
 
+def _log_expm1(x: float) -> float:
+    """log(exp(x) − 1) for x > 0, accurate for tiny x (no 1 − 1) and huge x (no overflow)."""
+    return x + math.log(-math.expm1(-x))
+
+
+def _log1p_exp(z: float) -> float:
+    """log(1 + exp(z)), stable for any z."""
+    return max(z, 0.0) + math.log1p(math.exp(-abs(z)))
+
+
 class LMSRConfig(Strict):
     """The logarithmic market scoring rule, with liquidity `b` (in cash units)."""
 
@@ -167,20 +177,40 @@ class LMSR(MarketMaker):
         e = np.exp(np.asarray(z) - m)
         return e / e.sum()
 
+    def _log_price(self, outcome: int) -> tuple[float, float]:
+        """(ln p_i, ln(1 − p_i)), each from log-sum-exps (no 1 − p_i rounding)."""
+        m = max(self.q) / self.b  # shifted before summing: z − m is exact-ish, so the
+        z = [x / self.b - m for x in self.q]  # logs keep their digits at large q/b
+        total = _lse(z)
+        rest = _lse([v for j, v in enumerate(z) if j != outcome])
+        return z[outcome] - total, rest - total
+
     def quote_buy(self, outcome: int, cash: float) -> float:
-        b, q = self.b, self.q
-        target = _lse([x / b for x in q]) + cash / b  # ln Σ exp(q'/b) after the trade
-        rest = _lse([x / b for j, x in enumerate(q) if j != outcome])
-        # exp(q_i'/b) = exp(target) − Σ_{j≠i} exp(q_j/b), in logs
-        return b * (target + math.log1p(-math.exp(rest - target))) - q[outcome]
+        # C(q + s·e_i) − C(q) = c  ⇔  s = b·ln(1 + (e^{c/b} − 1)/p_i), in logs: no
+        # difference of two near-equal numbers, however small c/b or p_i, however large q/b.
+        if not cash > 0:
+            return 0.0
+        log_p, _ = self._log_price(outcome)
+        return self.b * _log1p_exp(_log_expm1(cash / self.b) - log_p)
 
     def quote_sell(self, outcome: int, shares: float) -> float:
-        after = list(self.q)
-        after[outcome] -= shares
-        return self.cost() - self.cost(after)
+        # C(q) − C(q − s·e_i) = −b·ln(1 − p_i + p_i·e^{−s/b}), evaluated without
+        # cancellation (a difference of two costs loses the digits of a small sale when
+        # q/b is large).
+        if not shares > 0:
+            return 0.0
+        x = shares / self.b
+        log_p, log_q = self._log_price(outcome)
+        if log_p <= -math.log(2.0):
+            ratio = math.log1p(math.exp(log_p) * math.expm1(-x))
+        elif x < 1.0:
+            ratio = -x + math.log1p(math.exp(log_q) * math.expm1(x))
+        else:  # ln(p + (1 − p)·e^x) − x
+            ratio = log_p + _log1p_exp(log_q + x - log_p) - x
+        return -self.b * ratio
 
     def price(self, outcome: int) -> float:
-        return math.exp(self.q[outcome] / self.b - _lse([x / self.b for x in self.q]))
+        return math.exp(self._log_price(outcome)[0])
 
     def price_after(self, outcome: int, cash: float, shares: float) -> float:
         z = [x / self.b for x in self.q]
@@ -197,9 +227,9 @@ class LMSR(MarketMaker):
         # Closed form: the cost of moving q_i to where the price is `limit`.
         if self.price(outcome) >= limit:
             return 0.0
-        target = list(self.q)
-        target[outcome] = self._q_at(outcome, limit)
-        return min(cash, max(self.cost(target) - self.cost(), 0.0))
+        # C(target) − C(q) = b·ln((1 − p_i)/(1 − limit))
+        _, log_q = self._log_price(outcome)
+        return min(cash, max(self.b * (log_q - math.log1p(-limit)), 0.0))
 
     def shares_to_price(self, outcome: int, limit: float, shares: float) -> float:
         if self.price(outcome) <= limit:
