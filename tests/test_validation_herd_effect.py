@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import math
 
+import duckdb
 import numpy as np
 import pytest
 import yaml
@@ -34,7 +35,8 @@ def result(ray_session, tmp_path_factory):
 def test_quick_run_has_finite_checks_and_a_plot(result):
     folder, r = result
     assert r.error is None, r.error
-    assert [c.target for c in r.checks] == [herd_effect.UP_TARGET, 0.0]
+    assert [c.target for c in r.checks] == [herd_effect.UP_TARGET, 0.0,
+                                             herd_effect.FIRST_UP_TARGET]
     for c in r.checks:
         assert math.isfinite(c.simulated)
         assert all(math.isfinite(v) for v in c.interval)
@@ -53,11 +55,13 @@ def test_checks_are_the_relative_effects_of_the_recorded_scores(result):
     with (folder / "scores.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert [int(row["seed"]) for row in rows] == r.seeds
-    s = {arm: np.array([float(row[arm]) for row in rows]) for arm in herd_effect.ARMS}
+    s = {arm: np.array([float(row[arm]) for row in rows])
+         for arm in (*herd_effect.ARMS, "first_up_up", "first_up_control")}
     assert (s["control"] > 0).all()
     up = 100 * (s["up"] - s["control"]) / s["control"]
     down = 100 * (s["down"] - s["control"]) / s["control"]
-    for check, values in zip(r.checks, (up, down), strict=True):
+    first = 100 * (s["first_up_up"] - s["first_up_control"]) / s["first_up_control"]
+    for check, values in zip(r.checks, (up, down, first), strict=True):
         m, interval = mean_interval(values)
         assert check.simulated == pytest.approx(m)
         assert check.interval == pytest.approx(interval)
@@ -67,6 +71,8 @@ def test_checks_are_the_relative_effects_of_the_recorded_scores(result):
     low, high = r.checks[1].interval
     bound = herd_effect.DOWN_BOUND
     assert r.checks[1].passed == (-bound <= low and high <= bound)
+    lo, hi = herd_effect.FIRST_UP_BAND
+    assert r.checks[2].passed == (lo <= first.mean() <= hi)
 
 
 @pytest.mark.slow  # runs simulations (the quick tier leaves it out)
@@ -82,6 +88,16 @@ def test_the_forks_carry_the_seeded_votes(result):
         assert len(posts) == 40
         assert (posts["seed_up"] == up).all() and (posts["seed_down"] == down).all()
         assert (posts["up"] >= up).all() and (posts["down"] >= down).all()
+        if arm != "down":  # the first votes' up share, in SQL from the trajectory file
+            ids = ", ".join(map(str, run.treated_posts()))
+            ((share,),) = duckdb.connect(str(run_dir / "trajectory.duckdb"),
+                                         read_only=True).sql(
+                "WITH v AS (SELECT target_post, round, action = 'upvote' AS up FROM actions "
+                f"WHERE status = 'ok' AND action IN ('upvote', 'downvote') AND target_post "
+                f"IN ({ids})), first AS (SELECT target_post, min(round) AS r FROM v GROUP BY "
+                "ALL) SELECT avg(up::INT) FROM v JOIN first USING (target_post) "
+                "WHERE round = r").fetchall()
+            assert herd_effect.first_vote_up_share(run) == pytest.approx(share)
 
 
 def test_the_scenario_is_configs_herd_effect():

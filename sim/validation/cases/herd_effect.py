@@ -43,6 +43,11 @@ ROUNDS = 20
 UP_TARGET = 25.0
 UP_BAND = (15.0, 35.0)  # the mean must fall here: ±10 points (see docs/validation.md)
 DOWN_BOUND = 10.0  # equivalence margin: the interval must lie within ±this (% of control)
+# and: up-treated comments were 32% more likely than the control's to get an up-vote
+# from their first viewer (the share of up-votes among first votes). Stated before the
+# first run of this check, with the same ±10 points as the final score's band.
+FIRST_UP_TARGET = 32.0
+FIRST_UP_BAND = (22.0, 42.0)
 
 # configs/herd_effect.yaml, as a mapping (tests/test_validation_herd_effect.py checks that
 # the two agree).
@@ -135,6 +140,18 @@ def treated_score(run: Run, arm: str) -> float:
     return float(table["mean_score"].to_numpy()[0])
 
 
+def first_vote_up_share(run: Run) -> float:
+    """Of the votes each treated post got in the first round anyone voted on it, the share
+    that were up-votes, pooled over the posts. Rounds are snapshots, so every vote of that
+    round was cast having seen only the seeded vote: the simulation's "first viewers"."""
+    ids = run.treated_posts()
+    a = run.actions
+    votes = a[(a["status"] == "ok") & a["action"].isin(["upvote", "downvote"])
+              & a["target_post"].isin(ids)]
+    first = votes[votes["round"] == votes.groupby("target_post")["round"].transform("min")]
+    return float((first["action"] == "upvote").mean()) if len(first) else math.nan
+
+
 def relative(treated: np.ndarray, control: np.ndarray) -> np.ndarray:
     """Per replicate, (treated − control) as a percentage of control."""
     return 100.0 * (treated - control) / control
@@ -164,12 +181,15 @@ class HerdEffect(Case):
             errors = "; ".join(f"{u['unit']}: {u.get('error')}" for u in done.failed)
             raise RuntimeError(f"the experiment did not finish: {errors}")
         exp = done.experiment
-        scores = {arm: np.array([treated_score(exp.run(arm, i), arm)
-                                 for i in range(len(seeds))]) for arm in ARMS}
-        _write_scores(ctx, seeds, scores)
+        runs = {arm: [exp.run(arm, i) for i in range(len(seeds))] for arm in ARMS}
+        scores = {arm: np.array([treated_score(r, arm) for r in runs[arm]]) for arm in ARMS}
+        firsts = {arm: np.array([first_vote_up_share(r) for r in runs[arm]])
+                  for arm in ("up", "control")}
+        _write_scores(ctx, seeds, scores, firsts)
 
         up, down = (relative(scores[a], scores["control"]) for a in ("up", "down"))
-        checks = checks_of(up, down)
+        checks = [*checks_of(up, down),
+                  first_vote_check(relative(firsts["up"], firsts["control"]))]
         notes = [f"experiment folder: {root.name}; per-replicate scores in scores.csv"]
         for arm in ARMS:
             m, (lo, hi) = mean_interval(scores[arm])
@@ -212,14 +232,28 @@ def checks_of(up: np.ndarray, down: np.ndarray) -> list[Check]:
     ]
 
 
-def _write_scores(ctx: CaseContext, seeds: list[int], scores: dict[str, np.ndarray]
-                  ) -> None:
-    """scores.csv: per replicate, its seed and each arm's mean final score."""
+def first_vote_check(first_up: np.ndarray) -> Check:
+    """The first viewers' herding, from the per-replicate relative effects (%)."""
+    m, interval = mean_interval(first_up)
+    return Check(measure="up − control, % of control's share of up-votes among first votes",
+                 simulated=m, target=FIRST_UP_TARGET,
+                 tolerance=f"the mean over replicates lies in [{FIRST_UP_BAND[0]:g}%, "
+                           f"{FIRST_UP_BAND[1]:g}%]",
+                 passed=bool(FIRST_UP_BAND[0] <= m <= FIRST_UP_BAND[1]), interval=interval,
+                 note="Muchnik et al.: up-treated comments were 32% more likely to be "
+                      "up-voted by their first viewer")
+
+
+def _write_scores(ctx: CaseContext, seeds: list[int], scores: dict[str, np.ndarray],
+                  firsts: dict[str, np.ndarray]) -> None:
+    """scores.csv: per replicate, its seed, each arm's mean final score, and the up and
+    control arms' share of up-votes among first votes."""
     with (ctx.out / "scores.csv").open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["replicate", "seed", *ARMS])
+        writer.writerow(["replicate", "seed", *ARMS, *(f"first_up_{a}" for a in firsts)])
         for i, seed in enumerate(seeds):
-            writer.writerow([i, seed, *(repr(float(scores[a][i])) for a in ARMS)])
+            writer.writerow([i, seed, *(repr(float(scores[a][i])) for a in ARMS),
+                             *(repr(float(firsts[a][i])) for a in firsts)])
 
 
 def _plot(scores: dict[str, np.ndarray], up: np.ndarray, down: np.ndarray) -> Figure:
