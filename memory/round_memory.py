@@ -106,10 +106,14 @@ class RoundMemory:
             self._log_item(round_, item)
             if item.pinned:
                 self._pin(round_, item)
+        # A round's summary (and the narrative it is merged into) is shown to everyone:
+        # an item meant for an audience (targeted news) stays out of it, and reaches its
+        # audience as a key moment or a line of the last round.
+        public = [i for i in items if i.audience is None]
         job = Job(id=self.new_id(), kind="round", rounds=(round_, round_), header=header,
-                  items=[Item(i.text, i.salience, i.pinned) for i in items])
+                  items=[Item(i.text, i.salience, i.pinned) for i in public])
         self.summaries[round_] = Summary(job.id, "round", (round_, round_),
-                                         posts=sorted({p for i in items for p in i.posts}))
+                                         posts=sorted({p for i in public for p in i.posts}))
         self.jobs[job.id] = job
         self.worker.submit(job)
         self._log_summary(round_, self.summaries[round_])

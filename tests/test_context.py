@@ -142,6 +142,21 @@ def test_events_reach_only_their_audience(context_run):
     assert rows == [(False, 0), (True, 1)]
 
 
+def test_targeted_news_stays_with_its_audience_in_round_memory(context_run):
+    """Round memory is the same for everyone but targeted news (docs/memory.md): the
+    round summary and the narrative, shown to everyone, leave the event out; its audience
+    keeps it as a key moment."""
+    db = context_run.dir.db
+    groups = dict(query(db, "SELECT agent_id, coalesce(group_name, '') FROM agents"))
+    outsider = min(a for a, g in groups.items() if g != "activists")
+    insider = min(a for a, g in groups.items() if g == "activists")
+    for rnd in (7, 9, 12):  # the round's line, then the narrative
+        (outside,) = inspect_agent(str(context_run.dir.root), outsider, rnd, "twitter")
+        (inside,) = inspect_agent(str(context_run.dir.root), insider, rnd, "twitter")
+        assert "bridge closes" not in outside.assembled.system, rnd
+        assert "Key moment (round 5)" in inside.assembled.system, rnd
+
+
 def test_inspect_rebuilds_what_the_run_assembled(context_run):
     """For agents that acted, `inspect` gives the same feed as the exposures table and the
     same per-section token counts as the run logged."""

@@ -67,7 +67,7 @@ def round_items(world, memory: RoundMemory, cfg: MemoryConfig, round_: int, appl
                                       text=quote(posts.text[post])), 50.0,
                                     platform=platform.name, posts=[post]))
 
-    items += _top_posts(world, memory, cfg, round_, applied, t)
+    items += _top_posts(world, memory, cfg, round_, applied, t, _audiences(memory, items))
     means = world.beliefs.position.mean(axis=0)
     if previous_means is not None:
         for k, label in enumerate(labels):
@@ -93,9 +93,18 @@ def _label(t: Templates, platform) -> str:
     return t.get(f"platforms.{platform.name}.label", platform.label)
 
 
+def _audiences(memory: RoundMemory, items: list[MemoryItem]) -> dict[int, int]:
+    """The audience of each targeted breaking news post (its event's item: pinned for
+    good, or of this round), so that what is remembered of it stays with its audience."""
+    return {p: i.audience for i in [*memory.pinned, *items]
+            if i.kind == "event" and i.audience is not None for p in i.posts}
+
+
 def _top_posts(world, memory: RoundMemory, cfg: MemoryConfig, round_: int,
-               applied: Applied, t: Templates) -> list[MemoryItem]:
-    """The posts that drew the most engagement this round (votes, shares, replies)."""
+               applied: Applied, t: Templates, audiences: dict[int, int]
+               ) -> list[MemoryItem]:
+    """The posts that drew the most engagement this round (votes, shares, replies); one
+    of targeted breaking news is remembered by its audience only."""
     ids = np.concatenate([np.asarray(v, np.int64) for v in applied.counters.values()]) \
         if applied.counters else np.empty(0, np.int64)
     if not len(ids) or cfg.top_posts == 0:
@@ -115,5 +124,5 @@ def _top_posts(world, memory: RoundMemory, cfg: MemoryConfig, round_: int,
             memory.new_id(), round_, "post",
             t("memory.top_post", who=who, platform=_label(t, platform), text=quote(text),
               n=n, up=up), float(n), pinned=rank == 0 and n >= cfg.pin_engagement,
-            platform=platform.name, posts=[post]))
+            platform=platform.name, posts=[post], audience=audiences.get(post)))
     return out
