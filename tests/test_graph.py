@@ -599,3 +599,20 @@ def test_a_scenario_that_cannot_be_written_whole_leaves_no_folder(tmp_path):
                            str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert "failed:" in done.stdout and "File too large" in done.stdout, done.stdout + done.stderr
     assert not out.exists()
+
+
+def test_an_agent_holds_one_visible_position_per_topic(graph_run):
+    """An agent's belief relations on a topic supersede each other: at every round at
+    most one is visible ("is undecided about" then "opposes" is not two current facts),
+    and the one visible is the latest."""
+    run = open_run(graph_run)
+    every = run.graph_relations(include_withdrawn=True)
+    beliefs = every[every["kind"] == "belief"]
+    assert beliefs["predicate"].nunique() == 3  # undecided, supports and opposes occur
+    for r in range(1, ROUNDS + 1):
+        now = run.graph_relations(as_of=r)
+        now = now[now["kind"] == "belief"]
+        assert not now.duplicated(["subject", "object"]).any(), r
+        latest = beliefs[beliefs["valid_from"] <= r].sort_values("relation_id") \
+            .groupby(["subject", "object"])["relation_id"].last()
+        assert set(now["relation_id"]) == set(latest), r

@@ -13,7 +13,8 @@ and from the text the facts about others (`observation` relations; the agent's f
 statements are its beliefs already). Source ids are the post ids. A relation already
 visible with the same subject, predicate and object is not added again (its first source
 stands); a polar relation contradicting an older one on the same endpoints withdraws it
-(`memory/knowledge/model.py`).
+(`memory/knowledge/model.py`), and an agent's new belief relation on a topic withdraws its
+older one of any other predicate (an agent holds one position at a time).
 
 Extraction is pure text work and may run in the background (`memory/knowledge/memory.py`);
 resolving into the graph happens here, on the caller's thread, in a fixed order, so the
@@ -122,6 +123,20 @@ def _add_once(graph: KnowledgeGraph, subject: int, predicate: str, obj: int, fac
     return rid
 
 
+def _supersede_beliefs(graph: KnowledgeGraph, rid: int, agent: int, topic: int,
+                       episode: int, round_: int, sim_time: str) -> None:
+    """An agent holds one position on a topic: its new belief relation `rid` withdraws
+    its older visible ones of another predicate ("is undecided about" included, which
+    has no polarity to contradict)."""
+    rel = graph.rows["graph_relations"].columns
+    for old in list(graph.by_pair.get((agent, topic), [])):
+        if old != rid and rel["kind"][old] == "belief" \
+                and rel["predicate"][old] != rel["predicate"][rid]:
+            graph.withdraw(old, round_, sim_time, episode,
+                           f"superseded by relation {rid} ({rel['predicate'][rid]}): "
+                           f"{rel['fact'][rid]}")
+
+
 @dataclass
 class RoundActivity:
     """What the agents posted in one round: per posting agent (ascending), the text of
@@ -177,8 +192,10 @@ def apply_activity(graph: KnowledgeGraph, activity: RoundActivity,
             predicate = ("supports" if stance >= UNDECIDED else "opposes" if
                          stance <= -UNDECIDED else "is undecided about")
             fact = f"{handle} {predicate} {topics.labels[t]} (stance {stance:+.2f})"
-            _add_once(graph, me, predicate, topic_entities[t], fact, "belief", "post",
-                      source_id, episode, r, when)
+            rid = _add_once(graph, me, predicate, topic_entities[t], fact, "belief",
+                            "post", source_id, episode, r, when)
+            if rid is not None:
+                _supersede_beliefs(graph, rid, me, topic_entities[t], episode, r, when)
         ex = extractions[i]
         _add_mentions(graph, ex)
         for f in ex.facts:
