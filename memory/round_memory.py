@@ -26,7 +26,7 @@ import numpy as np
 from shoal.core.language import DEFAULT, templates
 from shoal.core.state import KeyedJournal, State
 from shoal.memory.compaction import CompactionWorker, Item, Job, Summarizer
-from shoal.memory.context import Line
+from shoal.memory.context import Line, inline
 
 
 @dataclass
@@ -152,7 +152,9 @@ class RoundMemory:
             target = self._summary_of(job)
             target.attempts = job.attempts
             if outcome.error is None:
-                target.status, target.text, target.error = "done", outcome.text, ""
+                # A summary is a model's (or a plug-in's) text about what agents wrote: one
+                # line that opens no section, whatever the model answered (docs/memory.md).
+                target.status, target.text, target.error = "done", inline(outcome.text), ""
                 target.visible_from = round_
                 del self.jobs[job.id]
                 if job.kind == "merge":
