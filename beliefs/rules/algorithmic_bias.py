@@ -25,7 +25,7 @@ import numpy as np
 from pydantic import Field
 
 from shoal.beliefs.rules.base import Exposures, UpdateContext, UpdateRule
-from shoal.beliefs.rules.config import Dynamics, Epsilon
+from shoal.beliefs.rules.config import TIE, Dynamics, Epsilon
 from shoal.beliefs.rules.deffuant import one_sided, symmetric_pairs
 from shoal.beliefs.rules.exposure_stances import exposure_stances
 from shoal.beliefs.rules.partners import (
@@ -82,15 +82,15 @@ class AlgorithmicBiasRule(UpdateRule):
             return
         live = living(ctx, n)
         if c.mode == "neighbours":
-            one_sided(pos, live, self._biased_followees(pos, live, ctx), c.epsilon, c.mu)
+            one_sided(pos, live, self._biased_followees(pos, live, ctx), c.epsilon - TIE, c.mu)
             return
         partner = self._biased_others(pos, live, ctx)
         if c.mode == "complete":
-            one_sided(pos, live, partner, c.epsilon, c.mu)
+            one_sided(pos, live, partner, c.epsilon - TIE, c.mu)
             return
         keep = conflict_free(ctx, live, partner, n)
         rows, topic = np.nonzero(keep)
-        symmetric_pairs(pos, live[rows], partner[rows, topic], c.epsilon, c.mu, topic)
+        symmetric_pairs(pos, live[rows], partner[rows, topic], c.epsilon - TIE, c.mu, topic)
 
     def _read(self, pos: np.ndarray, exposures: Exposures, ctx: UpdateContext) -> None:
         c = self.cfg
@@ -102,7 +102,7 @@ class AlgorithmicBiasRule(UpdateRule):
         pick = pick_weighted(w, draws(ctx, Draw.PICK, a, pos.shape[1]))
         s = np.take_along_axis(stance, np.maximum(pick, 0)[:, None, :], axis=1)[:, 0, :]
         diff = s - x
-        move = (pick >= 0) & (np.abs(diff) < c.epsilon)
+        move = (pick >= 0) & (np.abs(diff) < c.epsilon - TIE)
         pos[a] = np.where(move, x + c.mu * diff, x)
 
     def _biased_others(self, pos: np.ndarray, live: np.ndarray, ctx: UpdateContext

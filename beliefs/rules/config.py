@@ -12,6 +12,13 @@ from shoal.config.base import Strict
 
 BeliefMode = Literal["exposures", "encounters", "pairs", "neighbours", "complete"]
 Epsilon = Annotated[float, Field(gt=0, le=2)]
+# Allowance for rounding at a confidence bound: positions lie in [-1, 1], so a distance
+# equal to ε in exact arithmetic comes out a few 1e-16 off after a subtraction or an
+# average; 1e-12 is far above that and far below any distance that matters. A closed bound
+# (≤ ε: Hegselmann–Krause) takes ε + TIE, a strict one (< ε: Deffuant, algorithmic bias)
+# ε − TIE, so equidistant start profiles, where many pairs lie exactly ε apart, interact
+# as the papers' definitions say, not as rounding falls.
+TIE = 1e-12
 
 
 class Dynamics(Strict):

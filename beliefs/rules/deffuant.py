@@ -27,7 +27,7 @@ import numpy as np
 from pydantic import Field
 
 from shoal.beliefs.rules.base import Exposures, UpdateContext, UpdateRule
-from shoal.beliefs.rules.config import Dynamics, Epsilon
+from shoal.beliefs.rules.config import TIE, Dynamics, Epsilon
 from shoal.beliefs.rules.exposure_stances import exposure_stances
 from shoal.beliefs.rules.partners import (
     encounter_batches,
@@ -111,7 +111,8 @@ class DeffuantRule(UpdateRule):
     def __init__(self, cfg: Deffuant):
         self.cfg = cfg
         self.mode = cfg.mode
-        self.epsilon, self.mu = cfg.epsilon, cfg.mu
+        # (strict bound: a distance of exactly ε is outside it, whatever rounding does)
+        self.epsilon, self.mu = cfg.epsilon - TIE, cfg.mu
         self.skip_seen = cfg.skip_seen
         self.uses_novelty = cfg.skip_seen
 

@@ -18,15 +18,10 @@ from __future__ import annotations
 from typing import Literal
 
 from shoal.beliefs.rules.base import Exposures, UpdateContext, UpdateRule
-from shoal.beliefs.rules.config import Dynamics, Epsilon
+from shoal.beliefs.rules.config import TIE, Dynamics, Epsilon
 from shoal.beliefs.rules.influences import influences
 from shoal.beliefs.state import BeliefState
 from shoal.core.registry import BELIEF_RULES
-
-# Allowance for rounding in |x_j − x_i| ≤ ε: distances here are at most 2, so an exact tie
-# is off by a few 1e-16 after a subtraction or an average; 1e-12 is far above that and far
-# below any distance that matters.
-TIE = 1e-12
 
 
 class HegselmannKrause(Dynamics):

@@ -159,3 +159,18 @@ def test_symmetric_encounters_conserve_the_mean(mode: str) -> None:
     x, _ = run_rule({"rule": "deffuant", "mode": mode, "epsilon": 0.5, "mu": 0.3},
                     x0, rounds=50, seed=3)
     np.testing.assert_allclose(x.mean(axis=0), x0.mean(axis=0), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(("rule", "mode"), [
+    *(({"rule": "deffuant", "mu": 0.5}, m) for m in ("complete", "pairs", "encounters")),
+    *(({"rule": "algorithmic_bias", "mu": 0.5, "gamma": 0.0}, m) for m in ("complete", "pairs"))])
+@pytest.mark.parametrize(("n", "eps01"), [(11, 0.1), (21, 0.05), (6, 0.2)])
+def test_pairs_exactly_epsilon_apart_never_interact(rule: dict, mode: str, n: int,
+                                                    eps01: float) -> None:
+    """The bound is strict (|x_j − x_i| < ε): on an equidistant start whose spacing is ε,
+    nobody has a partner within the bound, so nobody ever moves, whatever floating-point
+    rounding does to distances that are exactly ε (before the allowance for rounding, 2
+    to 18 agents of these profiles moved in 50 rounds)."""
+    x0 = to_shoal(np.linspace(0, 1, n))[:, None]
+    x, _ = run_rule({**rule, "mode": mode, "epsilon": 2 * eps01}, x0.copy(), rounds=50)
+    np.testing.assert_array_equal(x, x0)
