@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -131,3 +132,13 @@ def serve_http(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
+
+
+@contextmanager
+def closed_port() -> Iterator[int]:
+    """A loopback port nothing listens on, held bound (not listening) while the block
+    runs: a port released at once can be taken by another process, or be the source port
+    of a connect to itself (a TCP self-connect), and then something answers there."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]

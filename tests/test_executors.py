@@ -4,20 +4,22 @@ instead of Ray retrying the GCS for minutes."""
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 
 import pytest
 
 from shoal.cli.main import main
 from tests.conftest import write_config
+from tests.helpers import closed_port as held_closed_port
 
 SMALL = ["--set", "population.size=100", "--rounds", "2"]
 
 
-def _closed_port() -> int:
-    """A loopback port nothing listens on: bound by us, then released."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A loopback port nothing listens on, for the whole test (`tests.helpers`)."""
+    with held_closed_port() as port:
+        yield port
 
 
 @pytest.fixture
@@ -47,10 +49,11 @@ def _run(tmp_path, quickstart_dict, address: str) -> int:
                  "--out", str(tmp_path / "out")])
 
 
-def test_an_address_where_nothing_listens_exits_2(tmp_path, quickstart_dict, no_ray, capsys):
+def test_an_address_where_nothing_listens_exits_2(tmp_path, quickstart_dict, no_ray, capsys,
+                                                  closed_port):
     """host:port with nothing listening: exit 2 naming the address and how to get a
     cluster (or run on this machine); no run directory, not even the --out folder."""
-    address = f"127.0.0.1:{_closed_port()}"
+    address = f"127.0.0.1:{closed_port}"
     assert _run(tmp_path, quickstart_dict, address) == 2
     err = capsys.readouterr().err
     assert f"--address {address}: no Ray cluster answers there" in err
@@ -59,10 +62,10 @@ def test_an_address_where_nothing_listens_exits_2(tmp_path, quickstart_dict, no_
 
 
 def test_a_sweep_to_an_address_where_nothing_listens_exits_2(tmp_path, quickstart_dict,
-                                                             no_ray, capsys):
+                                                             no_ray, capsys, closed_port):
     """`shoal sweep --address` is probed before the sweep is announced or its folder made,
     and the advice names only flags the command has."""
-    address = f"127.0.0.1:{_closed_port()}"
+    address = f"127.0.0.1:{closed_port}"
     path = write_config(tmp_path / "c.yaml", quickstart_dict)
     assert main(["sweep", str(path), "--seeds", "2", "--address", address,
                  "--out", str(tmp_path / "out")]) == 2
@@ -82,10 +85,10 @@ def test_auto_without_a_cluster_exits_2(tmp_path, quickstart_dict, no_ray, capsy
 
 
 def test_auto_with_a_stale_cluster_file_exits_2(tmp_path, quickstart_dict, no_ray,
-                                                 monkeypatch, capsys):
+                                                 monkeypatch, capsys, closed_port):
     """'auto' finding the address of a cluster that has since stopped (Ray's
     ray_current_cluster file outlives it): the address it resolves to is probed too."""
-    stale = f"127.0.0.1:{_closed_port()}"
+    stale = f"127.0.0.1:{closed_port}"
     monkeypatch.setattr(no_ray, "find_bootstrap_address", lambda temp_dir: stale)
     assert _run(tmp_path, quickstart_dict, "auto") == 2
     err = capsys.readouterr().err

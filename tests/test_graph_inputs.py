@@ -6,7 +6,6 @@ time, and a folder given as the brief. Each is an input error naming what is wro
 from __future__ import annotations
 
 import json
-import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
@@ -17,7 +16,7 @@ import pytest
 
 from shoal.cli.main import main
 from tests.conftest import ROOT
-from tests.helpers import serve_http
+from tests.helpers import closed_port, serve_http
 
 TOLL = ROOT / "tests" / "data" / "graph" / "toll.md"
 PARAGRAPHS = 4  # of TOLL, the heading included: `shoal init` reads each twice
@@ -49,13 +48,6 @@ def scenario(tmp_path) -> Path:
 def _count(path: Path) -> int:
     return duckdb.sql("SELECT count(*) FROM read_parquet($p)",
                       params={"p": str(path)}).fetchall()[0][0]
-
-
-def _free_port() -> int:
-    """A loopback port with nothing listening on it (bound, then closed)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class _Flaky(BaseHTTPRequestHandler):
@@ -210,15 +202,16 @@ def test_a_folder_is_not_a_brief(tmp_path, capsys):
 def test_an_llm_endpoint_with_nothing_listening_stops_before_writing(tmp_path, capsys):
     """Nothing listening at --llm: the first call fails (retries included), the command
     stops there (exit 2), says so, and writes nothing."""
-    url = f"http://127.0.0.1:{_free_port()}/v1"
-    out = tmp_path / "out"
-    code, err = _run(capsys, "init", str(TOLL), "--out", str(out), "--llm", url,
-                     "--model", "x")
-    assert code == 2, err
-    assert f"error: --llm {url}: no answer (" in err and "nothing written" in err
-    assert not out.exists()
-    code, err = _run(capsys, "graph", "add", str(TOLL), "--into", str(out), "--new",
-                     "--llm", url)
+    with closed_port() as port:
+        url = f"http://127.0.0.1:{port}/v1"
+        out = tmp_path / "out"
+        code, err = _run(capsys, "init", str(TOLL), "--out", str(out), "--llm", url,
+                         "--model", "x")
+        assert code == 2, err
+        assert f"error: --llm {url}: no answer (" in err and "nothing written" in err
+        assert not out.exists()
+        code, err = _run(capsys, "graph", "add", str(TOLL), "--into", str(out), "--new",
+                         "--llm", url)
     assert code == 2 and f"--llm {url}: no answer" in err and not out.exists()
 
 

@@ -6,7 +6,6 @@ Every server here binds 127.0.0.1."""
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from typing import ClassVar
@@ -30,7 +29,7 @@ from shoal.llm.check import (
     suggest_concurrency,
 )
 from shoal.llm.server import serve_in_thread
-from tests.helpers import serve_http
+from tests.helpers import closed_port, serve_http
 
 KEY = "sk-test-" + "0123456789abcdef" * 2  # fake, key-shaped: must never be printed
 SHOWN = {"chat", "tools", "json_schema", "json_object", "usage", "cached tokens", "tokenize",
@@ -252,11 +251,9 @@ def test_the_table_for_the_fake_endpoint(fake, capsys):
 
 
 def test_an_unreachable_endpoint_is_a_clear_error(capsys):
-    with socket.socket() as s:  # a port that was free a moment ago: nobody listens there
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    url = f"http://127.0.0.1:{port}/v1"
-    code, out, err = _run(["llm-check", url], capsys)
+    with closed_port() as port:
+        url = f"http://127.0.0.1:{port}/v1"
+        code, out, err = _run(["llm-check", url], capsys)
     assert code == 2
     assert f"error: llm-check {url}: cannot connect" in " ".join(err.split())
     assert "Traceback" not in err and not out

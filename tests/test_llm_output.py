@@ -18,7 +18,7 @@ from shoal.llm.server import Faults, serve_in_thread
 from shoal.memory.model_tokens import MARGIN, TEMPLATE_TOKENS, ModelTokens, measure
 from shoal.memory.tokens import count
 from tests.conftest import CONFIGS, write_config
-from tests.helpers import query, run_cli
+from tests.helpers import closed_port, query, run_cli
 
 
 def test_the_action_schema_names_only_what_the_agent_can_do():
@@ -240,18 +240,15 @@ def test_a_budget_that_cannot_hold_the_tools_is_refused(tmp_path):
 def test_auto_refuses_to_decide_without_an_answer():
     """An endpoint that does not answer teaches nothing: `auto` says so instead of
     settling the run on `text`."""
-    import socket
 
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    model = chat_model(_provider(f"http://127.0.0.1:{port}/v1", max_retries=0))
-    sync = SyncChat(model)
-    try:
-        with pytest.raises(InputError, match="output: auto could not probe"):
-            sync.run(probe(model), 60)
-    finally:
-        sync.close()
+    with closed_port() as port:
+        model = chat_model(_provider(f"http://127.0.0.1:{port}/v1", max_retries=0))
+        sync = SyncChat(model)
+        try:
+            with pytest.raises(InputError, match="output: auto could not probe"):
+                sync.run(probe(model), 60)
+        finally:
+            sync.close()
 
 
 def test_auto_names_the_key_variable_when_the_server_refuses_the_key(monkeypatch):

@@ -22,7 +22,7 @@ from shoal.surveys.responses import rule_responses
 from shoal.surveys.scores import scale_summary, wave_change
 from tests.conftest import CONFIGS, write_config
 from tests.golden import run_digests
-from tests.helpers import make_config, run_config
+from tests.helpers import closed_port, make_config, run_config
 
 SURVEY = {
     "name": "panel", "waves": [0, 3, 6], "sample": {"size": 150},
@@ -139,13 +139,9 @@ def test_llm_agents_answer_through_the_interview_path(tmp_path):
     assert set(r["source"]) == {"rule"}
     # an endpoint that does not answer: exit 3, nothing stored (not abstentions), so the
     # same command asks again once one does
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        closed = s.getsockname()[1]
-    assert main(["survey", str(run), "--base-url", f"http://127.0.0.1:{closed}/v1",
-                 "--model", "m"]) == 3
+    with closed_port() as closed:
+        assert main(["survey", str(run), "--base-url", f"http://127.0.0.1:{closed}/v1",
+                     "--model", "m"]) == 3
     assert set(open_run(run).survey_responses["source"]) == {"rule"}
     assert main(["survey", str(run)]) == 0
     r = open_run(run).survey_responses
