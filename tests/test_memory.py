@@ -139,16 +139,22 @@ class FlakySummarizer(ExtractiveSummarizer):
         return super().summarize_round(header, items)
 
 
-def test_failed_compaction_stays_pending_is_retried_and_recorded(tmp_path):
-    """The run goes on; rounds 3 and 4 show a fallback line while their summary is
-    pending; each failure is logged with its reason; the third attempt succeeds."""
-    run = Simulation.create(make_config(_base(rounds=10), tmp_path))
-    run.world.memory.summarizer = FlakySummarizer()
-    run.world.memory.worker.summarizer = run.world.memory.summarizer
+def _run_summarized_by(summarizer, data: dict, tmp_path) -> Simulation:
+    """A run of `data` whose round memory is compacted by `summarizer`, run to its end."""
+    run = Simulation.create(make_config(data, tmp_path))
+    run.world.memory.summarizer = summarizer
+    run.world.memory.worker.summarizer = summarizer
     try:
         run.run()
     finally:
         run.close()
+    return run
+
+
+def test_failed_compaction_stays_pending_is_retried_and_recorded(tmp_path):
+    """The run goes on; rounds 3 and 4 show a fallback line while their summary is
+    pending; each failure is logged with its reason; the third attempt succeeds."""
+    run = _run_summarized_by(FlakySummarizer(), _base(rounds=10), tmp_path)
     rows = query(run.dir.db, "SELECT covers_from, round, status, attempts, note FROM memory "
                           "WHERE level = 'summary' AND kind = 'round' AND covers_from IN "
                           "(3, 4) ORDER BY covers_from, round, attempts")
@@ -227,14 +233,8 @@ def test_a_summary_cannot_open_a_section_of_the_system_text(tmp_path):
     summary of it, whatever the summariser answers: it is one line in the memory."""
     from shoal.runs.inspect import inspect_agent
 
-    run = Simulation.create(make_config(_base(rounds=6, memory={
-        "context": {"build_for": "all"}}), tmp_path))
-    run.world.memory.summarizer = EchoingSummarizer()
-    run.world.memory.worker.summarizer = run.world.memory.summarizer
-    try:
-        run.run()
-    finally:
-        run.close()
+    run = _run_summarized_by(EchoingSummarizer(), _base(rounds=6, memory={
+        "context": {"build_for": "all"}}), tmp_path)
     (got, *_) = inspect_agent(str(run.dir.root), 3, 6)
     lines = got.assembled.system.splitlines()
     assert lines.count("## What you think") == 1
