@@ -74,6 +74,29 @@ def test_bimodality_coefficient_by_hand():
     assert math.isnan(metrics.bimodality_coefficient([0.3] * 10))  # no spread
 
 
+def test_a_consensus_up_to_rounding_has_no_bimodality_and_no_correlation():
+    """Positions equal up to a unit in the last place (what averaging rules reach) have no
+    spread: BC is NaN as for equal positions. Computed from the rounding of x − mean it
+    was anything: 49 agents at 0.1 and one a unit in the last place above gave 1.83, above
+    BC's bound of 1 (the same shape in whole numbers, [0]·49 + [1], has BC 0.9588: the
+    value is the rounding's, not the data's). A real spread at the same level is kept:
+    [0, 0, 0, 1]·1e-9 + 0.5 still gives 2/7."""
+    consensus = np.full(50, 0.1)
+    consensus[0] = np.nextafter(0.1, 1.0)
+    assert math.isnan(metrics.bimodality_coefficient(consensus))
+    ulps = 0.3 + np.spacing(0.3) * np.array([0, 1, 2, 0, 1, 2, 1, 0])
+    assert math.isnan(metrics.bimodality_coefficient(ulps))
+    assert metrics.bimodality_coefficient(0.5 + 1e-9 * np.array([0, 0, 0, 1])) == \
+        pytest.approx(2 / 7, rel=1e-5)
+    # the follower–followee correlation of a consensus is undefined, not ±1
+    b = beliefs_frame({0: [0.1, np.nextafter(0.1, 1.0), 0.1, np.nextafter(0.1, 1.0)]})
+    follows = pd.DataFrame([(0, "twitter", 0, 1, "init"), (0, "twitter", 1, 2, "init"),
+                            (0, "twitter", 2, 3, "init")],
+                           columns=["round", "platform", "follower", "followee", "op"])
+    out = metrics.follower_followee_correlation(b, follows)
+    assert out["n_edges"].tolist() == [3] and math.isnan(out["correlation"].iloc[0])
+
+
 def test_bimodality_coefficient_matches_pandas_moments_and_its_threshold():
     """Same as (G1² + 1)/(G2 + 3(n−1)²/((n−2)(n−3))) with pandas' skew and kurt; above 5/9
     for a bimodal sample, below for a normal (1/3 in the limit), ≈ 5/9 for a uniform."""

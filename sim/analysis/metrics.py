@@ -95,13 +95,16 @@ def bimodality_coefficient(x: ArrayLike) -> float:
 
     BC lies in (0, 1]. The uniform distribution has BC = 5/9 in the limit; values above 5/9
     suggest bimodality (a normal has 1/3, two equal point masses 1). Undefined (NaN) for
-    n < 4 or zero spread. Sources: SAS Institute, SAS/STAT User's Guide, PROC CLUSTER
-    (Sarle); Pfister, Schwarz, Janczyk, Dale & Freeman (2013), "Good things peak in pairs:
-    a note on the bimodality coefficient", Frontiers in Psychology 4:700."""
+    n < 4 or no spread, a spread within rounding of the values included (`_no_spread`: a
+    consensus reached by averaging differs by a few units in the last place, and its
+    moments are the rounding's: 1.83 for one agent a unit above 49 others). Sources: SAS
+    Institute, SAS/STAT User's Guide, PROC CLUSTER (Sarle); Pfister, Schwarz, Janczyk,
+    Dale & Freeman (2013), "Good things peak in pairs: a note on the bimodality
+    coefficient", Frontiers in Psychology 4:700."""
     v = np.asarray(x, dtype=float)
     v = v[~np.isnan(v)]
     n = v.size
-    if n < 4 or np.ptp(v) == 0:
+    if n < 4 or _no_spread(v):
         return math.nan
     d = v - v.mean()
     m2, m3, m4 = (d**2).mean(), (d**3).mean(), (d**4).mean()
@@ -109,6 +112,18 @@ def bimodality_coefficient(x: ArrayLike) -> float:
     skew = g1 * math.sqrt(n * (n - 1)) / (n - 2)
     kurt = (n - 1) * ((n + 1) * g2 + 6) / ((n - 2) * (n - 3))
     return float((skew**2 + 1) / (kurt + 3 * (n - 1) ** 2 / ((n - 2) * (n - 3))))
+
+
+# A spread this small relative to the values' magnitude is rounding, not a difference
+# (the allowance beliefs/rules/config.py gives the rules' bounds).
+SPREAD_TOLERANCE = 1e-12
+
+
+def _no_spread(v: np.ndarray) -> bool:
+    """Whether the values (NaN-free, at least one) have no spread beyond rounding:
+    max − min ≤ SPREAD_TOLERANCE · max |x|. The central moments of values equal up to a few
+    units in the last place are the rounding of `x − mean`, not a shape."""
+    return bool(np.ptp(v) <= SPREAD_TOLERANCE * np.abs(v).max())
 
 
 def esteban_ray(x: ArrayLike, alpha: float = 1.6, bins: int = 5,
@@ -300,8 +315,9 @@ def follower_followee_correlation(beliefs: pd.DataFrame, follows: pd.DataFrame,
 
 
 def _pearson(x: np.ndarray, y: np.ndarray) -> float:
-    """Pearson's r; NaN with fewer than two pairs or no spread."""
-    if x.size < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
+    """Pearson's r; NaN with fewer than two pairs or no spread (beyond rounding:
+    `_no_spread`) on either side."""
+    if x.size < 2 or _no_spread(x) or _no_spread(y):
         return math.nan
     return float(np.corrcoef(x, y)[0, 1])
 
