@@ -284,6 +284,41 @@ def test_survey_statistics_say_what_cannot_be_estimated(capsys, tmp_path):
     assert "n/a" in printed and "nan" not in printed
 
 
+def test_an_item_nobody_answered_leaves_its_scale_without_scores_or_alpha():
+    """Three items a, b (reverse-coded), c on 5 points; four respondents answer a and b
+    in both waves, c in wave 0 only (every wave-1 answer to c is an abstention, as an
+    LLM's answers that do not fit the item are).
+
+    Wave 0 (b reverse-coded to 6 − b): rows (1, 1, 2), (2, 2, 3), (4, 4, 4), (5, 5, 5);
+    item variances (n − 1) 10/3, 10/3, 5/3, Σ = 25/3; sums 4, 7, 12, 15, variance 73/3;
+    alpha = 3/2 · (1 − 25/73) = 72/73. No respondent answered every item in wave 1, so
+    it has no score and no alpha (it was alpha over a and b alone, 2 · (1 − 47/91) =
+    88/91, reported with items = 2 for a scale of 3 nobody was scored on); and with c
+    abstained in every wave, the scores were a KeyError."""
+    surveys = [{"name": "s", "items": [
+        {"id": "a", "kind": "likert", "scale": "x", "points": 5},
+        {"id": "b", "kind": "likert", "scale": "x", "points": 5, "reverse": True},
+        {"id": "c", "kind": "likert", "scale": "x", "points": 5}]}]
+    answers = {0: [(1, 5, 2), (2, 4, 3), (4, 2, 4), (5, 1, 5)],
+               1: [(2, 4, 2), (3, 3, 3), (5, 1, 5), (5, 2, 4)]}
+    rows = [{"round": 3 * wave, "survey": "s", "wave": wave, "agent": agent, "item": item,
+             "kind": "likert", "value": float(value), "choice": None, "text": None,
+             "abstained": wave == 1 and item == "c", "source": "rule"}
+            for wave, people in answers.items() for agent, values in enumerate(people)
+            for item, value in zip("abc", values, strict=True)]
+    responses = pd.DataFrame(rows)
+    scales = scale_summary(responses, surveys).set_index("wave")
+    assert scales.loc[0, "alpha"] == pytest.approx(72 / 73)
+    assert scales.loc[0, "n"] == 4 and scales.loc[0, "mean"] == pytest.approx(38 / 12)
+    assert scales.loc[1, "n"] == 0 and np.isnan(scales.loc[1, "alpha"])
+    assert scales.loc[1, "items"] == 3
+    assert scales.loc[1, "note"] == "alpha n/a (n = 0); sd n/a (n = 0)"
+    assert wave_change(responses, surveys).empty  # nobody scored in wave 1
+    never = responses.assign(abstained=responses["item"] == "c")
+    assert scale_summary(never, surveys)["n"].tolist() == [0, 0]
+    assert wave_change(never, surveys).empty
+
+
 def test_the_questionnaires_schema_has_each_items_kind_of_answer():
     """What a json_schema provider is sent with the questionnaire: every item required,
     each as its kind is answered (the parsing of replies reads the same shapes)."""

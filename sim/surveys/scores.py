@@ -56,7 +56,7 @@ def scale_scores(responses: pd.DataFrame, surveys: list[dict]) -> pd.DataFrame:
     out = []
     for (survey, scale), part in wide.groupby(level=["survey", "scale"]):
         mine = items[(items["survey"] == survey) & (items["scale"] == scale)]["item"]
-        part = part[list(mine)].dropna()
+        part = part.reindex(columns=list(mine)).dropna()  # (an item nobody answered: NaN)
         if len(mine) != size[(survey, scale)] or part.empty:
             continue
         out.append(part.mean(axis=1).rename("score").reset_index())
@@ -75,14 +75,18 @@ def alpha_note(n: int, items: int, alpha: float) -> str:
 
 def scale_summary(responses: pd.DataFrame, surveys: list[dict]) -> pd.DataFrame:
     """Per survey, scale and wave: respondents with a score, mean and sd of the score,
-    Cronbach's alpha, and a `note` saying why a statistic is undefined (NaN): alpha from
-    fewer than two complete respondents or items, or without variance; sd from one
-    respondent."""
+    Cronbach's alpha over the scale's items (all of them, an item nobody answered
+    included: alpha, like the score, is over the respondents who answered every item), and
+    a `note` saying why a statistic is undefined (NaN): alpha from fewer than two complete
+    respondents or items, or without variance; sd from one respondent."""
     df = coded(responses, surveys)
     scores = scale_scores(responses, surveys)
+    items = _items(surveys)
     rows = []
     for (survey, scale, wave), part in df.groupby(["survey", "scale", "wave"]):
-        wide = part.pivot_table(index="agent", columns="item", values="value")
+        mine = items[(items["survey"] == survey) & (items["scale"] == scale)]["item"]
+        wide = part.pivot_table(index="agent", columns="item", values="value") \
+            .reindex(columns=list(mine))
         sc = scores[(scores["survey"] == survey) & (scores["scale"] == scale)
                     & (scores["wave"] == wave)]["score"]
         alpha = cronbach_alpha(wide)
