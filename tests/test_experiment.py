@@ -27,6 +27,7 @@ from shoal.analysis.experiments import (
     outcomes,
     paired_effects,
     render_report,
+    small_sample_warnings,
 )
 from shoal.analysis.metrics import student_t_quantile
 from shoal.analysis.sweeps import member_metrics
@@ -196,6 +197,22 @@ def test_paired_effects_by_hand():
     # a replicate missing in one arm leaves the pair out
     (short,) = paired_effects(values.drop(index=5), "c", ["c", "t"], ["m"]).to_dict("records")
     assert short["n"] == 2 and short["mean_diff"] == pytest.approx(0.25)
+
+
+def test_a_metric_undefined_in_every_pair_is_said_so():
+    """A metric NaN in every replicate of both arms (the bimodality coefficient of a
+    consensus) leaves no pair: n = 0, every statistic NaN, and the note and the warning
+    say so instead of speaking of one pair ("n = 0: ... (one pair shows no spread)", and
+    "rows with n = 1 paired replicate" for a table with no such row)."""
+    values = pd.DataFrame({"arm": ["c", "c", "t", "t"], "replicate": [0, 1, 0, 1],
+                           "metric": "m", "value": math.nan})
+    effects = paired_effects(values, "c", ["c", "t"], ["m"])
+    (row,) = effects.to_dict("records")
+    assert row["n"] == 0 and math.isnan(row["mean_diff"]) and math.isnan(row["t_low"])
+    assert row["note"] == ("n = 0: no mean, sd, interval or variance ratio (the metric is "
+                           "undefined, NaN, in every pair)")
+    (warning,) = small_sample_warnings(effects)
+    assert warning.startswith("rows with n = 0: the metric is undefined (NaN) in every pair")
 
 
 def test_end_values_and_small_samples():

@@ -140,6 +140,9 @@ def summarize_differences(d: np.ndarray, level: float = LEVEL) -> dict[str, floa
 
 def small_sample_note(n: int) -> str:
     """What cannot be estimated from `n` pairs, in words ("" when everything can)."""
+    if n == 0:
+        return ("n = 0: no mean, sd, interval or variance ratio (the metric is undefined, "
+                "NaN, in every pair)")
     if n < 2:
         return f"n = {n}: no sd, interval or variance ratio (one pair shows no spread)"
     if n < MIN_BOOTSTRAP:
@@ -158,9 +161,13 @@ def small_sample_warnings(effects: pd.DataFrame) -> list[str]:
                    f"(n/a; it needs at least {MIN_BOOTSTRAP}); the t interval is given, and "
                    "assumes the mean difference is roughly normal; more replicates "
                    "(experiment.replicates) give both")
-    if (effects["n"] < 2).any():
+    if (effects["n"] == 1).any():
         out.append("rows with n = 1 paired replicate: no sd, no interval and no variance "
                    "ratio can be estimated (n/a)")
+    if (effects["n"] == 0).any():
+        out.append("rows with n = 0: the metric is undefined (NaN) in every pair, e.g. the "
+                   "bimodality coefficient of positions without spread; nothing can be "
+                   "estimated (n/a)")
     return out
 
 
