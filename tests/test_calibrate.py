@@ -16,9 +16,11 @@ from shoal.runs.calibrate import (
     MIN_ACCEPTED,
     Param,
     calibrate,
+    distance,
     draw,
     load_target,
     parse_param,
+    position_series,
     simulate,
     summarise,
 )
@@ -132,6 +134,24 @@ def test_too_few_accepted_draws_give_no_interval_and_repeats_count_once(tmp_path
     assert len(repeated.trials) == 6 and repeated.accepted == 5
     assert "2 draw(s)" in repeated.notes[0] and "each is counted once" in repeated.notes[0]
     assert json.loads((tmp_path / "calibration.json").read_text())["trials"] == 6
+
+
+def test_retest_is_the_correlation_with_round_0_and_undefined_for_a_consensus():
+    """Round 0 at −1, −0.5, 0.5, 1; round 1 at 0.2, −0.2, 0.2, −0.2: both means 0,
+    Σ x0·x1 = −0.2, Σ x0² = 2.5, Σ x1² = 0.16, so r = −0.2/√0.4 = −1/√10. Round 2 is a
+    consensus (all at 0.3) and round 3 one up to rounding: a correlation with a constant
+    is undefined (NaN, as its bimodality), where retest said 1.0, a perfectly stable
+    panel. A draw whose seeds all give NaN for a target row is infinitely far from it."""
+    rounds = {0: [-1.0, -0.5, 0.5, 1.0], 1: [0.2, -0.2, 0.2, -0.2], 2: [0.3] * 4,
+              3: [0.3, np.nextafter(0.3, 1.0), 0.3, 0.3]}
+    beliefs = pd.DataFrame([{"round": r, "agent": a, "topic": "t", "position": x}
+                            for r, xs in rounds.items() for a, x in enumerate(xs)])
+    series = position_series(beliefs)
+    retest = series[series["metric"] == "retest.t"].set_index("round")["value"]
+    assert retest[0] == pytest.approx(1.0) and retest[1] == pytest.approx(-1 / np.sqrt(10))
+    assert np.isnan(retest[2]) and np.isnan(retest[3])
+    target = pd.DataFrame({"round": [2], "metric": ["retest.t"], "value": [0.95]})
+    assert distance(series, target) == np.inf
 
 
 def test_bad_calibration_input_is_named(tiny, tmp_path, capsys):

@@ -97,8 +97,12 @@ def draw(params: list[Param], seed: int, index: int) -> dict[str, float]:
 
 
 def position_series(beliefs: pd.DataFrame) -> pd.DataFrame:
-    """Every metric of KINDS per round and topic: round, metric, value."""
-    from shoal.analysis.metrics import bimodality_coefficient
+    """Every metric of KINDS per round and topic: round, metric, value. `retest` is
+    Pearson's r between the agents' positions at the round and at the first round, over
+    the agents present in both; like the bimodality coefficient it is NaN where it is
+    undefined (fewer than two agents, or no spread beyond rounding at either round: a
+    consensus has no correlation with anything, and is not a perfectly stable panel)."""
+    from shoal.analysis.metrics import _pearson, bimodality_coefficient
 
     rows = []
     first = beliefs[beliefs["round"] == beliefs["round"].min()]
@@ -108,8 +112,7 @@ def position_series(beliefs: pd.DataFrame) -> pd.DataFrame:
             x = now["position"].to_numpy()
             base = start.reindex(now["agent"]).to_numpy()
             ok = ~np.isnan(base)
-            retest = (float(np.corrcoef(base[ok], x[ok])[0, 1])
-                      if ok.sum() > 2 and x[ok].std() > 0 and base[ok].std() > 0 else 1.0)
+            retest = _pearson(base[ok], x[ok])
             for kind, value in (("mean", x.mean()), ("sd", x.std()),
                                 ("bimodality", bimodality_coefficient(x)),
                                 ("support", float((x > 0).mean())), ("retest", retest)):
