@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from rich.console import Console
 
 from shoal.analysis.notebook import open_sweep
 from shoal.analysis.sweeps import SUMMARY_FILE, SWEEP_FILE, seed_stats, summarize_members
@@ -175,3 +176,25 @@ def test_summary_groups_by_point_and_skips_failed_members():
     assert s.loc[0, "m.mean"] == 2.0
     assert s.loc[0, "m.ci95_high"] - 2.0 == pytest.approx(4.302653 * 1 / math.sqrt(3))
     assert s.loc[1, "m.mean"] == 5.0 and math.isnan(s.loc[1, "m.ci95_low"])
+    assert list(s["m.n"]) == [3, 1]
+
+
+def test_a_metric_undefined_in_some_members_says_how_many_its_interval_rests_on():
+    """Three finished members, one with the metric NaN (a consensus's bimodality): the
+    statistics are over the other two, mean 1.5, sd √0.5, half-width t(0.975, 1)·√0.5/√2
+    = 12.7062/2 = 6.3531, and they say n = 2, where the row's n (and the printed header)
+    said 3 with nothing to tell the cell apart."""
+    from shoal.cli.sweep import summary_table
+
+    members = pd.DataFrame({
+        "member": range(3), "point": 0, "run": list("abc"), "seed": [0, 1, 2],
+        "status": "finished", "seconds": 1.0, "m": [1.0, 2.0, np.nan], "full": 1.0})
+    s = summarize_members(members, [])
+    assert s.loc[0, "n"] == 3 and s.loc[0, "m.n"] == 2 and s.loc[0, "full.n"] == 3
+    assert s.loc[0, "m.mean"] == 1.5
+    assert s.loc[0, "m.ci95_high"] - 1.5 == pytest.approx(6.353102, rel=1e-6)
+    console = Console(width=120, record=True)
+    console.print(summary_table(s, []))
+    printed = console.export_text()
+    assert "1.500 ± 6.353 (n = 2)" in printed
+    assert "1.000 ± 0.000" in printed and "0.000 (n" not in printed

@@ -22,7 +22,7 @@ from shoal.store.lineage import read_table
 SWEEP_FILE = "sweep.json"
 SUMMARY_FILE = "summary.csv"
 LEVEL = 0.95
-STATS = ("mean", "sd", "ci95_low", "ci95_high")
+STATS = ("mean", "sd", "ci95_low", "ci95_high", "n")
 
 def member_metrics(run: str | Path) -> dict[str, float]:
     """The summary metrics of one run (see the module docstring; formulas of the belief
@@ -72,7 +72,9 @@ def metric_names(members: pd.DataFrame, grid_keys: list[str]) -> list[str]:
 
 def summarize_members(members: pd.DataFrame, grid_keys: list[str]) -> pd.DataFrame:
     """Per grid point (finished members only): n, and for each metric its mean, sd and the
-    95% t-interval over seeds (`<metric>.mean`, `.sd`, `.ci95_low`, `.ci95_high`)."""
+    95% t-interval over seeds (`<metric>.mean`, `.sd`, `.ci95_low`, `.ci95_high`) and the
+    members they rest on, those where the metric is defined (`<metric>.n`: below n where
+    it is NaN in some, e.g. the bimodality coefficient of a consensus)."""
     ok = members[members["status"] == "finished"]
     names = metric_names(members, grid_keys)
     rows = []
@@ -82,9 +84,10 @@ def summarize_members(members: pd.DataFrame, grid_keys: list[str]) -> pd.DataFra
         done = ok[ok["point"] == point]
         row["n"] = len(done)
         for m in names:
-            mean, sd, low, high = seed_stats(done[m].to_numpy(dtype=float))
+            values = done[m].to_numpy(dtype=float)
+            mean, sd, low, high = seed_stats(values)
             row.update({f"{m}.mean": mean, f"{m}.sd": sd, f"{m}.ci95_low": low,
-                        f"{m}.ci95_high": high})
+                        f"{m}.ci95_high": high, f"{m}.n": int(np.isfinite(values).sum())})
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -14,7 +14,8 @@ from shoal.runs.sweep import plan_sweep, run_sweep
 
 def summary_table(summary: pd.DataFrame, grid_keys: list[str]) -> Table:
     """Metrics as rows, grid points as columns; each cell mean ± half-width of the 95%
-    t-interval."""
+    t-interval, and "(n = k)" when it rests on fewer members than the point's n (the
+    metric is NaN in the others)."""
     table = Table(box=None)
     table.add_column("metric")
     for row in summary.itertuples(index=False):
@@ -26,12 +27,14 @@ def summary_table(summary: pd.DataFrame, grid_keys: list[str]) -> Table:
         cells = []
         for _, r in summary.iterrows():
             mean, low, high = r[f"{m}.mean"], r[f"{m}.ci95_low"], r[f"{m}.ci95_high"]
+            k = r.get(f"{m}.n", r["n"])  # (a summary.csv written before the column)
+            fewer = f" (n = {int(k)})" if pd.notna(k) and k < r["n"] else ""
             if pd.isna(mean):
                 cells.append("—")
             elif pd.isna(low):
-                cells.append(f"{mean:.3f}")
+                cells.append(f"{mean:.3f}{fewer}")
             else:
-                cells.append(f"{mean:.3f} ± {(high - low) / 2:.3f}")
+                cells.append(f"{mean:.3f} ± {(high - low) / 2:.3f}{fewer}")
         table.add_row(m, *cells)
     return table
 
