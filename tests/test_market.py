@@ -268,3 +268,25 @@ def test_inspect_an_agent_of_a_market_run(market_run, capsys):
         text = capsys.readouterr().out
         assert "=== SYSTEM ===" in text and "=== OBSERVATION ===" in text
         assert "you bought" not in text and "'buy'" not in text
+
+
+def test_brier_and_log_scores_by_hand():
+    """A yes/no market resolved yes. The market (agent −1) closed at 0.6/0.4: Brier
+    0.4² + 0.4² = 0.32, log ln 0.6. Agent 1 said 0.7/0.3: 0.09 + 0.09 = 0.18, ln 0.7.
+    Agent 2 gave yes no chance: Brier 1 + 1 = 2 (the worst), log ln 1e-12 (the floor
+    docs/markets.md states), not −∞. An unresolved market is not scored."""
+    from shoal.analysis.markets import scores
+
+    forecasts = pd.DataFrame({
+        "round": 5, "market": ["m"] * 6 + ["open"] * 2,
+        "agent": [-1, -1, 1, 1, 2, 2, 1, 1],
+        "outcome": ["yes", "no"] * 4,
+        "probability": [0.6, 0.4, 0.7, 0.3, 0.0, 1.0, 0.5, 0.5]})
+    payouts = pd.DataFrame({"round": [6, 6], "market": "m", "agent": [-1, 1],
+                            "outcome": "yes", "payout": [10.0, 10.0],
+                            "rule_value": np.nan})
+    got = scores(forecasts, payouts).set_index("agent")
+    assert list(got["market"]) == ["m"] * 3
+    assert got["brier"].to_dict() == pytest.approx({-1: 0.32, 1: 0.18, 2: 2.0})
+    assert got["log_score"].to_dict() == pytest.approx(
+        {-1: np.log(0.6), 1: np.log(0.7), 2: np.log(1e-12)})

@@ -5,7 +5,9 @@ closed, `forecasts`) and for the market itself (its prices then, agent −1):
 
 - Brier score: Σ_i (p_i − o_i)², o_i = 1 for the outcome that happened, else 0 (0 is
   perfect, 2 the worst; 0.5 for even odds on a yes/no market);
-- log score: ln p_o of the outcome that happened (0 is perfect; ln 0.5 for even odds).
+- log score: ln p_o of the outcome that happened (0 is perfect; ln 0.5 for even odds),
+  p_o floored at 1e-12 (a forecast that gave it no chance scores ln 1e-12 ≈ −27.6, not
+  −∞, so means over agents stay finite).
 """
 
 from __future__ import annotations
