@@ -315,3 +315,45 @@ def test_bad_arguments_of_the_notebook_metrics_are_named(tmp_path):
         runs["zzz"]
     with pytest.raises(IndexError, match="there are 1 runs"):
         runs[10]
+
+
+def test_frames_without_rows_have_the_dtypes_of_frames_with_rows(family):
+    """A frame or result with no rows has the columns and dtypes it has with rows: text
+    columns the text dtype (DuckDB gives `object` for them when there are no rows), numbers
+    numbers; so frames of several runs concatenate without turning text into `object`."""
+    run = open_run(family.root)  # rule-based: no context, LLM calls, surveys or interviews
+    text = pd.Series(["x"]).dtype
+    assert run.llm_calls.empty and run.context.empty
+    assert run.llm_calls["platform"].dtype == text and run.llm_calls["model"].dtype == text
+    assert run.context["section"].dtype == text
+    assert run.actions["platform"].dtype == text == run.beliefs["topic"].dtype
+    fork = open_run(family.fork)  # its interventions have rows
+    assert len(fork.interventions) and run.interventions.empty
+    assert run.interventions["kind"].dtype == fork.interventions["kind"].dtype == text
+    both = open_runs([family.root, family.fork])
+    assert both.interventions["kind"].dtype == text
+    assert run.table("profile_fixes")["fix"].dtype == text
+    assert run.survey_responses["item"].dtype == text
+    scales, scores, change = run.survey_scales(), run.survey_scores(), run.survey_change()
+    assert scales.empty and scores.empty and change.empty
+    assert scales["n"].dtype == np.int64 and scales["alpha"].dtype == float
+    assert scales["survey"].dtype == text
+    assert scores["score"].dtype == float and scores["agent"].dtype == np.int32
+    assert change["mean_change"].dtype == float and change["n"].dtype == np.int64
+    reuse = run.prefix_reuse()
+    assert reuse.empty and reuse.dtypes.tolist() == [np.int64, float, float]
+    assert run.market_scores()["brier"].dtype == float
+
+
+def test_tables_made_on_demand_read_empty_before_they_exist(family):
+    """`run.table` of a table created the first time it is written (interviews, analyses)
+    is an empty frame with its columns in a run never asked; an unknown name lists the
+    tables there are, those included."""
+    run = open_run(family.root)
+    interviews = run.table("interviews")
+    assert interviews.empty and {"question", "answer", "agent"} <= set(interviews.columns)
+    assert interviews["answer"].dtype == pd.Series(["x"]).dtype
+    assert run.table("analysis_runs").empty
+    with pytest.raises(InputError, match=r"unknown table 'beleifs'; tables: .*beliefs.*"
+                                         r"interviews.*prices"):
+        run.table("beleifs")

@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from shoal.analysis.metrics import TEXT
+
 
 def resolutions(payouts: pd.DataFrame) -> pd.DataFrame:
     """One row per resolved market: market, round, outcome, rule_value, paid (total)."""
@@ -30,7 +32,10 @@ def scores(forecasts: pd.DataFrame, payouts: pd.DataFrame) -> pd.DataFrame:
         columns={"outcome": "happened"})
     f = forecasts.merge(resolved, on="market")
     if f.empty:
-        return pd.DataFrame(columns=["market", "agent", "brier", "log_score"])
+        return pd.DataFrame({"market": pd.Series(dtype=TEXT),
+                             "agent": pd.Series(dtype="int32"),
+                             "brier": pd.Series(dtype=float),
+                             "log_score": pd.Series(dtype=float)})
     hit = (f["outcome"] == f["happened"]).astype(float)
     f = f.assign(sq=(f["probability"] - hit) ** 2,
                  log=np.where(hit == 1, np.log(f["probability"].clip(lower=1e-12)), 0.0))

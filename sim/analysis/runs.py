@@ -46,6 +46,7 @@ from shoal.store.lineage import (
 from shoal.store.run_dir import RunDir, open_run_dir
 from shoal.store.schema import schema
 from shoal.store.tables import TABLES, TableSpec, file_tables
+from shoal.store.traces import read_tables  # (declares the interviews and analyses tables)
 
 if TYPE_CHECKING:  # (imported where used: reading a run loads no graph reader)
     from shoal.analysis.fidelity import Fidelity
@@ -62,33 +63,55 @@ JSON_COLUMNS = {"interventions": ("spec", "effect"), "context": ("trimmed",),
 
 @cache
 def _schema_frames(platforms: tuple[str, ...]) -> dict[str, pd.DataFrame]:
-    """An empty, typed frame of every table declared so far (no plug-in is loaded)."""
+    """An empty, typed frame of every table declared so far (no plug-in is loaded), those
+    created on demand (analyses, interviews) included. Text columns (VARCHAR, ENUM, JSON
+    that is not parsed) have the text dtype a frame with rows has: DuckDB gives `object`
+    for them when there are no rows."""
     con = duckdb.connect()
     try:
         con.execute(schema(platforms, known=True))
-        return {name: con.sql(f"SELECT * FROM {name} LIMIT 0").df()
-                for name in file_tables(con)}
+        for spec in TABLES:
+            if spec.created == "on_demand":
+                con.execute(spec.ddl(platforms))
+        frames = {}
+        for name in file_tables(con):
+            types = con.execute("SELECT column_name, data_type FROM duckdb_columns() "
+                                "WHERE table_name = ?", [name]).fetchall()
+            text = {c: metrics.TEXT for c, t in types
+                    if t == "VARCHAR" or t.startswith("ENUM(")
+                    or (t == "JSON" and c not in JSON_COLUMNS.get(name, ()))}
+            frames[name] = con.sql(f"SELECT * FROM {name} LIMIT 0").df().astype(text)
+        return frames
     finally:
         con.close()
 
 
-def _empty(table: str, platforms: tuple[str, ...]) -> pd.DataFrame:
+def _empty(table: str, platforms: tuple[str, ...], file_tables: Iterable[str] = ()
+           ) -> pd.DataFrame:
     """A typed frame with no rows for a table a run's file does not have (e.g. `llm_calls`
-    in runs made before the engine logged LLM calls): the current schema's columns."""
+    in runs made before the engine logged LLM calls, `interviews` of a run never asked):
+    the current schema's columns. An unknown name is an InputError listing the tables
+    there are (`file_tables`: the run's own)."""
     frames = _schema_frames(platforms)
     if table not in frames:
-        raise InputError(f"unknown table {table!r}; tables: {', '.join(frames)}")
+        known = sorted({*frames, *file_tables})
+        raise InputError(f"unknown table {table!r}; tables: {', '.join(known)}")
     return frames[table].copy()
 
 
-def _plain(df: pd.DataFrame, table: str) -> pd.DataFrame:
-    """Enum categoricals to plain strings; JSON text to Python objects."""
+def _plain(df: pd.DataFrame, table: str, platforms: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Enum categoricals to plain strings; JSON text to Python objects; a frame without
+    rows gets the text dtype of the schema's text columns (DuckDB gives them `object`)."""
     for col in df.columns:
         if isinstance(df[col].dtype, pd.CategoricalDtype):
             df[col] = df[col].astype(metrics.TEXT)
     for col in JSON_COLUMNS.get(table, ()):
         if col in df.columns:
             df[col] = df[col].map(lambda v: json.loads(v) if isinstance(v, str) else v)
+    if df.empty and platforms and table in (frames := _schema_frames(platforms)):
+        typed = frames[table]
+        df = df.astype({c: typed[c].dtype for c in df.columns
+                        if c in typed.columns and typed[c].dtype == metrics.TEXT})
     return df
 
 
@@ -324,8 +347,6 @@ class Run(ForkInfo, Frames):
     def interviews(self) -> pd.DataFrame:
         """Every interview answer kept for this run (`shoal interview`): batch, round,
         agent, question, answer, status, context hash, tokens, cost (read afresh)."""
-        from shoal.store.traces import read_tables
-
         return read_tables(self._own_db(), ["interviews"])["interviews"]
 
     def _own_db(self) -> Path:
@@ -342,7 +363,9 @@ class Run(ForkInfo, Frames):
         calls = self._read("llm_calls", "agent IS NOT NULL")
         ours = self.rounds.set_index("round").get("prefix_reuse")
         if calls.empty:
-            return pd.DataFrame(columns=["round", "shoal", "server"])
+            return pd.DataFrame({"round": pd.Series(dtype="int64"),
+                                 "shoal": pd.Series(dtype=float),
+                                 "server": pd.Series(dtype=float)})
         told = calls[calls["cached_tokens"].notna()]
         server = (told.groupby("round")["cached_tokens"].sum()
                   / told.groupby("round")["prompt_tokens"].sum())
@@ -378,9 +401,11 @@ class Run(ForkInfo, Frames):
         try:
             df = (self.live.read(table, where) if self.live
                   else read_table(self._run_dir.root, table, where))
-        except (duckdb.CatalogException, MissingTableError):
-            df = _empty(table, self._platforms)  # added to the store after this run was made
-        return _plain(df, table)
+        except MissingTableError as exc:  # added to the store after this run was made
+            df = _empty(table, self._platforms, exc.tables)
+        except duckdb.CatalogException:
+            df = _empty(table, self._platforms)
+        return _plain(df, table, self._platforms)
 
     def _columns(self, table: str) -> list[str]:
         """A table's columns: as this process declares it, else as the run's file does (a

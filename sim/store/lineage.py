@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,7 +109,12 @@ def fork_rounds(run: str | Path) -> list[int]:
 
 
 class MissingTableError(InputError):
-    """No file of the run's lineage has the table (runs made before it existed)."""
+    """No file of the run's lineage has the table (runs made before it existed);
+    `tables`: the tables its files do have."""
+
+    def __init__(self, message: str, tables: Iterable[str] = ()):
+        super().__init__(message)
+        self.tables = sorted(tables)
 
 
 def read_table(run: str | Path, table: str, where: str | None = None) -> pd.DataFrame:
@@ -139,9 +144,9 @@ def _history(name: str, segments: list[Segment], table: str, where: str | None,
     if not frames:  # no segment has the table: a run older than it, or a typo
         if table in TABLES:
             raise MissingTableError(f"{name}: the trajectory has no table {table!r} "
-                                    "(written by an older version of Shoal)")
+                                    "(written by an older version of Shoal)", tables)
         raise MissingTableError(f"{name}: unknown table {table!r}; the trajectory's "
-                                f"tables: {', '.join(sorted(tables))}")
+                                f"tables: {', '.join(sorted(tables))}", tables)
     frames = [f for f in frames[::-1] if len(f)] or frames[:1]
     return pd.concat(frames, ignore_index=True)
 

@@ -9,7 +9,22 @@ from itertools import pairwise
 import numpy as np
 import pandas as pd
 
-from shoal.analysis.metrics import t_interval
+from shoal.analysis.metrics import TEXT, t_interval
+
+# The columns of each result and their dtypes, so that a result without rows (a run without
+# surveys, a scale nobody completed) has them too, not columns of `object`.
+SCORES = {"survey": TEXT, "scale": TEXT, "wave": "int32", "round": "int32", "agent": "int32",
+          "score": float}
+SCALES = {"survey": TEXT, "scale": TEXT, "wave": "int64", "round": "int64", "n": "int64",
+          "mean": float, "sd": float, "alpha": float, "items": "int64", "note": TEXT}
+CHANGE = {"survey": TEXT, "scale": TEXT, "from_wave": "int64", "to_wave": "int64",
+          "n": "int64", "mean_change": float, "ci_low": float, "ci_high": float,
+          "note": TEXT}
+
+
+def _frame(rows: list[dict], dtypes: dict) -> pd.DataFrame:
+    """`rows` as a frame with exactly the columns and dtypes of `dtypes`."""
+    return pd.DataFrame(rows, columns=list(dtypes)).astype(dtypes)
 
 
 def _items(surveys: list[dict]) -> pd.DataFrame:
@@ -60,8 +75,9 @@ def scale_scores(responses: pd.DataFrame, surveys: list[dict]) -> pd.DataFrame:
         if len(mine) != size[(survey, scale)] or part.empty:
             continue
         out.append(part.mean(axis=1).rename("score").reset_index())
-    cols = ["survey", "scale", "wave", "round", "agent", "score"]
-    return pd.concat(out, ignore_index=True)[cols] if out else pd.DataFrame(columns=cols)
+    if not out:
+        return _frame([], SCORES)
+    return pd.concat(out, ignore_index=True)[list(SCORES)].astype(SCORES)
 
 
 def alpha_note(n: int, items: int, alpha: float) -> str:
@@ -97,8 +113,7 @@ def scale_summary(responses: pd.DataFrame, surveys: list[dict]) -> pd.DataFrame:
                      "round": int(part["round"].iloc[0]), "n": len(sc),
                      "mean": sc.mean(), "sd": sc.std(ddof=1), "alpha": alpha,
                      "items": wide.shape[1], "note": "; ".join(n for n in notes if n)})
-    return pd.DataFrame(rows, columns=["survey", "scale", "wave", "round", "n", "mean", "sd",
-                                       "alpha", "items", "note"])
+    return _frame(rows, SCALES)
 
 
 def abstention(responses: pd.DataFrame) -> pd.DataFrame:
@@ -125,5 +140,4 @@ def wave_change(responses: pd.DataFrame, surveys: list[dict],
                          "to_wave": int(b), "n": len(diff), "mean_change": diff.mean(),
                          "ci_low": low, "ci_high": high,
                          "note": f"interval n/a (n = {len(diff)})" if len(diff) < 2 else ""})
-    return pd.DataFrame(rows, columns=["survey", "scale", "from_wave", "to_wave", "n",
-                                       "mean_change", "ci_low", "ci_high", "note"])
+    return _frame(rows, CHANGE)
