@@ -307,7 +307,15 @@ def test_bad_arguments_of_the_notebook_metrics_are_named(tmp_path):
                        (lambda: run.group_distance("nope_col"), "groups='nope_col'"),
                        (lambda: run.echo_chambers(platform="myspace"), "platform='myspace'"),
                        (lambda: run.graph_relations(as_of=-5), "as_of=-5"),
-                       (lambda: run.graph_entities(as_of=1.7), "as_of=1.7")):
+                       (lambda: run.graph_entities(as_of=1.7), "as_of=1.7"),
+                       (lambda: run.like_minded_share(by=("nope",)), "by=('nope',)"),
+                       (lambda: run.cascades(kinds=["retweet"]), "kinds=['retweet']"),
+                       (lambda: run.cascade_growth(top=-1), "top=-1"),
+                       (lambda: run.herd_effect(confidence=95), "confidence=95"),
+                       (lambda: run.echo_chambers(rounds=[99]), "rounds=[99]: 99 is not a "
+                                                                "round of this run; it has "
+                                                                "rounds 0..2"),
+                       (lambda: run.echo_chambers(rounds=[-1]), "rounds=[-1]")):
         with pytest.raises(InputError, match=re.escape(said)):
             call()
     runs = open_runs([path])
@@ -357,3 +365,18 @@ def test_tables_made_on_demand_read_empty_before_they_exist(family):
     with pytest.raises(InputError, match=r"unknown table 'beleifs'; tables: .*beliefs.*"
                                          r"interviews.*prices"):
         run.table("beleifs")
+
+
+def test_one_name_where_several_may_be_given(family):
+    """`by`, `kinds` and `rounds` take one value as well as several: a string is one
+    name (not its letters), an int one round."""
+    run = open_run(family.root)
+    pd.testing.assert_frame_equal(run.like_minded_share(by="round"),
+                                  run.like_minded_share(by=("round",)))
+    reposts = run.cascades(kinds="repost")
+    pd.testing.assert_frame_equal(reposts, run.cascades(kinds=["repost"]))
+    assert reposts["size"].max() > 1  # (the letters of "repost" kept no post below a root)
+    pd.testing.assert_frame_equal(run.cascade_growth(kinds="repost"),
+                                  run.cascade_growth(kinds=["repost"]))
+    pd.testing.assert_frame_equal(run.echo_chambers(rounds=ROUNDS),
+                                  run.echo_chambers(rounds=[ROUNDS]))

@@ -44,7 +44,7 @@ from shoal.store.lineage import (
     run_status,
 )
 from shoal.store.run_dir import RunDir, open_run_dir
-from shoal.store.schema import schema
+from shoal.store.schema import KIND_ENUM, schema
 from shoal.store.tables import TABLES, TableSpec, file_tables
 from shoal.store.traces import read_tables  # (declares the interviews and analyses tables)
 
@@ -489,7 +489,7 @@ class Run(ForkInfo, Frames):
             beliefs = beliefs[beliefs["agent"].isin(groups.index)]
         return metrics.group_mean_distance(beliefs, groups)
 
-    def echo_chambers(self, rounds: Iterable[int] | None = None,
+    def echo_chambers(self, rounds: int | Iterable[int] | None = None,
                       platform: str | None = None) -> pd.DataFrame:
         """Follower–followee stance correlation per round and topic
         (`metrics.follower_followee_correlation`)."""
@@ -497,24 +497,36 @@ class Run(ForkInfo, Frames):
         if platform is not None and platform not in platforms:
             raise InputError(f"platform={platform!r}: not a platform of this run; "
                              f"platforms: {', '.join(platforms)}")
+        if rounds is not None:
+            rounds = _rounds_arg(rounds, self.last_round)
         return metrics.follower_followee_correlation(self.beliefs, self.follows, rounds,
                                                      platform)
 
     def like_minded_share(self, threshold: float | None = None,
-                          by: tuple[str, ...] = ("round", "topic")) -> pd.DataFrame:
-        """Share of exposures whose author is like-minded (`metrics.like_minded_share`)."""
+                          by: str | Sequence[str] = ("round", "topic")) -> pd.DataFrame:
+        """Share of exposures whose author is like-minded (`metrics.like_minded_share`);
+        `by`: any of round, agent, topic, platform (one name or several)."""
+        keys = (by,) if isinstance(by, str) else tuple(by)
+        if not keys or not set(keys) <= set(LIKE_MINDED_BY):
+            raise InputError(f"by={by!r}: group by any of {', '.join(LIKE_MINDED_BY)}")
         return metrics.like_minded_share(self.exposures, self.posts, self.beliefs,
-                                         threshold=threshold, by=by)
+                                         threshold=threshold, by=keys)
 
-    def cascades(self, kinds: Iterable[str] | None = None, min_size: int = 1) -> pd.DataFrame:
+    def cascades(self, kinds: str | Iterable[str] | None = None,
+                 min_size: int = 1) -> pd.DataFrame:
         """Per root post: size, users, depth, max breadth, structural virality
-        (`metrics.cascades`)."""
-        return metrics.cascades(self.posts, kinds=kinds, min_size=min_size)
+        (`metrics.cascades`); `kinds`: the post kinds kept below the roots (one or
+        several), e.g. "repost"."""
+        return metrics.cascades(self.posts, kinds=_kinds_arg(kinds), min_size=min_size)
 
     def cascade_growth(self, top: int = 5, roots: Iterable[int] | None = None,
-                       kinds: Iterable[str] | None = None) -> pd.DataFrame:
+                       kinds: str | Iterable[str] | None = None) -> pd.DataFrame:
         """Cascade size per round for the `top` largest cascades (or `roots`)."""
-        return metrics.cascade_growth(self.posts, roots=roots, top=top, kinds=kinds)
+        if not isinstance(top, numbers.Integral) or isinstance(top, bool) or top < 0:
+            raise InputError(f"top={top!r}: how many of the largest cascades, a whole "
+                             "number >= 0")
+        return metrics.cascade_growth(self.posts, roots=roots, top=int(top),
+                                      kinds=_kinds_arg(kinds))
 
     def treated_posts(self) -> list[int]:
         """Ids of the posts injected by interventions (`post`, `posts` kinds)."""
@@ -527,6 +539,9 @@ class Run(ForkInfo, Frames):
                     confidence: float = 0.95) -> pd.DataFrame:
         """Final score by initial-vote arm (`metrics.herd_effect`) of `post_ids`, default
         the posts injected by interventions (empty if there are none)."""
+        if not isinstance(confidence, numbers.Real) or not 0 < confidence < 1:
+            raise InputError(f"confidence={confidence!r}: the interval's level, a number "
+                             "between 0 and 1 (e.g. 0.95)")
         ids = self.treated_posts() if post_ids is None else list(post_ids)
         return metrics.herd_effect(self.posts, post_ids=ids, confidence=confidence)
 
@@ -735,6 +750,32 @@ for _name in FRAMES:
     setattr(Runs, _name, _frame_property(_name))
 for _name in METRICS:
     setattr(Runs, _name, _metric_method(_name))
+
+
+LIKE_MINDED_BY = ("round", "agent", "topic", "platform")
+
+
+def _kinds_arg(kinds: str | Iterable[str] | None) -> list[str] | None:
+    """Post kinds to keep in a cascade (None: all), checked: one kind or several."""
+    if kinds is None:
+        return None
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+    unknown = [k for k in kinds if k not in KIND_ENUM]
+    if unknown:
+        raise InputError(f"kinds={kinds!r}: {', '.join(map(repr, unknown))} is not a post "
+                         f"kind; kinds: {', '.join(KIND_ENUM)}")
+    return kinds
+
+
+def _rounds_arg(rounds: int | Iterable[int], last: int) -> list[int]:
+    """Rounds of the run's history (one or several), checked against 0..`last`."""
+    given: list[Any] = list(rounds) if isinstance(rounds, Iterable) else [rounds]
+    bad = [r for r in given if not isinstance(r, numbers.Integral) or isinstance(r, bool)
+           or not 0 <= int(r) <= last]
+    if bad:
+        raise InputError(f"rounds={rounds!r}: {', '.join(map(repr, bad))} is not a round of "
+                         f"this run; it has rounds 0..{last}")
+    return [int(r) for r in given]
 
 
 def _round_arg(name: str, value: int | None) -> int | None:
