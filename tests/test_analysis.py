@@ -380,3 +380,43 @@ def test_one_name_where_several_may_be_given(family):
                                   run.cascade_growth(kinds=["repost"]))
     pd.testing.assert_frame_equal(run.echo_chambers(rounds=ROUNDS),
                                   run.echo_chambers(rounds=[ROUNDS]))
+
+
+def test_a_run_read_from_a_simulation_after_it_closed(tmp_path):
+    """A `Run` opened on a simulation while it ran reads on after `close()`: one on disk
+    from its file (and says `interrupted` when rounds are left), one held in memory is an
+    InputError saying it is gone, not DuckDB's 'Connection already closed'."""
+    from shoal.runs.simulation import Simulation
+
+    data = small(rounds=3)
+    data["population"]["size"] = 60
+    sim = Simulation.from_dict(data, out=tmp_path / "runs")
+    sim.run(2)
+    run = open_run(sim)
+    assert run.last_round == 2 and run.status == "running"
+    sim.close()
+    assert run.refresh().last_round == 2 and run.status == "interrupted"
+    assert len(run.beliefs) == 60 * 2 * 3
+    memory = Simulation.from_dict(data, out=None)
+    memory.step()
+    held = open_run(memory)
+    assert held.last_round == 1
+    memory.close()
+    with pytest.raises(InputError, match="held in memory and is closed"):
+        _ = held.refresh().beliefs
+
+
+def test_the_repr_of_a_run_being_written_without_a_mirror(family, tmp_path):
+    """A run whose file a writer holds, without a live mirror, shows in a notebook (its
+    repr says what run.json knows and why its frames cannot be read) instead of raising."""
+    copy = tmp_path / family.root.name
+    shutil.copytree(family.root, copy)
+    writer = duckdb.connect(str(copy / "trajectory.duckdb"))  # (as the run's writer holds it)
+    try:
+        run = open_run(copy)
+        text = repr(run)
+        assert text.startswith(f"<Run {family.root.name}: ") and "live_parquet" in text
+        with pytest.raises(InputError, match="is being written"):
+            _ = run.beliefs
+    finally:
+        writer.close()

@@ -148,8 +148,13 @@ class Run(ForkInfo, Frames):
         self._cache: dict[str, Any] = {}
 
     def __repr__(self) -> str:
-        return (f"<Run {self.run_id}: {self.status}, rounds 0..{self.last_round} of "
-                f"{self.meta.get('rounds', '?')}, {len(self.topics)} topics>")
+        total = self.meta.get("rounds", "?")
+        try:
+            rounds = f"rounds 0..{self.last_round} of {total}"
+        except InputError as exc:  # (a run being written without a live mirror)
+            return (f"<Run {self.run_id}: {self.status}, {self.meta.get('rounds_done', '?')} "
+                    f"of {total} rounds done (run.json); {exc}>")
+        return f"<Run {self.run_id}: {self.status}, {rounds}, {len(self.topics)} topics>"
 
     # ------------------------------------------------------------- identity
 
@@ -172,8 +177,11 @@ class Run(ForkInfo, Frames):
     def status(self) -> str:
         """created, running, resumed, finished, stopped, interrupted or damaged (see
         `shoal runs`, docs/forks.md)."""
-        if self.live:
-            return str(self.meta.get("status", "?"))
+        if self.live:  # a simulation: its directory says whether it is still written
+            path = self.live.path
+            if path is None:  # (held in memory)
+                return str(self.meta.get("status", "?"))
+            return run_status(RunDir(path), self.meta)
         return run_status(self._run_dir, self.meta)
 
     @property

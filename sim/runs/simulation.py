@@ -73,7 +73,7 @@ from shoal.store.run_dir import (
     open_run_dir,
 )
 from shoal.store.tables import file_tables
-from shoal.store.trajectory import TrajectoryStore
+from shoal.store.trajectory import TrajectoryStore, trajectory_problem
 from shoal.store.writer import RoundWriter
 from shoal.surveys.responses import check_samples, sample_notes, sample_sizes, survey_table
 from shoal.world.frames import WorldFrames
@@ -465,8 +465,7 @@ class Simulation:
         process holds the file) with its ancestors' files; once closed, its directory."""
         if self._closed:
             if self.dir is None:
-                raise InputError(f"{self.run_id} was held in memory and is closed: "
-                                 "save it before closing to keep it")
+                raise InputError(self._gone())
             return self.dir
         self.flush()
         ancestors = lineage(self.dir.root)[:-1] if self.dir is not None else []
@@ -474,7 +473,22 @@ class Simulation:
                        lambda: resolved_dict(self.cfg), ancestors,
                        self.dir.root if self.dir else None)
 
+    def _gone(self) -> str:
+        return (f"{self.run_id} was held in memory and is closed: save it before closing "
+                "to keep it")
+
     def _cursor(self) -> duckdb.DuckDBPyConnection:
+        """A connection to the trajectory for a reader (`open_run(sim)`): a cursor on the
+        simulation's own while it is open; once closed, the file read-only (a `Run` made
+        while it was open still reads, e.g. after `refresh()`), or an InputError for one
+        held in memory."""
+        if self._closed:
+            if self.dir is None:
+                raise InputError(self._gone())
+            try:
+                return duckdb.connect(str(self.dir.db), read_only=True)
+            except duckdb.Error as exc:
+                raise InputError(trajectory_problem(self.dir.db, exc)) from None
         self.flush()
         return self.trajectory.con.cursor()
 
