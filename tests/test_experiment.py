@@ -358,3 +358,29 @@ def test_parallel_below_one_is_refused_before_anything_is_written(tmp_path,
     assert main(["experiment", str(config), "--parallel", "0", "--out", str(out)]) == 2
     assert "--parallel 0: must be >= 1" in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_the_notebook_names_what_an_experiment_has(finished):
+    """`exp.run` of an arm or replicate the experiment does not have lists those it has;
+    `plot_effects` takes one metric by name (not its letters as 22 panels) and refuses one
+    not measured; open_run and open_runs of the experiment folder point to
+    open_experiment instead of saying there is no run."""
+    from shoal import open_run, open_runs
+    from shoal.core.errors import InputError
+
+    _, root, _ = finished
+    exp = open_experiment(root)
+    assert exp.run("no_news", np.int64(1)).last_round == 6
+    with pytest.raises(InputError, match="no arm 'base'; arms: control, same, no_news"):
+        exp.run("base", 0)
+    with pytest.raises(InputError, match=r"no replicate 2; replicates: 0\.\.1"):
+        exp.run("no_news", 2)
+    assert len(exp.plot_effects("belief_mean.carbon_tax").axes) == 1
+    with pytest.raises(InputError, match="'nosuch' not measured; metrics: belief_mean"):
+        exp.plot_effects(["nosuch"])
+    with pytest.raises(InputError, match="interval='x'"):
+        exp.plot_effects(interval="x")
+    for opener in (open_run, open_runs):
+        with pytest.raises(InputError, match=r"an experiment directory.*open_experiment"):
+            opener(root)

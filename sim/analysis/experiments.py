@@ -30,6 +30,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import numbers
 from functools import cached_property, partial
 from pathlib import Path
 
@@ -321,19 +322,34 @@ class Experiment:
 
     def run(self, arm: str, replicate: int) -> Run:
         """One arm's run of one replicate (its full history), as `shoal.open_run` gives it."""
+        if arm not in self.arms:
+            raise InputError(f"{self.root.name}: no arm {arm!r}; arms: "
+                             f"{', '.join(self.arms)}")
+        replicates = int(self.spec["replicates"])
+        if not isinstance(replicate, numbers.Integral) or not 0 <= replicate < replicates:
+            raise InputError(f"{self.root.name}: no replicate {replicate!r}; replicates: "
+                             f"0..{replicates - 1}")
         rows = self.units[(self.units["arm"] == arm) & (self.units["replicate"] == replicate)]
         if rows.empty or rows["status"].iloc[0] != "finished":
+            status = "not run" if rows.empty else rows["status"].iloc[0]
             raise InputError(f"{self.root.name}: no finished run of arm {arm!r}, replicate "
-                             f"{replicate}")
+                             f"{replicate} (it is {status})")
         return Run(self.root / rows["run"].iloc[0])
 
-    def plot_effects(self, metrics: list[str] | None = None, interval: str = "boot",
+    def plot_effects(self, metrics: str | list[str] | None = None, interval: str = "boot",
                      path: str | Path | None = None) -> Figure:
         """The effect of each treatment arm over rounds with its 95% band (`interval`:
-        "boot" or "t"), one panel per metric (`plots.effect_over_rounds`)."""
-        return plots.effect_over_rounds(self.effects_by_round, metrics or self.metric_names,
-                                        interval=interval, branch_round=self.branch_round,
-                                        path=path)
+        "boot" or "t"), one panel per metric (`plots.effect_over_rounds`); `metrics`: one
+        name or several (default: all the experiment measured)."""
+        shown = [metrics] if isinstance(metrics, str) else list(metrics or self.metric_names)
+        unknown = [m for m in shown if m not in self.metric_names]
+        if unknown:
+            raise InputError(f"metrics={metrics!r}: {', '.join(map(repr, unknown))} not "
+                             f"measured; metrics: {', '.join(self.metric_names)}")
+        if interval not in ("boot", "t"):
+            raise InputError(f"interval={interval!r}: 'boot' (bootstrap) or 't'")
+        return plots.effect_over_rounds(self.effects_by_round, shown, interval=interval,
+                                        branch_round=self.branch_round, path=path)
 
 
 def open_experiment(path: str | Path) -> Experiment:

@@ -21,10 +21,18 @@ from shoal.analysis.sweeps import SWEEP_FILE, Sweep
 from shoal.core.errors import InputError
 from shoal.store.lineage import run_tree
 
+# What marks an experiment directory (shoal.analysis.experiments.EXPERIMENT_FILE, which
+# imports this module through the report: named here, not imported).
+EXPERIMENT_FILE = "experiment.json"
+
 
 def open_run(path: str | Path | Any) -> Run:
     """A run's trajectory as DataFrames: `path` is a run directory, a run id under
     `runs/`, a `Run`, or a `Simulation` (e.g. one just simulated in the notebook)."""
+    if isinstance(path, str | Path) and (Path(path) / EXPERIMENT_FILE).is_file():
+        raise InputError(f"{path}: an experiment directory, not a run; open it with "
+                         f"open_experiment({str(path)!r}) (its .run(arm, replicate) is "
+                         "one arm's run)")
     return Run(path)
 
 
@@ -38,6 +46,10 @@ def open_runs(paths: Iterable[str | Path | Any] | str | Path,
         folder = Path(paths)
         if (folder / SWEEP_FILE).is_file() and labels is None:  # seed and grid columns too
             return open_sweep(folder)
+        if (folder / EXPERIMENT_FILE).is_file():  # its runs are one folder down, per unit
+            raise InputError(f"{folder}: an experiment directory; open it with "
+                             f"open_experiment({str(folder)!r}) (its .run(arm, replicate) "
+                             "is one arm's run)")
         if (folder / "run.json").is_file():
             paths = [folder]
         else:
