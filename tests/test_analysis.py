@@ -315,7 +315,11 @@ def test_bad_arguments_of_the_notebook_metrics_are_named(tmp_path):
                        (lambda: run.echo_chambers(rounds=[99]), "rounds=[99]: 99 is not a "
                                                                 "round of this run; it has "
                                                                 "rounds 0..2"),
-                       (lambda: run.echo_chambers(rounds=[-1]), "rounds=[-1]")):
+                       (lambda: run.echo_chambers(rounds=[-1]), "rounds=[-1]"),
+                       (lambda: run.group_distance("gender"), "groups='gender': the column "
+                                                               "has 3 values"),
+                       (lambda: run.polarization(alpha="1.6"), "alpha='1.6'"),
+                       (lambda: run.table("post_stats"), "run.posts has its counts")):
         with pytest.raises(InputError, match=re.escape(said)):
             call()
     runs = open_runs([path])

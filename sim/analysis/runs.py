@@ -94,6 +94,9 @@ def _empty(table: str, platforms: tuple[str, ...], file_tables: Iterable[str] = 
     there are (`file_tables`: the run's own)."""
     frames = _schema_frames(platforms)
     if table not in frames:
+        if table == "post_stats":
+            raise InputError("post_stats is a view of the store, not a table: run.posts has "
+                             "its counts (up, down, shares, replies) through the lineage")
         known = sorted({*frames, *file_tables})
         raise InputError(f"unknown table {table!r}; tables: {', '.join(known)}")
     return frames[table].copy()
@@ -480,6 +483,9 @@ class Run(ForkInfo, Frames):
         the means of those against and for (`metrics.polarization`)."""
         if not isinstance(bins, int) or isinstance(bins, bool) or bins < 1:
             raise InputError(f"bins={bins!r}: the number of bins, a whole number >= 1")
+        if not isinstance(alpha, numbers.Real) or isinstance(alpha, bool) or alpha < 0:
+            raise InputError(f"alpha={alpha!r}: Esteban–Ray's sensitivity, a number >= 0 "
+                             "(1.6 at most for their axioms)")
         return metrics.polarization(self.beliefs, alpha=alpha, bins=bins)
 
     def group_distance(self, groups: str | Any | None = None) -> pd.DataFrame:
@@ -493,6 +499,11 @@ class Run(ForkInfo, Frames):
                 raise InputError(f"groups={groups!r}: not a column of agents; columns: "
                                  f"{', '.join(agents.columns)}")
             labels = agents.set_index("agent_id")[groups]
+            values = sorted(map(str, labels.dropna().unique()))
+            if len(values) != 2:
+                raise InputError(f"groups={groups!r}: the column has {len(values)} values "
+                                 f"({', '.join(values)}); give a column with exactly two, "
+                                 "or a mapping agent → one of two labels")
             groups = labels[labels.notna()]
             beliefs = beliefs[beliefs["agent"].isin(groups.index)]
         return metrics.group_mean_distance(beliefs, groups)
