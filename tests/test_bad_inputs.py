@@ -5,6 +5,7 @@ nothing written, and an earlier run left byte for byte as it was."""
 from __future__ import annotations
 
 import hashlib
+import io
 import shutil
 from pathlib import Path
 from typing import Any
@@ -65,8 +66,9 @@ def _write_inputs(case: dict[str, Any], here: Path) -> dict[str, str]:
         extra.write_bytes(bytes.fromhex(case["file_bytes_hex"]))
     elif "file" in case:
         extra.write_text(case["file"], encoding="utf-8")
+    depth = case.get("nested", 0)
     return {"config": str(config), "file": str(extra), "out": str(here / "out"),
-            "dir": str(here)}
+            "dir": str(here), "nested": "[" * depth + "]" * depth}
 
 
 def _damaged_copy(run: Path, here: Path, how: str, file: str = "trajectory.duckdb"
@@ -87,8 +89,8 @@ def _listing(folder: Path) -> list[str]:
 
 
 def _fill(arg: str, values: dict[str, str]) -> str:
-    """An argument with its placeholders ({config}, {file}, {out}, {dir}, {parent})
-    replaced; other braces (`interventions={a: 1}`) stay."""
+    """An argument with its placeholders ({config}, {file}, {out}, {dir}, {parent},
+    {nested}) replaced; other braces (`interventions={a: 1}`) stay."""
     for name, value in values.items():
         arg = arg.replace("{" + name + "}", value)
     return arg
@@ -116,6 +118,8 @@ def test_bad_input(case, parent, tmp_path_factory, capsys, monkeypatch):
         values["damaged"] = str(_damaged_copy(parent["run"], here, case["damage"],
                                               case.get("damaged_file", "trajectory.duckdb")))
     argv = [_fill(arg, values) for arg in case["argv"]]
+    if "stdin" in case:  # (`--intervene -`)
+        monkeypatch.setattr("sys.stdin", io.StringIO(_fill(case["stdin"], values)))
     before = _listing(here)
 
     code, output = _run(argv, capsys)

@@ -392,43 +392,75 @@ def read_yaml(path: str | Path, what: str = "config") -> tuple[Any, yaml.Node | 
     except UnicodeDecodeError as exc:
         raise ConfigError([f"{path}: not UTF-8 text (byte {exc.start} cannot be "
                            f"decoded); save the {what} as UTF-8"]) from None
+    return load_yaml_text(text, str(path))
+
+
+def load_yaml_text(text: str, source: str) -> tuple[Any, yaml.Node | None]:
+    """YAML text's data and node tree, read as a config file is (duplicate keys, values
+    that cannot be built, nesting deeper than MAX_DEPTH and alias bombs refused), or a
+    ConfigError naming `source` (a file, `--intervene -`) and the line when there is one."""
     try:
         root = yaml.compose(text, Loader=_UniqueKeyLoader)
-        _check_size(root, path)
+        _check_size(root, source)
         data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark else ""
-        raise ConfigError([f"{path}{line}: malformed YAML: {exc.problem or exc}"]) from None
+        raise ConfigError([f"{source}{line}: malformed YAML: {exc.problem or exc}"]) from None
     except yaml.YAMLError as exc:
-        raise ConfigError([f"{path}: malformed YAML: {exc}"]) from None
+        raise ConfigError([f"{source}: malformed YAML: {exc}"]) from None
     except RecursionError:
-        raise ConfigError([f"{path}: nested too deeply (more than {MAX_DEPTH} levels)"]
+        raise ConfigError([f"{source}: nested too deeply (more than {MAX_DEPTH} levels)"]
                           ) from None
     return data, root
 
 
-def _check_size(root: yaml.Node | None, path: Path) -> None:
+def yaml_value(text: str) -> Any:
+    """A YAML value given on the command line (a `--set` or `--grid` value, a
+    selector), read as a config file's values are: a duplicate key, a value that cannot
+    be built, nesting deeper than MAX_DEPTH or an alias bomb is a yaml.YAMLError (whose
+    message names the problem) rather than a last value silently kept or a RecursionError."""
+    try:
+        root = yaml.compose(text, Loader=_UniqueKeyLoader)
+        problem = _size_problem(root)
+        if problem:
+            raise yaml.YAMLError(problem)
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except RecursionError:
+        raise yaml.YAMLError(f"nested too deeply (more than {MAX_DEPTH} levels)") from None
+
+
+def _check_size(root: yaml.Node | None, source: str) -> None:
     """Refuse a node tree deeper than MAX_DEPTH, or whose aliases expand it beyond
-    MAX_NODES values (counted without expanding: each node's size once)."""
+    MAX_NODES values: a ConfigError naming `source`."""
+    problem = _size_problem(root)
+    if problem:
+        raise ConfigError([f"{source}: {problem}"])
+
+
+def _size_problem(root: yaml.Node | None) -> str | None:
+    """What is wrong with a node tree deeper than MAX_DEPTH, or whose aliases expand it
+    beyond MAX_NODES values (counted without expanding: each node's size once); None if
+    nothing is."""
     if root is None:
-        return
+        return None
     size: dict[int, int] = {}
     stack: list[tuple[yaml.Node, int, bool]] = [(root, 1, False)]
     while stack:
         node, depth, done = stack.pop()
         if depth > MAX_DEPTH:
-            raise ConfigError([f"{path}: nested too deeply (more than {MAX_DEPTH} levels)"])
+            return f"nested too deeply (more than {MAX_DEPTH} levels)"
         kids = ([v for kv in node.value for v in kv] if isinstance(node, yaml.MappingNode)
                 else list(node.value) if isinstance(node, yaml.SequenceNode) else [])
         if done:
             size[id(node)] = 1 + sum(size[id(k)] for k in kids)
             if size[id(node)] > MAX_NODES:
-                raise ConfigError([f"{path}: expands to more than {MAX_NODES:,} values "
-                                   "(through aliases); write the values out"])
+                return (f"expands to more than {MAX_NODES:,} values (through aliases); "
+                        "write the values out")
         elif id(node) not in size:
             stack.append((node, depth, True))
             stack.extend((k, depth + 1, False) for k in kids if id(k) not in size)
+    return None
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None,
@@ -616,7 +648,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str],
             raise ConfigError([f"{_quoted(label)}: expected key=value, e.g. "
                                "population.size=500"])
         try:
-            value = yaml.load(raw, Loader=_ValueLoader)
+            value = yaml_value(raw)
         except yaml.YAMLError as exc:
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
             raise ConfigError([f"{_quoted(label)}: the value is not valid YAML ({problem}); "

@@ -50,6 +50,7 @@ def parse_selector(text: str, flag: str = "--agents") -> Selector:
     import yaml
     from pydantic import ValidationError
 
+    from shoal.config.loading import yaml_value
     from shoal.core.errors import InputError
 
     text = text.strip()
@@ -69,7 +70,7 @@ def parse_selector(text: str, flag: str = "--agents") -> Selector:
             ids.extend(range(lo, hi + 1))
         return Selector(ids=ids)
     try:
-        data = yaml.safe_load(text)
+        data = yaml_value(text)
         if not isinstance(data, dict):
             raise ValueError
         return Selector(**data)
@@ -78,5 +79,7 @@ def parse_selector(text: str, flag: str = "--agents") -> Selector:
         if isinstance(exc, ValidationError):
             detail = "; " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
                                       for e in exc.errors())
+        elif isinstance(exc, yaml.YAMLError):  # (a duplicate key, nesting beyond reason)
+            detail = "; " + (getattr(exc, "problem", None) or str(exc).splitlines()[0])
         raise InputError(f"{flag} {text!r}: not a selector (all, 0-199,250, group:NAME, or "
                          f"a YAML mapping of ids, groups, fraction){detail}") from None

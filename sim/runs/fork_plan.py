@@ -20,7 +20,7 @@ import yaml
 
 from shoal.config import apply_overrides, parse_config
 from shoal.config.interventions import MUTABLE_SECTIONS, mutable
-from shoal.config.loading import Origin, read_yaml, shown_override
+from shoal.config.loading import Origin, load_yaml_text, read_yaml, shown_override, yaml_value
 from shoal.config.model import Config
 from shoal.config.platforms import mutable_fields
 from shoal.core.errors import InputError
@@ -58,14 +58,7 @@ def load_interventions(path: Path | str) -> list[Any]:
 
 def interventions_of(text: str, source: str) -> list[Any]:
     """Entries from YAML (or JSON) text; `source` names it in error messages."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = f":{mark.line + 1}" if mark else ""
-        raise InputError(f"{source}{line}: malformed YAML: {exc.problem or exc}") from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"{source}: malformed YAML: {exc}") from None
+    data, _ = load_yaml_text(text, source)  # (as a file is read: no duplicate keys, ...)
     return _entries(data, source)
 
 
@@ -184,7 +177,7 @@ class Schedule:
         parts = key.strip().split(".")
         if len(parts) == 1:
             try:
-                future = yaml.safe_load(raw)
+                future = yaml_value(raw)
             except yaml.YAMLError as exc:
                 problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
                 raise InputError(f"--set {item!r}: the value is not valid YAML ({problem}); "

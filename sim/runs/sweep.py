@@ -53,7 +53,7 @@ from shoal.analysis.sweeps import (
     summarize_members,
 )
 from shoal.config import Config, load_config, parse_config, resolved_dict
-from shoal.config.loading import override_value
+from shoal.config.loading import override_value, yaml_value
 from shoal.core.errors import InputError
 from shoal.core.files import write_text
 from shoal.runs.task_pool import Outcome, TaskPool, failure
@@ -86,9 +86,11 @@ def parse_grid(items: list[str] | None) -> dict[str, list[Any]]:
         if any(not p.strip() for p in parts):
             raise InputError(f"--grid {item!r}: an empty value")
         try:
-            values = [yaml.safe_load(p) for p in parts]
+            values = [yaml_value(p) for p in parts]
         except yaml.YAMLError as exc:
-            raise InputError(f"--grid {item!r}: a value is not valid YAML: {exc}") from None
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise InputError(f"--grid {item!r}: a value is not valid YAML ({problem}); "
+                             "quote it") from None
         if len({json.dumps(v, sort_keys=True, default=str) for v in values}) != len(values):
             raise InputError(f"--grid {item!r}: a value is repeated")
         grid[key] = values
