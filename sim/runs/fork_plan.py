@@ -205,8 +205,8 @@ class Schedule:
 
     def add(self, entry: Any, where: str) -> None:
         """A new entry, which must come after the fork round."""
-        if isinstance(entry, dict) and "round" in entry and isinstance(entry["round"], int) \
-                and entry["round"] <= self.k:
+        if isinstance(entry, dict) and type(entry.get("round")) is int \
+                and entry["round"] <= self.k:  # (not `true`: the config check names it)
             raise InputError(f"{where} is at round {entry['round']}; a fork at round "
                              f"{self.k} can only schedule rounds after {self.k}")
         self.items.append((None, copy.deepcopy(entry), where))
