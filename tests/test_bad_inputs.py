@@ -66,6 +66,9 @@ def _write_inputs(case: dict[str, Any], here: Path) -> dict[str, str]:
         extra.write_bytes(bytes.fromhex(case["file_bytes_hex"]))
     elif "file" in case:
         extra.write_text(case["file"], encoding="utf-8")
+    elif "file_parts" in case:
+        extra.write_text("".join(text * times for text, times in case["file_parts"]),
+                         encoding="utf-8")
     depth = case.get("nested", 0)
     return {"config": str(config), "file": str(extra), "out": str(here / "out"),
             "dir": str(here), "nested": "[" * depth + "]" * depth}

@@ -21,6 +21,8 @@ calibration would have made: never a draw again.
 
 from __future__ import annotations
 
+import csv
+import io
 import itertools
 import json
 import math
@@ -36,6 +38,7 @@ import yaml
 
 from shoal.config import load_config, resolved_dict
 from shoal.core.errors import InputError
+from shoal.core.text_files import read_user_text
 from shoal.runs.task_pool import Outcome, TaskPool
 
 KINDS = ("mean", "sd", "bimodality", "support", "retest")
@@ -123,38 +126,69 @@ def position_series(beliefs: pd.DataFrame) -> pd.DataFrame:
 
 def load_target(path: str | Path, topics: list[str], rounds: int) -> pd.DataFrame:
     """The target CSV (round, metric, value), checked against the config: every row
-    (named by its line) has a known metric, a whole round in 0..rounds and a finite
-    value, and there is at least one row."""
-    try:  # (cells as text: a blank or a word is named by its line, not guessed at)
-        df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"--target {path}: {exc}") from None
-    missing = {"round", "metric", "value"} - set(df.columns)
+    (named by the line where it starts) has as many fields as the header, a known metric,
+    a whole round in 0..rounds and a finite value, and there is at least one row."""
+    try:
+        text = read_user_text(Path(path), "target CSV", "save the target as UTF-8 CSV")
+    except InputError as exc:
+        raise InputError(f"--target {exc}") from None
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    header: list[str] | None = None
+    known = {f"{k}.{t}" for k in KINDS for t in topics}
+    rows, start = [], 1
+    try:
+        for cells in reader:  # (a quoted newline makes a row of several lines)
+            line, start = start, reader.line_num + 1
+            if not any(c.strip() for c in cells):
+                continue
+            if header is None:
+                header = [c.strip() for c in cells]
+                _check_target_header(path, line, header)
+                continue
+            if len(cells) != len(header):
+                raise InputError(f"--target {path}, line {line}: {len(cells)} fields, the "
+                                 f"header ({', '.join(header)}) has {len(header)}")
+            row = dict(zip(header, cells, strict=True))
+            rows.append(_target_row(path, line, row, known, rounds))
+    except csv.Error as exc:
+        raise InputError(f"--target {path}, line {reader.line_num}: malformed CSV: "
+                         f"{exc}") from None
+    if not rows:
+        raise InputError(f"--target {path}: no rows; give at least one observation "
+                         "(round, metric, value)")
+    return pd.DataFrame(rows, columns=["round", "metric", "value"])
+
+
+def _check_target_header(path: str | Path, line: int, header: list[str]) -> None:
+    """The header names round, metric and value, each once."""
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:
+        raise InputError(f"--target {path}, line {line}: column {twice[0]!r} appears twice")
+    missing = {"round", "metric", "value"} - set(header)
     if missing:
         raise InputError(f"--target {path}: missing columns {sorted(missing)} (need round, "
                          "metric, value)")
-    if df.empty:
-        raise InputError(f"--target {path}: no rows; give at least one observation "
-                         "(round, metric, value)")
-    known = {f"{k}.{t}" for k in KINDS for t in topics}
-    rows = []
-    for i, row in enumerate(df.itertuples(index=False), start=2):
-        if row.metric.strip() not in known:
-            raise InputError(f"--target {path}, line {i}: unknown metric {row.metric!r}; "
-                             f"metrics: {', '.join(sorted(known))}")
-        r = row.round.strip()
-        if not (r.isdigit() and int(r) <= rounds):
-            raise InputError(f"--target {path}, line {i}: round {r!r} is not a round in "
-                             f"0..{rounds}")
-        try:
-            value = float(row.value)
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value):
-            raise InputError(f"--target {path}, line {i}: the value {row.value!r} is not a "
-                             "finite number")
-        rows.append({"round": int(r), "metric": row.metric.strip(), "value": value})
-    return pd.DataFrame(rows, columns=["round", "metric", "value"])
+
+
+def _target_row(path: str | Path, line: int, row: dict[str, str], known: set[str],
+                rounds: int) -> dict[str, Any]:
+    """One observation of the target, checked (InputError naming its line)."""
+    metric = row["metric"].strip()
+    if metric not in known:
+        raise InputError(f"--target {path}, line {line}: unknown metric {row['metric']!r}; "
+                         f"metrics: {', '.join(sorted(known))}")
+    r = row["round"].strip()  # (ASCII digits: `²` is a digit to str.isdigit, not to int)
+    if not (r.isascii() and r.isdigit() and len(r) < 19 and int(r) <= rounds):
+        raise InputError(f"--target {path}, line {line}: round {r!r} is not a round in "
+                         f"0..{rounds}")
+    try:
+        value = float(row["value"])
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise InputError(f"--target {path}, line {line}: the value {row['value']!r} is not a "
+                         "finite number")
+    return {"round": int(r), "metric": metric, "value": value}
 
 
 def simulate(config: str, sets: list[str], seed: int) -> pd.DataFrame:
