@@ -24,11 +24,29 @@ from typing import Annotated, Any, Self
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from shoal.config.base import Name, Strict
+from shoal.config.base import Name, NotANumber, Strict
 from shoal.core.vocabulary import outcome_metrics
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z0-9_\-]+)*$")
 BASE = "base"  # the unit name of a replicate's shared base run; no arm may take it
+MAX_RUNS = 100_000  # runs of one experiment (each a run directory), as for a sweep
+
+
+def _ref(value: object) -> object:
+    """An intervention's name or index: `true` is neither (pydantic would take it as 1)."""
+    if isinstance(value, bool):
+        raise ValueError(f"must be an intervention's name or index, got {str(value).lower()}")
+    return value
+
+
+def _round(value: object) -> object:
+    """A round is a number: `true` or a quoted `"5"` is refused, as in the rest of the
+    config, not read as 1 or 5."""
+    return NotANumber(value) if isinstance(value, bool | str) else value
+
+
+Ref = Annotated[str | int, BeforeValidator(_ref)]
+Round = Annotated[int, BeforeValidator(_round)]
 
 
 class ArmInterventions(Strict):
@@ -37,8 +55,8 @@ class ArmInterventions(Strict):
     (name or index -> the round it fires at instead)."""
 
     add: list[dict[str, Any]] = Field(default_factory=list)
-    remove: list[str | int] = Field(default_factory=list)
-    move: dict[str | int, int] = Field(default_factory=dict)
+    remove: list[Ref] = Field(default_factory=list)
+    move: dict[Ref, Round] = Field(default_factory=dict)
 
 
 class ArmSpec(Strict):
@@ -88,6 +106,10 @@ class ExperimentConfig(Strict):
         elif self.control not in self.arms:
             raise ValueError(f"control: {self.control!r} is not an arm; arms: "
                              f"{', '.join(self.arms)}")
+        runs = self.replicates * (len(self.arms) + (self.branch_round > 0))
+        if runs > MAX_RUNS:  # (each is a run directory: a typo, not a plan)
+            raise ValueError(f"replicates: {self.replicates:,} replicates make {runs:,} runs; "
+                             f"at most {MAX_RUNS:,} in one experiment")
         if self.seed_base + self.replicates > 2**63:
             raise ValueError("replicates: the seeds seed_base .. seed_base + replicates - 1 "
                              "must lie in 0..2^63-1")

@@ -407,12 +407,14 @@ class CheckpointConfig(Strict):
 
 # --------------------------------------------------------------------------- top level
 
+NAME_MAX = 100  # characters of a run's name (`name`), and of the names an experiment gives
+
 
 class Config(Strict):
     """A whole simulation, as read from YAML with defaults filled in."""
 
     # the prefix of run ids and folder names: kept well below file systems' 255 bytes
-    name: Name = Field(default="shoal", max_length=100)
+    name: Name = Field(default="shoal", max_length=NAME_MAX)
     seed: int = Field(default=0, ge=0, lt=2**63)
     rounds: int = Field(gt=0)
     minutes_per_round: int = Field(default=60, gt=0)

@@ -57,6 +57,7 @@ from shoal.config import Config, load_config, parse_config, resolved_dict
 from shoal.config.experiment import BASE, ArmSpec, ExperimentConfig
 from shoal.config.interventions import MUTABLE_SECTIONS, mutable
 from shoal.config.loading import locate, override_value, shown_override
+from shoal.config.model import NAME_MAX
 from shoal.config.platforms import mutable_fields
 from shoal.core.errors import InputError
 from shoal.core.faults import crash_point
@@ -108,6 +109,13 @@ def plan_experiment(config: str | Path, sets: list[str] | None = None,
             arms[arm] = arm_plan(arm, arm_spec, base, exp.branch_round)
         except InputError as exc:
             raise locate(cfg, exc) from None
+    for arm in exp.arms:  # (checked by each unit as it starts: too late)
+        run_name = f"{cfg.name}-r{exp.replicates - 1}-{arm}"
+        if len(run_name) > NAME_MAX:
+            raise locate(cfg, InputError(
+                f"experiment.arms.{arm}: the arm's runs are named like {run_name!r}, "
+                f"longer than {NAME_MAX} characters; give the arm (or the config) a "
+                "shorter name"))
     root = Path(out).resolve() / (f"{cfg.name}-experiment-{datetime.now():%Y%m%d-%H%M%S}-"
                                   f"{secrets.token_hex(2)}")
     seeds = list(range(exp.seed_base, exp.seed_base + exp.replicates))
