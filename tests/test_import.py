@@ -568,3 +568,41 @@ def test_an_existing_empty_out_even_the_current_folder_is_filled_in_place(tmp_pa
     assert sorted(p.name for p in here.iterdir()) == sorted(
         ["config.yaml", "profiles.csv", "stances.csv", "follows.csv", "IMPORT.md"])
     assert [p.name for p in tmp_path.iterdir()] == ["here"]
+
+
+def test_64_bit_user_ids_stay_distinct(tmp_path, capsys):
+    """Twitter-style 19-digit user ids are read exactly: through a float, 1234567890123456789
+    and ...788 both became 1234567890123456768 ("repeats an earlier row")."""
+    src = _copy("miroshark_sim", tmp_path / "src")
+    ids = [1234567890123456789, 1234567890123456788]
+    lines = (src / "twitter_profiles.csv").read_text().split("\n")
+    for row, uid in zip((1, 2), ids, strict=True):
+        lines[row] = str(uid) + lines[row][len(str(row - 1)):]
+    (src / "twitter_profiles.csv").write_text("\n".join(lines))
+    assert main(["import", "miroshark", str(src), "--out", str(tmp_path / "s")]) == 0, \
+        capsys.readouterr().err
+    with open(tmp_path / "s" / "profiles.csv", newline="", encoding="utf-8") as f:
+        kept = [int(row["user_id"]) for row in csv.DictReader(f)]
+    assert set(ids) <= set(kept)
+
+
+@pytest.mark.parametrize(("file", "edit", "message"), [
+    ("simulation_config.json",
+     lambda text: '{"time_config": {}, "time_config": {"minutes_per_round": 5}}',
+     "simulation_config.json: an object gives the key 'time_config' twice"),
+    ("reddit_profiles.json",
+     lambda text: text.replace('"karma": 8000', '"karma": 8000, "karma": 3', 1),
+     "reddit_profiles.json: an object gives the key 'karma' twice"),
+    ("twitter_profiles.csv",
+     lambda text: text.replace("username", "name", 1),
+     "twitter_profiles.csv: row 1: column 'name' appears twice"),
+])
+def test_a_key_or_column_given_twice_exits_2_naming_it(tmp_path, capsys, file, edit, message):
+    """A JSON key or a CSV column given twice is named: it was read silently, the last one
+    counting."""
+    src = _copy("miroshark_sim", tmp_path / "src")
+    (src / file).write_text(edit((src / file).read_text()))
+    assert main(["import", "miroshark", str(src), "--out", str(tmp_path / "s")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert message in err and "internal error" not in err, err
+    assert not (tmp_path / "s").exists()

@@ -169,14 +169,30 @@ def _depth_ok(value: Any, limit: int) -> bool:
     return True
 
 
+class _DuplicateKey(Exception):
+    """A JSON object that gives a key twice (json.loads would silently keep the last)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def _read_json(path: Path) -> Any:
     text = read_user_text(path, "JSON file", f"save {path.name} as UTF-8 JSON")
     deep = InputError(f"{path}: nested too deeply (more than {MAX_DEPTH} levels)")
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}:{exc.lineno}: malformed JSON: {exc.msg} "
                          f"(column {exc.colno})") from None
+    except _DuplicateKey as exc:
+        raise InputError(f"{path}: an object gives the key {exc.args[0]!r} twice; keep "
+                         "one (only the last would count)") from None
     except RecursionError:
         raise deep from None
     if not _depth_ok(data, MAX_DEPTH):
@@ -194,6 +210,9 @@ def _read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
     if not rows:
         raise InputError(f"{path}: the CSV is empty")
     header = [c.strip() for c in rows[0]]
+    twice = sorted({c for c in header if c and header.count(c) > 1})
+    if twice:  # (a row's dict would keep the last column of the name)
+        raise InputError(f"{path}: row 1: column {twice[0]!r} appears twice")
     out = []
     for i, row in enumerate(rows[1:], start=2):
         if len(row) != len(header):
@@ -249,12 +268,18 @@ def _show(value: Any, limit: int = 80) -> str:
 
 
 def _uid_value(value: Any) -> int:
-    """A user id: an integer >= 0, also written as "12" or 12.0 (OASIS, pandas)."""
+    """A user id: an integer >= 0, also written as "12" or 12.0 (OASIS, pandas). Read
+    exactly where it is written as an integer: a 64-bit id (Twitter's) is beyond a
+    float's 53 bits, and two ids must not become one."""
+    text = str(value).strip()
     try:
-        x = float(str(value).strip())
-    except ValueError:
-        raise ValueError(f"user id must be an integer, got {_show(value)}") from None
-    if not x.is_integer() or x < 0:
+        x: float = int(text)
+    except ValueError:  # ("12.0", a word, or more digits than int() reads)
+        try:
+            x = float(text)
+        except ValueError:
+            raise ValueError(f"user id must be an integer, got {_show(value)}") from None
+    if (isinstance(x, float) and not x.is_integer()) or x < 0:
         raise ValueError(f"user id must be an integer >= 0, got {_show(value)}")
     return int(x)
 
