@@ -274,13 +274,30 @@ def _check_header(path: Path, line: int, header: list[str]) -> None:
         seen.add(col)
 
 
+class _DuplicateKey(Exception):
+    """A JSON object that gives a key twice (json.loads would silently keep the last)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def _json_items(path: Path, text: str) -> list[_Item]:
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise InputError(
             f"{path}:{exc.lineno}: malformed JSON: {exc.msg} (column {exc.colno})"
         ) from None
+    except _DuplicateKey as exc:  # (as a YAML file's duplicate field is, _key_lines)
+        raise InputError(f"{path}: duplicate field {exc.args[0]!r} in an object") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply") from None
     return _records(path, data, "JSON", [None] * len(data) if isinstance(data, list) else [])
 
 
@@ -295,6 +312,8 @@ def _yaml_items(path: Path, text: str) -> list[_Item]:
         raise InputError(f"{where}: malformed YAML: {exc.problem or exc}") from None
     except yaml.YAMLError as exc:
         raise InputError(f"{path}: malformed YAML: {exc}") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply") from None
     finally:
         loader.dispose()
     nodes = root.value if isinstance(root, yaml.SequenceNode) else []

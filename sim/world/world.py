@@ -195,6 +195,7 @@ def _apply_stance_file(path: str, topics: list[str], position: np.ndarray,
     """Per-agent overrides from a CSV: agent_id, topic, position[, confidence]. Every
     problem names the file's line (blank lines and quoted line breaks counted)."""
     n = position.shape[0]
+    seen: dict[tuple[int, str], str] = {}  # (agent, topic) -> the line that gave it
     for where, row in _stance_rows(Path(path)):
         try:
             agent = int(row["agent_id"])
@@ -207,6 +208,10 @@ def _apply_stance_file(path: str, topics: list[str], position: np.ndarray,
         if row["topic"] not in topics:
             raise InputError(f"{where}: topic: unknown topic {row['topic']!r}; "
                              f"topics are {topics}")
+        if (agent, row["topic"]) in seen:  # (the last row would silently win)
+            raise InputError(f"{where}: agent {agent} on {row['topic']} is already given "
+                             f"on line {seen[agent, row['topic']]}; give each pair once")
+        seen[agent, row["topic"]] = where.rsplit(":", 1)[1]  # (`file:line`)
         t = topics.index(row["topic"])
         position[agent, t] = _number(row["position"], -1.0, 1.0, where, "position")
         conf = row.get("confidence") or ""
@@ -227,6 +232,9 @@ def _stance_rows(path: Path) -> list[tuple[str, dict[str, str]]]:
                 continue
             if header is None:
                 header = [c.strip() for c in cells]
+                twice = sorted({c for c in header if header.count(c) > 1})
+                if twice:  # (a row's dict would keep the last column of the name)
+                    raise InputError(f"{path}:{line}: column {twice[0]!r} appears twice")
                 missing = {"agent_id", "topic", "position"} - set(header)
                 if missing:
                     raise InputError(f"{path}:{line}: missing column(s) {sorted(missing)}; "
