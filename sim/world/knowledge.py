@@ -124,9 +124,13 @@ def _read_text(path: Path) -> str:
                              f"{exc}") from None
         return "\n\n".join(p.strip() for p in pages if p.strip())
     try:
-        return path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8, "
                          "or give a PDF") from None
     except OSError as exc:  # no permission to read it, say
         raise InputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if "\x00" in text:  # (UTF-8 all the same: a binary file that happens to decode)
+        raise InputError(f"{path}: not a text file (it holds NUL bytes); give a text, "
+                         "Markdown or PDF document")
+    return text
