@@ -17,6 +17,7 @@ from shoal.runs.task_pool import Outcome, TaskPool
 from shoal.validation.case import CASES, CaseContext, CaseResult, load_cases
 
 LLM_SECTIONS = ("llm", "memory")  # what `--llm CONFIG` lays over each case's scenario
+MAX_REPLICATES = 10_000  # per case (each a run, or several): more is a typo, not a plan
 SMALLEST = {"name": "llm_overlay", "rounds": 1, "population": {"size": 2}, "topics": ["t"]}
 
 
@@ -49,16 +50,19 @@ def select(names: list[str] | None) -> list[str]:
 def llm_overlay(path: str | Path) -> dict[str, Any]:
     """The `llm` (and `memory`) sections of an LLM config file, checked as part of a
     config, to lay over each case's scenario (`shoal validate --llm CONFIG`)."""
-    from shoal.config import parse_config
+    from shoal.config import Config, parse_config
 
     data, root = read_yaml(path, "LLM config")
     if not isinstance(data, dict) or "llm" not in data:
         raise InputError(f"{path}: needs an `llm:` section (the provider the LLM agents "
                          "use; see docs/llm.md)")
     overlay = {k: data[k] for k in LLM_SECTIONS if k in data}
+    # a whole run config may be given (its other sections are not used), but a key that
+    # is no config field (`memroy:`) is a mistake, not a section to skip in silence
+    unknown = {k: data[k] for k in data if k not in Config.model_fields}
     # checked inside the smallest config, so problems name the file, the line and the
     # field path of the sections the user wrote
-    parse_config({**SMALLEST, **overlay}, root, source=str(path))
+    parse_config({**SMALLEST, **overlay, **unknown}, root, source=str(path))
     return overlay
 
 
@@ -100,10 +104,15 @@ def validate(names: list[str] | None, out: str | Path, quick: bool = False, seed
 
     if replicates is not None and replicates < 1:
         raise InputError(f"--replicates {replicates}: must be >= 1")
+    if replicates is not None and replicates > MAX_REPLICATES:
+        raise InputError(f"--replicates {replicates}: at most {MAX_REPLICATES:,} per case")
     if parallel is not None and parallel < 1:
         raise InputError(f"--parallel {parallel}: must be >= 1")
     if seed < 0:
         raise InputError(f"--seed {seed}: must be >= 0")
+    if seed + (replicates or MAX_REPLICATES) > 2**63:  # (checked by each case: too late)
+        raise InputError(f"--seed {seed}: the seeds from it (one per replicate) must lie "
+                         "in 0..2^63-1")
     root = Path(out)
     if root.exists() and not root.is_dir():
         raise InputError(f"--out {out}: is a file; give a folder for the results")
