@@ -47,6 +47,7 @@ STUDY_FILE, TRIALS_FILE, RESULT_FILE = "study.journal", "trials.csv", "calibrati
 # (nearly) their smallest and largest value, or one value (the same rule as an
 # experiment's bootstrap interval, shoal.analysis.experiments.MIN_BOOTSTRAP).
 MIN_ACCEPTED = 5
+MAX_RUNS = 100_000  # runs of one calibration (--trials × --seeds), as of a sweep: a typo beyond
 
 
 @dataclass(frozen=True)
@@ -245,6 +246,12 @@ def _check_flags(trials: int, seeds: int, accept: float, seed: int, parallel: in
         raise InputError(f"--accept {accept:g}: must be in (0, 1] (the share of draws kept)")
     if seed < 0:
         raise InputError(f"--seed {seed}: must be >= 0")
+    if seed + seeds > 2**63:  # (a run refused it, after the output folder was written)
+        raise InputError(f"--seed {seed}: the seeds --seed .. --seed + --seeds - 1 must lie "
+                         "in 0..2^63-1")
+    if trials * seeds > MAX_RUNS:  # (laying them out ran out of memory)
+        raise InputError(f"--trials {trials} × --seeds {seeds}: {trials * seeds:,} runs; at "
+                         f"most {MAX_RUNS:,} in one calibration")
     if parallel is not None and parallel < 1:
         raise InputError(f"--parallel {parallel}: must be >= 1")
     if not params:
