@@ -105,8 +105,10 @@ def posts_tables(world: World, ids: np.ndarray,
 
 def exposures_table(round_: int, views: list[PlatformView], platforms: PlatformEnum,
                     workers: Workers = SERIAL) -> pa.Table:
-    """One row per feed item shown: (round, platform, agent, post, rank), agent-major as
-    the views' rows are (a range of rows per worker, one Arrow chunk each)."""
+    """The feed items shown, as the `exposures` table keeps them (listed): one row per
+    agent shown anything, (round, platform, agent, [post ids by rank]), its list up to
+    the last item shown (NULL for an empty slot before it); agent-major as the views'
+    rows are (a range of rows per worker, one Arrow chunk each)."""
     parts = []
     for v in views:
         code = int(platforms.index[v.platform])
@@ -114,23 +116,32 @@ def exposures_table(round_: int, views: list[PlatformView], platforms: PlatformE
         def rows_of(rows: slice, v=v, code=code) -> pa.Table:
             feed = v.feed[rows]
             valid = feed >= 0
-            n = int(np.count_nonzero(valid))
-            rank = np.broadcast_to(np.arange(feed.shape[1], dtype=np.int16), feed.shape)
+            full = bool(valid.all())
+            if full:  # every slot filled (the common case): the matrix as it is
+                keep, length, items = slice(None), np.full(len(feed), feed.shape[1]), feed
+            else:  # each row up to its last item
+                last = feed.shape[1] - np.argmax(valid[:, ::-1], axis=1)
+                keep = valid.any(axis=1)
+                length = last[keep]
+                items = feed[keep][np.arange(feed.shape[1]) < length[:, None]]
+            offsets = np.zeros(len(length) + 1, np.int32)
+            np.cumsum(length, out=offsets[1:])
+            flat = items.ravel()
+            n = len(length)
             return pa.table({
                 "round": _const(round_, n),
                 "platform": enum_array(np.full(n, code, np.int8), platforms.names),
-                "agent": pa.array(np.repeat(v.agents[rows].astype(np.int32),
-                                            valid.sum(axis=1))),
-                "post_id": pa.array(feed[valid]),
-                "rank": pa.array(rank[valid]),
+                "agent": pa.array(v.agents[rows][keep].astype(np.int32)),
+                "post_id": pa.ListArray.from_arrays(
+                    pa.array(offsets), pa.array(flat, mask=None if full else flat < 0)),
             })
 
         parts += workers.over(len(v.agents), rows_of)
     if not parts:  # no platform had anyone acting
         return pa.table({"round": pa.array([], pa.int32()),
                          "platform": platforms.array(np.empty(0, np.int8)),
-                         "agent": pa.array([], pa.int32()), "post_id": pa.array([], pa.int64()),
-                         "rank": pa.array([], pa.int16())})
+                         "agent": pa.array([], pa.int32()),
+                         "post_id": pa.array([], pa.list_(pa.int64()))})
     return pa.concat_tables(parts)
 
 

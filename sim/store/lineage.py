@@ -229,7 +229,7 @@ def _live_connection(run_dir: RunDir, table: str) -> duckdb.DuckDBPyConnection:
         raise InputError(f"run {run_dir.run_id} is being written; set output.live_parquet: "
                          "true to read it while it runs, or wait for it to finish")
     con = duckdb.connect()
-    con.execute(mirror.schema() or schema(run_dir.platform_names(), known=True))
+    con.execute(mirror.schema() or schema(run_dir.platform_names(), known=True, plain=True))
     if any((mirror.root / table).glob("round=*.parquet")):
         con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM "
                     "read_parquet($glob, hive_partitioning = false)",

@@ -12,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shoal.core.files import replacing, write_text
 from shoal.store.schema import schema
-from shoal.store.tables import file_tables
+from shoal.store.tables import TABLES, TableSpec, file_tables
 from shoal.store.trajectory import TrajectoryStore
 
 
@@ -28,10 +29,14 @@ class LiveMirror:
         self.root = run_root / "live"
 
     def write(self, round_: int, tables: dict[str, pa.Table]) -> None:
-        """Mirror one committed round (tables with no rows are skipped)."""
+        """Mirror one committed round (tables with no rows are skipped; a listed table's
+        rows as declared, the shape the mirror's schema has)."""
         for name, table in tables.items():
             if not table.num_rows:
                 continue
+            if (spec := TABLES.get(name)) and spec.listed and spec.listed[1] not in (
+                    table.column_names):
+                table = _unnested(spec, table)
             folder = self.root / name
             folder.mkdir(parents=True, exist_ok=True)
             with replacing(folder / f"round={round_:06d}.parquet") as tmp:
@@ -42,7 +47,7 @@ class LiveMirror:
         declarations included, so a reader builds the same tables without the plug-ins
         that declared them), then everything the new file holds, as round 0."""
         self.root.mkdir(parents=True, exist_ok=True)
-        write_text(self.root / "schema.sql", schema(platforms))
+        write_text(self.root / "schema.sql", schema(platforms, plain=True))
         self.write(0, {name: store.con.sql(f"SELECT * FROM {name}").to_arrow_table()
                        for name in file_tables(store.con)})
 
@@ -63,3 +68,13 @@ class LiveMirror:
     def glob(self, table: str) -> str:
         """The glob pattern a reader passes to `read_parquet`."""
         return str(self.root / table / "round=*.parquet")
+
+
+def _unnested(spec: TableSpec, table: pa.Table) -> pa.Table:
+    """A listed table's rows in its declared shape."""
+    con = duckdb.connect()
+    try:
+        con.register("_batch", table)
+        return con.sql(spec.unnested("_batch")).to_arrow_table()
+    finally:
+        con.close()

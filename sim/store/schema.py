@@ -40,14 +40,15 @@ def _enum(values: tuple[str, ...]) -> str:
     return "ENUM (" + ", ".join("'" + v + "'" for v in values) + ")"
 
 
-def schema(platforms: Sequence[str], known: bool = False) -> str:
+def schema(platforms: Sequence[str], known: bool = False, plain: bool = False) -> str:
     """The DDL of a trajectory file for a run on `platforms` (names in code order): the
     enum types, every declared table created with the file (Shoal's own, the market's, the
     graph's and the installed plug-ins'), each with its declaration as its comment, and
     the view `post_stats`. `known`: only the tables this process has declared so far
-    (readers, which load no plug-in)."""
+    (readers, which load no plug-in); `plain`: listed tables as tables of their declared
+    rows (the live mirror's)."""
     specs = [s for s in TABLES if s.created == "run"] if known else TABLES.with_run()
-    tables = "".join(s.ddl(platforms) for s in specs)
+    tables = "".join(s.ddl(platforms, plain=plain) for s in specs)
     return types(platforms) + tables + POST_STATS
 
 
@@ -154,7 +155,7 @@ _declare("llm_calls", """
 _declare("exposures", """
     round INTEGER, platform platform_t, agent INTEGER, post_id BIGINT, rank SMALLINT""",
     "engine", "One row per feed item shown: round, platform, agent, post_id, rank.",
-    order="round, platform, agent, rank", frame=True)
+    order="round, platform, agent, rank", frame=True, listed=("post_id", "rank"))
 _declare("survey_responses", """
     round INTEGER, survey VARCHAR, wave INTEGER, agent INTEGER, item VARCHAR, kind VARCHAR,
     value DOUBLE, choice VARCHAR, text VARCHAR, abstained BOOLEAN, source VARCHAR""",

@@ -54,6 +54,13 @@ class TableSpec:
     (timings, ports, ids). `as_of`: the column an as-of-round read filters on, where it is
     not `round_key` (graph relations: when they became valid). `frame`: the notebook
     `Run` shows it as a property of that name.
+
+    `listed`: (value, position), for a log whose rows come in runs of positions under
+    the same other columns (a feed's items): the file stores one row per run, `value` as
+    a list in `position` order (NULL where a position is empty), in the base table
+    `<name>_listed`, and `name` is a view giving the declared rows. DuckDB inserts that
+    in about a third of the CPU (10 million feed items a round at 1M agents: ~300 ms
+    against ~800); a full scan costs more (bench/README.md, "Feed items kept as lists").
     """
 
     name: str
@@ -69,6 +76,7 @@ class TableSpec:
     order: str = "ALL"
     as_of: str | None = None
     frame: bool = False
+    listed: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier() or self.name != self.name.lower():
@@ -79,12 +87,51 @@ class TableSpec:
         if self.lineage not in ("inherit", "own", "none"):
             raise InputError(f"table {self.name!r}: lineage {self.lineage!r} is not one "
                              "of inherit, own, none")
+        if self.listed is not None:
+            value, position = self.listed
+            keys = {self.round_key, self.post_key, self.as_of}
+            if (value == position or not {value, position} <= set(self.column_names)
+                    or keys & {value, position}):
+                raise InputError(f"table {self.name!r}: listed {self.listed!r} names two of "
+                                 "its columns that are not its round or post key")
 
     @property
     def column_names(self) -> list[str]:
         """The columns' names, in order."""
-        return [c.split()[0] for c in re.split(r", (?=[A-Za-z_{]\S* )|, (?=\{)", self.columns)
-                if c != PER_PLATFORM]
+        return [c.split()[0] for c in _definitions(self.columns) if c != PER_PLATFORM]
+
+    @property
+    def stored(self) -> str:
+        """The base table holding the rows: `<name>_listed` for a listed table, else the
+        table itself."""
+        return f"{self.name}_listed" if self.listed else self.name
+
+    def unnested(self, source: str) -> str:
+        """SELECT of the declared rows from `source`, rows in this listed table's stored
+        shape (the view's definition)."""
+        assert self.listed is not None
+        value, position = self.listed
+        kind = dict(d.split(maxsplit=1) for d in _definitions(self.columns))[position]
+        inner = ", ".join(
+            f"unnest({value}) AS {value}" if c == value else
+            f"CAST(generate_subscripts({value}, 1) - 1 AS {kind}) AS {c}" if c == position
+            else c for c in self.column_names)
+        return (f"SELECT {', '.join(self.column_names)} FROM (SELECT {inner} FROM {source}) "
+                f"WHERE {value} IS NOT NULL")
+
+    def nested(self, source: str) -> str:
+        """SELECT of this listed table's stored rows from `source`, rows in its declared
+        shape (positions missing under a key become NULL items)."""
+        assert self.listed is not None
+        value, position = self.listed
+        keys = ", ".join(c for c in self.column_names if c not in self.listed)
+        # (groups in the order they first come in `source`: its rows are in declared order)
+        return (f"WITH t AS (SELECT *, row_number() OVER () AS _row FROM {source}), "
+                f"s AS (SELECT {keys}, unnest(range(top + 1)) AS {position} FROM "
+                f"(SELECT {keys}, max({position}) AS top FROM t GROUP BY {keys})) "
+                f"SELECT {keys}, list(t.{value} ORDER BY s.{position}) AS {value} "
+                f"FROM s LEFT JOIN t USING ({keys}, {position}) GROUP BY {keys} "
+                "ORDER BY min(t._row)")
 
     @property
     def cut(self) -> bool:
@@ -100,14 +147,25 @@ class TableSpec:
             return None if round_ is None else f"{self.round_key} <= {int(round_)}"
         return None
 
-    def ddl(self, platforms: Sequence[str] = (), if_not_exists: bool = False) -> str:
+    def ddl(self, platforms: Sequence[str] = (), if_not_exists: bool = False,
+            plain: bool = False) -> str:
         """CREATE TABLE for a run on `platforms`, with this declaration as the table's
-        comment."""
+        comment (a listed table: its base table, and the view of its name; `plain`: the
+        declared rows as a table all the same, as the live mirror keeps them)."""
         exists = "IF NOT EXISTS " if if_not_exists else ""
         on = "".join(f"on_{p} BOOLEAN, " for p in platforms)
         columns = self.columns.replace(f"{PER_PLATFORM}, ", on)
-        return (f"CREATE TABLE {exists}{self.name} ({columns});\n"
-                f"COMMENT ON TABLE {self.name} IS '{self.comment()}';\n")
+        if self.listed is None or plain:
+            return (f"CREATE TABLE {exists}{self.name} ({columns});\n"
+                    f"COMMENT ON TABLE {self.name} IS '{self.comment()}';\n")
+        value, position = self.listed
+        stored = ", ".join(f"{d}[]" if d.split()[0] == value else d
+                           for d in _definitions(columns) if d.split()[0] != position)
+        marker = json.dumps({"stores": self.name})
+        return (f"CREATE TABLE {exists}{self.stored} ({stored});\n"
+                f"COMMENT ON TABLE {self.stored} IS '{marker}';\n"
+                f"CREATE VIEW {exists}{self.name} AS {self.unnested(self.stored)};\n"
+                f"COMMENT ON VIEW {self.name} IS '{self.comment()}';\n")
 
     def comment(self) -> str:
         """The declaration without its columns, as JSON (SQL-quoted)."""
@@ -122,6 +180,8 @@ class TableSpec:
             known = {f.name for f in fields(cls)}
             data = {k: v for k, v in data.items() if k in known}
             data["volatile"] = tuple(data.get("volatile", ()))
+            if data.get("listed") is not None:
+                data["listed"] = tuple(data["listed"])
             return cls(name=name, columns=columns, **data)
         except (ValueError, TypeError, InputError):
             return None
@@ -165,6 +225,11 @@ class TableRegistry:
 TABLES = TableRegistry()
 
 
+def _definitions(columns: str) -> list[str]:
+    """A declaration's column definitions ("name TYPE ..."), in order."""
+    return re.split(r", (?=[A-Za-z_{]\S* )|, (?=\{)", columns)
+
+
 def file_tables(con: duckdb.DuckDBPyConnection, catalog: str | None = None
                 ) -> dict[str, TableSpec]:
     """The tables of a trajectory file (`catalog`: an attached one; default: the
@@ -173,17 +238,40 @@ def file_tables(con: duckdb.DuckDBPyConnection, catalog: str | None = None
     inferred from its columns (a `round` column: cut and inherited by round)."""
     where = "database_name = " + ("current_database()" if catalog is None else "?")
     rows = con.execute(
-        "SELECT t.table_name, t.comment, string_agg(c.column_name || ' ' || c.data_type, "
-        "', ' ORDER BY c.column_index) FROM duckdb_tables() t JOIN duckdb_columns() c "
-        "USING (database_name, schema_name, table_name) "
-        f"WHERE t.{where} AND t.schema_name = 'main' AND NOT t.temporary "
-        "GROUP BY ALL ORDER BY min(t.table_oid)", [] if catalog is None else [catalog],
+        "SELECT t.name, t.comment, t.view, string_agg(c.column_name || ' ' || c.data_type, "
+        "', ' ORDER BY c.column_index) FROM (SELECT database_name, schema_name, table_name "
+        "AS name, comment, table_oid AS oid, false AS view FROM duckdb_tables() WHERE NOT "
+        "temporary UNION ALL SELECT v.database_name, v.schema_name, v.view_name, v.comment, "
+        # (a listed table's view in its base table's place)
+        "coalesce(b.table_oid, v.view_oid), true FROM duckdb_views() v LEFT JOIN "
+        "duckdb_tables() b ON b.database_name = v.database_name AND b.schema_name = "
+        "v.schema_name AND b.table_name = v.view_name || '_listed' WHERE NOT v.internal AND "
+        "NOT v.temporary) t JOIN "
+        "duckdb_columns() c ON c.database_name = t.database_name AND c.schema_name = "
+        f"t.schema_name AND c.table_name = t.name WHERE t.{where} AND t.schema_name = 'main' "
+        "GROUP BY ALL ORDER BY min(t.oid)", [] if catalog is None else [catalog],
     ).fetchall()
     out = {}
-    for name, comment, columns in rows:
-        out[name] = (TableSpec.from_comment(name, columns, comment) or TABLES.get(name)
-                     or inferred(name, columns))
+    for name, comment, view, columns in rows:
+        spec = TableSpec.from_comment(name, columns, comment)
+        if view:  # a listed table's rows (other views are not tables of the run)
+            if spec is not None and spec.listed:
+                out[name] = spec
+        elif not _stores(comment):  # (a listed table's base table is read by its view)
+            spec = spec or TABLES.get(name) or inferred(name, columns)
+            # a table holds its declared rows however they are declared to be kept (a file
+            # from before, the live mirror's)
+            out[name] = replace(spec, listed=None) if spec.listed else spec
     return out
+
+
+def _stores(comment: str | None) -> bool:
+    """Whether a table's comment marks it as a listed table's base table."""
+    try:
+        data = json.loads(comment or "")
+    except ValueError:
+        return False
+    return isinstance(data, dict) and set(data) == {"stores"}
 
 
 def inferred(name: str, columns: str) -> TableSpec:

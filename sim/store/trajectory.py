@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from shoal.core.errors import InputError, StorageFull, out_of_space
 from shoal.store.schema import ADDED_COLUMNS, schema
-from shoal.store.tables import TABLES, file_tables
+from shoal.store.tables import TABLES, TableSpec, file_tables
 
 
 def connect(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
@@ -142,6 +142,7 @@ class TrajectoryStore:
     def __init__(self, path: str | Path, platforms: Sequence[str] | None = None):
         self.path = Path(path) if str(path) != ":memory:" else None
         self.con = connect(path)
+        self._views: dict[str, bool] = {}  # table -> kept listed (`_listed`)
         self._held = _identity(self.path) if self.path is not None else None
         if self._held is not None:
             _HELD[self._held] += 1
@@ -181,7 +182,11 @@ class TrajectoryStore:
         """Bulk insert an Arrow table (columns in schema order). A column that holds one
         value in every row (the round; the platform of a one-platform run) goes in as a
         SQL literal: DuckDB then stores a constant instead of reading, converting and
-        analysing every value (an ENUM from an Arrow dictionary costs ~40 ns a row)."""
+        analysing every value (an ENUM from an Arrow dictionary costs ~40 ns a row).
+
+        A listed table (`TableSpec.listed`) takes its rows in either shape, stored or
+        declared, whichever way this file keeps it (files written before it was listed
+        keep the declared rows)."""
         if not data.num_rows:
             return
         names = data.column_names
@@ -191,10 +196,28 @@ class TrajectoryStore:
         if len(literals) == len(names):  # keep one column to carry the row count
             literals.pop(names[0])
         self.con.register("_batch", data.drop_columns(list(literals)))
-        select = ", ".join(literals.get(name, name) for name in names)
-        self.con.execute(f"INSERT INTO {table} ({', '.join(names)}) SELECT {select} "
-                         "FROM _batch")
+        select = ", ".join(f"{literals[name]} AS {name}" if name in literals else name
+                           for name in names)
+        source, target = f"(SELECT {select} FROM _batch)", table
+        spec = TABLES.get(table)
+        if spec is not None and spec.listed is not None:
+            given_listed = spec.listed[1] not in names
+            if self._listed(table):
+                target = spec.stored
+                if not given_listed:
+                    source, names = f"({spec.nested(source)})", _stored_names(spec)
+            elif given_listed:
+                source, names = f"({spec.unnested(source)})", spec.column_names
+        self.con.execute(f"INSERT INTO {target} ({', '.join(names)}) SELECT * FROM {source}")
         self.con.unregister("_batch")
+
+    def _listed(self, table: str) -> bool:
+        """Whether this file keeps `table` as a listed table (a view over its lists)."""
+        if table not in self._views:
+            self._views[table] = bool(self.con.execute(
+                "SELECT count(*) FROM duckdb_views() WHERE view_name = ? AND database_name "
+                "= current_database()", [table]).fetchall()[0][0])
+        return self._views[table]
 
     def write_round(self, tables: dict[str, pa.Table]) -> None:
         """All of one round's rows, in one transaction."""
@@ -223,7 +246,7 @@ class TrajectoryStore:
         for spec in file_tables(self.con).values():
             if spec.cut:
                 kept = f" AND ({spec.kept}) IS NOT TRUE" if spec.kept else ""
-                self.con.execute(f"DELETE FROM {spec.name} WHERE NOT "
+                self.con.execute(f"DELETE FROM {spec.stored} WHERE NOT "
                                  f"({spec.upto(round_, n_posts)}){kept}")
         self.con.execute("COMMIT")
 
@@ -258,6 +281,11 @@ class TrajectoryStore:
 
 
 _CONSTANT_ROWS = 4096  # below this a batch is cheap however it is sent
+
+
+def _stored_names(spec: TableSpec) -> list[str]:
+    """The columns of a listed table's base table, in order."""
+    return [c for c in spec.column_names if spec.listed is None or c != spec.listed[1]]
 
 
 def sql_constant(column: pa.ChunkedArray) -> str | None:
