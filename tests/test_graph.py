@@ -278,6 +278,14 @@ def test_bad_briefs_name_the_file(tmp_path, capsys, content, message):
     assert not (tmp_path / "out" / "config.yaml").exists()
 
 
+def test_a_byte_order_mark_is_not_part_of_a_documents_text(tmp_path):
+    from shoal.world.knowledge import read_document
+
+    memo = tmp_path / "memo.md"
+    memo.write_bytes("\ufeffFerry Company raises the toll.".encode())
+    assert read_document(memo) == "Ferry Company raises the toll."
+
+
 def test_a_document_too_large_or_a_looping_link_is_refused_by_name(tmp_path, capsys):
     """A document over the size limit is refused before it is read (a sparse file: no
     disk used), and a loop of links is said to be one, not a missing file."""

@@ -123,8 +123,8 @@ def _read_text(path: Path) -> str:
             raise InputError(f"{path}: not a readable PDF: {type(exc).__name__}: "
                              f"{exc}") from None
         return "\n\n".join(p.strip() for p in pages if p.strip())
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:  # (a byte order mark some editors write is not the document's text)
+        text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8, "
                          "or give a PDF") from None
