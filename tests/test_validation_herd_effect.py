@@ -146,3 +146,12 @@ def test_correction_lifts_upvotes_of_posts_below_zero_only():
     np.testing.assert_array_equal(down, plain_down)
     assert up[1] > plain_up[1] and up[0] == plain_up[0] and up[3] == plain_up[3]
     assert RulePolicyConfig().correction == 0.0
+
+
+def test_a_control_without_a_positive_score_has_no_relative_effect():
+    """Muchnik et al.'s effects are percentages of the control's score: of 0 (±inf) or of
+    a negative score (the sign turned) they mean nothing, and the interval leaves them out
+    instead of averaging an infinity away or in."""
+    effect = herd_effect.relative(np.array([5.0, 3.0, -2.0]), np.array([4.0, 0.0, -4.0]))
+    assert effect[0] == pytest.approx(25.0) and np.isnan(effect[1:]).all()
+    assert mean_interval(effect)[0] == pytest.approx(25.0)

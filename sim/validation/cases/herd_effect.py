@@ -153,8 +153,12 @@ def first_vote_up_share(run: Run) -> float:
 
 
 def relative(treated: np.ndarray, control: np.ndarray) -> np.ndarray:
-    """Per replicate, (treated − control) as a percentage of control."""
-    return 100.0 * (treated - control) / control
+    """Per replicate, (treated − control) as a percentage of control; NaN where the
+    control is not positive (no percentage of it means anything: 0 would give ±inf, a
+    negative one the opposite sign), which the intervals then leave out."""
+    treated, control = np.asarray(treated, float), np.asarray(control, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(control > 0, 100.0 * (treated - control) / control, np.nan)
 
 
 @CASES.register(NAME)
@@ -191,6 +195,11 @@ class HerdEffect(Case):
         checks = [*checks_of(up, down),
                   first_vote_check(relative(firsts["up"], firsts["control"]))]
         notes = [f"experiment folder: {root.name}; per-replicate scores in scores.csv"]
+        for what, control in (("mean final score", scores["control"]),
+                              ("share of up-votes among first votes", firsts["control"])):
+            if (left := int(np.sum(~(control > 0)))):
+                notes.append(f"{left} of {len(seeds)} replicates left out of the relative "
+                             f"effects on the {what}: the control's is not positive")
         for arm in ARMS:
             m, (lo, hi) = mean_interval(scores[arm])
             notes.append(f"{arm}: mean final score {m:.2f} [{lo:.2f}, {hi:.2f}]")
