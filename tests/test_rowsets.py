@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shoal.core.rowsets import count_valid, first_valid, newest_per_row, push_newest
+from shoal.core.rowsets import count_valid, first_valid, newest_per_row, push_newest, take_in_rows
 
 SEEDS = [0, 1, 2, 3, 4, 5, 6, 7]
 
@@ -156,3 +156,16 @@ def test_first_valid_invalid_earlier_copy_does_not_hide_valid_one() -> None:
 def test_count_valid() -> None:
     """Number of non-padding entries per row."""
     assert count_valid(np.array([[-1, -1, 3], [1, 2, 3], [-1, -1, -1]])).tolist() == [1, 3, 0]
+
+
+@pytest.mark.parametrize("k", [0, 1, 7])
+def test_take_in_rows_is_take_along_axis(k):
+    rng = np.random.default_rng(k)
+    mats = (rng.integers(-1, 50, (9, k)), rng.random((9, k)), rng.integers(0, 5, (9, k)))
+    order = np.argsort(mats[0], axis=1, kind="stable")
+    contiguous = tuple(np.empty_like(m) for m in mats)
+    strided = tuple(np.empty((9, 2 * k), m.dtype)[:, ::2] for m in mats)  # (not contiguous)
+    for out in (contiguous, strided):
+        take_in_rows(mats, order, out)
+        for m, o in zip(mats, out, strict=True):
+            assert np.array_equal(o, np.take_along_axis(m, order, axis=1))

@@ -10,6 +10,7 @@ from shoal.beliefs.rules import Exposures
 from shoal.core.counter_rng import CounterRNG
 from shoal.core.keys import pack, unique_sorted
 from shoal.core.registry import PluginError, calling, from_shoal
+from shoal.core.rowsets import take_in_rows
 from shoal.core.workers import SERIAL, Workers
 from shoal.engine.recommenders import FeedContext, Recommender
 from shoal.world.world import World
@@ -229,8 +230,7 @@ def exposures(views: list[PlatformView], workers: Workers = SERIAL) -> Exposures
                 o[rows] = m[rows][:, ::-1]
             return
         order = np.argsort(feed, axis=1, kind="stable")  # -1 padding sorts to the left
-        for o, m in zip(out, mats, strict=True):
-            o[rows] = np.take_along_axis(m[rows], order, axis=1)
+        take_in_rows(tuple(m[rows] for m in mats), order, tuple(o[rows] for o in out))
 
     workers.over(len(agents), oldest_first)
     return Exposures(agents, *out)
