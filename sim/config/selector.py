@@ -50,7 +50,7 @@ def parse_selector(text: str, flag: str = "--agents") -> Selector:
     import yaml
     from pydantic import ValidationError
 
-    from shoal.config.loading import yaml_value
+    from shoal.config.yaml_text import yaml_value
     from shoal.core.errors import InputError
 
     text = text.strip()

@@ -20,9 +20,10 @@ import yaml
 
 from shoal.config import apply_overrides, parse_config
 from shoal.config.interventions import MUTABLE_SECTIONS, mutable
-from shoal.config.loading import Origin, load_yaml_text, read_yaml, shown_override, yaml_value
+from shoal.config.loading import Origin, shown_override
 from shoal.config.model import Config
 from shoal.config.platforms import mutable_fields
+from shoal.config.yaml_text import load_yaml_text, read_yaml, yaml_value
 from shoal.core.errors import InputError
 
 

@@ -50,7 +50,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from shoal.agents.profiles import SENTIMENT_WEIGHT, STANCE_LABELS
 from shoal.config import load_config, validation_problems
-from shoal.config.loading import MAX_DEPTH
+from shoal.config.yaml_text import MAX_DEPTH
 from shoal.core.errors import InputError
 from shoal.core.language import DEFAULT, Templates, detect_cjk, templates
 from shoal.core.text_files import read_user_text

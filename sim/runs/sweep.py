@@ -53,7 +53,8 @@ from shoal.analysis.sweeps import (
     summarize_members,
 )
 from shoal.config import Config, load_config, parse_config, resolved_dict
-from shoal.config.loading import override_value, yaml_value
+from shoal.config.loading import override_value
+from shoal.config.yaml_text import yaml_value
 from shoal.core.errors import InputError
 from shoal.core.files import write_text
 from shoal.runs.task_pool import Outcome, TaskPool, failure

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from shoal.config.loading import read_yaml
+from shoal.config.yaml_text import read_yaml
 from shoal.core.errors import InputError
 from shoal.runs.task_pool import Outcome, TaskPool
 from shoal.validation.case import CASES, CaseContext, CaseResult, load_cases
