@@ -5,6 +5,7 @@ belief rule, a recommender and a third platform, and a config uses all three."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shutil
 import signal
@@ -177,3 +178,111 @@ def test_the_docs_policy_and_intervention_pass_the_kit(tmp_path):
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "kit")], cwd=tmp_path,
                           env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+# A platform with its own engine, as a plug-in author may write one: its running total
+# advances where its rows are made (`tables`), and each hook can be made to raise.
+POLL_MODULE = '''
+import os
+import numpy as np
+import pyarrow as pa
+from pydantic import Field
+from shoal.agents.actions import ActionBatch
+from shoal.config.base import Strict
+from shoal.config.selector import Selector
+from shoal.core.state import State
+from shoal.core.vocabulary import ActionType as A
+from shoal.platforms.spec import PlatformSpec, register
+from shoal.store.tables import TABLES, TableSpec
+from shoal.world.platform_engine import PlatformEngine
+
+TABLES.declare(TableSpec("poll_log", "round INTEGER, running_total DOUBLE", owner="poll"))
+
+
+def hook(name, r=2):
+    if os.environ.get("POLL_RAISES") == name and r >= 2:  # (from round 2 on)
+        raise RuntimeError(f"{name} broke")
+
+
+class PollConfig(Strict):
+    enabled: bool = True
+    members: Selector = Field(default_factory=Selector)
+    participation: float = 1.0
+    max_actions_per_round: int = 1
+
+
+class PollEngine(PlatformEngine):
+    def __init__(self, cfg, world):
+        hook("init")
+        self.cfg, self.code, self.total, self.r = cfg, 8, 0.0, 0
+        self.members = np.ones(world.n_agents, bool)
+
+    def decide(self, world, r, agents, llm_agents):
+        hook("decide", r)
+        return ActionBatch.empty(len(world.topics))
+
+    def apply(self, world, r, actions):
+        return np.zeros(len(actions), np.int8)
+
+    def tables(self, world, r):
+        hook("tables", r)
+        self.r = r
+        self.total += float(world.beliefs.position[:, 0].mean())
+        return {"poll_log": pa.table({"round": pa.array([r], pa.int32()),
+                                      "running_total": [self.total]})}
+
+    def get_state(self):
+        hook("get_state", self.r)
+        return State(meta={"total": self.total})
+
+    def set_state(self, state):
+        self.total = state.meta["total"]
+
+
+register(PlatformSpec(name="poll", code=8, label="Poll", actions=(A.DO_NOTHING,),
+                      engagements=(), feed_kinds=(), action_help=("do_nothing",),
+                      social=False, engine="poll_plugin:PollEngine"), PollConfig)
+'''
+
+
+def _poll_env(tmp_path: Path, **env: str) -> dict:
+    (tmp_path / "poll_plugin.py").write_text(POLL_MODULE)
+    return {**os.environ, "PYTHONPATH": str(tmp_path), **env}
+
+
+@pytest.mark.slow
+def test_an_engine_whose_rows_change_its_state_resumes_exactly(tmp_path):
+    """An engine that advances its state while making its rows (`tables`) keeps that in
+    the round's checkpoint, as at round 0: the kit's resume and fork checks pass."""
+    script = ("import sys; from pathlib import Path; import poll_plugin\n"
+              "from shoal.testing import check_platform\n"
+              "check_platform('poll', Path(sys.argv[1]))\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "kit")], cwd=ROOT,
+                          env=_poll_env(tmp_path), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("hook", ["init", "decide", "tables", "get_state"])
+def test_an_engine_that_raises_is_named(tmp_path, hook):
+    """An error in a plug-in engine's hook is exit 2 naming the engine, its module and the
+    round (no traceback), and the rounds already saved stay."""
+    config = {"name": "polled", "seed": 1, "rounds": 4, "population": {"size": 30},
+              "topics": ["issue"], "platforms": {"reddit": {"enabled": False}, "poll": {}}}
+    path = tmp_path / "poll.yaml"
+    path.write_text(yaml.safe_dump(config))
+    script = ("import sys; import poll_plugin; from shoal.cli.main import main\n"
+              "sys.exit(main(sys.argv[1:]))\n")
+    env = _poll_env(tmp_path, POLL_RAISES=hook)
+    done = subprocess.run([sys.executable, "-c", script, "run", str(path), "--out",
+                           str(tmp_path / "runs"), "--quiet"], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    assert "engine of platform 'poll' (from poll_plugin) raised RuntimeError" in done.stderr
+    assert f"{hook} broke" in done.stderr
+    if hook != "init":  # (which stops the run before its directory exists)
+        assert "round 2: " in done.stderr and "Nothing of round 2 was kept" in done.stderr
+        (run,) = (tmp_path / "runs").iterdir()
+        assert json.loads((run / "run.json").read_text())["rounds_done"] == 1
+        assert read_table(run / "trajectory.duckdb", "poll_log")["round"].tolist() == [0, 1]
+

@@ -17,6 +17,7 @@ from shoal.agents.actions import ActionBatch
 from shoal.agents.observation import PlatformView
 from shoal.core.keys import first_occurrence, pack, unique_sorted
 from shoal.core.posts import NewPosts, PostKind
+from shoal.core.registry import calling
 from shoal.core.vocabulary import (
     CREATES_POST,
     TARGETS_POST,
@@ -27,6 +28,7 @@ from shoal.core.vocabulary import (
 )
 from shoal.core.workers import SERIAL, Workers
 from shoal.world.platform import feed_kinds
+from shoal.world.platform_engine import engine_part
 from shoal.world.world import World
 
 _KIND_OF = {ActionType.POST: PostKind.POST, ActionType.REPOST: PostKind.REPOST,
@@ -258,7 +260,7 @@ def apply_all(world: World, actions: ActionBatch, views: list[PlatformView],
               round_: int, workers: Workers = SERIAL) -> Applied:
     """Apply a canonical batch: the social platforms' rows here, each engine platform's
     rows (the market's trades) by its engine, in canonical order within each."""
-    codes = {engine.code: engine for engine in world.engines.values()}
+    codes = {engine.code: (name, engine) for name, engine in world.engines.items()}
     on_engine = np.isin(actions.platform, list(codes)) if codes else np.zeros(0, bool)
     if not on_engine.any():
         return apply_actions(world, actions, views, round_, workers)
@@ -267,11 +269,12 @@ def apply_all(world: World, actions: ActionBatch, views: list[PlatformView],
     reason = np.zeros(len(actions), np.int8)
     new_post = np.full(len(actions), -1, np.int64)
     reason[social], new_post[social] = applied.reason, applied.new_post
-    for code, engine in codes.items():
+    for code, (name, engine) in codes.items():
         rows = np.nonzero(actions.platform == code)[0]
         if len(rows):  # the engine may fill in what a row did (a rule trader's side)
             part = actions.take(rows)
-            reason[rows] = engine.apply(world, round_, part)
+            with calling(engine_part(name), engine, round_):
+                reason[rows] = engine.apply(world, round_, part)
             actions.action[rows] = part.action
     applied.actions, applied.reason, applied.new_post = actions, reason, new_post
     return applied

@@ -38,6 +38,7 @@ from shoal.core.counter_rng import CounterRNG
 from shoal.core.errors import ProviderDown
 from shoal.core.faults import crash_point
 from shoal.core.heap import keep_freed_memory
+from shoal.core.registry import calling
 from shoal.core.vocabulary import ACTION_NAMES, Reason
 from shoal.core.workers import Workers, resolve_workers
 from shoal.engine.agent_context import (
@@ -78,6 +79,7 @@ from shoal.store.llm_usage import Usage
 from shoal.store.writer import RoundPayload, RoundWriter
 from shoal.surveys.responses import survey_table
 from shoal.world.persistence import checkpoint
+from shoal.world.platform_engine import engine_part
 from shoal.world.world import World, fit_history
 
 TIMED = ("schedule", "observe", "context", "decide", "apply", "update")  # `rounds` columns
@@ -176,7 +178,8 @@ class RoundDriver:
         for name, plat in w.platforms.items():
             plat.reconfigure(cfg.platforms.get(name), w.posts)
         for name, engine in w.engines.items():
-            engine.reconfigure(cfg.platforms.get(name))
+            with calling(engine_part(name), engine):
+                engine.reconfigure(cfg.platforms.get(name))
         self.recommenders = {name: p.recommender for name, p in w.platforms.items()}
         self.scheduler = Scheduler(cfg, w.population.activity, w.population.hourly,
                                    self.workers)
@@ -254,9 +257,10 @@ class RoundDriver:
             self.executor.update(w.cfg, w.population)
         rnd.stats.n_interventions = len(rnd.fired.rows)
         fired, r = rnd.fired, rnd.number
-        for engine in w.engines.values():
-            engine.begin_round(w, r, lambda text, stance, rounds, key: publish_news(
-                w, r, fired, text, stance, rounds, key))
+        for name, engine in w.engines.items():
+            with calling(engine_part(name), engine, r):
+                engine.begin_round(w, r, lambda text, stance, rounds, key: publish_news(
+                    w, r, fired, text, stance, rounds, key))
 
     def schedule(self, rnd: Round) -> None:
         """The active agents, and per platform the members among them who participate."""
@@ -371,9 +375,11 @@ class RoundDriver:
         usage = Usage.of(rnd.calls)
         s.n_llm_calls, s.n_llm_failed = usage.calls, usage.failed
         s.n_llm_fallbacks = usage.fallbacks
-        engine_rows = [engine.decide(w, rnd.number, rnd.traders[name],
-                                     np.asarray(list(self.providers), np.int64))
-                       for name, engine in w.engines.items()]
+        engine_rows = []
+        for name, engine in w.engines.items():
+            with calling(engine_part(name), engine, rnd.number):
+                engine_rows.append(engine.decide(w, rnd.number, rnd.traders[name],
+                                                 np.asarray(list(self.providers), np.int64)))
         rnd.actions = ActionBatch.concat([res.actions for res in results] + engine_rows,
                                          len(w.topics)).canonical()
         crash_point("mid_round", rnd.number)
@@ -422,8 +428,9 @@ class RoundDriver:
         if w.engines:  # they read what the feeds showed, and the round's final beliefs
             shown = np.concatenate([v.feed.ravel() for v in rnd.views]) if rnd.views else (
                 np.empty(0, np.int64))
-            for engine in w.engines.values():
-                engine.end_round(w, rnd.number, shown)
+            for name, engine in w.engines.items():
+                with calling(engine_part(name), engine, rnd.number):
+                    engine.end_round(w, rnd.number, shown)
         w.round = rnd.number
         rnd.stats.n_exposures = int(rnd.exposures.valid.sum())
 
@@ -462,6 +469,12 @@ class RoundDriver:
             every = w.cfg.memory.graph.communities_every
             if (every and r % every == 0) or r == w.cfg.rounds:
                 w.knowledge.rebuild_communities(r)
+        # (engines' rows before the checkpoint, as at round 0: what computing them changes
+        # in an engine's state is then in the checkpoint of r, and a resume goes on exactly)
+        engine_tables = {}
+        for name, engine in w.engines.items():
+            with calling(engine_part(name), engine, r):
+                engine_tables.update(engine.tables(w, r))
         cp = checkpoint(w)  # taken every round: it also empties the components' journals
         after_commit = None
         if self.checkpoints is not None:
@@ -473,7 +486,7 @@ class RoundDriver:
                     notify(r)
 
         with self.phase(rnd, "tables"):
-            tables = self.tables(rnd)
+            tables = self.tables(rnd, engine_tables)
         # (waiting for the writer below costs no CPU: the round's work ends here)
         rnd.stats.driver_cpu_ms = 1e3 * (time.thread_time() - self.cpu_start)
         with self.phase(rnd, "wait"):
@@ -484,8 +497,9 @@ class RoundDriver:
 
     # ------------------------------------------------------------------ tables
 
-    def tables(self, rnd: Round) -> dict[str, pa.Table]:
-        """The round's rows, one Arrow table per trajectory table."""
+    def tables(self, rnd: Round, engine_tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
+        """The round's rows, one Arrow table per trajectory table (`engine_tables`: the
+        engines' own, from their `tables` hook)."""
         w, cfg, r = self.world, self.world.cfg, rnd.number
         fired, applied, penum = rnd.fired, rnd.applied, self.platform_enum
         f = fired.follow_arrays()
@@ -508,8 +522,7 @@ class RoundDriver:
             tables["agents"] = agents_table(w, np.arange(first, w.n_agents))
         if cfg.output.log_exposures:
             tables["exposures"] = exposures_table(r, rnd.views, penum, self.workers)
-        for engine in w.engines.values():
-            tables.update(engine.tables(w, r))
+        tables.update(engine_tables)
         if w.knowledge is not None:
             tables.update(w.knowledge.drain_tables(r))
         if cfg.surveys:

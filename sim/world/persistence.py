@@ -28,12 +28,14 @@ from shoal.beliefs.trust import TrustStore
 from shoal.config import Config, parse_config, resolved_dict, upgrade_saved
 from shoal.core.follow_graph import FollowGraph
 from shoal.core.posts import PostStore
+from shoal.core.registry import calling
 from shoal.core.state import State
 from shoal.memory.model_tokens import ModelTokens
 from shoal.platforms.spec import platform_slots, spec
 from shoal.store.checkpoints import Checkpoint, CheckpointError, CheckpointStore
 from shoal.world.knowledge import build_graph_memory, empty_graph_memory
 from shoal.world.platform import Platform
+from shoal.world.platform_engine import PlatformEngine, engine_part
 from shoal.world.world import World, build_engines
 
 __all__ = ["CheckpointError", "checkpoint", "restore_world"]
@@ -86,7 +88,8 @@ def state(world: World) -> dict[str, State]:
                            "tokens": None if world.model_tokens is None else {
                                k: v.to_dict() for k, v in sorted(world.model_tokens.items())}}),
         "prompts": world.prompts.get_state(),  # the prefix reuse measure's
-        **{f"engine.{name}": eng.get_state() for name, eng in world.engines.items()},
+        **{f"engine.{name}": _engine_state(name, eng, world.round)
+           for name, eng in world.engines.items()},
         **({"knowledge": State(meta={"generation": world.knowledge.generation})}
            if world.knowledge is not None else {}),
         **({"history": State(meta={"since": world.history.since})}
@@ -187,8 +190,16 @@ def _rebuild(cfg: Config, round_: int, saved: dict[str, State],
     world.engines = build_engines(world)
     for name, eng in world.engines.items():
         if f"engine.{name}" in saved:  # else the platform is new in this (forked) config
-            eng.set_state(saved[f"engine.{name}"])
+            with calling(engine_part(name), eng, during=" taking its checkpointed state"):
+                eng.set_state(saved[f"engine.{name}"])
     return world
+
+
+def _engine_state(name: str, engine: PlatformEngine, round_: int) -> State:
+    """A platform engine's `get_state` at the end of `round_` (a plug-in's error names its
+    engine and the round)."""
+    with calling(engine_part(name), engine, round_, during=" giving its state"):
+        return engine.get_state()
 
 
 def _history(cfg: Config, round_: int, logs: list[dict[str, State]], since: int

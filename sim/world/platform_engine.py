@@ -25,6 +25,12 @@ from shoal.core.state import State
 Publish = Callable[[str, dict[str, float], int, int], list[int]]
 
 
+def engine_part(name: str) -> str:
+    """How messages name the engine of platform `name` (`calling`'s `what`: an error a
+    plug-in's engine raises in a hook names it, its module and the round)."""
+    return f"engine of platform {name!r}"
+
+
 class PlatformEngine(ABC):
     """What a non-social platform does in a round. The world builds it as
     `Engine(config_section, world)`; the driver calls each hook below, for every such

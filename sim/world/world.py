@@ -27,7 +27,7 @@ from shoal.core.errors import InputError
 from shoal.core.follow_graph import FollowGraph
 from shoal.core.language import DEFAULT
 from shoal.core.posts import PostStore
-from shoal.core.registry import SUMMARIZERS
+from shoal.core.registry import SUMMARIZERS, calling
 from shoal.core.text_files import read_user_text
 from shoal.memory.compaction import Summarizer
 from shoal.memory.digest import CrossPlatformDigest
@@ -40,6 +40,7 @@ from shoal.world.follow_init import initial_edges
 from shoal.world.interventions import Interventions
 from shoal.world.knowledge import build_graph_memory
 from shoal.world.platform import Platform
+from shoal.world.platform_engine import engine_part
 from shoal.world.selection import select
 
 # Keys of the seeded numpy generators used for round-0 construction.
@@ -354,6 +355,9 @@ def fit_history(world: World) -> None:
 
 def build_engines(world: World) -> dict:
     """The engines of the config's non-social platforms (the market), at round 0."""
-    cfg = world.cfg
-    return {name: spec(name).engine_class()(cfg.platforms.get(name), world)
-            for name in cfg.platforms.engines()}
+    cfg, engines = world.cfg, {}
+    for name in cfg.platforms.engines():
+        cls = spec(name).engine_class()
+        with calling(engine_part(name), cls, during=" while being built"):
+            engines[name] = cls(cfg.platforms.get(name), world)
+    return engines
