@@ -286,3 +286,29 @@ def test_an_engine_that_raises_is_named(tmp_path, hook):
         assert json.loads((run / "run.json").read_text())["rounds_done"] == 1
         assert read_table(run / "trajectory.duckdb", "poll_log")["round"].tolist() == [0, 1]
 
+
+def test_a_platform_config_without_a_selector_for_members_is_refused_when_it_registers():
+    """docs/plugins.md asks an engine's config model for `enabled`, `members`,
+    `participation` and `max_actions_per_round`; one whose `members` is not an agent
+    selector is refused when the platform registers, naming it (it used to pass and
+    make `shoal check` an internal error)."""
+    from pydantic import Field
+
+    from shoal.config.base import Strict
+    from shoal.core.registry import PLATFORMS, PluginError
+    from shoal.core.vocabulary import ActionType
+    from shoal.platforms.spec import PlatformSpec, register
+
+    class Loose(Strict):
+        enabled: bool = True
+        members: dict | None = None
+        participation: float = Field(default=1.0)
+        max_actions_per_round: int = 1
+
+    spec = PlatformSpec(name="loose", code=9, label="Loose", actions=(ActionType.DO_NOTHING,),
+                        engagements=(), feed_kinds=(), action_help=("do_nothing",),
+                        social=False, engine="x:Y")
+    with pytest.raises(PluginError, match=r"platform 'loose' \(from tests.test_plugins\): "
+                       r"its config model Loose needs the fields members: Selector"):
+        register(spec, Loose)
+    assert "loose" not in [p.name for p in PLATFORMS.registered()]

@@ -111,5 +111,23 @@ def register(platform: PlatformSpec, config: type, example: dict | None = None
             raise PluginError(f"platform {platform.name!r} (from {caller}): code "
                               f"{platform.code} is platform {other.name!r}'s (from "
                               f"{other.module}); choose a free code in 0..{MAX_CODE}")
+    _check_common_fields(platform, config, caller)
     PLATFORMS.register(platform.name, config=config, impl=platform, module=caller, **meta)
     return platform
+
+
+def _check_common_fields(platform: PlatformSpec, config: type, caller: str) -> None:
+    """A platform's config model has the fields every platform's section is read by, with
+    their types (`members` an agent selector: the config checks every selector's groups)."""
+    from shoal.config.selector import Selector
+
+    needed = {"enabled": bool, "members": Selector, "participation": float,
+              "max_actions_per_round": int}
+    have = getattr(config, "model_fields", {})
+    wrong = [f"{n}: {t.__name__}" for n, t in needed.items()
+             if n not in have or have[n].annotation is not t]
+    if wrong:
+        raise PluginError(f"platform {platform.name!r} (from {caller}): its config model "
+                          f"{getattr(config, '__name__', config)} needs the fields "
+                          f"{', '.join(wrong)} (shoal.config.selector.Selector; or derive it "
+                          "from shoal.config.platforms.PlatformConfig)")
