@@ -125,3 +125,23 @@ def test_declarations_are_checked():
     assert TableSpec("p", "post_id BIGINT", "a", round_key=None,
                      post_key="post_id").upto(3, 10) == "post_id < 10"
     assert TableSpec.from_comment("toy", "round INTEGER", "not json") is None
+
+
+def test_a_table_declared_twice_says_what_differs():
+    """Two declarations of one table by the same owner (a plug-in edited, or two modules
+    of it) say which fields differ, not only the owner twice."""
+    registry = TableRegistry()
+    registry.declare(TableSpec("tally", "round INTEGER, n INTEGER", owner="toy"))
+    with pytest.raises(Exception, match=r"by toy and by toy, with different columns$"):
+        registry.declare(TableSpec("tally", "round INTEGER, n BIGINT", owner="toy"))
+    with pytest.raises(Exception, match=r"different columns, listed$"):
+        registry.declare(TableSpec("tally", "round INTEGER, n INTEGER, k INTEGER",
+                                   owner="toy", listed=("n", "k")))
+
+
+@pytest.mark.parametrize("listed", ["nk", ["n", "k"], ("n", "k", "round"), ("n", 1)])
+def test_listed_must_be_a_pair_of_column_names(listed):
+    """`listed` is a (value, position) pair: a string of two letters, a list or a triple
+    is an error naming the table, not a declaration that happens to unpack."""
+    with pytest.raises(Exception, match="is not a pair of column names"):
+        TableSpec("t", "round INTEGER, n INTEGER, k INTEGER", owner="a", listed=listed)

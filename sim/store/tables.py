@@ -88,6 +88,10 @@ class TableSpec:
             raise InputError(f"table {self.name!r}: lineage {self.lineage!r} is not one "
                              "of inherit, own, none")
         if self.listed is not None:
+            if not (isinstance(self.listed, tuple) and len(self.listed) == 2
+                    and all(isinstance(c, str) for c in self.listed)):
+                raise InputError(f"table {self.name!r}: listed {self.listed!r} is not a pair "
+                                 "of column names (value, position)")
             value, position = self.listed
             keys = {self.round_key, self.post_key, self.as_of}
             if (value == position or not {value, position} <= set(self.column_names)
@@ -198,8 +202,9 @@ class TableRegistry:
         under a taken name: an error)."""
         old = self._specs.get(spec.name)
         if old is not None and old != spec:
+            differ = [f.name for f in fields(spec) if getattr(old, f.name) != getattr(spec, f.name)]
             raise InputError(f"table {spec.name!r} is declared twice, by {old.owner} and "
-                             f"by {spec.owner}")
+                             f"by {spec.owner}, with different {', '.join(differ)}")
         self._specs[spec.name] = spec
         return spec
 
