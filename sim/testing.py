@@ -234,7 +234,8 @@ def _check_finite(run: Path) -> None:
 
 def _check_feeds(run: Path) -> None:
     """Every feed item: a post made before the round, on that platform, of a kind its
-    feeds show (events are pinned to feeds), once per feed, ranks 0.. without gaps."""
+    feeds show (events are pinned to feeds), once per feed, each at its own rank (a rank
+    may be missing: -1 is an empty slot anywhere in a feed, as the engine accepts)."""
     from shoal.platforms.spec import spec
 
     shown = _frame(run, """
@@ -252,7 +253,8 @@ def _check_feeds(run: Path) -> None:
     assert wrong.empty, f"feeds show posts of kinds they do not carry: {set(wrong['kind'])}"
     per_feed = shown.groupby(["round", "platform", "agent"])
     assert (per_feed["post_id"].nunique() == per_feed.size()).all(), "a post twice in a feed"
-    assert (per_feed["rank"].max() + 1 == per_feed.size()).all(), "ranks with gaps"
+    assert (shown["rank"] >= 0).all() and (per_feed["rank"].nunique() == per_feed.size()).all(
+    ), "two items at one rank of a feed"
 
 
 def _check_actions(run: Path) -> None:

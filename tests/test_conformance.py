@@ -70,3 +70,32 @@ def test_the_kit_catches_a_recommender_that_forgets_its_state(tmp_path, monkeypa
         check_run(small_config(platforms={
             name: {**v, "recommender": {"kind": "following"}}
             for name, v in platforms.items()}), tmp_path)
+
+
+@pytest.mark.slow
+def test_a_feed_with_empty_slots_between_its_items_passes_the_kit(tmp_path, monkeypatch):
+    """-1 may stand in any slot of a feed (docs/plugins.md; the engine accepts it and the
+    `exposures` view keeps each item's rank): the kit's feed check accepts such feeds."""
+    import numpy as np
+
+    from shoal.engine.recommenders import Recommender
+
+    class Gappy(Recommender):
+        """The newest posts of others, every other slot left empty."""
+
+        def __init__(self, cfg):
+            pass
+
+        def feeds(self, ctx, agents):
+            pool = ctx.window(3)[::-1]
+            out = np.full((len(agents), ctx.platform.k), -1, np.int64)
+            for row, agent in enumerate(agents):
+                mine = pool[ctx.posts.author[pool] != agent][:ctx.platform.k]
+                out[row, :len(mine)] = mine
+            out[:, 1::2] = -1
+            return out
+
+    part = RECOMMENDERS.get("following")
+    monkeypatch.setitem(RECOMMENDERS._parts, "following",
+                        part.__class__(part.name, part.config, Gappy, part.module, {}))
+    check_recommender("following", tmp_path)
