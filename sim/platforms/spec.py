@@ -111,7 +111,8 @@ def register(platform: PlatformSpec, config: type, example: dict | None = None
             raise PluginError(f"platform {platform.name!r} (from {caller}): code "
                               f"{platform.code} is platform {other.name!r}'s (from "
                               f"{other.module}); choose a free code in 0..{MAX_CODE}")
-    _check_common_fields(platform, config, caller)
+    if all(p.name != platform.name for p in PLATFORMS.registered()):  # (a clash says so)
+        _check_common_fields(platform, config, caller)
     PLATFORMS.register(platform.name, config=config, impl=platform, module=caller, **meta)
     return platform
 
