@@ -82,7 +82,9 @@ actions(round, platform, agent, slot, action, target_post, target_agent, new_pos
 status, source); follows(round, platform, follower, followee, op);
 trust(round, truster, trustee, cause, delta, value); interventions(round, idx, kind, spec);
 memory, llm_calls, topics, markets, prices, trades, positions, graph_entities,
-graph_relations, survey_responses. Round 0 is the initial state."""
+graph_relations, survey_responses. Round 0 is the initial state. A run whose files keep
+feeds as lists also has exposures_listed(round, platform, agent, post_id: the feed's
+post ids by rank): list_contains(post_id, x) finds a post's readers fastest."""
 
 RunId = Annotated[str, Field(description="the run's id, as list_runs shows it")]
 Sets = Annotated[list[str] | None, Field(description="settings to change, each "
