@@ -348,7 +348,7 @@ class Folder:
         sample = f"AND hash(e.agent) % {every} = 0" if every > 1 else ""
         for r in self._per_round(run_id, f"echo/{every}", f"""
                 WITH seen AS MATERIALIZED (
-                    SELECT e.round, e.agent, p.author FROM exposures e
+                    SELECT e.round, e.agent, p.author FROM {self._items(run_id)} e
                     JOIN posts p ON p.post_id = e.post_id
                     WHERE e.round > {{lo}} AND e.round <= {{hi}} AND p.author >= 0 {sample}),
                 reader AS MATERIALIZED (
@@ -455,12 +455,23 @@ class Folder:
     # ------------------------------------------------------------ posts
 
     def _post_rows(self, run_id: str, where: str, params: list[Any], order: str,
-                   limit: int, offset: int) -> tuple[int, list[dict[str, Any]]]:
+                   limit: int, offset: int, reach: bool = True
+                   ) -> tuple[int, list[dict[str, Any]]]:
+        """The posts `where` says, a page of them in `order`, with their engagement and
+        reach (`reach` false: 0, for a caller that counts it otherwise), and how many
+        there are."""
         total = self.rows(run_id, f"SELECT count(*) AS n FROM posts WHERE {where}",
                           params)[0]["n"]
+        # (on lists: only those that may hold one of the posts are unnested)
+        seen = ("(SELECT agent, unnest(post_id) AS post_id FROM exposures_listed "
+                "WHERE list_max(post_id) >= (SELECT min(post_id) FROM ps) "
+                "AND list_min(post_id) <= (SELECT max(post_id) FROM ps))"
+                if self._listed(run_id) else "exposures")
+        if not reach:
+            seen = "(SELECT NULL::INTEGER AS agent, NULL::BIGINT AS post_id WHERE false)"
         rows = self.rows(run_id, f"""
             WITH ps AS (SELECT * FROM posts WHERE {where}),
-            reach AS (SELECT post_id, count(DISTINCT agent) AS reach FROM exposures
+            reach AS (SELECT post_id, count(DISTINCT agent) AS reach FROM {seen}
                       WHERE post_id IN (SELECT post_id FROM ps) GROUP BY post_id),
             eng AS (SELECT target_post AS post_id,
                            count(*) FILTER (WHERE action::VARCHAR IN {LIKES}) AS likes,
@@ -483,6 +494,29 @@ class Folder:
         for r in rows:
             r["stance"] = dict(r["stance"]) if r["stance"] else {}
         return total, rows
+
+    def _listed(self, run_id: str) -> bool:
+        """Whether the run's history has `exposures_listed`: the feeds as every file of
+        it keeps them, one row per feed with its post ids as a list (files written before
+        feeds were kept so, and a live run's mirror, keep one row per item: then only the
+        view `exposures` is read).
+
+        Why the server reads the lists where it can: `exposures` unnests every list, so a
+        query that searches post ids or scans every item pays for 30 M rows built one by
+        one (a post's readers: ~30 -> ~270 ms at 30 M items); on the lists the same
+        answers cost what they did on a table of rows. Each such query gives exactly the
+        rows the view-based one gives (tests/test_web_api.py compares them)."""
+        return bool(self.rows(run_id, "SELECT count(*) AS n FROM duckdb_views() WHERE "
+                                      "database_name = 'hist' AND view_name = "
+                                      "'exposures_listed'")[0]["n"])
+
+    def _items(self, run_id: str) -> str:
+        """The feed items shown, as a FROM source with `round`, `platform`, `agent` and
+        `post_id` (not `rank`; a NULL `post_id` for an empty slot, which no join on it
+        keeps): the lists unnested without their positions where the run has them
+        (`_listed`), else `exposures`."""
+        return ("(SELECT round, platform, agent, unnest(post_id) AS post_id "
+                "FROM exposures_listed)" if self._listed(run_id) else "exposures")
 
     def _platforms(self, run_id: str) -> list[str]:
         cfg = self.run_dir(run_id).read_config()
@@ -510,17 +544,21 @@ class Folder:
     @_reads
     def post(self, run_id: str, post_id: int) -> dict[str, Any]:
         """One post, who saw it and who engaged with it."""
-        _, rows = self._post_rows(run_id, "post_id = ?", [int(post_id)], "ps.post_id", 1, 0)
+        # (its reach is the number of its readers, counted once, below)
+        _, rows = self._post_rows(run_id, "post_id = ?", [int(post_id)], "ps.post_id", 1, 0,
+                                  reach=False)
         if not rows:
             raise NotFound(f"{run_id}: no post {post_id}")
+        shown = ("exposures_listed WHERE list_contains(post_id, ?)" if self._listed(run_id)
+                 else "exposures WHERE post_id = ?")
         seen = self.rows(run_id, "SELECT count(DISTINCT agent) AS n, (SELECT list(agent) "
-                                 "FROM (SELECT DISTINCT agent FROM exposures WHERE post_id = ? "
-                                 "ORDER BY agent LIMIT 200)) AS first FROM exposures "
-                                 "WHERE post_id = ?", [int(post_id)] * 2)[0]
+                                 f"FROM (SELECT DISTINCT agent FROM {shown} "
+                                 f"ORDER BY agent LIMIT 200)) AS first FROM {shown}",
+                         [int(post_id)] * 2)[0]
         engaged = self.rows(run_id, "SELECT round, agent, action::VARCHAR AS action FROM "
                                     "actions WHERE target_post = ? AND status::VARCHAR = 'ok' "
                                     "ORDER BY round, agent LIMIT 500", [int(post_id)])
-        return {"post": rows[0],
+        return {"post": {**rows[0], "reach": seen["n"]},
                 "seen_by": {"total": seen["n"], "agents": seen["first"] or []},
                 "engaged": engaged}
 
@@ -548,7 +586,7 @@ class Folder:
         nodes = self.rows(run_id, f"""
             WITH shown AS (SELECT agent_id, username, group_name FROM agents
                            ORDER BY hash(agent_id), agent_id LIMIT {max_nodes}),
-            reach AS (SELECT p.author, count(*) AS reach FROM exposures e
+            reach AS (SELECT p.author, count(*) AS reach FROM {self._items(run_id)} e
                       JOIN posts p ON p.post_id = e.post_id
                       WHERE e.round <= ? AND p.author IN (SELECT agent_id FROM shown)
                       GROUP BY p.author),
