@@ -262,6 +262,10 @@ def test_unreachable_provider_exits_3_and_says_so(tmp_path):
     assert said and int(said.group(2)) > int(said.group(1)) > 0, proc.stderr
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert json.loads((run_dir / "run.json").read_text())["status"] == "stopped"
+    # no connection was ever made: no prompt went out, none is counted or priced
+    sent = query(run_dir / "trajectory.duckdb", "SELECT count(*), sum(prompt_tokens), "
+                 "sum(cost_usd), min(counted_prompt_tokens) FROM llm_calls")[0]
+    assert sent[0] > 0 and sent[1:3] == (0, 0) and sent[3] > 0, sent
 
 
 # ------------------------------------------------------------------ secrets

@@ -152,7 +152,8 @@ def call_rows(reply: ChatReply | list[Attempt], provider: ProviderConfig, *, rou
     """The `llm_calls` rows of a call: one per HTTP request it made (`retries` is the
     request's number, 0 first), `outcome` on the last. Prompt tokens are the server's
     count, else our own count of what was sent: a request that got no answer was still
-    sent, and its cost is counted as if its prompt was billed. An answer from the response
+    sent, and its cost is counted as if its prompt was billed (one whose connection was
+    never made says 0 prompt tokens: nothing was sent). An answer from the response
     cache is one row that cost nothing (`cost_usd` 0) and saved its price (`saved_usd`).
     `cached_tokens` is what the server said it had in its prefix cache (None if it did not
     say); `reused_tokens`, of an agent's turn, the prompt tokens equal to the start of its

@@ -184,11 +184,13 @@ class OpenAIChat(ChatModel):
                 outcome = FAILED
                 try:
                     response, body = await self._post(http, url, content, attempt)
-                except httpx.TimeoutException:
+                except httpx.TimeoutException as exc:
                     now.status, now.error = "timeout", (
                         f"no answer within {self.provider.timeout_s:g} s")
+                    _not_sent(now, exc)
                 except httpx.TransportError as exc:
                     now.error = self.redact(f"{type(exc).__name__}: {exc}")[:300]
+                    _not_sent(now, exc)
                 except asyncio.CancelledError:  # the round's deadline: it was sent all the same
                     now.status, now.error = "cancelled", "round deadline passed"
                     self.pool.release(endpoint, NEUTRAL, tokens_taken=tokens)
@@ -298,6 +300,14 @@ def _cached_tokens(usage: dict, timings: object = None) -> int | None:
     if value is None and isinstance(timings, dict):
         value = timings.get("cache_n")
     return token_count(value)
+
+
+def _not_sent(attempt: Attempt, exc: httpx.HTTPError) -> None:
+    """A request whose connection was never made (refused, no route, the connect timed
+    out) sent no prompt: it is recorded with 0 prompt tokens, so it costs nothing, rather
+    than with Shoal's count of a prompt no server received and could not have billed."""
+    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
+        attempt.prompt_tokens = 0
 
 
 def _seconds(retry_after: str | None) -> float | None:
