@@ -42,6 +42,17 @@ class HostileHandler(BaseHTTPRequestHandler):
             except OSError:  # (the client gave up)
                 pass
             return
+        if self.path.startswith("/toolong/") and self.path.endswith("/chat/completions"):
+            body = json.dumps({"error": {  # llama-server -c 256's answer to a longer prompt
+                "code": 400, "message": "request (449 tokens) exceeds the available context "
+                "size (256 tokens), try increasing it", "type": "exceed_context_size_error",
+                "n_prompt_tokens": 449, "n_ctx": 256}}).encode()
+            self.send_response(400)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         if self.path.startswith("/huge/"):  # a well-formed answer of 17 MB
             body = (b'{"choices": [{"message": {"role": "assistant", "content": "'
                     + b"a" * (17 * 2**20) + b'"}}]}')
@@ -134,3 +145,18 @@ def test_an_answer_beyond_reason_is_not_read_whole(hostile, tmp_path, capsys):
     shown = captured.out + captured.err
     assert code in (0, 3), shown
     assert "an answer over 16 MB" in shown and "aaaaaaaaaa" not in shown
+
+
+def test_prompts_longer_than_the_servers_context_stop_with_the_remedy(hostile, tmp_path,
+                                                                       capsys):
+    """A server whose context is shorter than every prompt (llama-server -c 256) answers
+    each turn 400: the run stops (exit 3) saying so, and what to change, not only the
+    server's words and `shoal resume` (which would meet the same refusal)."""
+    data = llm_dict(hostile.replace("/v1", "/toolong/v1"), size=40, rounds=2)
+    data["output"] = {"dir": str(tmp_path)}
+    path = tmp_path / "toolong.yaml"
+    path.write_text(json.dumps(data, default=str))
+    assert main(["run", str(path), "--quiet"]) == 3
+    said = " ".join(capsys.readouterr().err.split())
+    assert "exceeds the available context size" in said, said
+    assert "longer than the model's context" in said and "budget_tokens" in said, said

@@ -143,7 +143,25 @@ def check_providers(calls: list[dict], round_: int) -> None:
             f"round {round_}: none of {turns} LLM calls ({len(calls)} requests) got an "
             f"answer "
             f"({', '.join(sorted(failed)) or 'no endpoint'}: {example}); the run stopped "
-            f"after round {round_ - 1} and can be resumed with `shoal resume`")
+            f"after round {round_ - 1} and can be resumed with `shoal resume`"
+            + (_TOO_LONG_HINT if any(too_long(c["error"]) for c in calls) else ""))
+
+
+# What servers say when a prompt does not fit the model's context: llama.cpp
+# (`exceed_context_size_error`), OpenAI (`context_length_exceeded`), vLLM and others
+# ("maximum context length").
+_TOO_LONG = ("exceed_context_size", "exceeds the available context size",
+             "context_length_exceeded", "maximum context length")
+_TOO_LONG_HINT = (" once the prompts fit: they are longer than the model's context on the "
+                  "server, so start the server with a longer context (llama-server -c, "
+                  "vLLM --max-model-len) or lower memory.context.budget_tokens (`shoal "
+                  "fork RUN --round K --set memory.context.budget_tokens=N`)")
+
+
+def too_long(error: str) -> bool:
+    """Did the server refuse the request as longer than the model's context?"""
+    lowered = error.lower()
+    return any(words in lowered for words in _TOO_LONG)
 
 
 class RoundDriver:
