@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+from typing import ClassVar
 
 import duckdb
 import pytest
@@ -23,7 +25,14 @@ from shoal.memory.knowledge.retrieval import FactIndex
 from shoal.runs.simulation import Simulation
 from shoal.store.lineage import graph_reader
 from tests.conftest import ROOT, write_config
-from tests.helpers import fork_and_run, kill_then_resume, query, read_table, tables_differ
+from tests.helpers import (
+    fork_and_run,
+    kill_then_resume,
+    query,
+    read_table,
+    serve_http,
+    tables_differ,
+)
 
 BRIEF = ROOT / "examples" / "carbon_levy.md"
 TOLL = ROOT / "tests" / "data" / "graph" / "toll.md"
@@ -624,3 +633,55 @@ def test_an_agent_holds_one_visible_position_per_topic(graph_run):
         latest = beliefs[beliefs["valid_from"] <= r].sort_values("relation_id") \
             .groupby(["subject", "object"])["relation_id"].last()
         assert set(now["relation_id"]) == set(latest), r
+
+
+class _NoToolsHandler(BaseHTTPRequestHandler):
+    """A chat model that cannot call tools (a small local model: docs/llm.md): asked with
+    tools it writes prose; asked for a JSON object, it writes one, pretty-printed."""
+
+    def log_message(self, *args) -> None:  # (quiet)
+        pass
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        _NoToolsHandler.asked.append(body)
+        content = "I read about the toll today." if body.get("tools") else json.dumps({
+            "entities": [{"name": "Harbour Workers' Union", "type": "organisation"},
+                         {"name": "toll", "type": "topic"}],
+            "facts": [{"subject": "Harbour Workers' Union", "predicate": "supports",
+                       "object": "toll", "sentence": "The Harbour Workers' Union supports "
+                                                     "the toll."}]}, indent=2)
+        answer = json.dumps({"choices": [{"index": 0, "finish_reason": "stop", "message": {
+            "role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": 50, "completion_tokens": 40}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    asked: ClassVar[list[dict]] = []
+
+
+@pytest.mark.parametrize("output", ["json_schema", "text"])
+def test_the_llm_extractor_asks_a_model_without_tools_for_json(output):
+    """A provider set to `output: json_schema` or `text` (a model that cannot write a tool
+    call) is asked for the facts as one JSON object, bounded by the schema with
+    `json_schema`, and its answer gives facts: asked with tools, every text gave none."""
+    from shoal.config.llm import ProviderConfig
+    from shoal.memory.knowledge.llm_extractor import LLMExtractor
+
+    _NoToolsHandler.asked = []
+    for root in serve_http(_NoToolsHandler):
+        extractor = LLMExtractor(ProviderConfig(base_urls=[root + "/v1"], model="m",
+                                                max_retries=0, output=output))
+        try:
+            (found,) = extractor.extract(["The Harbour Workers' Union supports the toll."],
+                                         {})
+        finally:
+            extractor.close()
+    (asked,) = _NoToolsHandler.asked
+    assert "tools" not in asked and ("response_format" in asked) == (output == "json_schema")
+    assert extractor.lost == 0 and [(f.subject.name, f.predicate, f.object.name)
+                                    for f in found.facts] == [
+        ("Harbour Workers' Union", "supports", "toll")]

@@ -121,8 +121,12 @@ def test_graph_memory_extraction_through_the_real_model(llama_server, tmp_path):
         "extractor": {"kind": "llm"}}}
     run, _ = _run(tmp_path, data)
     calls = query(run / "trajectory.duckdb", "SELECT count(*), count(*) FILTER (WHERE "
-                  "status = 'ok') FROM llm_calls WHERE platform = 'graph'")
+                  "status = 'ok'), count(*) FILTER (WHERE outcome = 'record_facts') "
+                  "FROM llm_calls WHERE platform = 'graph'")
     assert calls[0][0] > 0 and calls[0][1] == calls[0][0]
+    # answered with facts, not only answered: asked for JSON (output: json_schema), as a
+    # model that cannot write a tool call must be (asked with tools, none was usable)
+    assert calls[0][2] >= calls[0][0] / 2, calls
 
 
 def test_analyse_runs_through_the_real_model(quick_run):

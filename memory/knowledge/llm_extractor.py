@@ -2,14 +2,20 @@
 (entities with types; facts as subject, predicate, object and the sentence stating it).
 Calls go through the chat interface (the provider's retries and timeout); each is a row
 of `llm_calls` (platform `graph`). A reply without a usable tool call yields an empty
-extraction for that text, recorded with its error — never an invented fact. Names are
-located in the text to keep their character spans; a fact's span is its sentence's.
+extraction for that text, recorded with its error — never an invented fact. A provider
+whose `output` is `json_schema` or `text` (a small local model that cannot write a tool
+call: docs/llm.md) is asked for the same arguments as one JSON object instead, decoded to
+the tool's schema with `json_schema`. Names are located in the text to keep their
+character spans; a fact's span is its sentence's.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 
+from shoal.agents.llm_output import response_format
+from shoal.agents.llm_tools import _json_objects
 from shoal.core.errors import ProviderDown
 from shoal.llm.chat import CallLog, ChatRequest, SyncChat, call_rows, chat_model
 from shoal.llm.endpoints import LOOPBACK, Endpoints
@@ -19,7 +25,10 @@ from shoal.memory.knowledge.extract import Extraction, Fact, Mention, sentences
 from shoal.memory.tokens import count
 
 MARKER = "Shoal graph extraction"
-SYSTEM = (f"{MARKER}. Read the user's text and record, with the record_facts tool, the "
+_RECORD = "record, with the record_facts tool,"
+_AS_JSON = ('record, as one JSON object {"entities": [{"name": ..., "type": ...}], "facts": '
+            '[{"subject": ..., "predicate": ..., "object": ..., "sentence": ...}]},')
+SYSTEM = (f"{MARKER}. Read the user's text and {_RECORD} the "
           "entities it names (people, organisations, groups of people, places, topics) and "
           "the facts it states between two of them, each with the sentence that states "
           "it, copied exactly. Use predicates such as supports, opposes, proposes, funds, "
@@ -41,6 +50,15 @@ TOOL = {"type": "function", "function": {
                                  "predicate": {"type": "string"},
                                  "object": {"type": "string"},
                                  "sentence": {"type": "string"}}}}}}}}
+
+# Asked as one JSON object (a model without tool calls): the tool's schema, its lists
+# bounded, since a small model decoding to a schema repeats a list's item until its
+# `max_tokens` cuts the object off; and room for the object, pretty-printed as such models
+# write it (measured: 4 entities and 4 facts of SmolLM2-135M, 390 tokens).
+JSON_SCHEMA = copy.deepcopy(TOOL["function"]["parameters"])
+for _list in ("entities", "facts"):
+    JSON_SCHEMA["properties"][_list]["maxItems"] = 4
+JSON_MAX_TOKENS = 480
 
 
 class ExtractorDown(ProviderDown):
@@ -119,10 +137,19 @@ class LLMExtractor:
         # Known names are the config's topic keywords: fenced like profile fields, so none
         # can start a line of the system text.
         hint = f"\nKnown names: {', '.join(inline(k) for k in sorted(known))}" if known else ""
-        request = ChatRequest(messages=[{"role": "system", "content": SYSTEM + hint},
-                                        {"role": "user", "content": shown}],
-                              tools=[TOOL], tool_choice="auto", temperature=0.0,
-                              meta=meta(EXTRACTION, text=text))
+        if self.provider.output in ("json_schema", "text"):  # no tool call: one JSON object
+            request = ChatRequest(
+                messages=[{"role": "system", "content": SYSTEM.replace(_RECORD, _AS_JSON)
+                           + hint}, {"role": "user", "content": shown}],
+                response_format=response_format(JSON_SCHEMA, name="record_facts")
+                if self.provider.output == "json_schema" else None,
+                max_tokens=max(self.provider.max_tokens or 0, JSON_MAX_TOKENS),
+                temperature=0.0, meta=meta(EXTRACTION, text=text))
+        else:
+            request = ChatRequest(messages=[{"role": "system", "content": SYSTEM + hint},
+                                            {"role": "user", "content": shown}],
+                                  tools=[TOOL], tool_choice="auto", temperature=0.0,
+                                  meta=meta(EXTRACTION, text=text))
         reply = self._chat.chat(request, key=self._n)
         self._n += 1
         self.texts += 1
@@ -142,6 +169,12 @@ class LLMExtractor:
                         args = raw if isinstance(raw, dict) else json.loads(raw or "{}")
                     except (TypeError, ValueError):
                         error = "record_facts arguments are not JSON"
+            if args is None and not error and not request.tools:
+                args = next((o for o in _json_objects(str((reply.message or {}).get(
+                    "content") or "")) if isinstance(o, dict)
+                    and ("entities" in o or "facts" in o)), None)
+                error = "" if args is not None else "no JSON object of entities and facts " \
+                                                    "in the reply"
             if args is None and not error:
                 error = "no record_facts tool call in the reply"
             self.unusable += args is None
