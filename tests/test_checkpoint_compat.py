@@ -92,3 +92,27 @@ def test_an_old_run_forks_in_memory_and_saves(old_run, tmp_path):
         saved = fork.save(tmp_path / "saved" / "fork")
         fork.close()
     assert main(["resume", str(saved), "--quiet"]) == 0
+
+
+def test_the_history_sql_of_a_fork_of_an_old_run_reads_every_table(old_run, tmp_path):
+    """The old parent's files lack columns added since (rounds.prefix_reuse, ...): the
+    history views take each file's columns by name (NULL where it has none), as the
+    notebook's read_table does, instead of refusing a union of unequal rows."""
+    import duckdb
+
+    from shoal import open_run
+    from shoal.store.history_sql import CATALOG, attach_history
+
+    assert main(["fork", str(old_run), "--round", "2", "--out", str(tmp_path / "forks"),
+                 "--quiet"]) == 0
+    (fork,) = (tmp_path / "forks").iterdir()
+    con = duckdb.connect()
+    attach_history(con, fork)
+    run = open_run(fork)
+    for table in ("rounds", "exposures", "beliefs", "llm_calls"):
+        rows = con.execute(f"SELECT count(*) FROM {CATALOG}.{table}").fetchall()[0][0]
+        assert rows == len(run.table(table)), table
+    old = con.execute(f"SELECT prefix_reuse FROM {CATALOG}.rounds WHERE round <= 2"
+                      ).fetchall()
+    assert old and all(v is None for (v,) in old)
+    con.close()

@@ -226,7 +226,11 @@ def attach_history(con: duckdb.DuckDBPyConnection, run: str | Path,
                     cond = " AND ".join(c for c in (cond, f"{spec.round_key} <= {live_last}")
                                         if c)
             parts.append(f"SELECT * FROM {source}" + (f" WHERE {cond}" if cond else ""))
-        con.execute(f"CREATE VIEW {CATALOG}.{table} AS " + " UNION ALL ".join(parts))
+        # by name, in the run's own columns: a file written by an older release may lack
+        # columns added since (NULL there) or hold them in another order
+        columns = ", ".join(f'"{c}"' for c in spec.column_names)
+        con.execute(f"CREATE VIEW {CATALOG}.{table} AS SELECT {columns} FROM ("
+                    + " UNION ALL BY NAME ".join(parts) + ")")
         if (stored := _stored_view(spec, segments, catalogs, declared,
                                    mirror is not None)) is not None:
             con.execute(f"CREATE VIEW {CATALOG}.{spec.stored} AS {stored}")
