@@ -35,7 +35,7 @@ from shoal.config.llm import ProviderConfig
 from shoal.core.errors import InputError
 from shoal.core.files import write_text
 from shoal.llm.cache import CachedChat, CacheSpec, ResponseCache
-from shoal.llm.chat import ChatModel, ChatRequest, SyncChat, chat_model
+from shoal.llm.chat import ChatModel, ChatRequest, SyncChat, chat_model, response_format
 from shoal.llm.endpoints import LOOPBACK
 from shoal.llm.metadata import TURN, meta
 from shoal.memory.model_tokens import ModelTokens, measure, request_text
@@ -75,11 +75,6 @@ def action_schema(platform: str, feed: list[int], accounts: list[str],
         branches.append({"type": "object", "properties": props, "required": list(props),
                          "additionalProperties": False})
     return {"anyOf": branches}
-
-
-def response_format(schema: dict[str, Any], name: str = "action") -> dict[str, Any]:
-    """The `response_format` asking for an answer matching `schema`."""
-    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
 
 
 async def probe(model: ChatModel) -> tuple[Output, str]:

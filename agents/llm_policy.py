@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from shoal.agents.actions import ActionBatch
-from shoal.agents.llm_output import action_schema, response_format
+from shoal.agents.llm_output import action_schema
 from shoal.agents.llm_tools import (
     WRITES,
     Parsed,
@@ -39,7 +39,15 @@ from shoal.core.loop_thread import cancel_all
 from shoal.core.registry import PluginError, calling, from_shoal
 from shoal.core.vocabulary import SOURCE, STANCE_METHOD, ActionType
 from shoal.llm.cache import CacheCorrupt, CachedChat, CacheMiss, ResponseCache
-from shoal.llm.chat import Attempt, ChatModel, ChatReply, ChatRequest, call_rows, chat_model
+from shoal.llm.chat import (
+    Attempt,
+    ChatModel,
+    ChatReply,
+    ChatRequest,
+    call_rows,
+    chat_model,
+    response_format,
+)
 from shoal.llm.metadata import TURN, meta
 from shoal.memory.model_tokens import ModelTokens
 

@@ -10,8 +10,6 @@ the account exists, there is text to post) and returns a reason when it is not.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import re
 from dataclasses import dataclass
 
@@ -19,7 +17,7 @@ import numpy as np
 
 from shoal.core.language import DEFAULT, templates
 from shoal.core.vocabulary import ACTION_NAMES, ActionType
-from shoal.llm.chat import strip_reasoning
+from shoal.llm.chat import json_objects, strip_reasoning
 from shoal.platforms.spec import spec
 
 _POST_ARG = {"type": "integer", "description": "the id shown as [post N] in your feed"}
@@ -108,31 +106,6 @@ class Parsed:
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
 
 
-def _json_objects(text: str):
-    """Every top-level {...} substring that parses as JSON, in order."""
-    depth, start, in_str, escaped = 0, -1, False, False
-    for i, ch in enumerate(text):
-        if in_str:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_str = False
-            continue
-        if ch == '"':
-            in_str = True
-        elif ch == "{":
-            if depth == 0:
-                start = i
-            depth += 1
-        elif ch == "}" and depth:
-            depth -= 1
-            if depth == 0:
-                with contextlib.suppress(json.JSONDecodeError):
-                    yield json.loads(text[start:i + 1])
-
-
 def _clean(text: str) -> str:
     text = strip_reasoning(text)
     fenced = _FENCE.findall(text)
@@ -144,7 +117,7 @@ def _arguments(raw) -> dict | None:
         return raw
     if not isinstance(raw, str):
         return None
-    for obj in _json_objects(_clean(raw)):
+    for obj in json_objects(_clean(raw)):
         if isinstance(obj, dict):
             return obj
     return None
@@ -164,7 +137,7 @@ def parse_reply(message: dict) -> tuple[Parsed | None, str]:
         content = message.get("reasoning_content") or message.get("reasoning") or ""
         if not content.strip():
             return None, "empty reply"
-    for obj in _json_objects(_clean(content)):
+    for obj in json_objects(_clean(content)):
         if isinstance(obj, dict):
             if "action" in obj:
                 name = obj.pop("action")

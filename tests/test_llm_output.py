@@ -10,10 +10,10 @@ import signal
 import pytest
 import yaml
 
-from shoal.agents.llm_output import action_schema, added_text, probe, response_format
+from shoal.agents.llm_output import action_schema, added_text, probe
 from shoal.config.llm import ProviderConfig
 from shoal.core.errors import InputError
-from shoal.llm.chat import SyncChat, chat_model
+from shoal.llm.chat import SyncChat, chat_model, response_format
 from shoal.llm.server import Faults, serve_in_thread
 from shoal.memory.model_tokens import MARGIN, TEMPLATE_TOKENS, ModelTokens, measure
 from shoal.memory.tokens import count

@@ -14,10 +14,16 @@ from __future__ import annotations
 import copy
 import json
 
-from shoal.agents.llm_output import response_format
-from shoal.agents.llm_tools import _json_objects
 from shoal.core.errors import ProviderDown
-from shoal.llm.chat import CallLog, ChatRequest, SyncChat, call_rows, chat_model
+from shoal.llm.chat import (
+    CallLog,
+    ChatRequest,
+    SyncChat,
+    call_rows,
+    chat_model,
+    json_objects,
+    response_format,
+)
 from shoal.llm.endpoints import LOOPBACK, Endpoints
 from shoal.llm.metadata import EXTRACTION, meta
 from shoal.memory.context import inline
@@ -170,7 +176,7 @@ class LLMExtractor:
                     except (TypeError, ValueError):
                         error = "record_facts arguments are not JSON"
             if args is None and not error and not request.tools:
-                args = next((o for o in _json_objects(str((reply.message or {}).get(
+                args = next((o for o in json_objects(str((reply.message or {}).get(
                     "content") or "")) if isinstance(o, dict)
                     and ("entities" in o or "facts" in o)), None)
                 error = "" if args is not None else "no JSON object of entities and facts " \

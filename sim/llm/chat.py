@@ -12,11 +12,12 @@ provider config names. `cost` is the one price formula and `call_rows` the one s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -242,3 +243,34 @@ def strip_reasoning(text: str) -> str:
     if "</think>" in text.lower():  # an unclosed opening tag upstream: keep what follows
         text = re.split(r"</think>", text, flags=re.IGNORECASE)[-1]
     return text.strip()
+
+
+def response_format(schema: dict[str, Any], name: str = "action") -> dict[str, Any]:
+    """The `response_format` asking for an answer matching `schema`."""
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
+
+
+def json_objects(text: str) -> Iterator[Any]:
+    """Every top-level {...} substring of a model's text that parses as JSON, in order
+    (an answer asked for as JSON may come wrapped in prose or a code fence)."""
+    depth, start, in_str, escaped = 0, -1, False, False
+    for i, ch in enumerate(text):
+        if in_str:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_str = False
+            continue
+        if ch == '"':
+            in_str = True
+        elif ch == "{":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == "}" and depth:
+            depth -= 1
+            if depth == 0:
+                with contextlib.suppress(json.JSONDecodeError):
+                    yield json.loads(text[start:i + 1])

@@ -13,12 +13,11 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from shoal.agents.llm_output import response_format
 from shoal.core.errors import InputError, ProviderDown
 from shoal.core.faults import crash_point
 from shoal.core.language import DEFAULT, templates
 from shoal.engine.agent_context import context_for
-from shoal.llm.chat import strip_reasoning
+from shoal.llm.chat import response_format, strip_reasoning
 from shoal.llm.metadata import SURVEY
 from shoal.runs.interview import answer_of, ask_all, asked, provider_for
 from shoal.runs.simulation import world_at
