@@ -43,6 +43,7 @@ from shoal.config import Config, TopicSpec
 from shoal.core.errors import InputError
 from shoal.core.language import DEFAULT
 from shoal.core.language import check as check_language
+from shoal.core.text_files import DuplicateKey, unique_keys
 
 # MiroShark BeliefState.from_profile; unlike MiroShark, an unknown label is an error, not 0.
 STANCE_LABELS: dict[str, float] = {
@@ -274,27 +275,14 @@ def _check_header(path: Path, line: int, header: list[str]) -> None:
         seen.add(col)
 
 
-class _DuplicateKey(Exception):
-    """A JSON object that gives a key twice (json.loads would silently keep the last)."""
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
-
-
 def _json_items(path: Path, text: str) -> list[_Item]:
     try:
-        data = json.loads(text, object_pairs_hook=_unique_keys)
+        data = json.loads(text, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as exc:
         raise InputError(
             f"{path}:{exc.lineno}: malformed JSON: {exc.msg} (column {exc.colno})"
         ) from None
-    except _DuplicateKey as exc:  # (as a YAML file's duplicate field is, _key_lines)
+    except DuplicateKey as exc:  # (as a YAML file's duplicate field is, _key_lines)
         raise InputError(f"{path}: duplicate field {exc.args[0]!r} in an object") from None
     except RecursionError:
         raise InputError(f"{path}: nested too deeply") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from shoal.core.errors import InputError
 
@@ -21,3 +22,18 @@ def read_user_text(path: Path, what: str, hint: str) -> str:
     if "\x00" in text:
         raise InputError(f"{path}: not a text file (it holds NUL bytes); {hint}")
     return text
+
+
+class DuplicateKey(Exception):
+    """A JSON object that gives a key twice (json.loads would silently keep the last)."""
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`json.loads`'s object_pairs_hook for a user's file: DuplicateKey (the key) where an
+    object gives a key twice."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(key)
+        out[key] = value
+    return out

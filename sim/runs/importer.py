@@ -53,7 +53,7 @@ from shoal.config import load_config, validation_problems
 from shoal.config.yaml_text import MAX_DEPTH
 from shoal.core.errors import InputError
 from shoal.core.language import DEFAULT, Templates, detect_cjk, templates
-from shoal.core.text_files import read_user_text
+from shoal.core.text_files import DuplicateKey, read_user_text, unique_keys
 
 Source = Literal["miroshark", "mirofish"]
 SOURCES: tuple[str, ...] = ("miroshark", "mirofish")
@@ -169,28 +169,15 @@ def _depth_ok(value: Any, limit: int) -> bool:
     return True
 
 
-class _DuplicateKey(Exception):
-    """A JSON object that gives a key twice (json.loads would silently keep the last)."""
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
-
-
 def _read_json(path: Path) -> Any:
     text = read_user_text(path, "JSON file", f"save {path.name} as UTF-8 JSON")
     deep = InputError(f"{path}: nested too deeply (more than {MAX_DEPTH} levels)")
     try:
-        data = json.loads(text, object_pairs_hook=_unique_keys)
+        data = json.loads(text, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}:{exc.lineno}: malformed JSON: {exc.msg} "
                          f"(column {exc.colno})") from None
-    except _DuplicateKey as exc:
+    except DuplicateKey as exc:
         raise InputError(f"{path}: an object gives the key {exc.args[0]!r} twice; keep "
                          "one (only the last would count)") from None
     except RecursionError:
