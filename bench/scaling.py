@@ -43,6 +43,11 @@ from shoal.runs.simulation import Simulation
 
 HERE = Path(__file__).resolve().parent
 PHASES = ("schedule", "observe", "context", "decide", "apply", "update", "log")
+# the driver's phases whose CPU RoundStats splits into serial and agent ranges
+# ("checkpoint": copying the round's state for the writer; "tables": building the round's
+# Arrow tables before the writer takes them)
+CPU_PHASES = ("schedule", "observe", "context", "decide", "apply", "update", "checkpoint",
+              "tables")
 
 
 def set_affinity(cpus: set[int]) -> None:
@@ -82,7 +87,7 @@ def run_w(n: int, rounds: int, executor: str, workers: int,
         try:
             sim.driver()  # the executor (and Ray) start before the clock
             t = time.perf_counter()
-            sim.run()
+            stats = sim.run()
             sim.writer.flush()
             seconds = time.perf_counter() - t
         finally:
@@ -95,9 +100,12 @@ def run_w(n: int, rounds: int, executor: str, workers: int,
             con.close()
     phases = {p: statistics.median(r[i] for r in rows) for i, p in enumerate(PHASES)}
     phases["round"] = 1e3 * seconds / rounds  # the whole round, every table logged
+    later = [s.cpu_ms for s in stats if s.round >= 2]
+    cpu = {p: [statistics.median(c.get(p, (0.0, 0.0))[i] for c in later) for i in (0, 1)]
+           for p in CPU_PHASES}
     return {"executor": executor, "workers": workers, "n": n, "rounds": rounds,
             "seconds": seconds, "agent_steps_per_s": n * rounds / seconds,
-            "phase_ms": phases}
+            "phase_ms": phases, "cpu_ms": cpu}
 
 
 def numpy_baseline(n: int, rounds: int, feed: str, pin: bool = False) -> dict:

@@ -4,13 +4,15 @@ thread, and every agent-wise phase giving the same arrays whatever the number of
 
 from __future__ import annotations
 
+import threading
+import time
 from itertools import pairwise
 
 import numpy as np
 import pytest
 
 from shoal.core.rowsets import push_newest
-from shoal.core.workers import Workers, resolve_workers
+from shoal.core.workers import CpuMark, Workers, resolve_workers
 
 
 def test_ranges_are_contiguous_near_equal_and_cover_every_row():
@@ -71,3 +73,24 @@ def test_a_config_with_bad_workers_names_the_field(tmp_path):
             load_config("configs/quickstart.yaml", [f"executor.workers={bad}"])
     with pytest.raises(InputError, match=r"executor\.worker_rows"):
         load_config("configs/quickstart.yaml", ["executor.worker_rows=0"])
+
+
+def _burn(seconds: float) -> None:
+    """Use `seconds` of this thread's CPU (by its own clock)."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_cpu_mark_splits_serial_from_range_cpu(n):
+    """CPU used inside agent ranges (on any thread, inline or not) counts as ranges; CPU of
+    the marked thread outside them as serial; a range within a range counts once."""
+    w = Workers(n, min_rows=1)
+    mark = CpuMark.now([threading.get_ident()])
+    _burn(0.03)
+    w.map(lambda _: w.map(lambda _: _burn(0.02), [0, 1]), [0, 1])
+    serial, ranges = mark.since()
+    assert serial >= 0.03
+    assert ranges >= 0.08  # four inner ranges of 20 ms, each counted once
+    assert serial < 0.03 + 0.08  # the ranges run inline (n = 1) are not serial too

@@ -38,6 +38,11 @@ class LoopThread:
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._thread.start()
 
+    @property
+    def ident(self) -> int | None:
+        """The loop thread's `threading.get_ident()` (None before it started)."""
+        return self._thread.ident
+
     def _main(self) -> None:
         try:
             self.loop.run_forever()

@@ -65,11 +65,11 @@ def push_newest(buf: np.ndarray, rows: np.ndarray, vals: np.ndarray,
     rows = np.asarray(rows, dtype=np.int64)
     vals = np.asarray(vals, dtype=np.int64)
     ranges = workers.ranges(buf.shape[0])
-    if len(ranges) == 1:
-        _push_rows(buf, rows, vals)
-        return
 
     def push(part: slice) -> None:
+        if len(ranges) == 1:  # every row is this range's: no need to pick them out
+            _push_rows(buf, rows, vals)
+            return
         mine = (rows >= part.start) & (rows < part.stop)
         _push_rows(buf, rows[mine], vals[mine])
 

@@ -14,7 +14,9 @@ threads read it where it is (bench/README.md, "Scaling with workers").
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from itertools import pairwise
@@ -28,6 +30,59 @@ MIN_ROWS = 32_768  # a range smaller than this costs more to hand out than it sa
 
 _pools: dict[int, ThreadPoolExecutor] = {}
 _pools_lock = Lock()
+
+# CPU seconds each thread has spent inside agent ranges (each thread writes only its own
+# entry): what a phase could spread over more cores; the rest of its CPU is serial.
+_range_cpu: dict[int, float] = {}
+_in_range = threading.local()
+
+
+def thread_cpu(ident: int) -> float:
+    """CPU seconds the thread `ident` (a `threading.get_ident()`) has used; 0.0 where the
+    platform cannot read another thread's clock (the current thread's is always read)."""
+    if ident == threading.get_ident():
+        return time.thread_time()
+    try:
+        return time.clock_gettime(time.pthread_getcpuclockid(ident))
+    except (AttributeError, OSError):  # not on this platform, or the thread has ended
+        return 0.0
+
+
+@dataclass(frozen=True)
+class CpuMark:
+    """Where the CPU clocks stood: of the threads a phase runs on, and in ranges."""
+
+    threads: dict[int, float]
+    ranges: dict[int, float]
+
+    @classmethod
+    def now(cls, threads: Iterable[int]) -> CpuMark:
+        """The clocks of `threads` and the range CPU of every thread, now."""
+        return cls({i: thread_cpu(i) for i in threads}, dict(_range_cpu))
+
+    def since(self) -> tuple[float, float]:
+        """(serial, ranges) CPU seconds since this mark: serial is the CPU of the marked
+        threads outside agent ranges; ranges, the CPU inside ranges on any thread."""
+        ranges = {i: c - self.ranges.get(i, 0.0) for i, c in list(_range_cpu.items())}
+        serial = sum(thread_cpu(i) - c - ranges.get(i, 0.0) for i, c in self.threads.items())
+        return max(serial, 0.0), sum(ranges.values())
+
+
+def _in_ranges(fn: Callable[[T], R]) -> Callable[[T], R]:
+    """`fn`, counting its thread's CPU into the range CPU (a range within a range counts
+    once)."""
+    def run(item: T) -> R:
+        if getattr(_in_range, "on", False):
+            return fn(item)
+        _in_range.on = True
+        start = time.thread_time()
+        try:
+            return fn(item)
+        finally:
+            _in_range.on = False
+            ident = threading.get_ident()
+            _range_cpu[ident] = _range_cpu.get(ident, 0.0) + time.thread_time() - start
+    return run
 
 
 def _pool(n: int) -> ThreadPoolExecutor:
@@ -64,7 +119,10 @@ class Workers:
         """`fn` of every item, in item order; concurrently when there is more than one.
         Every call finishes before this returns, so no thread still writes when an
         error from one of them is raised."""
-        if len(items) <= 1 or self.n <= 1:
+        fn = _in_ranges(fn)
+        # (inside a range, ranges run inline: a pool thread waiting on its own pool's
+        # threads could wait for ever)
+        if len(items) <= 1 or self.n <= 1 or getattr(_in_range, "on", False):
             return [fn(item) for item in items]
         futures = [_pool(self.n).submit(fn, item) for item in items]
         wait(futures)

@@ -20,6 +20,7 @@ and the CPU time of the driver's thread over the whole round goes into `rounds` 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,7 +41,7 @@ from shoal.core.faults import crash_point
 from shoal.core.heap import keep_freed_memory
 from shoal.core.registry import calling
 from shoal.core.vocabulary import ACTION_NAMES, Reason
-from shoal.core.workers import Workers, resolve_workers
+from shoal.core.workers import CpuMark, Workers, resolve_workers
 from shoal.engine.agent_context import (
     build_context_for,
     context_batches,
@@ -107,6 +108,9 @@ class RoundStats:
     prompts: PromptUsage = field(default_factory=PromptUsage)  # (turns: prompts sent)
     driver_cpu_ms: float = 0.0  # CPU time of the driver's thread over the round
     ms: dict[str, float] = field(default_factory=dict)
+    # per phase, CPU ms (serial, in agent ranges): what more cores cannot and can share
+    # (bench/scaling.py; not logged)
+    cpu_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -231,16 +235,21 @@ class RoundDriver:
             plat.graph.followees()
             plat.graph.followers()
 
-    @staticmethod
     @contextmanager
-    def phase(rnd: Round, name: str) -> Iterator[None]:
-        """Time a phase into the round's stats (phases sharing a name add up)."""
+    def phase(self, rnd: Round, name: str) -> Iterator[None]:
+        """Time a phase into the round's stats (phases sharing a name add up): its wall
+        time, and its CPU split into serial (the driver's thread and the in-process
+        shards' thread, outside agent ranges) and agent ranges (on any thread)."""
         start = time.perf_counter()
+        mark = CpuMark.now((threading.get_ident(), *self.executor.thread_ids()))
         try:
             yield
         finally:
-            rnd.stats.ms[name] = rnd.stats.ms.get(name, 0.0) + 1e3 * (time.perf_counter()
-                                                                       - start)
+            s = rnd.stats
+            s.ms[name] = s.ms.get(name, 0.0) + 1e3 * (time.perf_counter() - start)
+            serial, ranges = mark.since()
+            was = s.cpu_ms.get(name, (0.0, 0.0))
+            s.cpu_ms[name] = (was[0] + 1e3 * serial, was[1] + 1e3 * ranges)
 
     def step(self) -> RoundStats:
         """Run the next round and hand it to the writer."""
@@ -450,7 +459,7 @@ class RoundDriver:
                 with calling(engine_part(name), engine, rnd.number):
                     engine.end_round(w, rnd.number, shown)
         w.round = rnd.number
-        rnd.stats.n_exposures = int(rnd.exposures.valid.sum())
+        rnd.stats.n_exposures = int(np.count_nonzero(rnd.exposures.valid))
 
     def remember(self, rnd: Round) -> None:
         """The round's memory items (compaction starts in the background), and for agents
@@ -490,10 +499,11 @@ class RoundDriver:
         # (engines' rows before the checkpoint, as at round 0: what computing them changes
         # in an engine's state is then in the checkpoint of r, and a resume goes on exactly)
         engine_tables = {}
-        for name, engine in w.engines.items():
-            with calling(engine_part(name), engine, r):
-                engine_tables.update(engine.tables(w, r))
-        cp = checkpoint(w)  # taken every round: it also empties the components' journals
+        with self.phase(rnd, "checkpoint"):
+            for name, engine in w.engines.items():
+                with calling(engine_part(name), engine, r):
+                    engine_tables.update(engine.tables(w, r))
+            cp = checkpoint(w)  # taken every round: it also empties the components' journals
         after_commit = None
         if self.checkpoints is not None:
             policy, store, notify = w.cfg.checkpoints, self.checkpoints, self.on_checkpoint

@@ -76,6 +76,11 @@ class Executor(ABC):
     def close(self) -> None:
         """Release shards (and the Ray connection if we opened it)."""
 
+    def thread_ids(self) -> tuple[int, ...]:
+        """Threads of this process the shards decide on, besides the caller's (their CPU
+        is the round's: shoal.core.workers.CpuMark)."""
+        return ()
+
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
     """An event loop for the shards' LLM calls: uvloop's when it is installed (measured:
@@ -118,6 +123,10 @@ class LocalExecutor(Executor):
         parts = split_request(request, self.n_shards)
         return self._loop.run(gather_or_cancel(*(shard.decide(part) for shard, part
                                                  in zip(self.shards, parts, strict=True))))
+
+    def thread_ids(self) -> tuple[int, ...]:
+        ident = self._loop.ident
+        return (ident,) if ident is not None else ()
 
     def close(self) -> None:
         async def close_shards() -> None:
