@@ -77,7 +77,17 @@ class ActionBatch:
 
     def canonical(self) -> ActionBatch:
         """Sorted by (platform, agent, slot): the order in which actions apply."""
-        order = np.lexsort((self.slot, self.agent, self.platform))
-        if np.array_equal(order, np.arange(len(order))):
-            return self  # already canonical (one shard, rule-based): skip the copy
-        return self.take(order)
+        if self.is_canonical():
+            return self  # already canonical (one shard, rule-based): skip the sort and copy
+        return self.take(np.lexsort((self.slot, self.agent, self.platform)))
+
+    def is_canonical(self) -> bool:
+        """Whether the rows are already in (platform, agent, slot) order (a stable sort
+        would leave them where they are): one comparison pass per key, no sort."""
+        p, a, s = self.platform, self.agent, self.slot
+        if len(p) < 2:
+            return True
+        same_p = p[1:] == p[:-1]
+        same_a = same_p & (a[1:] == a[:-1])
+        ordered = (p[1:] > p[:-1]) | (same_p & (a[1:] > a[:-1])) | (same_a & (s[1:] >= s[:-1]))
+        return bool(ordered.all())

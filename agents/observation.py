@@ -119,6 +119,13 @@ class DecisionRequest:
     # request holds its one batch); None: the driver built them (`Prompt`s in the views)
     contexts: list[ContextBatch] | None = None
 
-    def rows_of(self, agents: np.ndarray) -> np.ndarray:
-        """Row indices in `self.agents` of the given agents."""
+    def rows_of(self, agents: np.ndarray) -> np.ndarray | slice:
+        """Where the given agents are in `self.agents`: a slice when they are a contiguous
+        run of it (the common case, one platform: `position[rows]` is then a view, and no
+        search is made), else their row indices."""
+        n = len(agents)
+        if n:
+            start = int(np.searchsorted(self.agents, agents[0]))
+            if np.array_equal(self.agents[start:start + n], agents):
+                return slice(start, start + n)
         return np.searchsorted(self.agents, agents)

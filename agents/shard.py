@@ -121,14 +121,12 @@ class AgentShard:
         """The policy's decisions for a view's agents; a `by_agent` policy decides a range
         of agents per worker when no LLM agent's turn is in the view (the driver puts
         every batch in canonical order, so the order of the ranges' rows is moot)."""
-        rows = request.rows_of(view.agents)
-        position, confidence = request.position[rows], request.confidence[rows]
-
         def decide(part: slice) -> ActionBatch:
             taken, most = view.take(part), self.max_actions[view.name]
+            rows = request.rows_of(taken.agents)
             with calling(what, self.policy, request.round):
-                batch = self.policy.decide(taken, position[part], confidence[part],
-                                           request.round, most)
+                batch = self.policy.decide(taken, request.position[rows],
+                                           request.confidence[rows], request.round, most)
             if from_shoal(self.policy):
                 return batch
             return check_decisions(batch, taken, most, self.n_topics, what, request.round)
@@ -159,11 +157,11 @@ class AgentShard:
                 continue
             prompts: list[Prompt | None] = [None] * len(view.agents)
             rows = request.rows_of(view.agents)
+            position, confidence = request.position[rows], request.confidence[rows]
             for t in turns:
                 agent = int(view.agents[t.row])
                 inputs = ContextInputs.of_agent(
-                    pop, agent, labels, request.position[rows[t.row]],
-                    request.confidence[rows[t.row]],
+                    pop, agent, labels, position[t.row], confidence[t.row],
                     round=request.round, platform=view.name,
                     trusted=t.trusted, distrusted=t.distrusted,
                     memory=[lines[i] for i in t.memory],

@@ -395,6 +395,24 @@ def test_action_not_allowed_on_platform(platform: int, action: ActionType) -> No
     assert len(applied.trust["truster"]) == 0
 
 
+def test_idle_rows_are_valid_where_the_platform_offers_doing_nothing() -> None:
+    """Rows that do nothing skip validation (apply works on the other rows) but keep their
+    place: valid on the platforms, NOT_ALLOWED on a platform code the world lacks, no new
+    post; the rows that act around them get the ids and reasons they would alone."""
+    sim = posted_sim(7)
+    p = sim.world.posts
+    n = p.n
+    applied = sim.apply([act(1, TW, A.DO_NOTHING), act(2, TW, A.POST, stance=[0.5, 0.0]),
+                         act(3, RD, A.DO_NOTHING), act(4, 9, A.DO_NOTHING),
+                         act(5, 9, A.POST, stance=[0.5, 0.0])])
+    # canonical order: (platform, agent, slot)
+    assert applied.actions.agent.tolist() == [1, 2, 3, 4, 5]
+    assert applied.reason.tolist() == [Reason.OK, Reason.OK, Reason.OK, Reason.NOT_ALLOWED,
+                                       Reason.NOT_ALLOWED]
+    assert applied.new_post.tolist() == [-1, n, -1, -1, -1]
+    assert p.n == n + 1 and int(p.author[n]) == 2
+
+
 def test_repost_of_repost_points_at_root() -> None:
     """Reposting a repost creates a post whose parent and root are the original post;
     quotes and replies keep the post they respond to as parent."""
@@ -585,3 +603,21 @@ def test_random_batches_match_brute_force(seed: int) -> None:
             after = float(w.trust.get(np.array([s]), np.array([o]))[0])
             assert after == pytest.approx(min(1.0, max(0.0, before + d)), abs=1e-12)
         sim.observe()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_is_canonical_agrees_with_a_stable_sort(seed: int) -> None:
+    """`ActionBatch.is_canonical` (comparisons, no sort) says yes exactly when a stable
+    sort by (platform, agent, slot) would leave the rows where they are: ties, negative
+    slots and sorted, nearly sorted and shuffled batches."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 40))
+    rows = [act(int(rng.integers(0, 4)), int(rng.integers(0, 2)), A.DO_NOTHING,
+                slot=int(rng.integers(-2, 3))) for _ in range(n)]
+    b = batch(rows)
+    order = np.lexsort((b.slot, b.agent, b.platform))
+    for candidate in (b, b.take(order), b.take(order[::-1])):
+        expected = np.array_equal(np.lexsort((candidate.slot, candidate.agent,
+                                              candidate.platform)), np.arange(n))
+        assert candidate.is_canonical() == expected
+        assert candidate.canonical().is_canonical()

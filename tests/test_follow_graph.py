@@ -7,6 +7,7 @@ import pytest
 
 from shoal.core.follow_graph import FollowGraph, SortedKeySet, expand_csr, pack, unpack
 from shoal.core.keys import first_occurrence, unique_sorted
+from shoal.core.workers import SERIAL, Workers
 
 SEEDS = [0, 1, 2, 3, 4, 5]
 
@@ -159,17 +160,18 @@ def test_follow_graph_cache_invalidated_on_change() -> None:
     assert g.followers()[1].tolist() == [2]
 
 
+@pytest.mark.parametrize("workers", [SERIAL, Workers(3, min_rows=1)], ids=["serial", "ranges"])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_expand_csr_matches_brute_force(seed: int) -> None:
+def test_expand_csr_matches_brute_force(seed: int, workers: Workers) -> None:
     """expand_csr lists each requested row's entries, tagged with the row's position,
-    for repeated and empty rows."""
+    for repeated and empty rows, on one thread or a range of rows per worker."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 12))
     counts = rng.integers(0, 5, n)
     indptr = np.concatenate([[0], np.cumsum(counts)])
     indices = rng.integers(0, 100, int(counts.sum()))
     rows = rng.integers(0, n, int(rng.integers(0, 10)))
-    which, entries = expand_csr(indptr, indices, rows)
+    which, entries = expand_csr(indptr, indices, rows, workers)
     exp_which, exp_entries = [], []
     for pos, r in enumerate(rows.tolist()):
         for e in indices[indptr[r]:indptr[r + 1]].tolist():
@@ -220,3 +222,13 @@ def test_state_round_trip(seed: int) -> None:
     graph_model_check(g, edges)  # the original is unaffected
     graph_model_check(h, (edges | {(0, 19)}) - set(zip(s1[:3].tolist(), d1[:3].tolist(),
                                                           strict=True)))
+
+
+@pytest.mark.parametrize("values", [[], [3], [1, 2, 5], [5, 2, 2, 9, 1], [1, 1, 2], [-4, 0, 7]])
+def test_unique_sorted_is_np_unique(values: list[int]) -> None:
+    """unique_sorted equals np.unique, on input already strictly increasing (returned
+    without a sort, as a copy) and on any other."""
+    a = np.array(values, np.int64)
+    out = unique_sorted(a)
+    np.testing.assert_array_equal(out, np.unique(a))
+    assert out.dtype == a.dtype and (not len(a) or not np.shares_memory(out, a))

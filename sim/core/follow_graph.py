@@ -14,6 +14,7 @@ import numpy as np
 
 from shoal.core.keys import SortedKeySet, pack, unpack
 from shoal.core.state import State
+from shoal.core.workers import SERIAL, Workers
 
 
 class FollowGraph:
@@ -110,13 +111,21 @@ class FollowGraph:
         self._changed()
 
 
-def expand_csr(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """For each row in `rows`, its CSR entries: returns (row position in `rows`, entry)."""
+def expand_csr(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray,
+               workers: Workers = SERIAL) -> tuple[np.ndarray, np.ndarray]:
+    """For each row in `rows`, its CSR entries: returns (row position in `rows`, entry).
+    With several `workers`, each expands a range of `rows` (the output is the same)."""
     rows = np.asarray(rows, dtype=np.int64)
-    starts, ends = indptr[rows], indptr[rows + 1]
-    counts = ends - starts
-    total = int(counts.sum())
-    which = np.repeat(np.arange(len(rows)), counts)
-    offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
-    return which, indices[np.repeat(starts, counts) + offsets]
+
+    def expand(part: slice) -> tuple[np.ndarray, np.ndarray]:
+        starts = indptr[rows[part]]
+        counts = indptr[rows[part] + 1] - starts
+        which = np.repeat(np.arange(part.start, part.stop), counts)
+        # entry j of a row sits at its start + j: shift a running count by start - offset
+        shift = starts - (np.cumsum(counts) - counts)
+        return which, indices[np.arange(len(which)) + np.repeat(shift, counts)]
+
+    parts = workers.over(len(rows), expand)
+    if len(parts) == 1:
+        return parts[0]
+    return (np.concatenate([w for w, _ in parts]), np.concatenate([e for _, e in parts]))

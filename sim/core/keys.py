@@ -28,10 +28,13 @@ def unpack(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def unique_sorted(values: np.ndarray) -> np.ndarray:
-    """Sorted distinct values (np.unique without its slow hashing path)."""
-    s = np.sort(np.asarray(values))
-    if len(s) < 2:
-        return s
+    """Sorted distinct values (np.unique without its slow hashing path); values already
+    strictly increasing (one platform's acting agents) are returned as a copy, unsorted
+    (one comparison pass instead of a sort)."""
+    values = np.asarray(values)
+    if len(values) < 2 or (values[1:] > values[:-1]).all():
+        return values.copy()
+    s = np.sort(values)
     return s[np.concatenate(([True], s[1:] != s[:-1]))]
 
 

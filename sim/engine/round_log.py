@@ -87,7 +87,7 @@ def posts_tables(world: World, ids: np.ndarray,
         "kind": enum_array(p.kind[ids], KIND_ENUM),
         "parent_id": pa.array(p.parent[ids], mask=p.parent[ids] < 0),
         "root_id": pa.array(p.root[ids]),
-        "text": pa.array([p.text[i] for i in ids], type=pa.string()),
+        "text": pa.array([p.text[i] for i in ids.tolist()], type=pa.string()),
         "seed_up": pa.array(seeded["up"]),
         "seed_down": pa.array(seeded["down"]),
         "stance_method": enum_array(p.stance_method[ids], STANCE_METHOD_ENUM),
@@ -149,19 +149,26 @@ def actions_table(round_: int, applied: Applied, log_idle: bool, platforms: Plat
                   ) -> pa.Table:
     """Every decision with its outcome (status 'ok' or the rejection reason)."""
     a = applied.actions
-    keep = np.ones(len(a), dtype=bool) if log_idle else a.action != 0
-    n = int(keep.sum())
+    # every row (no copy), or the rows that did something
+    keep = slice(None) if log_idle else np.flatnonzero(a.action != 0)
+    n = len(a) if log_idle else len(keep)
+
+    def ids(values: np.ndarray) -> pa.Array:  # -1: none (NULL)
+        kept = values[keep]
+        return pa.array(kept, mask=kept < 0)
+
+    source = a.meta.get("source")
     return pa.table({
         "round": _const(round_, n),
         "platform": platforms.array(a.platform[keep]),
         "agent": pa.array(a.agent[keep]),
         "slot": pa.array(a.slot[keep]),
         "action": enum_array(a.action[keep], ACTION_ENUM),
-        "target_post": pa.array(a.target_post[keep], mask=a.target_post[keep] < 0),
-        "target_agent": pa.array(a.target_agent[keep], mask=a.target_agent[keep] < 0),
-        "new_post_id": pa.array(applied.new_post[keep], mask=applied.new_post[keep] < 0),
+        "target_post": ids(a.target_post),
+        "target_agent": ids(a.target_agent),
+        "new_post_id": ids(applied.new_post),
         "status": enum_array(applied.reason[keep], STATUS_ENUM),
-        "source": enum_array(a.meta.get("source", np.zeros(len(a), np.int8))[keep],
+        "source": enum_array(source[keep] if source is not None else np.zeros(n, np.int8),
                              SOURCE_ENUM),
     })
 

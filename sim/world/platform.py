@@ -117,7 +117,7 @@ class Platform:
         if len(ids):
             push_newest(self.recent, authors.astype(np.int64), ids, workers)
             indptr, followers = self.graph.followers()
-            which, readers = expand_csr(indptr, followers, authors)
+            which, readers = expand_csr(indptr, followers, authors, workers)
             post_of = ids[which]
             if len(rebuild):
                 skip = np.isin(readers, rebuild)
