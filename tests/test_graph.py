@@ -349,6 +349,29 @@ def test_a_run_with_the_llm_extractor_logs_every_call(graph_dict, tmp_path):
     assert [(r, n, n) for r, n in posting] == calls[1:]
 
 
+
+def test_the_llm_extractor_asks_in_the_output_mode_the_run_resolved(graph_dict, tmp_path):
+    """`output: auto` against a model without tool calls (the loopback server refusing
+    tools): the run resolves JSON, and extraction asks for JSON as the agents do, from the
+    round-0 documents on; asked with tools, every extraction call was refused (400)."""
+    data = {**graph_dict, "rounds": 2, "population": {"size": 40},
+            "llm": {"providers": [{"name": "default", "base_urls": ["loopback"],
+                                   "model": "shoal-loopback", "output": "auto",
+                                   "loopback": {"reject_tools": True}}],
+                    "agents": {"ids": [0]}},
+            "memory": {"graph": {"enabled": True, "documents": [str(TOLL)],
+                                 "extractor": {"kind": "llm"}}}}
+    path = write_config(tmp_path / "c.yaml", data)
+    assert main(["run", str(path), "--out", str(tmp_path / "runs"), "--quiet"]) == 0
+    (run,) = (tmp_path / "runs").iterdir()
+    db = run / "trajectory.duckdb"
+    assert query(db, "SELECT DISTINCT output FROM llm_calls WHERE agent IS NOT NULL") == [
+        ("json_schema",)]
+    calls = query(db, "SELECT round, status, count(*) FROM llm_calls WHERE platform = "
+                      "'graph' GROUP BY ALL ORDER BY ALL")
+    assert [r for r, *_ in calls] == [0, 1, 2] and {s for _, s, _ in calls} == {"ok"}
+
+
 # --------------------------------------------------------------------------- issue 26
 
 BIKE = ROOT / "examples" / "bike_lanes.md"

@@ -99,6 +99,9 @@ class LLMExtractor:
         self.provider = provider  # a ProviderConfig
         self.base_urls = list(base_urls or provider.base_urls)
         self.stop_when_down = stop_when_down
+        # `output: auto` providers' modes as the run resolved them (set by the run once
+        # known: a model without tools is asked for JSON, as the run's agents are)
+        self.outputs: dict[str, str] = {}
         self.calls = CallLog()
         self._endpoints: Endpoints | None = None  # its own loopback server, if it uses one
         self._chat: SyncChat | None = None
@@ -127,6 +130,13 @@ class LLMExtractor:
         return f"{model}: {self.texts} calls, one per text read{tail}"
 
     @property
+    def mode(self) -> str:
+        """How the provider is asked: its `output`, or for `auto` the mode the run
+        resolved (tools until one is known)."""
+        output = self.provider.output
+        return self.outputs.get(self.provider.name, "tools") if output == "auto" else output
+
+    @property
     def lost(self) -> int:
         """Texts that gave no facts because their call failed or its answer was unusable."""
         return len(self.failed) + self.unusable
@@ -143,12 +153,13 @@ class LLMExtractor:
         # Known names are the config's topic keywords: fenced like profile fields, so none
         # can start a line of the system text.
         hint = f"\nKnown names: {', '.join(inline(k) for k in sorted(known))}" if known else ""
-        if self.provider.output in ("json_schema", "text"):  # no tool call: one JSON object
+        mode = self.mode
+        if mode in ("json_schema", "text"):  # no tool call: one JSON object
             request = ChatRequest(
                 messages=[{"role": "system", "content": SYSTEM.replace(_RECORD, _AS_JSON)
                            + hint}, {"role": "user", "content": shown}],
                 response_format=response_format(JSON_SCHEMA, name="record_facts")
-                if self.provider.output == "json_schema" else None,
+                if mode == "json_schema" else None,
                 max_tokens=max(self.provider.max_tokens or 0, JSON_MAX_TOKENS),
                 temperature=0.0, meta=meta(EXTRACTION, text=text))
         else:

@@ -77,6 +77,7 @@ from shoal.store.trajectory import TrajectoryStore, trajectory_problem
 from shoal.store.writer import RoundWriter
 from shoal.surveys.responses import check_samples, sample_notes, sample_sizes, survey_table
 from shoal.world.frames import WorldFrames
+from shoal.world.knowledge import build_graph_memory, use_outputs
 from shoal.world.persistence import checkpoint, restore_world
 from shoal.world.world import World, build_world, check_memory
 
@@ -164,7 +165,7 @@ class Simulation:
         decide by rule and nothing is sent (`shoal estimate`)."""
         check_api_keys(cfg)
         check_memory(cfg)
-        world = build_world(cfg)
+        world = build_world(cfg, knowledge=False)  # (graph memory: once outputs are resolved)
         check_settings(cfg)
         check_against_population(cfg, world)
         check_samples(world)
@@ -178,6 +179,9 @@ class Simulation:
         # (a cluster that cannot be joined: no directory)
         engine = Engine.start(world, dry_llm, cache)
         try:
+            # Round 0 of graph memory reads the documents: its LLM extractor asks in the
+            # output modes Engine.start resolved (`auto`), as the agents will.
+            world.knowledge = build_graph_memory(cfg, world.outputs)
             if folder is None:
                 store = TrajectoryStore(":memory:", cfg.platforms.names())
                 _write_setup(store, world, run_id, lineage, fired)
@@ -655,6 +659,8 @@ class Engine:
                     list(world.population.persona[:64]), list(cfg.platforms.enabled()),
                     [t.name for t in cfg.topics], cache, world.population.language or ["en"])
                 check_budget(cfg.memory.context.budget_tokens, world.model_tokens)
+            if world.knowledge is not None:  # (resumed or forked: extraction goes on)
+                use_outputs(world.knowledge.extractor, world.outputs)
             assert world.memory is not None  # World.__post_init__ makes round memory
             summarizer = world.memory.summarizer
             # (urls is empty without an LLM config: the first branch above)

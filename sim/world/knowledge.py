@@ -24,23 +24,36 @@ def topic_names(cfg: Config) -> Any:
                       [list(t.keywords) for t in cfg.topics])
 
 
-def make_extractor(cfg: Config) -> Any:
-    """The extractor `memory.graph.extractor` names."""
-    return EXTRACTORS.create(cfg.memory.graph.extractor, cfg.llm)
+def make_extractor(cfg: Config, outputs: dict[str, str] | None = None) -> Any:
+    """The extractor `memory.graph.extractor` names, asking in the output modes the run
+    resolved (`outputs`, of its `output: auto` providers)."""
+    extractor = EXTRACTORS.create(cfg.memory.graph.extractor, cfg.llm)
+    use_outputs(extractor, outputs or {})
+    return extractor
 
 
-def empty_graph_memory(cfg: Config) -> Any:
-    """The run's `GraphMemory`, with no rows (None when the config has none)."""
+def use_outputs(extractor: Any, outputs: dict[str, str]) -> None:
+    """Have an extractor that asks a chat model (one with `outputs`: the LLM extractor)
+    ask in the modes the run resolved, as its agents do: a model found to have no tool
+    calls is asked for JSON."""
+    if hasattr(extractor, "outputs"):
+        extractor.outputs = dict(outputs)
+
+
+def empty_graph_memory(cfg: Config, outputs: dict[str, str] | None = None) -> Any:
+    """The run's `GraphMemory`, with no rows (None when the config has none); `outputs`:
+    the run's resolved output modes (its extractor asks in them)."""
     if not cfg.memory.graph.enabled:
         return None
     from shoal.memory.knowledge.memory import GraphMemory
 
-    return GraphMemory(topic_names(cfg), make_extractor(cfg), seed=cfg.seed)
+    return GraphMemory(topic_names(cfg), make_extractor(cfg, outputs), seed=cfg.seed)
 
 
-def build_graph_memory(cfg: Config) -> Any:
-    """Round 0: the scenario's graph, then the config's documents, then the topics."""
-    memory = empty_graph_memory(cfg)
+def build_graph_memory(cfg: Config, outputs: dict[str, str] | None = None) -> Any:
+    """Round 0: the scenario's graph, then the config's documents (read by an extractor
+    asking in the run's resolved output modes, `outputs`), then the topics."""
+    memory = empty_graph_memory(cfg, outputs)
     if memory is None:
         return None
     from shoal.memory.context import one_line

@@ -179,14 +179,14 @@ def _rebuild(cfg: Config, round_: int, saved: dict[str, State],
             getattr(world, name).set_state(saved[name])
         else:
             getattr(world, name).replay(segments(name))
-    world.knowledge = empty_graph_memory(cfg)
+    world.knowledge = empty_graph_memory(cfg, world.outputs)  # (outputs: as restored)
     if world.knowledge is not None:
         if segments("knowledge"):
             world.knowledge.replay(segments("knowledge"))
             world.knowledge.generation = saved.get("knowledge", State()).meta.get(
                 "generation", 0)
         else:  # graph memory is new in this (forked) config: its round-0 graph
-            world.knowledge = build_graph_memory(cfg)
+            world.knowledge = build_graph_memory(cfg, world.outputs)
     world.engines = build_engines(world)
     for name, eng in world.engines.items():
         if f"engine.{name}" in saved:  # else the platform is new in this (forked) config

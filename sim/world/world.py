@@ -314,8 +314,11 @@ def check_memory(cfg: Config) -> None:
                          f"of memory; this machine has {have / 1e9:,.1f} GB available")
 
 
-def build_world(cfg: Config, population: Population | None = None) -> World:
-    """Round-0 state: population, beliefs, empty posts, platforms with initial graphs."""
+def build_world(cfg: Config, population: Population | None = None, knowledge: bool = True
+                ) -> World:
+    """Round-0 state: population, beliefs, empty posts, platforms with initial graphs, and
+    graph memory unless `knowledge` is False (a run builds it once its LLM output modes are
+    resolved: an LLM extractor reads the documents in them)."""
     pop = population if population is not None else load_population(cfg)
     beliefs = initial_beliefs(cfg, pop)
     src, dst = initial_edges(cfg.graph, pop, CounterRNG(cfg.seed).generator(_GRAPH))
@@ -337,7 +340,7 @@ def build_world(cfg: Config, population: Population | None = None) -> World:
         history=history, posts=PostStore(len(cfg.topics), platform_slots()), platforms=platforms,
     )
     world.engines = build_engines(world)
-    world.knowledge = build_graph_memory(cfg)
+    world.knowledge = build_graph_memory(cfg) if knowledge else None
     return world
 
 
