@@ -50,6 +50,10 @@ class ModelTokens:
     counter: str  # server | tokenizer.json | tiktoken
     ratio: float
     overhead: dict[str, int] = field(default_factory=dict)  # by platform
+    # Why the margin stands in for a server that was asked (`tokenizer: auto`): its URL and
+    # what went wrong, for `shoal estimate` to say. Not part of the measure: not compared,
+    # not kept (a checkpoint holds what was counted, not how a server failed).
+    fallback: str = field(default="", compare=False)
 
     def budget(self, budget: int) -> int:
         """A context budget of `budget` model tokens, in cl100k tokens, whatever the
@@ -63,7 +67,9 @@ class ModelTokens:
 
     def to_dict(self) -> dict:
         """As kept in a checkpoint."""
-        return asdict(self)
+        data = asdict(self)
+        del data["fallback"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> ModelTokens:
@@ -103,24 +109,34 @@ def server_count(base_url: str, model: str, texts: list[str], timeout_s: float =
                  ) -> list[int] | None:
     """Each text's tokens by the server's `POST /tokenize` (llama.cpp's form, then
     vLLM's); None when it has no such endpoint."""
-    root = server_root(base_url)
+    return _server_count(base_url, model, texts, timeout_s)[0]
+
+
+def _server_count(base_url: str, model: str, texts: list[str], timeout_s: float
+                  ) -> tuple[list[int] | None, str]:
+    """`server_count`, and when it is None, why: the URL asked and the error met, or that
+    it answered without a token list."""
+    url = f"{server_root(base_url)}/tokenize"
     with httpx.Client(timeout=timeout_s) as http:
         for body in ({"content": ""}, {"model": model, "prompt": ""}):
             key = "content" if "content" in body else "prompt"
             counts = []
             try:
                 for text in texts:
-                    data = _post_json(http, f"{root}/tokenize", {**body, key: text},
+                    data = _post_json(http, url, {**body, key: text},
                                       time.monotonic() + timeout_s)
                     tokens = data.get("tokens") if isinstance(data, dict) else None
                     if not isinstance(tokens, list):
                         break
                     counts.append(len(tokens))
-            except (httpx.HTTPError, TimeoutError):
-                return None
+            except TimeoutError:
+                return None, f"{url} gave no whole answer within {timeout_s:g} s"
+            except httpx.HTTPError as exc:
+                return None, f"{url} could not be asked ({type(exc).__name__}: " \
+                             f"{str(exc) or 'no detail'})"
             if len(counts) == len(texts):
-                return counts
-    return None
+                return counts, ""
+    return None, f"{url} answered without a token list (the server has no tokenize endpoint)"
 
 
 def file_count(path: str, texts: list[str]) -> list[int]:
@@ -147,18 +163,20 @@ def measure(provider: ProviderConfig, base_url: str | None, texts: list[str],
     samples = [SAMPLE, *[t for t in texts if t.strip()]]
     extra = list(requests.values())
     counts: list[int] | None = None
-    how = provider.tokenizer
+    how, why = provider.tokenizer, ""
     if how.endswith(".json"):
         counts, counter = file_count(how, samples + extra), "tokenizer.json"
     elif how in ("auto", "server") and base_url is not None:
-        counts, counter = server_count(base_url, provider.model, samples + extra), "server"
+        counts, why = _server_count(base_url, provider.model, samples + extra, 30.0)
+        counter = "server"
         if counts is None and how == "server":
             raise InputError(f"llm.providers: {provider.name}: tokenizer: server, but "
-                             f"{server_root(base_url)}/tokenize did not answer")
+                             f"{server_root(base_url)}/tokenize did not answer ({why})")
     if counts is None:
         ratio = MARGIN
         return ModelTokens("tiktoken", ratio, {p: math.ceil(count(r) * ratio) +
-                                               TEMPLATE_TOKENS for p, r in requests.items()})
+                                               TEMPLATE_TOKENS for p, r in requests.items()},
+                           fallback=why)
     ours = sum(count(t) for t in samples)
     ratio = max(1.0, math.ceil(100 * sum(counts[:len(samples)]) / max(1, ours)) / 100)
     overhead = {p: n + TEMPLATE_TOKENS

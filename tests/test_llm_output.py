@@ -188,6 +188,20 @@ def test_estimate_predicts_with_the_runs_counter(tmp_path):
     assert "counted with       the tokenizer.json (" in words.stdout
 
 
+def test_estimate_says_why_it_counted_with_the_margin(tmp_path):
+    """A provider whose server cannot be reached: `shoal estimate` still predicts (with the
+    margin), and a warning says why, naming the URL it asked and the connection error."""
+    with closed_port() as port:
+        url = f"http://127.0.0.1:{port}/v1"
+        done = run_cli(["estimate", str(_llm_config(tmp_path, "e", base_urls=[url]))])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "counted with       cl100k and the margin (1.25 per cl100k token)" in done.stdout
+    (line,) = [x for x in done.stderr.splitlines() if x.startswith("warning: ")]
+    assert line.startswith("warning: provider default: prompt tokens counted with cl100k "
+                           f"and the margin: http://127.0.0.1:{port}/tokenize could not be "
+                           "asked (ConnectError: "), line
+
+
 def test_the_loopback_server_tokenizes_like_llama_cpp_and_vllm():
     import httpx
 

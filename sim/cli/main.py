@@ -326,6 +326,10 @@ def cmd_estimate(args: argparse.Namespace) -> int:
                   f"({args.completion_tokens}/call) to {p.completion_max:,} (max_tokens)\n"
                   f"  cost               ${p.cost_typical:,.4f} typical to ${p.cost_max:,.4f}",
                   highlight=False)
+        if p.fallback:  # the server was asked and could not count: say why, go on
+            console.print(f"[yellow]warning[/]: provider {escape(p.provider)}: prompt tokens "
+                          f"counted with cl100k and the margin: {escape(p.fallback)}",
+                          highlight=False)
     console.print("One call per LLM agent turn; repair and HTTP retries come on top.")
     return 0
 

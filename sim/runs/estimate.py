@@ -42,6 +42,7 @@ class ProviderEstimate:
     cost_max: float
     counter: str = "tiktoken"  # whose tokens: server | tokenizer.json | tiktoken (× margin)
     ratio: float = 1.0  # the model's tokens per cl100k token, as measured or assumed
+    fallback: str = ""  # why the margin stands in for the server's count ("" if it does not)
 
 
 @dataclass
@@ -88,5 +89,6 @@ def estimate(cfg: Config, completion_tokens: int = TYPICAL_COMPLETION) -> Estima
         out.append(ProviderEstimate(
             p.name, p.model, calls, int(mine["agent"].nunique()), total,
             float(prompt.median()) if calls else 0.0, int(prompt.max()) if calls else 0,
-            typical, ceiling, cost(typical), cost(ceiling), model.counter, model.ratio))
+            typical, ceiling, cost(typical), cost(ceiling), model.counter, model.ratio,
+            model.fallback))
     return Estimate(cfg.rounds, out, time.perf_counter() - start)
