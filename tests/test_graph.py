@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import duckdb
+import pandas as pd
 import pytest
 import yaml
 
@@ -311,6 +312,30 @@ def test_a_document_too_large_or_a_looping_link_is_refused_by_name(tmp_path, cap
         err = capsys.readouterr().err
         assert message in err and str(doc) in err, err
     assert not (tmp_path / "s" / "graph").exists()
+
+
+def test_graph_frames_without_rows_have_the_dtypes_of_frames_with_rows(graph_run):
+    """Every graph reader gives the same columns and dtypes with rows as without (DuckDB
+    gives text columns `object` when there are none, and a withdrawal's columns a dtype
+    that depends on how many are NULL): frames of several runs concatenate as they are."""
+    from shoal.store.knowledge import GraphReader
+
+    run = open_run(graph_run)
+    full, empty = run.graph(), GraphReader({})
+    text = pd.Series(["x"]).dtype
+    first = full.relations().iloc[0]
+    for name, args in (("relations", ()), ("entities", ()), ("episodes", ()),
+                       ("communities", ()), ("members", ()),
+                       ("neighbourhood", (first["subject"],)),
+                       ("history", (int(first["relation_id"]),))):
+        rows, none = getattr(full, name)(*args), getattr(empty, name)(*args)
+        assert len(rows) and none.empty, name
+        assert none.dtypes.to_dict() == rows.dtypes.to_dict(), name
+    assert run.graph_entities()["name"].dtype == text == empty.entities()["name"].dtype
+    visible, every = run.graph_relations(), run.graph_relations(include_withdrawn=True)
+    assert every["invalid_at"].notna().any() and visible["invalid_at"].isna().all()
+    assert visible.dtypes.to_dict() == every.dtypes.to_dict()
+    assert run.graph().neighbourhood("nobody").dtypes.to_dict() == visible.dtypes.to_dict()
 
 
 def test_bad_graph_config_names_the_field(tmp_path, capsys, graph_dict):

@@ -22,13 +22,14 @@ import networkx as nx
 import numpy as np
 import pandas as pd
 
+from shoal.store.schema import TEXT as TEXT  # (the text dtype, for the analyses)
+
 ArrayLike = np.ndarray | pd.Series | list[float]
 
 UP_ACTIONS = ("like", "upvote")
 DOWN_ACTIONS = ("downvote",)
 REPLY_ACTIONS = ("reply", "comment")
 SHARE_KINDS = ("repost", "quote")  # a post of these kinds shares its parent
-TEXT = pd.Series(["x"]).dtype  # pandas' default text dtype (object, or str in pandas 3)
 
 
 # ------------------------------------------------------------------- several runs

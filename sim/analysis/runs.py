@@ -44,7 +44,7 @@ from shoal.store.lineage import (
     run_status,
 )
 from shoal.store.run_dir import RunDir, open_run_dir
-from shoal.store.schema import KIND_ENUM, schema
+from shoal.store.schema import KIND_ENUM, schema, typed_frame
 from shoal.store.tables import TABLES, TableSpec, file_tables
 from shoal.store.traces import read_tables  # (declares the interviews and analyses tables)
 
@@ -73,15 +73,8 @@ def _schema_frames(platforms: tuple[str, ...]) -> dict[str, pd.DataFrame]:
         for spec in TABLES:
             if spec.created == "on_demand":
                 con.execute(spec.ddl(platforms))
-        frames = {}
-        for name in file_tables(con):
-            types = con.execute("SELECT column_name, data_type FROM duckdb_columns() "
-                                "WHERE table_name = ?", [name]).fetchall()
-            text = {c: metrics.TEXT for c, t in types
-                    if t == "VARCHAR" or t.startswith("ENUM(")
-                    or (t == "JSON" and c not in JSON_COLUMNS.get(name, ()))}
-            frames[name] = con.sql(f"SELECT * FROM {name} LIMIT 0").df().astype(text)
-        return frames
+        return {name: typed_frame(con.sql(f"SELECT * FROM {name} LIMIT 0"),
+                                  JSON_COLUMNS.get(name, ())) for name in file_tables(con)}
     finally:
         con.close()
 

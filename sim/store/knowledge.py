@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from shoal.core.errors import InputError
 from shoal.core.files import replacing
+from shoal.store.schema import TEXT, typed_frame
 from shoal.store.tables import TABLES, TableSpec
 
 
@@ -60,6 +61,11 @@ GRAPH = {s.name: s for s in (
              "community INTEGER, entity_id BIGINT", "Which entities each community holds."),
 )}
 GRAPH_TABLES = tuple(GRAPH)
+# A relation's withdrawal as read (`relations_sql`, a LEFT JOIN): NULL unless it was
+# withdrawn, so DuckDB's dtype would depend on the rows (a nullable integer when some are
+# NULL, int32 when none are or there are no rows; text, or object when all are NULL).
+_WITHDRAWAL = {"invalid_at": "Int32", "invalid_at_time": TEXT, "invalidated_by": "Int64",
+               "reason": TEXT}
 DDL = "".join(s.ddl() for s in GRAPH.values())
 SCENARIO_DIR = "graph"
 _REPAIR = "run `shoal init` again or restore it"
@@ -154,6 +160,13 @@ class GraphReader:
                                  f"{_REPAIR}") from None
         return reader
 
+    def _frame(self, sql: str) -> pd.DataFrame:
+        """The rows of `sql`, of the same dtypes however many there are: text columns the
+        text dtype also without rows, and a relation's withdrawal columns (NULL unless it
+        was withdrawn) theirs, also when every row, or none, is NULL."""
+        df = typed_frame(self.con.sql(sql))
+        return df.astype({c: t for c, t in _WITHDRAWAL.items() if c in df.columns})
+
     def arrow(self, name: str) -> pa.Table:
         """One of the graph tables, whole."""
         return self.con.sql(f"SELECT * FROM {name}").to_arrow_table()
@@ -161,37 +174,37 @@ class GraphReader:
     def relations(self, as_of: int | None = None, include_withdrawn: bool = False
                   ) -> pd.DataFrame:
         """Relations as visible at `as_of` (see `relations_sql`)."""
-        return self.con.sql(relations_sql(as_of, include_withdrawn)).df()
+        return self._frame(relations_sql(as_of, include_withdrawn))
 
     def entities(self, as_of: int | None = None) -> pd.DataFrame:
         """Entities (those that existed by `as_of`), with how many visible relations each
         takes part in."""
         cond = "" if as_of is None else f"WHERE e.round <= {int(as_of)}"
-        return self.con.sql(f"""
+        return self._frame(f"""
             WITH v AS ({relations_sql(as_of)})
             SELECT e.*, count(v.relation_id) AS relations
             FROM graph_entities e
             LEFT JOIN v ON e.entity_id IN (v.subject_id, v.object_id)
-            {cond} GROUP BY ALL ORDER BY e.entity_id""").df()
+            {cond} GROUP BY ALL ORDER BY e.entity_id""")
 
     def episodes(self, as_of: int | None = None) -> pd.DataFrame:
         """Every episode admitted by the end of round `as_of` (default: all), verbatim."""
         cond = "" if as_of is None else f"WHERE round <= {int(as_of)}"
-        return self.con.sql(f"SELECT * FROM graph_episodes {cond} ORDER BY episode_id").df()
+        return self._frame(f"SELECT * FROM graph_episodes {cond} ORDER BY episode_id")
 
     def neighbourhood(self, entity: str, as_of: int | None = None) -> pd.DataFrame:
         """Visible relations with `entity` (a name, case-insensitive) at either end."""
         name = entity.replace("'", "''").lower()
-        return self.con.sql(f"""
+        return self._frame(f"""
             SELECT * FROM ({relations_sql(as_of)})
-            WHERE lower(subject) = '{name}' OR lower(object) = '{name}'""").df()
+            WHERE lower(subject) = '{name}' OR lower(object) = '{name}'""")
 
     def history(self, relation_id: int) -> pd.DataFrame:
         """One relation with its withdrawal, and the relations on the same endpoints."""
-        return self.con.sql(f"""
+        return self._frame(f"""
             SELECT v.* FROM ({relations_sql(include_withdrawn=True)}) v
             JOIN graph_relations r ON r.subject = v.subject_id AND r.object = v.object_id
-            WHERE r.relation_id = {int(relation_id)} ORDER BY v.relation_id""").df()
+            WHERE r.relation_id = {int(relation_id)} ORDER BY v.relation_id""")
 
     @staticmethod
     def _generation(generation: int | None, as_of: int | None) -> str:
@@ -207,17 +220,17 @@ class GraphReader:
         """The communities of one generation (default: the newest, or the newest built by
         the end of round `as_of`)."""
         gen = self._generation(generation, as_of)
-        return self.con.sql(f"SELECT * FROM graph_communities WHERE generation = {gen} "
-                            "ORDER BY community").df()
+        return self._frame(f"SELECT * FROM graph_communities WHERE generation = {gen} "
+                           "ORDER BY community")
 
     def members(self, generation: int | None = None, as_of: int | None = None
                 ) -> pd.DataFrame:
         """Entity membership of one generation's communities (default as `communities`)."""
         gen = self._generation(generation, as_of)
-        return self.con.sql(f"""
+        return self._frame(f"""
             SELECT m.generation, m.community, m.entity_id, e.name, e.type
             FROM graph_community_members m JOIN graph_entities e USING (entity_id)
-            WHERE m.generation = {gen} ORDER BY m.community, m.entity_id""").df()
+            WHERE m.generation = {gen} ORDER BY m.community, m.entity_id""")
 
 
 def write_scenario_graph(folder: str | Path, tables: Mapping[str, pa.Table]) -> Path:

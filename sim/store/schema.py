@@ -8,10 +8,12 @@ platforms, from the run's own platforms, so the store needs nothing of the engin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
+import duckdb
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 
 from shoal.core.posts import PostKind
@@ -33,6 +35,20 @@ STATUS_ENUM = tuple(REASON_NAMES[r] for r in Reason)
 TRUST_ENUM = TRUST_CAUSES
 FOLLOW_ENUM = FOLLOW_OPS
 SOURCE_ENUM = tuple(SOURCE)
+TEXT = pd.Series(["x"]).dtype  # pandas' default text dtype (object, or str in pandas 3)
+
+
+def typed_frame(result: duckdb.DuckDBPyRelation, raw: Collection[str] = ()) -> pd.DataFrame:
+    """`result` as a DataFrame whose text columns (VARCHAR, ENUM, JSON but those in `raw`,
+    parsed by the reader) have the text dtype also when it has no rows: DuckDB gives them
+    `object` then, and the text dtype with rows."""
+    df = result.df()
+    if len(df):
+        return df
+    return df.astype({c: TEXT for c, t in zip(result.columns, map(str, result.types),
+                                              strict=True)
+                      if t == "VARCHAR" or t.startswith("ENUM(")
+                      or (t == "JSON" and c not in raw)})
 STANCE_METHOD_ENUM = tuple(STANCE_METHOD)
 
 
