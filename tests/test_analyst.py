@@ -614,6 +614,54 @@ def test_a_failed_section_beside_a_done_one_prints_no_nan_and_top_posts_keeps_it
     assert len(rows) == 1
 
 
+
+def test_a_section_that_is_only_a_refusal_is_failed_not_done(herd):
+    """A model that declines ("I'm sorry, but I can't help with that."), as its answer or
+    as write_section's text, has not written the section: it is failed, the error quotes
+    the refusal, the model step keeps the message, and --retry-section writes it again."""
+    parent, _ = herd
+    script = {"plan": _plan("plain", "tool", "good"),
+              "plain": [{"content": "I’m sorry, but I can’t help with that."}],
+              "tool": _calls(text="I cannot help with that."),
+              "good": _calls("SELECT count(*) AS n FROM posts")}
+    r, _ = _analyse(parent, script)
+    assert r.returncode == 4, r.stderr + r.stdout  # partial, as with an empty answer
+    analysis = open_run(parent).analysis()
+    sections = analysis["analysis_sections"].set_index("section_id")
+    assert dict(sections["status"]) == {"plain": "failed", "tool": "failed", "good": "done"}
+    assert sections.loc["plain", "error"] == ("the model refused to write the section: "
+                                              "'I’m sorry, but I can’t help with "
+                                              "that.'")
+    assert "'I cannot help with that.'" in sections.loc["tool", "error"]
+    assert analysis["analysis_runs"]["status"].iloc[-1] == "partial"
+    steps = analysis["analysis_steps"]
+    plain = steps[(steps["section_id"] == "plain") & (steps["kind"] == "model")]
+    assert "can’t help with that" in json.loads(plain["content"].iloc[0])["content"]
+    server = serve_in_thread()  # unscripted: the loopback analyst writes the sections
+    try:
+        again = run_cli(["analyse", str(parent), "--retry-section", "--base-url",
+                         server.url, "--model", MODEL])
+    finally:
+        server.stop()
+    assert again.returncode == 0, again.stderr + again.stdout
+    latest = open_run(parent).analysis()["analysis_sections"]
+    retried = latest[latest["attempt"] == 2].set_index("section_id")["status"]
+    assert dict(retried) == {"plain": "done", "tool": "done"}
+
+
+def test_only_a_refusal_is_taken_for_one():
+    from shoal.analyst.analyst import refusal
+
+    for text in ("I cannot help with that.", "Sorry, I can't assist with that request.",
+                 "I'm unable to help with this.", "As an AI, I cannot write reports."):
+        assert refusal(text), text
+    for text in ("I cannot find a post about the toll [step 1].", "",
+                 "Sorry, the tools returned nothing.", "I can't help noticing it rose.",
+                 "The tools returned nothing to report for this section.",
+                 "I cannot help with that. " + "Positions moved apart. " * 20):
+        assert not refusal(text), text
+
+
 def test_a_message_with_more_tool_calls_than_the_budget_is_answered_within_it(herd):
     """A model asking for 40 tool calls in one message: the calls the budget allows are
     run, one more is refused, the rest are not run or recorded as steps (the model's

@@ -4,7 +4,8 @@
    (an unusable plan falls back to `default_plan`, and the trace says why).
 2. **Sections**, at most `parallel` at a time, each its own bounded loop: the model calls
    tools (`shoal.analyst.tools`) at most `tool_calls` times, then must call `write_section`;
-   the section has a deadline. A failed or timed-out section does not stop the others.
+   the section has a deadline. A failed section (the model erred, never wrote, or wrote
+   only a refusal) or a timed-out one does not stop the others.
 3. **Verification.** Each sentence's citations are resolved and its numbers checked
    (`shoal.analyst.citations`); step citations are checked by re-running the tool call.
 4. **Traces.** Every step (model message, tool call with its full result, verdict) is
@@ -32,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import secrets
 import time
 from collections.abc import Callable, Iterator
@@ -312,6 +314,8 @@ class Analyst:
             text = await asyncio.wait_for(
                 self._write(sec, attempt, run_facts, counter, cancel),
                 self.settings.deadline_s)
+            if refusal(text):  # not a section: failed, as an empty answer is (--retry)
+                raise SectionFailed(f"the model refused to write the section: {text[:200]!r}")
             claims = await self._verify(sec.id, attempt, text, counter, cancel)
         except TimeoutError:
             cancel.cancel(f"the section's deadline ({self.settings.deadline_s:g} s) passed")
@@ -815,6 +819,28 @@ def _pick_rows(evidence: dict, stated: list) -> dict:
                                   for v, d, p, _ in stated)]
     rest = [r for r in rows if r not in hit]
     return {**evidence, "rows": (hit + rest)[:EVIDENCE_ROWS], "rows_total": len(rows)}
+
+
+# A model's refusal: an optional apology, then declining in the first person ("I'm sorry,
+# but I can't help with that.", "I cannot assist with this request."), or "As an AI ...".
+_APOLOGY = (r"(?:i'?m\s+(?:really\s+|so\s+)?sorry|i\s+am\s+(?:really\s+|so\s+)?sorry|sorry"
+            r"|i\s+apologi[sz]e|unfortunately)")
+_DECLINE = (r"(?:i|we)\s*(?:can'?t|cannot|can\s+not|won'?t|will\s+not|'?m\s+unable\s+to"
+            r"|am\s+unable\s+to|'?m\s+not\s+able\s+to|am\s+not\s+able\s+to)\s+"
+            r"(?:help(?!\s+(?:but|\w+ing)\b)|assist|comply|provide|do|write|fulfil|fulfill"
+            r"|complete|answer)")  # (not "I can't help noticing ...")
+_REFUSAL = re.compile(rf"\W*(?:(?:{_APOLOGY})\W+(?:but\s+)?)?{_DECLINE}\b|\W*as\s+an\s+ai\b",
+                      re.IGNORECASE)
+REFUSAL_CHARS = 300  # a refusal is a sentence or two; a section's text says more
+
+
+def refusal(text: str) -> bool:
+    """Whether a section's text is only the model's refusal ("I'm sorry, but I can't help
+    with that."): short, citing nothing, and opening by declining. A section that
+    reports something cites the steps it read, so is never taken for one."""
+    text = text.replace("\u2019", "'").strip()
+    return (len(text) <= REFUSAL_CHARS and "[" not in text
+            and _REFUSAL.match(text) is not None)
 
 
 def _within_budget(calls: list[dict], left: int) -> list[dict]:
