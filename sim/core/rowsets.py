@@ -79,7 +79,9 @@ def push_newest(buf: np.ndarray, rows: np.ndarray, vals: np.ndarray,
 def _push_rows(buf: np.ndarray, rows: np.ndarray, vals: np.ndarray) -> None:
     """`push_newest` on one thread, touching only the rows that get new ids."""
     keep = vals >= 0
-    keys = unique_sorted((rows[keep] << _SHIFT) | vals[keep])  # by row, then id
+    if not keep.all():
+        rows, vals = rows[keep], vals[keep]
+    keys = unique_sorted((rows << _SHIFT) | vals)  # by row, then id
     if not len(keys):
         return
     k = buf.shape[1]
@@ -87,18 +89,17 @@ def _push_rows(buf: np.ndarray, rows: np.ndarray, vals: np.ndarray) -> None:
     starts = np.flatnonzero(np.concatenate([[True], r[1:] != r[:-1]]))
     touched = r[starts]
     counts = np.diff(np.append(starts, len(keys)))
-    group = np.repeat(np.arange(len(touched)), counts)
-    from_end = (starts + counts)[group] - 1 - np.arange(len(keys))  # 0: the row's newest
-    sel = from_end < k
-    fresh = np.full((len(touched), k), -1, dtype=np.int64)
-    fresh[group[sel], k - 1 - from_end[sel]] = keys[sel] & _LOW
+    # A row keeps its old ids shifted left by its number of new ids (rows with m new ids
+    # at a time: a slice of each row, not an index per entry), ...
     n_new = np.minimum(counts, k)
-    old = buf[touched]
-    # A row keeps old[:, n_new:] (shifted left) followed by its n_new new ids, which sit
-    # right-aligned in `fresh`; rows with n_new >= k are all new.
-    cols = np.arange(k)[None, :]
-    shifted = np.take_along_axis(old, np.minimum(cols + n_new[:, None], k - 1), axis=1)
-    buf[touched] = np.where(cols < k - n_new[:, None], shifted, fresh)
+    for m in range(1, k):
+        moved = touched[n_new == m]
+        if len(moved):
+            buf[moved, :k - m] = buf[moved, m:]
+    # ... then its newest k new ids, right-aligned (from_end 0: the row's newest)
+    from_end = np.repeat(starts + counts, counts) - 1 - np.arange(len(keys))
+    sel = np.flatnonzero(from_end < k)
+    buf[r[sel], k - 1 - from_end[sel]] = keys[sel] & _LOW
 
 
 def first_valid(cand: np.ndarray, valid: np.ndarray, k: int, distinct: bool = False
