@@ -35,9 +35,10 @@ class Policy(ABC):
 
     @classmethod
     def reads_feed_features(cls, cfg: Any) -> bool:
-        """Whether, with config `cfg`, it reads the follows, votes and trust of feed items
-        (`PlatformView`'s feature arrays): the driver computes them every round only if a
-        policy or the belief rule says it reads them."""
+        """Whether, with config `cfg`, it reads the features of feed items (`PlatformView`'s
+        arrays besides `feed`: author, kind, stance, votes, follows, trust): the driver
+        computes them every round only if a policy or the belief rule says it reads them
+        (without, they hold their defaults: -1, NaN, 0, False, the initial trust)."""
         return True
 
     @abstractmethod

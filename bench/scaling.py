@@ -16,6 +16,12 @@ from the rounds' wall time). Agent-steps per second count that wall time, every 
 logged. The baselines (bench/baselines/w_numpy.py, push and pull feeds) write
 nothing. Results go to bench/results/scaling-<time>.json and are printed.
 
+Each run also reports its CPU split (`RoundStats.cpu_ms`): per phase, the CPU the driver
+spent outside agent ranges (serial) and inside them (on any thread), medians of rounds
+2..R, and from it the speed-up Amdahl's law allows the driver's work at 2..16 workers
+("amdahl"; measured on the one-worker run as well, so a small machine shows what a large
+one could do).
+
 With --pin (Linux) the run with k workers is held to k cores (CPUs 0..k-1: every thread of
 this process, and the Ray processes it starts, which inherit the mask), the baselines to
 one: strong scaling on cores, not only on driver threads. Unpinned, a one-worker run still
@@ -132,6 +138,19 @@ def efficiency(rows: list[dict]) -> dict[str, dict[str, dict[str, float | None]]
     return out
 
 
+def amdahl(run: dict, ks: tuple[int, ...] = (2, 4, 8, 16)) -> dict:
+    """From one run's CPU split (per phase: serial ms, ms in agent ranges; medians of
+    rounds 2..R): the serial fraction of the driver's work, and the speed-up of that work
+    Amdahl's law allows with k workers, 1 / (s + (1 - s) / k). An upper bound: it assumes
+    ranges share perfectly and leaves out the writer, which runs beside the next round
+    (its DuckDB transaction parallelises on its own)."""
+    serial = sum(v[0] for v in run["cpu_ms"].values())
+    ranges = sum(v[1] for v in run["cpu_ms"].values())
+    s = serial / (serial + ranges) if serial + ranges else 0.0
+    return {"serial_ms": serial, "ranges_ms": ranges, "serial_fraction": s,
+            "speedup_bound": {str(k): 1 / (s + (1 - s) / k) for k in ks}}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=100_000)
@@ -160,12 +179,14 @@ def main(argv: list[str] | None = None) -> int:
     result = {"when": datetime.now().isoformat(timespec="seconds"), "cores": os.cpu_count(),
               "overrides": args.set, "pinned": args.pin,
               "runs": rows, "numpy": base, "efficiency": efficiency(rows),
+              "amdahl": {f"{r['executor']}/{r['workers']}": amdahl(r) for r in rows},
               "over_numpy_push": {f"{r['executor']}/{r['workers']}": r["agent_steps_per_s"]
                                   / base["push"]["agent_steps_per_s"] for r in rows}}
     out = HERE / "results" / f"scaling-{datetime.now():%Y%m%d-%H%M%S}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
-    print(json.dumps({k: result[k] for k in ("efficiency", "over_numpy_push")}, indent=2))
+    print(json.dumps({k: result[k] for k in ("efficiency", "over_numpy_push", "amdahl")},
+                     indent=2))
     return 0
 
 

@@ -66,6 +66,7 @@ class AlgorithmicBias(Dynamics):
 class AlgorithmicBiasRule(UpdateRule):
     """Biased partner choice, then a Deffuant update; confidence is not used."""
 
+    uses_votes = False  # (it reads the items' stances, not their votes)
     agentwise_modes = ("exposures",)
 
     def __init__(self, cfg: AlgorithmicBias):

@@ -65,10 +65,13 @@ class UpdateContext:
 
 class UpdateRule(ABC):
     """A belief update rule. `uses_novelty` asks the driver to keep the exposure history;
-    `uses_trust` to look up each exposure's trust (`Exposures.trust`)."""
+    `uses_trust` to look up each exposure's trust (`Exposures.trust`); `uses_votes` to
+    gather each exposure's votes (`Exposures.up`, `down`: true unless a rule says it does
+    not read them, since gathering them costs a read per feed item)."""
 
     uses_novelty: bool = False
     uses_trust: bool = False
+    uses_votes: bool = True
     # The modes (its config's `mode`) in which `update` is by agent (see `by_agent`).
     agentwise_modes: tuple[str, ...] = ()
 

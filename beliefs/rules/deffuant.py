@@ -106,6 +106,7 @@ class Deffuant(Dynamics):
 class DeffuantRule(UpdateRule):
     """Deffuant–Weisbuch in any of the five modes; confidence is not used."""
 
+    uses_votes = False  # (it reads the items' stances, not their votes)
     agentwise_modes = ("exposures",)
 
     def __init__(self, cfg: Deffuant):

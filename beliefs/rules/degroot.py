@@ -42,6 +42,7 @@ class DeGroot(Averaging):
 class DeGrootRule(UpdateRule):
     """Weighted averaging in any of the four modes; confidence is not used."""
 
+    uses_votes = False  # (it reads the items' stances, not their votes)
     agentwise_modes = ("exposures",)
 
     def __init__(self, cfg: Averaging):

@@ -35,6 +35,7 @@ class HegselmannKrause(Dynamics):
 class HegselmannKrauseRule(UpdateRule):
     """Average over the influences within the confidence bound (oneself included)."""
 
+    uses_votes = False  # (it reads the items' stances, not their votes)
     agentwise_modes = ("exposures",)
 
     def __init__(self, cfg: HegselmannKrause):

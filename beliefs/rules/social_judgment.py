@@ -89,6 +89,7 @@ def judge(x: np.ndarray, s: np.ndarray, mu: float, u: float, t: float, rho: floa
 class SocialJudgmentRule(UpdateRule):
     """Social judgment in any of the four modes; confidence is not used."""
 
+    uses_votes = False  # (it reads the items' stances, not their votes)
     agentwise_modes = ("exposures",)
 
     def __init__(self, cfg: SocialJudgment):

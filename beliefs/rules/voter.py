@@ -66,6 +66,7 @@ class Voter(Dynamics):
 class VoterRule(UpdateRule):
     """Copy a random influence's position; confidence is not used."""
 
+    uses_votes = False  # (it reads the items' stances, not their votes)
     agentwise_modes = ("exposures",)
 
     def __init__(self, cfg: Voter):

@@ -209,6 +209,9 @@ class RoundDriver:
         # votes and trust; some belief rules read trust.
         self.social_features = reads_social_features(cfg)
         self.trust_features = self.social_features or self.rule.uses_trust
+        # Anyone reading the items' authors, stances or votes (trust is looked up by
+        # author; the rule may weigh items by their votes).
+        self.feed_features = self.trust_features or self.rule.uses_votes
         self.context_agents = w.context_agents()
         self.providers = w.llm_providers()  # LLM agent -> provider name
         self.section_specs = section_specs(cfg)
@@ -306,7 +309,8 @@ class RoundDriver:
     def observe(self, rnd: Round) -> None:
         """Every acting agent's feed on each platform, with the features policies read."""
         rnd.views = observe(self.world, rnd.number, rnd.acting, self.recommenders, self.rng,
-                            self.social_features, self.trust_features, self.workers)
+                            self.social_features, self.trust_features, self.workers,
+                            self.feed_features)
 
     def assemble_contexts(self, rnd: Round) -> None:
         """The context of every acting agent whose context is built; LLM agents get theirs

@@ -34,16 +34,24 @@ def new_view(world: World, name: str, agents: np.ndarray, k: int) -> PlatformVie
 
 
 def fill_view(world: World, view: PlatformView, rows: slice, feed: np.ndarray,
-              social: bool = True, trust: bool = True) -> None:
-    """Write the feed of the view's `rows` and its items' features into the view: author,
-    kind, stance, votes; with `social` also whether the reader follows the author, already
-    voted or reposted; with `trust` the reader's trust in the author. Features not asked
-    for are left at their defaults (they cost a binary search per feed item). Touches
+              social: bool = True, trust: bool = True, features: bool = True) -> None:
+    """Write the feed of the view's `rows` and its items' features into the view: with
+    `features` author, kind, stance, votes; with `social` also whether the reader follows
+    the author, already voted or reposted; with `trust` the reader's trust in the author
+    (both need `features`). Features not asked for are left at their defaults (they cost
+    a read per feed item, and a binary search for the social ones and trust). Touches
     nothing outside those rows."""
     plat = world.platforms[view.name]
     posts = world.posts
     agents = view.agents[rows]
     view.feed[rows] = feed
+    if not features:  # nobody reads them: their defaults, as for an empty slot
+        for out, fill in ((view.author, -1), (view.kind, -1), (view.stance, np.nan),
+                          (view.up, 0), (view.down, 0), (view.follows_author, False),
+                          (view.voted, False), (view.reposted, False),
+                          (view.trust, world.trust.initial)):
+            out[rows] = fill
+        return
     valid = feed >= 0
     ids = feed[valid]  # gather only real items (the post table may be empty)
     safe = np.where(valid, feed, 0)  # gather with a fancy index, then blank the gaps
@@ -82,9 +90,11 @@ def fill_view(world: World, view: PlatformView, rows: slice, feed: np.ndarray,
 
 def observe(world: World, round_: int, acting: dict[str, np.ndarray],
             recommenders: dict[str, Recommender], rng: CounterRNG, social: bool = True,
-            trust: bool = True, workers: Workers = SERIAL) -> list[PlatformView]:
+            trust: bool = True, workers: Workers = SERIAL, features: bool = True
+            ) -> list[PlatformView]:
     """Feeds and views for the acting agents of each platform (canonical platform order).
-    `social` and `trust` say which per-item features someone will read. With several
+    `features`, `social` and `trust` say which per-item features someone will read
+    (`fill_view`). With several
     `workers` each range of agents gets its feeds and features on its own thread (a
     recommender that is not `by_agent` builds all its feeds in one call first)."""
     views = []
@@ -119,7 +129,7 @@ def observe(world: World, round_: int, acting: dict[str, np.ndarray],
 
         def fill(rows: slice, view=view, feeds=feeds, whole=whole) -> None:
             feed = feeds(view.agents[rows]) if whole is None else whole[rows]
-            fill_view(world, view, rows, feed, social, trust)
+            fill_view(world, view, rows, feed, social, trust, features)
 
         workers.over(len(agents), fill)
         views.append(view)
