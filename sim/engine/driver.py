@@ -452,7 +452,7 @@ class RoundDriver:
         w = self.world
         if w.knowledge is not None and w.cfg.memory.graph.ingest_activity:
             w.knowledge.submit(round_activity(w, rnd.number, rnd.new_posts))
-        rnd.exposures = exposures(rnd.views, self.workers)
+        rnd.exposures = exposures(rnd.views, self.workers, self.feed_features)
         update_trust(w, rnd.applied)
         update_beliefs(w, self.rule, rnd.exposures, rnd.applied, rnd.number, self.rng,
                        self.workers)

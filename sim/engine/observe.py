@@ -204,29 +204,33 @@ def decision_request(world: World, round_: int, views: list[PlatformView]) -> De
     )
 
 
-def exposures(views: list[PlatformView], workers: Workers = SERIAL) -> Exposures:
+def exposures(views: list[PlatformView], workers: Workers = SERIAL, features: bool = True
+              ) -> Exposures:
     """Every acting agent's feed items across platforms, oldest (smallest id) first (rows
-    sorted a range of agents per worker)."""
+    sorted a range of agents per worker). `features=False` (nobody reads the items' votes
+    and trust, which were then not gathered): those are read-only zeros, not reordered."""
     if not views:
         empty = np.empty((0, 0), dtype=np.int64)
         return Exposures(np.empty(0, np.int64), empty, empty.astype(np.int32),
                          empty.astype(np.int32), empty.astype(np.float64))
+    n_mats = 4 if features else 1  # feed, up, down, trust
+
+    def matrices(v: PlatformView) -> tuple[np.ndarray, ...]:
+        return (v.feed, v.up, v.down, v.trust)[:n_mats]
+
     one = len(views) == 1 and _strictly_increasing(views[0].agents)
     if one:  # one platform: its matrices are already one row per agent
-        v = views[0]
-        agents, mats = v.agents, (v.feed, v.up, v.down, v.trust)
+        agents, mats = views[0].agents, matrices(views[0])
     else:
         agents = unique_sorted(np.concatenate([v.agents for v in views]))
         width = sum(v.feed.shape[1] for v in views)
-        mats = (np.full((len(agents), width), -1, dtype=np.int64),
-                np.zeros((len(agents), width), dtype=np.int32),
-                np.zeros((len(agents), width), dtype=np.int32),
-                np.zeros((len(agents), width)))
+        mats = tuple(np.full((len(agents), width), fill, dtype=dtype) for fill, dtype in
+                     ((-1, np.int64), (0, np.int32), (0, np.int32), (0, np.float64))[:n_mats])
         col = 0
         for v in views:
             rows = np.searchsorted(agents, v.agents)
             k = v.feed.shape[1]
-            for out, part in zip(mats, (v.feed, v.up, v.down, v.trust), strict=True):
+            for out, part in zip(mats, matrices(v), strict=True):
                 out[rows, col:col + k] = part
             col += k
     out = tuple(np.empty_like(m) for m in mats)
@@ -243,6 +247,10 @@ def exposures(views: list[PlatformView], workers: Workers = SERIAL) -> Exposures
         take_in_rows(tuple(m[rows] for m in mats), order, tuple(o[rows] for o in out))
 
     workers.over(len(agents), oldest_first)
+    if not features:
+        shape = out[0].shape
+        out = (out[0], np.broadcast_to(np.int32(0), shape), np.broadcast_to(np.int32(0), shape),
+               np.broadcast_to(0.0, shape))
     return Exposures(agents, *out)
 
 
