@@ -134,13 +134,19 @@ class RulePolicy(Policy):
                                   * (confidence.mean(axis=1) - 0.5)), 0.0, 1.0)
         batches = []
         base = 100 * view.platform
+        engages = self.cfg.engage_rate > 0
         for slot in range(max_actions):
             key = base + 1000 * slot
-            u = self.rng.uniform(round_, Purpose.POST + key, view.agents, 3)
+            # (keyed draws: an agent's first number is the same whether 1 or 3 are drawn,
+            # so without engaging only the posting draw is made)
+            u = self.rng.uniform(round_, Purpose.POST + key, view.agents, 3 if engages else 1)
             posting = u[:, 0] < p_post
-            engaging = ~posting & (u[:, 1] < self.cfg.engage_rate) & (total > 0)
-            pick = (cum < (u[:, 2] * total)[:, None]).sum(axis=1)
-            pick = np.minimum(pick, n_types * k - 1)
+            if engages:
+                engaging = ~posting & (u[:, 1] < self.cfg.engage_rate) & (total > 0)
+                pick = np.minimum((cum < (u[:, 2] * total)[:, None]).sum(axis=1),
+                                  n_types * k - 1)
+            else:
+                engaging, pick = np.zeros(n_agents, bool), np.zeros(n_agents, np.int64)
             action = np.full(n_agents, ActionType.DO_NOTHING, dtype=np.int8)
             action[posting] = ActionType.POST
             chosen = np.asarray(types, dtype=np.int8)[pick // k]
@@ -153,9 +159,12 @@ class RulePolicy(Policy):
               action: np.ndarray, item: np.ndarray, engaging: np.ndarray) -> ActionBatch:
         """Materialise one slot's decisions as action rows with targets, stances, texts."""
         n_agents, n_topics = position.shape
-        rows = np.arange(n_agents)
-        target_post = np.where(engaging, view.feed[rows, item], -1)
-        target_author = np.where(engaging, view.author[rows, item], -1)
+        # the engaging rows' targets (the others' are never read: a gather per agent saved)
+        eng = np.flatnonzero(engaging)
+        target_post = np.full(n_agents, -1, np.int64)
+        target_post[eng] = view.feed[eng, item[eng]]
+        target_author = np.full(n_agents, -1, np.int64)
+        target_author[eng] = view.author[eng, item[eng]]
         is_graph = np.isin(action, [ActionType.FOLLOW, ActionType.UNFOLLOW])
         target_agent = np.where(is_graph, target_author, -1).astype(np.int32)
         target_post = np.where(is_graph, -1, target_post)
@@ -189,7 +198,8 @@ class RulePolicy(Policy):
         stance[two, second[two]] = expressed[two, second[two]]
 
         # Responses take a stance on the topics of the post they respond to.
-        target_stance = view.stance[rows, item]  # [A, T]
+        target_stance = np.full((n_agents, n_topics), np.nan)  # [A, T]
+        target_stance[eng] = view.stance[eng, item[eng]]
         on_topic = ~np.isnan(target_stance)
         no_topic = responding & ~on_topic.any(axis=1)
         resp_mask = responding[:, None] & on_topic

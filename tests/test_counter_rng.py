@@ -185,3 +185,13 @@ def test_generator_is_keyed() -> None:
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, c)
     assert not np.array_equal(a, d)
+
+
+def test_an_agents_first_numbers_do_not_depend_on_how_many_are_drawn():
+    """uniform(…, n)[:, :m] is uniform(…, m) for m <= n: a caller may draw only the
+    numbers it will read (the rule policy without engagement draws one, not three)."""
+    rng = CounterRNG(5)
+    agents = np.array([0, 3, 7, 2**31 + 5], np.int64)
+    full = rng.uniform(4, 17, agents, 5)
+    for m in range(1, 6):
+        np.testing.assert_array_equal(rng.uniform(4, 17, agents, m), full[:, :m])
