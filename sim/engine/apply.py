@@ -181,7 +181,8 @@ def _apply_acts(world: World, actions: ActionBatch, views: list[PlatformView],
         new_post[idx] = posts.append(NewPosts(
             platform=actions.platform[idx], author=actions.agent[idx], kind=kinds,
             parent=np.where(act[idx] == ActionType.POST, -1, parent),
-            stance=stance, text=[actions.text[i] for i in idx.tolist()],
+            stance=stance, text=(actions.text if len(idx) == len(actions)  # (all post)
+                                 else [actions.text[i] for i in idx.tolist()]),
             stance_method=method[idx] if method is not None else None,
         ), round_)
 

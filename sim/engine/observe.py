@@ -209,10 +209,17 @@ def exposures(views: list[PlatformView], workers: Workers = SERIAL, features: bo
     """Every acting agent's feed items across platforms, oldest (smallest id) first (rows
     sorted a range of agents per worker). `features=False` (nobody reads the items' votes
     and trust, which were then not gathered): those are read-only zeros, not reordered."""
+    return counted_exposures(views, workers, features)[0]
+
+
+def counted_exposures(views: list[PlatformView], workers: Workers = SERIAL,
+                      features: bool = True) -> tuple[Exposures, int]:
+    """`exposures`, and how many real items they hold (counted in the ranges, beside the
+    sorting, rather than in another pass over every item)."""
     if not views:
         empty = np.empty((0, 0), dtype=np.int64)
         return Exposures(np.empty(0, np.int64), empty, empty.astype(np.int32),
-                         empty.astype(np.int32), empty.astype(np.float64))
+                         empty.astype(np.int32), empty.astype(np.float64)), 0
     n_mats = 4 if features else 1  # feed, up, down, trust
 
     def matrices(v: PlatformView) -> tuple[np.ndarray, ...]:
@@ -235,23 +242,24 @@ def exposures(views: list[PlatformView], workers: Workers = SERIAL, features: bo
             col += k
     out = tuple(np.empty_like(m) for m in mats)
 
-    def oldest_first(rows: slice) -> None:
+    def oldest_first(rows: slice) -> int:
         feed = mats[0][rows]
         if one and feed.shape[1] and (feed[:, :-1] >= feed[:, 1:]).all():
             # Newest-first rows (the following feed): oldest first is each row reversed
             # (one view's padding entries are alike, so their order does not matter).
             for o, m in zip(out, mats, strict=True):
                 o[rows] = m[rows][:, ::-1]
-            return
-        order = np.argsort(feed, axis=1, kind="stable")  # -1 padding sorts to the left
-        take_in_rows(tuple(m[rows] for m in mats), order, tuple(o[rows] for o in out))
+        else:
+            order = np.argsort(feed, axis=1, kind="stable")  # -1 padding sorts to the left
+            take_in_rows(tuple(m[rows] for m in mats), order, tuple(o[rows] for o in out))
+        return int(np.count_nonzero(feed >= 0))
 
-    workers.over(len(agents), oldest_first)
+    n_items = sum(workers.over(len(agents), oldest_first))
     if not features:
         shape = out[0].shape
         out = (out[0], np.broadcast_to(np.int32(0), shape), np.broadcast_to(np.int32(0), shape),
                np.broadcast_to(0.0, shape))
-    return Exposures(agents, *out)
+    return Exposures(agents, *out), n_items
 
 
 def _strictly_increasing(a: np.ndarray) -> bool:
