@@ -537,8 +537,9 @@ class RoundDriver:
         f = fired.follow_arrays()
         tables: dict[str, Any] = {
             **posts_tables(w, rnd.new_posts, fired.counters),
-            "actions": actions_table(r, applied, cfg.output.log_idle_actions, penum),
-            "beliefs": beliefs_table(w, r),
+            "actions": actions_table(r, applied, cfg.output.log_idle_actions, penum,
+                                     self.workers),
+            "beliefs": beliefs_table(w, r, self.workers),
             "trust": trust_table(r, applied),
             "follows": pa.concat_tables([
                 follows_table(r, f["platform"], f["follower"], f["followee"],

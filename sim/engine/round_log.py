@@ -56,18 +56,31 @@ def _const(value: int, n: int, dtype=np.int32) -> pa.Array:
     return pa.array(np.full(n, value, dtype=dtype))
 
 
-def beliefs_table(world: World, round_: int) -> pa.Table:
-    """Every agent's position and confidence on every topic (agent-major)."""
-    n, t = world.beliefs.position.shape
-    return pa.table({
-        "round": _const(round_, n * t),
-        "agent": pa.array(np.repeat(np.arange(n, dtype=np.int32), t)),
-        "topic": repeated_topics(world.topics, n),
-        # Copies: Arrow wraps numpy memory without copying, and the writer thread commits
-        # this table while the driver already updates beliefs for the next round.
-        "position": pa.array(world.beliefs.position.ravel().copy()),
-        "confidence": pa.array(world.beliefs.confidence.ravel().copy()),
-    })
+def beliefs_table(world: World, round_: int, workers: Workers = SERIAL) -> pa.Table:
+    """Every agent's position and confidence on every topic (agent-major; a range of
+    agents per worker, one Arrow chunk each)."""
+    position, confidence = world.beliefs.position, world.beliefs.confidence
+    n, t = position.shape
+
+    def rows_of(rows: slice) -> pa.Table:
+        m = rows.stop - rows.start
+        return pa.table({
+            "round": _const(round_, m * t),
+            "agent": pa.array(np.repeat(np.arange(rows.start, rows.stop, dtype=np.int32), t)),
+            "topic": repeated_topics(world.topics, m),
+            # Copies: Arrow wraps numpy memory without copying, and the writer thread
+            # commits this table while the driver already updates beliefs for the next
+            # round.
+            "position": pa.array(position[rows].ravel().copy()),
+            "confidence": pa.array(confidence[rows].ravel().copy()),
+        })
+
+    return _chunks(workers.over(n, rows_of))
+
+
+def _chunks(parts: list[pa.Table]) -> pa.Table:
+    """One table of the ranges' chunks, in range order."""
+    return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
 
 def posts_tables(world: World, ids: np.ndarray,
@@ -153,32 +166,38 @@ def exposures_table(round_: int, views: list[PlatformView], platforms: PlatformE
     return pa.concat_tables(parts)
 
 
-def actions_table(round_: int, applied: Applied, log_idle: bool, platforms: PlatformEnum
-                  ) -> pa.Table:
-    """Every decision with its outcome (status 'ok' or the rejection reason)."""
+def actions_table(round_: int, applied: Applied, log_idle: bool, platforms: PlatformEnum,
+                  workers: Workers = SERIAL) -> pa.Table:
+    """Every decision with its outcome (status 'ok' or the rejection reason); `log_idle`
+    False: only the decisions to do something. A range of rows per worker, one Arrow
+    chunk each."""
     a = applied.actions
-    # every row (no copy), or the rows that did something
-    keep = slice(None) if log_idle else np.flatnonzero(a.action != 0)
-    n = len(a) if log_idle else len(keep)
-
-    def ids(values: np.ndarray) -> pa.Array:  # -1: none (NULL)
-        kept = values[keep]
-        return pa.array(kept, mask=kept < 0)
-
     source = a.meta.get("source")
-    return pa.table({
-        "round": _const(round_, n),
-        "platform": platforms.array(a.platform[keep]),
-        "agent": pa.array(a.agent[keep]),
-        "slot": pa.array(a.slot[keep]),
-        "action": enum_array(a.action[keep], ACTION_ENUM),
-        "target_post": ids(a.target_post),
-        "target_agent": ids(a.target_agent),
-        "new_post_id": ids(applied.new_post),
-        "status": enum_array(applied.reason[keep], STATUS_ENUM),
-        "source": enum_array(source[keep] if source is not None else np.zeros(n, np.int8),
-                             SOURCE_ENUM),
-    })
+
+    def rows_of(rows: slice) -> pa.Table:
+        # every row of the range (no copy), or those that did something
+        keep = rows if log_idle else rows.start + np.flatnonzero(a.action[rows] != 0)
+        n = rows.stop - rows.start if log_idle else len(keep)
+
+        def ids(values: np.ndarray) -> pa.Array:  # -1: none (NULL)
+            kept = values[keep]
+            return pa.array(kept, mask=kept < 0)
+
+        return pa.table({
+            "round": _const(round_, n),
+            "platform": platforms.array(a.platform[keep]),
+            "agent": pa.array(a.agent[keep]),
+            "slot": pa.array(a.slot[keep]),
+            "action": enum_array(a.action[keep], ACTION_ENUM),
+            "target_post": ids(a.target_post),
+            "target_agent": ids(a.target_agent),
+            "new_post_id": ids(applied.new_post),
+            "status": enum_array(applied.reason[keep], STATUS_ENUM),
+            "source": enum_array(source[keep] if source is not None else np.zeros(n, np.int8),
+                                 SOURCE_ENUM),
+        })
+
+    return _chunks(workers.over(len(a), rows_of))
 
 
 def trust_table(round_: int, applied: Applied) -> pa.Table:
