@@ -318,7 +318,7 @@ class RoundDriver:
         in the shards, the request carries each shard's `ContextBatch` instead."""
         w, r = self.world, rnd.number
         if self.in_shards:
-            rnd.request = decision_request(w, r, rnd.views)
+            rnd.request = decision_request(w, r, rnd.views, self.workers)
             rnd.request.contexts = context_batches(
                 w, r, rnd.views, self.context_agents, self.providers, self.executor.n_shards,
                 self.previous_prompt)
@@ -342,7 +342,7 @@ class RoundDriver:
                 if self.providers and self.send_prompts:
                     view.prompts = prompts
         self.engine_turns(rnd)
-        rnd.request = decision_request(w, r, rnd.views + rnd.engine_views)
+        rnd.request = decision_request(w, r, rnd.views + rnd.engine_views, self.workers)
         rnd.stats.n_acting = len(rnd.request.agents)
 
     def engine_turns(self, rnd: Round) -> None:

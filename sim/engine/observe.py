@@ -192,13 +192,23 @@ def pin_events(feed: np.ndarray, agents: np.ndarray, world: World, code: int, ro
     return feed
 
 
-def decision_request(world: World, round_: int, views: list[PlatformView]) -> DecisionRequest:
-    """The request shards get: views plus the beliefs of every acting agent."""
+def decision_request(world: World, round_: int, views: list[PlatformView],
+                     workers: Workers = SERIAL) -> DecisionRequest:
+    """The request shards get: views plus the beliefs of every acting agent (copied a
+    range of agents per worker)."""
     agents = unique_sorted(np.concatenate([v.agents for v in views])) if views else (
         np.empty(0, dtype=np.int64))
+    b = world.beliefs
+    position = np.empty((len(agents), b.position.shape[1]), b.position.dtype)
+    confidence = np.empty((len(agents), b.confidence.shape[1]), b.confidence.dtype)
+
+    def gather(rows: slice) -> None:
+        np.take(b.position, agents[rows], axis=0, out=position[rows])
+        np.take(b.confidence, agents[rows], axis=0, out=confidence[rows])
+
+    workers.over(len(agents), gather)
     return DecisionRequest(
-        round=round_, views=views, agents=agents,
-        position=world.beliefs.position[agents], confidence=world.beliefs.confidence[agents],
+        round=round_, views=views, agents=agents, position=position, confidence=confidence,
         json_only=frozenset(world.json_only), outputs=dict(world.outputs),
         budget=world.context_budget(), model_tokens=dict(world.model_tokens or {}),
     )
