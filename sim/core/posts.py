@@ -13,9 +13,17 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 import numpy as np
+import pyarrow as pa
 from numpy.typing import DTypeLike
 
-from shoal.core.state import State, concat, decode_texts, encode_texts
+from shoal.core.state import (
+    State,
+    column_buffers,
+    concat,
+    decode_texts,
+    encode_texts,
+    text_column,
+)
 
 
 class PostKind(IntEnum):
@@ -85,6 +93,8 @@ class PostStore:
         self._platform_n = [0] * n_platforms
         # The journal: rows from `_taken` on, and counter increments, are not logged yet.
         self._taken = 0
+        # (first id, texts) the last `take_changes` encoded
+        self._taken_texts: tuple[int, pa.Array] = (0, text_column([]))
         self._bumps: dict[str, list[np.ndarray]] = {name: [] for name in self.COUNTERS}
 
     def __getattr__(self, name: str) -> np.ndarray:
@@ -172,6 +182,19 @@ class PostStore:
         """Number of posts on a platform."""
         return self._platform_n[platform]
 
+    def text_column(self, ids: np.ndarray) -> pa.Array:
+        """The texts of posts `ids` as an Arrow column: the one the last `take_changes`
+        encoded when `ids` are the posts it took (a round's new posts are), else encoded
+        now."""
+        first, column = self._taken_texts
+        ids = np.asarray(ids, np.int64)
+        consecutive = bool(len(ids)) and bool((np.diff(ids) == 1).all())
+        if consecutive and len(ids) == len(column) and int(ids[0]) == first:
+            return column
+        if consecutive:
+            return text_column(self.text[int(ids[0]):int(ids[-1]) + 1])
+        return text_column([self.text[i] for i in ids.tolist()])
+
     def addressed(self, ids: np.ndarray) -> np.ndarray:
         """Mask [len(ids), T]: which topics each post takes a stance on."""
         return ~np.isnan(self.stance[ids])
@@ -195,13 +218,16 @@ class PostStore:
         self.text = decode_texts(a["text_blob"], a["text_ends"])
         self._index_platforms()
         self._taken, self._bumps = n, {name: [] for name in self.COUNTERS}
+        self._taken_texts = (0, text_column([]))  # (texts of another store's ids)
 
     def take_changes(self) -> State:
         """The posts appended (their immutable columns and texts) and the counter
         increments (ids, repeated) since the previous call."""
         ids = np.arange(self._taken, self.n, dtype=np.int64)
         arrays = self.rows(ids)
-        arrays["text_blob"], arrays["text_ends"] = encode_texts(self.text[self._taken:])
+        column = text_column(self.text[self._taken:])
+        arrays["text_blob"], arrays["text_ends"] = column_buffers(column)
+        self._taken_texts = (self._taken, column)  # the round's `posts` rows reuse it
         for name in self.COUNTERS:
             arrays[f"counters.{name}"] = concat(self._bumps[name], np.int64)
         self._taken, self._bumps = self.n, {name: [] for name in self.COUNTERS}
@@ -229,6 +255,7 @@ class PostStore:
             np.add.at(self._cols[name].data, ids, 1)
         self._index_platforms()
         self._taken, self._bumps = n, {name: [] for name in self.COUNTERS}
+        self._taken_texts = (0, text_column([]))  # (texts of another store's ids)
 
     def _index_platforms(self) -> None:
         """The per-platform id and round lists, from the columns."""

@@ -89,20 +89,31 @@ def last_value_per_key(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray
     return k[last], v[last]
 
 
-def encode_texts(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Texts as one UTF-8 byte array plus end offsets (npz holds them without pickle):
-    the buffers of an Arrow string array, which encodes in C (about 5x faster than
-    encoding each text in Python; the bytes are the same)."""
-    if not len(texts):
-        return np.empty(0, np.uint8), np.empty(0, np.int64)
+def text_column(texts: Sequence[str]) -> pa.LargeStringArray:
+    """Texts as an Arrow string column (encoded in C: about 5x faster than encoding each
+    text in Python)."""
     column = pa.array(texts, pa.large_string())
     if column.null_count:
-        raise TypeError("encode_texts: a text is None")
+        raise TypeError("a text is None")
+    return column
+
+
+def column_buffers(column: pa.LargeStringArray) -> tuple[np.ndarray, np.ndarray]:
+    """An Arrow string column's UTF-8 bytes and end offsets (what `encode_texts` gives)."""
+    if not len(column):
+        return np.empty(0, np.uint8), np.empty(0, np.int64)
     _, offsets, data = column.buffers()
-    ends = np.frombuffer(offsets, np.int64, len(texts) + 1)[1:].copy()
-    blob = (np.frombuffer(data, np.uint8, int(ends[-1])) if data is not None and ends[-1]
-            else np.empty(0, np.uint8))
+    ends = np.frombuffer(offsets, np.int64, column.offset + len(column) + 1)[column.offset:]
+    start, ends = int(ends[0]), ends[1:] - ends[0]
+    blob = (np.frombuffer(data, np.uint8, start + int(ends[-1]))[start:]
+            if data is not None and ends[-1] else np.empty(0, np.uint8))
     return blob, ends
+
+
+def encode_texts(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Texts as one UTF-8 byte array plus end offsets (npz holds them without pickle): the
+    buffers of an Arrow string column (the bytes are those `str.encode` gives)."""
+    return column_buffers(text_column(texts))
 
 
 def decode_texts(blob: np.ndarray, ends: np.ndarray) -> list[str]:

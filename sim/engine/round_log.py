@@ -100,7 +100,7 @@ def posts_tables(world: World, ids: np.ndarray,
         "kind": enum_array(p.kind[ids], KIND_ENUM),
         "parent_id": pa.array(p.parent[ids], mask=p.parent[ids] < 0),
         "root_id": pa.array(p.root[ids]),
-        "text": pa.array(_texts(p.text, ids), type=pa.string()),
+        "text": p.text_column(ids),
         "seed_up": pa.array(seeded["up"]),
         "seed_down": pa.array(seeded["down"]),
         "stance_method": enum_array(p.stance_method[ids], STANCE_METHOD_ENUM),
@@ -114,14 +114,6 @@ def posts_tables(world: World, ids: np.ndarray,
         "stance": pa.array(stance[row, topic]),
     })
     return {"posts": posts, "post_stances": stances}
-
-
-def _texts(texts: list[str], ids: np.ndarray) -> list[str]:
-    """The texts of posts `ids`: a slice when the ids are consecutive (a round's new posts
-    are), else one by one."""
-    if len(ids) and (np.diff(ids) == 1).all():
-        return texts[int(ids[0]):int(ids[-1]) + 1]
-    return [texts[i] for i in ids.tolist()]
 
 
 def exposures_table(round_: int, views: list[PlatformView], platforms: PlatformEnum,
