@@ -86,17 +86,25 @@ class PlatformView:
     def take(self, rows: np.ndarray | slice) -> PlatformView:
         """The view restricted to some rows (e.g. one shard's agents; a slice gives views
         of the arrays, not copies)."""
+        if not isinstance(rows, slice):
+            rows = np.asarray(rows)
+            if rows.dtype == bool:
+                rows = np.flatnonzero(rows)
+
+        def pick(a: np.ndarray) -> np.ndarray:  # (np.take: ~2-6x a fancy index on rows)
+            return a[rows] if isinstance(rows, slice) else np.take(a, rows, axis=0)
+
         prompts = self.prompts
         if prompts is not None:
             prompts = prompts[rows] if isinstance(rows, slice) else [prompts[i] for i in rows]
         return PlatformView(
-            platform=self.platform, name=self.name, agents=self.agents[rows],
-            feed=self.feed[rows], author=self.author[rows], kind=self.kind[rows],
-            stance=self.stance[rows], up=self.up[rows], down=self.down[rows],
-            follows_author=self.follows_author[rows], trust=self.trust[rows],
-            voted=self.voted[rows], reposted=self.reposted[rows],
+            platform=self.platform, name=self.name, agents=pick(self.agents),
+            feed=pick(self.feed), author=pick(self.author), kind=pick(self.kind),
+            stance=pick(self.stance), up=pick(self.up), down=pick(self.down),
+            follows_author=pick(self.follows_author), trust=pick(self.trust),
+            voted=pick(self.voted), reposted=pick(self.reposted),
             prompts=prompts,
-            language=self.language[rows] if self.language is not None else None,
+            language=pick(self.language) if self.language is not None else None,
             languages=self.languages,
         )
 
