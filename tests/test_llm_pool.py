@@ -27,6 +27,7 @@ from tests.conftest import CONFIGS, ROOT
 from tests.helpers import make_config, query, read_table, run_config, tables_differ
 
 RPM = 300  # per endpoint: 5 requests a second, at most 5 banked
+ARRIVAL_SLACK_S = 0.5  # how far apart in time the server may log requests sent together
 
 
 class FakeClock:
@@ -99,10 +100,15 @@ def test_a_pool_spreads_calls_within_each_endpoints_limits(servers, tmp_path):
     for server in servers:
         times = sorted(e["time"] for e in _log(server))
         assert len(times) == by_url[server.url]
-        for i in range(len(times)):  # every window [t_i, t_j]: at most its share, +1 jitter
+        # Every window [t_i, t_j]: at most its share, +1. The times are the server's, taken
+        # when its thread (in this process, beside the run's) got to each request: on busy
+        # cores arrivals sent apart can be logged together, so a window is allowed
+        # ARRIVAL_SLACK_S more of the rate (a limiter that did not limit sends hundreds a
+        # second here, far beyond it).
+        for i in range(len(times)):
             for j in range(i, len(times)):
-                assert j - i + 1 <= banked + rate * (times[j] - times[i]) + 1, (server.url,
-                                                                                 i, j)
+                allowed = banked + rate * (times[j] - times[i] + ARRIVAL_SLACK_S) + 1
+                assert j - i + 1 <= allowed, (server.url, i, j)
     # The same decisions as through one plain endpoint.
     plain = serve_in_thread(seed=0)
     try:
