@@ -281,7 +281,8 @@ def test_exposures_merge_platforms_oldest_first() -> None:
     and keeps up/down/trust aligned with their post."""
     tw = view(0, [2, 5, 9], [[7, 3, -1], [12, -1, -1], [-1, -1, -1]], 0)
     rd = view(1, [1, 5], [[4, 8], [6, 1]], 1)
-    e = gather_exposures([tw, rd])
+    e, n_items = gather_exposures([tw, rd])
+    assert n_items == 7
     assert e.agents.tolist() == [1, 2, 5, 9]
     assert e.posts.tolist() == [[-1, -1, -1, 4, 8], [-1, -1, -1, 3, 7],
                                 [-1, -1, 1, 6, 12], [-1, -1, -1, -1, -1]]
@@ -293,7 +294,8 @@ def test_exposures_merge_platforms_oldest_first() -> None:
     fa, fp = e.flat()
     assert list(zip(fa.tolist(), fp.tolist(), strict=True)) == [
         (1, 4), (1, 8), (2, 3), (2, 7), (5, 1), (5, 6), (5, 12)]
-    empty = gather_exposures([])
+    empty, n_items = gather_exposures([])
+    assert n_items == 0
     assert empty.posts.shape == (0, 0) and len(empty.agents) == 0
 
 
@@ -304,7 +306,8 @@ def test_exposures_merge_platforms_oldest_first() -> None:
 def test_exposures_of_one_platform(feed: list[list[int]]) -> None:
     """With one platform each row is that agent's feed, oldest first, -1 padding on the
     left, up/down/trust aligned, whichever order the recommender produced."""
-    e = gather_exposures([view(0, [2, 5, 8], feed, 0)])
+    e, n_items = gather_exposures([view(0, [2, 5, 8], feed, 0)])
+    assert n_items == 5
     assert e.agents.tolist() == [2, 5, 8]
     assert e.posts.tolist() == [[-1, 7, 9], [1, 4, 12], [-1, -1, -1]]
     v = e.posts >= 0

@@ -352,19 +352,26 @@ def test_bad_graph_config_names_the_field(tmp_path, capsys, graph_dict):
     assert "memory.graph.extractor: 'llm' needs an llm section" in capsys.readouterr().err
 
 
-def test_a_run_with_the_llm_extractor_logs_every_call(graph_dict, tmp_path):
-    """Activity read by the LLM extractor (loopback server, real HTTP): every extraction
-    call is a row of llm_calls (platform `graph`), one per posting agent and round."""
-    data = {**graph_dict, "rounds": 3, "population": {"size": 40},
+def _run_with_llm_extractor(graph_dict, tmp_path, rounds: int, **provider) -> Path:
+    """Run (CLI) a 40-agent config whose graph memory reads TOLL with the LLM extractor
+    against the loopback server (`provider`: more of the provider's fields); its
+    trajectory file."""
+    data = {**graph_dict, "rounds": rounds, "population": {"size": 40},
             "llm": {"providers": [{"name": "default", "base_urls": ["loopback"],
-                                   "model": "shoal-loopback"}],
+                                   "model": "shoal-loopback", **provider}],
                     "agents": {"ids": [0]}},
             "memory": {"graph": {"enabled": True, "documents": [str(TOLL)],
                                  "extractor": {"kind": "llm"}}}}
     path = write_config(tmp_path / "c.yaml", data)
     assert main(["run", str(path), "--out", str(tmp_path / "runs"), "--quiet"]) == 0
     (run,) = (tmp_path / "runs").iterdir()
-    db = run / "trajectory.duckdb"
+    return run / "trajectory.duckdb"
+
+
+def test_a_run_with_the_llm_extractor_logs_every_call(graph_dict, tmp_path):
+    """Activity read by the LLM extractor (loopback server, real HTTP): every extraction
+    call is a row of llm_calls (platform `graph`), one per posting agent and round."""
+    db = _run_with_llm_extractor(graph_dict, tmp_path, rounds=3)
     calls = query(db, "SELECT round, count(*), count(*) FILTER (WHERE status = 'ok') "
                       "FROM llm_calls WHERE platform = 'graph' GROUP BY ALL ORDER BY 1")
     posting = query(db, "SELECT at_round, count(*) FROM graph_episodes WHERE kind = "
@@ -374,22 +381,12 @@ def test_a_run_with_the_llm_extractor_logs_every_call(graph_dict, tmp_path):
     assert [(r, n, n) for r, n in posting] == calls[1:]
 
 
-
 def test_the_llm_extractor_asks_in_the_output_mode_the_run_resolved(graph_dict, tmp_path):
     """`output: auto` against a model without tool calls (the loopback server refusing
     tools): the run resolves JSON, and extraction asks for JSON as the agents do, from the
     round-0 documents on; asked with tools, every extraction call was refused (400)."""
-    data = {**graph_dict, "rounds": 2, "population": {"size": 40},
-            "llm": {"providers": [{"name": "default", "base_urls": ["loopback"],
-                                   "model": "shoal-loopback", "output": "auto",
-                                   "loopback": {"reject_tools": True}}],
-                    "agents": {"ids": [0]}},
-            "memory": {"graph": {"enabled": True, "documents": [str(TOLL)],
-                                 "extractor": {"kind": "llm"}}}}
-    path = write_config(tmp_path / "c.yaml", data)
-    assert main(["run", str(path), "--out", str(tmp_path / "runs"), "--quiet"]) == 0
-    (run,) = (tmp_path / "runs").iterdir()
-    db = run / "trajectory.duckdb"
+    db = _run_with_llm_extractor(graph_dict, tmp_path, rounds=2, output="auto",
+                                 loopback={"reject_tools": True})
     assert query(db, "SELECT DISTINCT output FROM llm_calls WHERE agent IS NOT NULL") == [
         ("json_schema",)]
     calls = query(db, "SELECT round, status, count(*) FROM llm_calls WHERE platform = "

@@ -52,7 +52,7 @@ from shoal.engine.agent_history import AppliedRows, record_actions
 from shoal.engine.apply import Applied, apply_all
 from shoal.engine.executors import Executor
 from shoal.engine.interventions import Fired, begin_round, publish_news
-from shoal.engine.observe import counted_exposures, decision_request, empty_view, observe
+from shoal.engine.observe import decision_request, empty_view, exposures, observe
 from shoal.engine.round_log import (
     PlatformEnum,
     actions_table,
@@ -452,7 +452,7 @@ class RoundDriver:
         w = self.world
         if w.knowledge is not None and w.cfg.memory.graph.ingest_activity:
             w.knowledge.submit(round_activity(w, rnd.number, rnd.new_posts))
-        rnd.exposures, n_items = counted_exposures(rnd.views, self.workers, self.feed_features)
+        rnd.exposures, n_items = exposures(rnd.views, self.workers, self.feed_features)
         update_trust(w, rnd.applied)
         update_beliefs(w, self.rule, rnd.exposures, rnd.applied, rnd.number, self.rng,
                        self.workers)

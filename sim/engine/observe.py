@@ -215,17 +215,12 @@ def decision_request(world: World, round_: int, views: list[PlatformView],
 
 
 def exposures(views: list[PlatformView], workers: Workers = SERIAL, features: bool = True
-              ) -> Exposures:
+              ) -> tuple[Exposures, int]:
     """Every acting agent's feed items across platforms, oldest (smallest id) first (rows
-    sorted a range of agents per worker). `features=False` (nobody reads the items' votes
-    and trust, which were then not gathered): those are read-only zeros, not reordered."""
-    return counted_exposures(views, workers, features)[0]
-
-
-def counted_exposures(views: list[PlatformView], workers: Workers = SERIAL,
-                      features: bool = True) -> tuple[Exposures, int]:
-    """`exposures`, and how many real items they hold (counted in the ranges, beside the
-    sorting, rather than in another pass over every item)."""
+    sorted a range of agents per worker), and how many real items they hold (counted in
+    those ranges, not in another pass over every item). `features=False` (nobody reads the
+    items' votes and trust, which were then not gathered): those are read-only zeros, not
+    reordered."""
     if not views:
         empty = np.empty((0, 0), dtype=np.int64)
         return Exposures(np.empty(0, np.int64), empty, empty.astype(np.int32),

@@ -155,7 +155,7 @@ def exposures_table(round_: int, views: list[PlatformView], platforms: PlatformE
                          "platform": platforms.array(np.empty(0, np.int8)),
                          "agent": pa.array([], pa.int32()),
                          "post_id": pa.array([], pa.list_(pa.int64()))})
-    return pa.concat_tables(parts)
+    return _chunks(parts)
 
 
 def actions_table(round_: int, applied: Applied, log_idle: bool, platforms: PlatformEnum,
