@@ -374,7 +374,7 @@ def test_a_section_deadline_stops_its_query_and_spares_the_parallel_section(herd
     parent, _ = herd
     script = {"plan": _plan("slow", "fast"), "slow": _calls(CROSS_JOIN),
               "fast": _calls("SELECT count(*) AS posts FROM posts")}
-    r, _ = _analyse(parent, script, "--deadline", "10", "--query-timeout", "600",
+    r, _ = _analyse(parent, script, "--deadline", "6", "--query-timeout", "600",
                     "--parallel", "2")
     assert r.returncode == 4, r.stderr + r.stdout  # partial: one section timed out
     sections = open_run(parent).analysis()["analysis_sections"].set_index("section_id")

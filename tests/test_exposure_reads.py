@@ -128,7 +128,8 @@ def test_the_servers_answers_from_lists_equal_those_from_the_view(runs, name):
         _same(runs, name, lambda f, r, round_=round_: f.network(r, round_))
         _same(runs, name, lambda f, r, round_=round_: f.network(r, round_, 7))
     assert reached > 0, "no post was shown to anyone: nothing compared"
-    for post in posts:
+    # every third post (each read opens the run's history: ~0.1 s), both ends included
+    for post in {*posts[::3], posts[-1]}:
         one = _same(runs, name, lambda f, r, post=post: f.post(r, post))
         assert one["post"]["reach"] == one["seen_by"]["total"]
     for agent in range(0, agents, 7):

@@ -199,7 +199,7 @@ def test_a_builtin_case_runs_with_llm_agents_against_the_loopback_server(ray_ses
     provider = tmp_path / "provider.yaml"
     provider.write_text("llm:\n  providers:\n    - base_urls: [loopback]\n"
                         "      model: shoal-loopback\n  agents: {fraction: 0.2}\n")
-    done = validate(["group_polarization"], tmp_path / "out", quick=True, replicates=2,
+    done = validate(["group_polarization"], tmp_path / "out", quick=True, replicates=1,
                     llm=provider)
     assert [r.agents for r in done.results] == ["rule", "llm"]
     for r in done.results:
