@@ -28,7 +28,7 @@ from pydantic import Field
 
 from shoal.beliefs.rules.base import Exposures, UpdateContext, UpdateRule
 from shoal.beliefs.rules.config import TIE, Dynamics, Epsilon
-from shoal.beliefs.rules.exposure_stances import exposure_stances
+from shoal.beliefs.rules.exposure_stances import unseen_feed
 from shoal.beliefs.rules.partners import (
     encounter_batches,
     living,
@@ -41,20 +41,39 @@ from shoal.beliefs.rules.partners import (
 from shoal.beliefs.state import BeliefState
 from shoal.core.registry import BELIEF_RULES
 
+READ_BLOCK = 16_384  # agents at a time: their positions stay in cache over the feed
 
-def read_sequentially(x: np.ndarray, stance: np.ndarray, addressed: np.ndarray, eps: float,
-                      mu: float) -> np.ndarray:
-    """One-sided Deffuant over feed columns, oldest first: sequential over columns,
-    vectorised over agents and topics. x [A, T] (updated in place and returned),
-    stance/addressed [A, M, T]."""
-    diff, ok = np.empty_like(x), np.empty(x.shape, bool)
-    for m in range(stance.shape[1]):
-        np.subtract(stance[:, m, :], x, out=diff)
-        np.less(np.abs(diff), eps, out=ok)
-        ok &= addressed[:, m, :]
-        diff *= mu
-        np.add(x, diff, out=x, where=ok)  # x + mu * diff where ok, x elsewhere
-    return x
+
+def read_feed(pos: np.ndarray, agents: np.ndarray, feed: np.ndarray, stance: np.ndarray,
+              eps: float, mu: float) -> None:
+    """One-sided Deffuant over each agent's feed, oldest first: for item m = 0, 1, … and
+    each topic it addresses, x ← x + μ(s − x) if |s − x| < ε, from the x the item before
+    left. `pos` [N, T] is updated at the rows `agents` [A]; `feed` [A, M]: post ids (-1:
+    none); `stance` [P, T]: the posts' stances (NaN: topic not addressed).
+
+    A block of agents at a time, each item's stances read where they are used (no
+    [A, M, T] array; 2-2.5x faster at a million agents, bench/README.md). An empty slot or
+    an unaddressed topic gives a NaN difference, which |difference| < ε never admits."""
+    if not len(stance):
+        return  # no post yet: every slot is empty
+    for start in range(0, len(agents), READ_BLOCK):
+        rows = slice(start, start + READ_BLOCK)
+        who, ids = agents[rows], feed[rows]
+        x = pos[who]  # (a copy) every step is elementwise: on flat arrays, numpy's
+        flat = x.reshape(-1)  # `where=` loops run several times faster than on [B, T]
+        diff, ok = np.empty_like(flat), np.empty(flat.shape, bool)
+        gaps = bool(ids.min() < 0)
+        for m in range(ids.shape[1]):
+            item = ids[:, m]
+            s = stance[item]  # (-1 reads the last post: blanked)
+            if gaps:
+                s[item < 0] = np.nan
+            s = s.reshape(-1)
+            np.subtract(s, flat, out=diff)
+            np.less(np.abs(diff, out=s), eps, out=ok)
+            diff *= mu
+            np.add(flat, diff, out=flat, where=ok)  # x + mu * diff where ok, x elsewhere
+        pos[who] = x
 
 
 def symmetric_pairs(pos: np.ndarray, a: np.ndarray, b: np.ndarray, eps: float, mu: float,
@@ -121,11 +140,9 @@ class DeffuantRule(UpdateRule):
         pos = beliefs.position
         n, n_topics = pos.shape
         if self.mode == "exposures":
-            if not exposures.posts.size:
-                return
-            a = exposures.agents
-            stance, addressed = exposure_stances(exposures, ctx, self.skip_seen)
-            pos[a] = read_sequentially(pos[a], stance, addressed, self.epsilon, self.mu)
+            if exposures.posts.size:
+                read_feed(pos, exposures.agents, unseen_feed(exposures, ctx, self.skip_seen),
+                          ctx.posts.stance, self.epsilon, self.mu)
             return
         live = living(ctx, n)
         if self.mode == "encounters":

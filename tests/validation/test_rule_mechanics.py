@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from shoal.beliefs.exposure import ExposureHistory
-from shoal.beliefs.rules import Exposures, UpdateContext, make_rule
+from shoal.beliefs.rules import Exposures, UpdateContext, deffuant, make_rule
+from shoal.beliefs.rules.config import TIE
 from shoal.beliefs.rules.partners import (
     Draw,
     conflict_free,
@@ -146,6 +147,30 @@ def test_deffuant_exposures_is_bounded_confidence(seed: int) -> None:
     a = f.run({"rule": "deffuant", "epsilon": 0.7, "mu": 0.3})
     b = f.run({"rule": "bounded_confidence", "epsilon": 0.7, "mu": 0.3})
     np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("skip_seen", [False, True])
+@pytest.mark.parametrize("block", [1, 3, 4096])
+def test_deffuant_exposures_equals_the_loop_in_any_block(seed: int, skip_seen: bool,
+                                                         block: int, monkeypatch) -> None:
+    """x ← x + μ(s − x) for each stance read within ε (strict), oldest first, from the x
+    the item before left; with skip_seen, posts seen in earlier rounds are not read. The
+    same numbers, bit for bit, whatever block of agents the rule reads at a time (one,
+    three: blocks that end mid-feed-list, or all at once)."""
+    monkeypatch.setattr(deffuant, "READ_BLOCK", block)
+    f = Feed(seed)
+    eps, mu = 0.7, 0.3
+    got = f.run({"rule": "deffuant", "epsilon": eps, "mu": mu, "skip_seen": skip_seen})
+    want = f.position.copy()
+    for a, items in f.read(skip_seen):
+        for t in range(T):
+            x = want[a, t]
+            for s, _ in items:
+                if not np.isnan(s[t]) and abs(s[t] - x) < eps - TIE:
+                    x = x + mu * (s[t] - x)
+            want[a, t] = x
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
