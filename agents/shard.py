@@ -135,7 +135,8 @@ class AgentShard:
 
         if not self.policy.by_agent or view.prompts:
             return decide(slice(0, len(view.agents)))
-        return ActionBatch.concat(self.workers.over(len(view.agents), decide), self.n_topics)
+        return ActionBatch.concat(self.workers.over(len(view.agents), decide), self.n_topics,
+                                  self.workers)
 
     def build_contexts(self, request: DecisionRequest) -> BuiltContexts:
         """Assemble the contexts of the request's `ContextBatch` (the same `build_context`

@@ -18,6 +18,7 @@ from shoal.config import parse_config
 from shoal.core.counter_rng import CounterRNG
 from shoal.core.posts import PostKind
 from shoal.core.vocabulary import TARGETS_POST, VOTES, ActionType, Reason
+from shoal.core.workers import Workers
 from shoal.engine.apply import Applied, apply_actions
 from shoal.engine.observe import observe
 from shoal.engine.recommenders import make_recommender
@@ -621,3 +622,32 @@ def test_is_canonical_agrees_with_a_stable_sort(seed: int) -> None:
                                               candidate.platform)), np.arange(n))
         assert candidate.is_canonical() == expected
         assert candidate.canonical().is_canonical()
+
+
+@pytest.mark.parametrize("n_workers", [1, 3])
+def test_concat_keeps_every_row_in_order_on_any_number_of_workers(n_workers: int) -> None:
+    """Batches (one empty, one whose agents are int64, meta keys only some have) concatenate
+    to their rows in order, column by column as numpy concatenates them, with 0 for a meta
+    key a batch lacks; on worker threads as on one."""
+    rng = np.random.default_rng(7)
+    parts = []
+    for n in (5, 0, 3, 4):
+        rows = [act(int(rng.integers(0, N)), int(rng.integers(0, 2)), A.POST,
+                    post=int(rng.integers(-1, 9)), target=int(rng.integers(-1, N)),
+                    stance=rng.uniform(-1, 1, len(TOPICS)).tolist(),
+                    slot=int(rng.integers(0, 3))) for _ in range(n)]
+        parts.append(batch(rows))
+    parts[2].agent = parts[2].agent.astype(np.int64)
+    parts[0].meta["source"] = np.arange(5, dtype=np.int8)
+    parts[3].meta["source"] = np.full(4, 2, np.int8)
+    parts[3].meta["calls"] = np.arange(4, dtype=np.int32)
+    whole = ActionBatch.concat(parts, len(TOPICS), Workers(n_workers, min_rows=1))
+    for name in ("agent", "platform", "action", "target_post", "target_agent", "stance",
+                 "slot"):
+        expected = np.concatenate([getattr(p, name) for p in parts])
+        assert getattr(whole, name).dtype == expected.dtype, name
+        np.testing.assert_array_equal(getattr(whole, name), expected, err_msg=name)
+    assert whole.text == [t for p in parts for t in p.text]
+    np.testing.assert_array_equal(whole.meta["source"], [0, 1, 2, 3, 4, 0, 0, 0, 2, 2, 2, 2])
+    np.testing.assert_array_equal(whole.meta["calls"], [0] * 8 + [0, 1, 2, 3])
+    assert sorted(whole.meta) == ["calls", "source"]
