@@ -106,4 +106,3 @@ class ActionBatch:
         same_a = same_p & (a[1:] == a[:-1])
         ordered = (p[1:] > p[:-1]) | (same_p & (a[1:] > a[:-1])) | (same_a & (s[1:] >= s[:-1]))
         return bool(ordered.all())
-

@@ -52,8 +52,8 @@ def read_feed(pos: np.ndarray, agents: np.ndarray, feed: np.ndarray, stance: np.
     none); `stance` [P, T]: the posts' stances (NaN: topic not addressed).
 
     A block of agents at a time, each item's stances read where they are used (no
-    [A, M, T] array; bench/README.md). An empty slot or
-    an unaddressed topic gives a NaN difference, which |difference| < ε never admits."""
+    [A, M, T] array; bench/README.md). An empty slot or an unaddressed topic gives a NaN
+    difference, which |difference| < ε never admits."""
     if not len(stance):
         return  # no post yet: every slot is empty
     for start in range(0, len(agents), READ_BLOCK):
