@@ -6,8 +6,11 @@ on the left; the newest id sits in the last column.
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 
+from shoal.core.follow_graph import expand_rows
 from shoal.core.keys import unique_sorted
 from shoal.core.workers import SERIAL, Workers
 
@@ -58,30 +61,76 @@ def push_newest(buf: np.ndarray, rows: np.ndarray, vals: np.ndarray,
 
     Every pushed id must be larger than every id already in `buf` (new posts are newer than
     old ones), so a row only shifts left by its number of new ids. With several `workers`
-    each range of the buffer's rows takes its own pairs on its own thread.
+    each range of the pairs is keyed and sorted on its own thread, then each range of the
+    buffer's rows takes its own keys (`_push_runs`).
     """
     if not len(rows):
         return
     rows = np.asarray(rows, dtype=np.int64)
     vals = np.asarray(vals, dtype=np.int64)
-    ranges = workers.ranges(buf.shape[0])
-
-    def push(part: slice) -> None:
-        if len(ranges) == 1:  # every row is this range's: no need to pick them out
-            _push_rows(buf, rows, vals)
-            return
-        mine = (rows >= part.start) & (rows < part.stop)
-        _push_rows(buf, rows[mine], vals[mine])
-
-    workers.map(push, ranges)
+    _push_runs(buf, workers.over(len(rows), lambda part: _sorted_keys(rows[part], vals[part])),
+               workers)
 
 
-def _push_rows(buf: np.ndarray, rows: np.ndarray, vals: np.ndarray) -> None:
-    """`push_newest` on one thread, touching only the rows that get new ids."""
+def push_to_csr_rows(buf: np.ndarray, indptr: np.ndarray, indices: np.ndarray,
+                     sources: np.ndarray, vals: np.ndarray, skip: np.ndarray,
+                     workers: Workers = SERIAL) -> None:
+    """`push_newest` of `vals[i]` onto every buffer row that CSR row `sources[i]` lists
+    (a post onto its author's followers' inboxes), except the rows in `skip` (sorted).
+
+    The expansion is split into ranges of sources holding about equal numbers of entries;
+    each range expands, keys and sorts its own pairs, so nothing the size of the fan-out
+    is built on the calling thread."""
+    sources = np.asarray(sources, dtype=np.int64)
+    vals = np.asarray(vals, dtype=np.int64)
+    if not len(sources):
+        return
+    ends = np.cumsum(indptr[sources + 1] - indptr[sources])
+    cuts = [0, *np.searchsorted(ends, [r.start for r in workers.ranges(int(ends[-1]))[1:]],
+                                side="right").tolist(), len(sources)]
+
+    def expand(part: slice) -> np.ndarray:
+        which, readers = expand_rows(indptr, indices, sources[part])
+        mine = vals[part][which]
+        if len(skip):
+            keep = ~np.isin(readers, skip)
+            readers, mine = readers[keep], mine[keep]
+        return _sorted_keys(readers, mine)
+
+    _push_runs(buf, workers.map(expand, [slice(a, b) for a, b in pairwise(cuts)]),
+               workers)
+
+
+def _sorted_keys(rows: np.ndarray, vals: np.ndarray) -> np.ndarray:
+    """(row, id) pairs with an id (>= 0) as sorted distinct keys row << 31 | id."""
     keep = vals >= 0
     if not keep.all():
         rows, vals = rows[keep], vals[keep]
-    keys = unique_sorted((rows << _SHIFT) | vals)  # by row, then id
+    return unique_sorted((rows << _SHIFT) | vals)
+
+
+def _push_runs(buf: np.ndarray, runs: list[np.ndarray], workers: Workers) -> None:
+    """Push sorted runs of keys (`_sorted_keys`) into `buf`: each range of its rows (one
+    per worker) merges its part of every run and pushes it; rows never cross ranges."""
+    ranges = workers.ranges(buf.shape[0])
+    bounds = np.array([r.start for r in ranges[1:]], np.int64) << _SHIFT
+    cuts = [[0, *np.searchsorted(run, bounds).tolist(), len(run)] for run in runs]
+
+    def push(j: int) -> None:
+        pieces = [run[c[j]:c[j + 1]] for run, c in zip(runs, cuts, strict=True)]
+        pieces = [p for p in pieces if len(p)]
+        if len(pieces) == 1:
+            _push_keys(buf, pieces[0])
+        elif pieces:  # (a stable sort merges sorted runs: timsort)
+            keys = np.sort(np.concatenate(pieces), kind="stable")
+            _push_keys(buf, keys[np.concatenate(([True], keys[1:] != keys[:-1]))])
+
+    workers.map(push, range(len(ranges)))
+
+
+def _push_keys(buf: np.ndarray, keys: np.ndarray) -> None:
+    """`push_newest` of sorted distinct keys on one thread, touching only the rows that
+    get new ids."""
     if not len(keys):
         return
     k = buf.shape[1]

@@ -22,7 +22,7 @@ from shoal.config.platforms import PlatformConfig
 from shoal.core.follow_graph import FollowGraph, expand_csr
 from shoal.core.keys import SortedKeySet, pack
 from shoal.core.registry import RECOMMENDERS
-from shoal.core.rowsets import newest_per_row, push_newest
+from shoal.core.rowsets import newest_per_row, push_newest, push_to_csr_rows
 from shoal.core.state import State
 from shoal.core.workers import SERIAL, Workers
 from shoal.platforms.spec import PlatformSpec, spec
@@ -117,12 +117,7 @@ class Platform:
         if len(ids):
             push_newest(self.recent, authors.astype(np.int64), ids, workers)
             indptr, followers = self.graph.followers()
-            which, readers = expand_csr(indptr, followers, authors, workers)
-            post_of = ids[which]
-            if len(rebuild):
-                skip = np.isin(readers, rebuild)
-                readers, post_of = readers[~skip], post_of[~skip]
-            push_newest(self.inbox, readers, post_of, workers)
+            push_to_csr_rows(self.inbox, indptr, followers, authors, ids, rebuild, workers)
         if len(rebuild):
             self.inbox[rebuild] = self.pull_inbox(rebuild)
 
