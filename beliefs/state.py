@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shoal.core.state import State
+from shoal.core.workers import SERIAL, Workers
 
 
 @dataclass
@@ -31,10 +32,10 @@ class BeliefState:
         self.position = np.concatenate([self.position, position])
         self.confidence = np.concatenate([self.confidence, confidence])
 
-    def get_state(self) -> State:
-        """Positions and confidences (copies)."""
-        return State(arrays={"position": self.position.copy(),
-                             "confidence": self.confidence.copy()})
+    def get_state(self, workers: Workers = SERIAL) -> State:
+        """Positions and confidences (copies: a range of agents per worker)."""
+        return State(arrays={"position": workers.copy(self.position),
+                             "confidence": workers.copy(self.confidence)})
 
     def set_state(self, state: State) -> None:
         """Take positions and confidences."""

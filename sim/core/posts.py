@@ -153,7 +153,7 @@ class PostStore:
     def rows(self, ids: np.ndarray) -> dict[str, np.ndarray]:
         """Copies of the immutable columns of some posts (for checkpoint logs)."""
         ids = np.asarray(ids, dtype=np.int64)
-        out = {name: self._cols[name].data[ids].copy() for name in self._cols
+        out = {name: self._cols[name].data[ids] for name in self._cols  # (a gather copies)
                if name not in self.COUNTERS}  # stance_method is immutable, so included
         out["id"] = ids
         return out

@@ -23,6 +23,8 @@ from itertools import pairwise
 from threading import Lock
 from typing import TypeVar
 
+import numpy as np
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -131,6 +133,18 @@ class Workers:
     def over(self, rows: int, fn: Callable[[slice], R]) -> list[R]:
         """`fn` of each range of `rows`, in range order."""
         return self.map(fn, self.ranges(rows))
+
+    def copy(self, array: np.ndarray) -> np.ndarray:
+        """A copy of `array`, each range of its rows copied on its own thread (one core
+        neither saturates the memory bandwidth nor takes a new array's page faults
+        fastest)."""
+        out = np.empty_like(array)
+
+        def copy_rows(rows: slice) -> None:
+            out[rows] = array[rows]
+
+        self.over(len(array), copy_rows)
+        return out
 
 
 SERIAL = Workers(1)

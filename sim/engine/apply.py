@@ -46,6 +46,7 @@ class Applied:
     actions: ActionBatch  # canonical order
     reason: np.ndarray  # int8 Reason per action
     new_post: np.ndarray  # int64 post id created by each action, -1 if none
+    created: np.ndarray  # int64 ids of the posts the actions created, ascending
     trust: dict[str, np.ndarray]  # truster, trustee, cause, delta (one row per event); the
     # update phase applies them and adds `value`, each pair's trust after the round
     follows: dict[str, np.ndarray]  # platform, follower, followee, op (1 follow, -1 unfollow)
@@ -171,6 +172,7 @@ def _apply_acts(world: World, actions: ActionBatch, views: list[PlatformView],
     # New posts, ids in canonical order. A repost of a repost points at the root.
     creates = ok & np.isin(act, [int(a) for a in CREATES_POST])
     new_post = np.full(len(actions), -1, dtype=np.int64)
+    created = np.empty(0, np.int64)
     if creates.any():
         idx = np.nonzero(creates)[0]
         parent = actions.target_post[idx].copy()
@@ -180,13 +182,14 @@ def _apply_acts(world: World, actions: ActionBatch, views: list[PlatformView],
         stance = actions.stance[idx].copy()
         stance[is_repost] = posts.stance[parent[is_repost]]  # a repost carries its root's
         method = actions.meta.get("stance_method")
-        new_post[idx] = posts.append(NewPosts(
+        created = posts.append(NewPosts(
             platform=actions.platform[idx], author=actions.agent[idx], kind=kinds,
             parent=np.where(act[idx] == ActionType.POST, -1, parent),
             stance=stance, text=(actions.text if len(idx) == len(actions)  # (all post)
                                  else [actions.text[i] for i in idx.tolist()]),
             stance_method=method[idx] if method is not None else None,
         ), round_)
+        new_post[idx] = created
 
     # Counters on target posts; a repost shares the root (its parent), not the repost.
     reposts = ok & (act == ActionType.REPOST)
@@ -238,7 +241,7 @@ def _apply_acts(world: World, actions: ActionBatch, views: list[PlatformView],
 
     trust = _trust_events(world, actions, ok, act, target_author, tcfg)
     return Applied(
-        actions=actions, reason=reason, new_post=new_post, trust=trust,
+        actions=actions, reason=reason, new_post=new_post, created=created, trust=trust,
         follows={k: (np.concatenate(v) if v else np.empty(0, np.int64))
                  for k, v in follows.items()},
         engagement=engagement, counters=counters, votes=voted, reposts=reposted,

@@ -438,8 +438,8 @@ class RoundDriver:
         applied = apply_all(self.world, rnd.actions, rnd.views, rnd.number, self.workers)
         rnd.applied = applied
         fired_ids = np.asarray(rnd.fired.post_ids, np.int64)
-        rnd.new_posts = np.sort(np.concatenate([fired_ids,
-                                                applied.new_post[applied.new_post >= 0]]))
+        rnd.new_posts = (np.sort(np.concatenate([fired_ids, applied.created]))
+                         if len(fired_ids) else applied.created)
         s = rnd.stats
         s.n_actions = len(rnd.actions)
         s.n_rejected = int((applied.reason != Reason.OK).sum())
@@ -507,7 +507,8 @@ class RoundDriver:
             for name, engine in w.engines.items():
                 with calling(engine_part(name), engine, r):
                     engine_tables.update(engine.tables(w, r))
-            cp = checkpoint(w)  # taken every round: it also empties the components' journals
+            # (taken every round: it also empties the components' journals)
+            cp = checkpoint(w, self.workers)
         after_commit = None
         if self.checkpoints is not None:
             policy, store, notify = w.cfg.checkpoints, self.checkpoints, self.on_checkpoint

@@ -80,7 +80,7 @@ def round_items(world, memory: RoundMemory, cfg: MemoryConfig, round_: int, appl
                       opinion=_public_opinion(t, float(means[k]))),
                     100.0 * abs(delta), pinned=abs(delta) >= cfg.pin_shift))
     counts = {name: len(ids) for name, ids in applied.counters.items()}
-    n_posts = int((applied.new_post >= 0).sum())
+    n_posts = len(applied.created)
     items.append(MemoryItem(memory.new_id(), round_, "stats",
                             t("memory.stats", posts=n_posts, up=counts.get("up", 0),
                               replies=counts.get("replies", 0)), 1.0))

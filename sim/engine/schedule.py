@@ -37,32 +37,32 @@ class Scheduler:
         if hourly is not None:
             self.hourly = np.where(np.isnan(hourly), self.curve[None, :], hourly)
 
-    def probability(self, round_: int) -> np.ndarray:
-        """Each agent's chance to be active in this round."""
+    def probability(self, round_: int, rows: slice = slice(None)) -> np.ndarray:
+        """The chance of agents `rows` (all by default) to be active in this round."""
         hour = round_start(self.cfg, round_).hour
-        mult = self.hourly[:, hour] if self.hourly is not None else self.curve[hour]
-        return np.clip(self.activity * mult, 0.0, 1.0)
+        mult = self.hourly[rows, hour] if self.hourly is not None else self.curve[hour]
+        return np.clip(self.activity[rows] * mult, 0.0, 1.0)
 
     def active(self, round_: int, eligible: np.ndarray | None = None) -> np.ndarray:
         """Boolean mask of active agents (only `eligible` ones, if given)."""
         n = len(self.activity)
-        agents = np.arange(n)
-        p = self.probability(round_)
-        u = np.empty(n)
+        u, p, active = np.empty(n), np.empty(n), np.empty(n, bool)
 
-        def draw(rows: slice) -> None:
-            u[rows] = self.rng.uniform1(round_, Purpose.SCHEDULE, agents[rows])
+        def draw(rows: slice) -> None:  # (draws, chances and the mask of a range of agents)
+            u[rows] = self.rng.uniform1(round_, Purpose.SCHEDULE,
+                                        np.arange(rows.start, rows.stop))
+            p[rows] = self.probability(round_, rows)
+            np.less(u[rows], p[rows], out=active[rows])
+            if eligible is not None:
+                active[rows] &= eligible[rows]
 
         self.workers.over(n, draw)
-        active = u < p
-        if eligible is not None:
-            active &= eligible
         a = self.cfg.activity
         if a.max_active is not None or a.min_active:
             eagerness = u / np.maximum(p, 1e-12)
             if eligible is not None:
                 eagerness = np.where(eligible, eagerness, np.inf)
-            order = np.lexsort((agents, eagerness))  # ties broken by id
+            order = np.lexsort((np.arange(n), eagerness))  # ties broken by id
             count = int(active.sum())
             if a.max_active is not None and count > a.max_active:
                 active = np.zeros(n, dtype=bool)

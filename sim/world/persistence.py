@@ -30,6 +30,7 @@ from shoal.core.follow_graph import FollowGraph
 from shoal.core.posts import PostStore
 from shoal.core.registry import calling
 from shoal.core.state import State
+from shoal.core.workers import SERIAL, Workers
 from shoal.memory.model_tokens import ModelTokens
 from shoal.platforms.spec import platform_slots, spec
 from shoal.store.checkpoints import Checkpoint, CheckpointError, CheckpointStore
@@ -44,11 +45,12 @@ __all__ = ["CheckpointError", "checkpoint", "restore_world"]
 WINDOWS = ("memory", "digest", "notifications")
 
 
-def checkpoint(world: World) -> Checkpoint:
+def checkpoint(world: World, workers: Workers = SERIAL) -> Checkpoint:
     """The checkpoint of the world's current round: what the round added (since the
-    previous checkpoint) and the state at its end. Everything is copied, so the writer
-    thread can save it while the next round runs."""
-    return Checkpoint(world.round, log=changes(world), state=state(world),
+    previous checkpoint) and the state at its end. Everything is copied (the per-agent
+    arrays a range of agents per worker), so the writer thread can save it while the next
+    round runs."""
+    return Checkpoint(world.round, log=changes(world), state=state(world, workers),
                       meta={"config": resolved_dict(world.cfg), "counts": counts(world)})
 
 
@@ -69,14 +71,15 @@ def changes(world: World) -> dict[str, State]:
     return out
 
 
-def state(world: World) -> dict[str, State]:
+def state(world: World, workers: Workers = SERIAL) -> dict[str, State]:
     """The other components' state."""
+    copy = workers.copy
     return {
-        "beliefs": world.beliefs.get_state(),
-        "world": State(arrays={"alive": world.alive.copy(), "joined": world.joined.copy(),
+        "beliefs": world.beliefs.get_state(workers),
+        "world": State(arrays={"alive": copy(world.alive), "joined": copy(world.joined),
                                "last_means": world.last_means.copy(),
-                               "initial_position": world.initial_position.copy()}),
-        "membership": State(arrays={str(p.code): p.members.copy()
+                               "initial_position": copy(world.initial_position)}),
+        "membership": State(arrays={str(p.code): copy(p.members)
                                     for p in world.platforms.values()}),
         **{f"recommender.{p.code}": s for p in world.platforms.values()
            if (s := p.recommender.get_state()) is not None},
