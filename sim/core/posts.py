@@ -49,8 +49,9 @@ class _Column:
         if n > len(self.data):
             cap = max(n, 2 * len(self.data))
             shape = (cap,) if self.width is None else (cap, self.width)
-            grown = np.full(shape, self.fill, dtype=self.dtype)
+            grown = np.empty(shape, dtype=self.dtype)  # (each row written once)
             grown[: len(self.data)] = self.data
+            grown[len(self.data):] = self.fill
             self.data = grown
 
 
