@@ -499,11 +499,11 @@ def test_reply_trust_agree_and_disagree() -> None:
     np.testing.assert_allclose(got, t0 + np.array([0.07, -0.02]), atol=1e-12)
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
-def test_random_batches_match_brute_force(seed: int) -> None:
+@pytest.mark.parametrize(("seed", "n_workers"), [(0, 1), (1, 1), (2, 1), (3, 3), (4, 3)])
+def test_random_batches_match_brute_force(seed: int, n_workers: int) -> None:
     """Random messy batches over two rounds: reasons, counters, new posts and parents, votes
     and repost stores, follow graph, trust values and engagement all equal a row-by-row
-    Python model of the rules."""
+    Python model of the rules (on one range of rows, and on several)."""
     sim = posted_sim(seed)
     rng = np.random.default_rng(seed + 50)
     w = sim.world
@@ -527,7 +527,7 @@ def test_random_batches_match_brute_force(seed: int) -> None:
         root = p.root.copy()
         trust_state = w.trust.get_state()  # copies
 
-        applied = apply_actions(w, b, sim.views, sim.round)
+        applied = apply_actions(w, b, sim.views, sim.round, Workers(n_workers, min_rows=2))
         update_trust(w, applied)
         assert applied.reason.tolist() == [int(r) for r in expected_reason]
         ok = [i for i in range(len(b)) if expected_reason[i] == Reason.OK]

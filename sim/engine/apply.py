@@ -135,21 +135,34 @@ def apply_actions(world: World, actions: ActionBatch, views: list[PlatformView],
 
     Rows that do nothing change nothing and are valid wherever the platform offers doing
     nothing, so only the other rows go through validation and application: most rows of
-    a large rule-based round are idle, and the work is then that of the rest."""
-    idle = actions.action == ActionType.DO_NOTHING
-    if not idle.any():
+    a large rule-based round are idle, and the work is then that of the rest. Finding the
+    acting rows and writing every row's reason and post id run a range of rows per
+    worker."""
+    n, ranges = len(actions), workers.ranges(len(actions))
+
+    def acting(rows: slice) -> np.ndarray:
+        return np.flatnonzero(actions.action[rows] != ActionType.DO_NOTHING) + rows.start
+
+    live = np.concatenate(workers.map(acting, ranges))
+    if len(live) == n:
         return _apply_acts(world, actions, views, round_, workers)
-    live = np.flatnonzero(~idle)
     applied = _apply_acts(world, actions.take(live), views, round_, workers)
-    reason = np.zeros(len(actions), np.int8)
-    offers = np.zeros(len(actions), bool)  # the row's platform offers doing nothing
-    for p in world.platforms.values():  # (a comparison per platform: cheaper than isin)
-        if ActionType.DO_NOTHING in p.spec.actions:
-            offers |= actions.platform == p.code
-    reason[idle & ~offers] = Reason.NOT_ALLOWED
-    reason[live] = applied.reason
-    new_post = np.full(len(actions), -1, np.int64)
-    new_post[live] = applied.new_post
+    offers = [p.code for p in world.platforms.values()  # (platforms where idling is valid)
+              if ActionType.DO_NOTHING in p.spec.actions]
+    reason, new_post = np.empty(n, np.int8), np.empty(n, np.int64)
+    cuts = np.searchsorted(live, [r.start for r in ranges] + [n])
+
+    def fill(j: int) -> None:  # a range's rows: the idle ones, then those that act
+        rows, acts = ranges[j], slice(cuts[j], cuts[j + 1])
+        offered = np.zeros(rows.stop - rows.start, bool)
+        for code in offers:  # (a comparison per platform: cheaper than isin)
+            offered |= actions.platform[rows] == code
+        reason[rows] = np.where(offered, Reason.OK, Reason.NOT_ALLOWED)
+        new_post[rows] = -1
+        reason[live[acts]] = applied.reason[acts]
+        new_post[live[acts]] = applied.new_post[acts]
+
+    workers.map(fill, range(len(ranges)))
     applied.actions, applied.reason, applied.new_post = actions, reason, new_post
     return applied
 

@@ -442,7 +442,7 @@ class RoundDriver:
                          if len(fired_ids) else applied.created)
         s = rnd.stats
         s.n_actions = len(rnd.actions)
-        s.n_rejected = int((applied.reason != Reason.OK).sum())
+        s.n_rejected = int(np.count_nonzero(applied.reason != Reason.OK))
         s.n_posts = len(rnd.new_posts)
         s.n_trust_events = len(applied.trust["truster"])
 
