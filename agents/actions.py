@@ -90,19 +90,24 @@ class ActionBatch:
             meta={k: v[idx] for k, v in self.meta.items()},
         )
 
-    def canonical(self) -> ActionBatch:
+    def canonical(self, workers: Workers = SERIAL) -> ActionBatch:
         """Sorted by (platform, agent, slot): the order in which actions apply."""
-        if self.is_canonical():
+        if self.is_canonical(workers):
             return self  # already canonical (one shard, rule-based): skip the sort and copy
         return self.take(np.lexsort((self.slot, self.agent, self.platform)))
 
-    def is_canonical(self) -> bool:
+    def is_canonical(self, workers: Workers = SERIAL) -> bool:
         """Whether the rows are already in (platform, agent, slot) order (a stable sort
-        would leave them where they are): one comparison pass per key, no sort."""
-        p, a, s = self.platform, self.agent, self.slot
-        if len(p) < 2:
-            return True
-        same_p = p[1:] == p[:-1]
-        same_a = same_p & (a[1:] == a[:-1])
-        ordered = (p[1:] > p[:-1]) | (same_p & (a[1:] > a[:-1])) | (same_a & (s[1:] >= s[:-1]))
-        return bool(ordered.all())
+        would leave them where they are): one comparison pass per key, no sort; a range
+        of neighbouring pairs per worker."""
+        n = len(self.platform)
+
+        def ordered(pairs: slice) -> bool:  # rows i and i + 1 for each i in `pairs`
+            rows = slice(pairs.start, pairs.stop + 1)
+            p, a, s = self.platform[rows], self.agent[rows], self.slot[rows]
+            same_p = p[1:] == p[:-1]
+            same_a = same_p & (a[1:] == a[:-1])
+            return bool(((p[1:] > p[:-1]) | (same_p & (a[1:] > a[:-1]))
+                         | (same_a & (s[1:] >= s[:-1]))).all())
+
+        return n < 2 or all(workers.over(n - 1, ordered))

@@ -617,10 +617,16 @@ def test_is_canonical_agrees_with_a_stable_sort(seed: int) -> None:
                 slot=int(rng.integers(-2, 3))) for _ in range(n)]
     b = batch(rows)
     order = np.lexsort((b.slot, b.agent, b.platform))
-    for candidate in (b, b.take(order), b.take(order[::-1])):
+    swapped = []  # sorted but for one neighbouring pair, at every place (range edges too)
+    for i in range(n - 1):
+        o = order.copy()
+        o[[i, i + 1]] = o[[i + 1, i]]
+        swapped.append(b.take(o))
+    for candidate in (b, b.take(order), b.take(order[::-1]), *swapped):
         expected = np.array_equal(np.lexsort((candidate.slot, candidate.agent,
                                               candidate.platform)), np.arange(n))
-        assert candidate.is_canonical() == expected
+        for workers in (Workers(1), Workers(3, min_rows=2), Workers(4, min_rows=1)):
+            assert candidate.is_canonical(workers) == expected
         assert candidate.canonical().is_canonical()
 
 

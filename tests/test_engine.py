@@ -157,22 +157,26 @@ def _trust_events(value: float):
 @pytest.mark.parametrize(("field", "bad", "what"), [
     ("position", float("nan"), "positions"), ("position", float("-inf"), "positions"),
     ("confidence", float("inf"), "confidences")])
-def test_non_finite_belief_stops_naming_the_rule(small_world, field, bad, what):
+@pytest.mark.parametrize("agent", [3, 97])
+def test_non_finite_belief_stops_naming_the_rule(small_world, field, bad, what, agent):
     """A belief the update left NaN or infinite stops the round with NumericError naming
-    the rule, the first agent and topic, and that the round was not kept."""
+    the rule, the first agent and topic, and that the round was not kept (the check on
+    one range of agents and on several)."""
     from types import SimpleNamespace
 
     from shoal.core.errors import NumericError
+    from shoal.core.workers import SERIAL, Workers
     from shoal.engine.update import check_finite
 
     applied = SimpleNamespace(trust=_trust_events(0.6))
     check_finite(small_world, applied, 4)  # all finite: nothing happens
-    getattr(small_world.beliefs, field)[3, 1] = bad
-    with pytest.raises(NumericError) as err:
-        check_finite(small_world, applied, 4)
+    getattr(small_world.beliefs, field)[agent, 1] = bad
+    for workers in (SERIAL, Workers(3, min_rows=2)):
+        with pytest.raises(NumericError) as err:
+            check_finite(small_world, applied, 4, workers)
     msg = str(err.value)
     assert f"round 4: the belief rule 'social_influence' made 1 {what} not finite" in msg
-    assert f"agent 3, topic {small_world.topics[1]!r}" in msg
+    assert f"agent {agent}, topic {small_world.topics[1]!r}" in msg
     assert "Nothing of round 4 was kept" in msg
 
 

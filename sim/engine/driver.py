@@ -412,7 +412,7 @@ class RoundDriver:
                 engine_rows.append(engine.decide(w, rnd.number, rnd.traders[name],
                                                  np.asarray(list(self.providers), np.int64)))
         rnd.actions = ActionBatch.concat([res.actions for res in results] + engine_rows,
-                                         len(w.topics)).canonical()
+                                         len(w.topics)).canonical(self.workers)
         crash_point("mid_round", rnd.number)
 
     def shard_contexts(self, rnd: Round, results: list) -> None:
@@ -537,7 +537,7 @@ class RoundDriver:
         fired, applied, penum = rnd.fired, rnd.applied, self.platform_enum
         f = fired.follow_arrays()
         tables: dict[str, Any] = {
-            **posts_tables(w, rnd.new_posts, fired.counters),
+            **posts_tables(w, rnd.new_posts, fired.counters, self.workers),
             "actions": actions_table(r, applied, cfg.output.log_idle_actions, penum,
                                      self.workers),
             "beliefs": beliefs_table(w, r, self.workers),

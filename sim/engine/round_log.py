@@ -84,36 +84,47 @@ def _chunks(parts: list[pa.Table]) -> pa.Table:
 
 
 def posts_tables(world: World, ids: np.ndarray,
-                 seed_votes: dict[str, list[int]] | None = None) -> dict[str, pa.Table]:
+                 seed_votes: dict[str, list[int]] | None = None,
+                 workers: Workers = SERIAL) -> dict[str, pa.Table]:
     """The posts with the given ids, their per-topic stances (addressed topics only), and
-    the votes interventions gave them at creation (`seed_votes`: counter -> post ids)."""
+    the votes interventions gave them at creation (`seed_votes`: counter -> post ids). A
+    range of posts per worker, one Arrow chunk each."""
     p = world.posts
     seeded = {name: np.zeros(len(ids), np.int32) for name in ("up", "down")}
     for name, post_ids in (seed_votes or {}).items():
         if len(post_ids):
             np.add.at(seeded[name], np.searchsorted(ids, np.asarray(post_ids)), 1)
-    posts = pa.table({
-        "post_id": pa.array(ids),
-        "platform": PlatformEnum.of(world.cfg).array(p.platform[ids]),
-        "round": pa.array(p.round[ids]),
-        "author": pa.array(p.author[ids]),
-        "kind": enum_array(p.kind[ids], KIND_ENUM),
-        "parent_id": pa.array(p.parent[ids], mask=p.parent[ids] < 0),
-        "root_id": pa.array(p.root[ids]),
-        "text": p.text_column(ids),
-        "seed_up": pa.array(seeded["up"]),
-        "seed_down": pa.array(seeded["down"]),
-        "stance_method": enum_array(p.stance_method[ids], STANCE_METHOD_ENUM),
-    })
-    stance = p.stance[ids]
-    row, topic = np.nonzero(~np.isnan(stance))
-    stances = pa.table({
-        "post_id": pa.array(ids[row]),
-        "topic": pa.DictionaryArray.from_arrays(pa.array(topic.astype(np.int16)),
-                                                pa.array(world.topics)),
-        "stance": pa.array(stance[row, topic]),
-    })
-    return {"posts": posts, "post_stances": stances}
+    texts = p.text_column(ids)  # (encoded once a round: the checkpoint's column)
+    platforms, topics = PlatformEnum.of(world.cfg), pa.array(world.topics)
+
+    def rows_of(rows: slice) -> tuple[pa.Table, pa.Table]:
+        part = ids[rows]
+        parent = p.parent[part]
+        posts = pa.table({
+            "post_id": pa.array(part),
+            "platform": platforms.array(p.platform[part]),
+            "round": pa.array(p.round[part]),
+            "author": pa.array(p.author[part]),
+            "kind": enum_array(p.kind[part], KIND_ENUM),
+            "parent_id": pa.array(parent, mask=parent < 0),
+            "root_id": pa.array(p.root[part]),
+            "text": texts.slice(rows.start, rows.stop - rows.start),
+            "seed_up": pa.array(seeded["up"][rows]),
+            "seed_down": pa.array(seeded["down"][rows]),
+            "stance_method": enum_array(p.stance_method[part], STANCE_METHOD_ENUM),
+        })
+        stance = p.stance[part]
+        row, topic = np.nonzero(~np.isnan(stance))
+        stances = pa.table({
+            "post_id": pa.array(part[row]),
+            "topic": pa.DictionaryArray.from_arrays(pa.array(topic.astype(np.int16)), topics),
+            "stance": pa.array(stance[row, topic]),
+        })
+        return posts, stances
+
+    parts = workers.over(len(ids), rows_of)
+    return {"posts": _chunks([a for a, _ in parts]),
+            "post_stances": _chunks([b for _, b in parts])}
 
 
 def exposures_table(round_: int, views: list[PlatformView], platforms: PlatformEnum,

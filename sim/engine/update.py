@@ -37,20 +37,23 @@ def update_beliefs(world: World, rule: UpdateRule, exposures: Exposures, applied
                          lambda rows: rule.update(world.beliefs, exposures.take(rows), ctx))
         else:
             rule.update(world.beliefs, exposures, ctx)
-    check_finite(world, applied, round_)
+    check_finite(world, applied, round_, workers)
     if world.history is not None:
         world.history.record(*exposures.flat(), round_)
 
 
-def belief_problem(world: World) -> str | None:
+def belief_problem(world: World, workers: Workers = SERIAL) -> str | None:
     """What is wrong with the beliefs, if anything: positions must be finite and in
-    [-1, 1], confidences finite and in [0, 1] (None: all are)."""
+    [-1, 1], confidences finite and in [0, 1] (None: all are). The check's pass over the
+    values runs a range of agents per worker."""
     b = world.beliefs
     for what, values, low in (("positions", b.position, -1.0), ("confidences",
                                                                b.confidence, 0.0)):
         if not values.size:
             continue
-        lo, hi = values.min(), values.max()  # (NaN propagates: one pass finds both)
+        # (NaN propagates through min and max: one pass finds both)
+        ends = workers.over(len(values), lambda rows, v=values: (v[rows].min(), v[rows].max()))
+        lo, hi = np.min([e[0] for e in ends]), np.max([e[1] for e in ends])  # (NaN kept)
         if np.isfinite(lo) and np.isfinite(hi) and low <= lo and hi <= 1.0:
             continue
         bad = ~np.isfinite(values)
@@ -63,11 +66,12 @@ def belief_problem(world: World) -> str | None:
     return None
 
 
-def check_finite(world: World, applied: Applied, round_: int) -> None:
+def check_finite(world: World, applied: Applied, round_: int,
+                 workers: Workers = SERIAL) -> None:
     """Stop the run (before anything of the round is logged) if the update left a belief
     that is not a finite number in its range, or a trust value that is not finite: such
     a run's results are meaningless."""
-    problem = belief_problem(world)
+    problem = belief_problem(world, workers)
     if problem is not None:
         raise NumericError(
             f"round {round_}: the belief rule {world.cfg.beliefs.update.rule!r} made "
