@@ -99,6 +99,15 @@ def test_push_to_csr_rows_is_the_expanded_push_on_any_number_of_ranges(n_rows):
     assert (bufs[0] >= 0).any() or n_rows == 1
 
 
+def test_flatnonzero_in_ranges_is_numpys():
+    rng = np.random.default_rng(2)
+    for n in (0, 1, 5, 101):
+        mask = rng.random(n) < 0.3
+        for w in (Workers(1), Workers(3, min_rows=2), Workers(4, min_rows=1)):
+            got = w.flatnonzero(n, lambda rows, m=mask: m[rows])
+            assert got.dtype == np.int64 and np.array_equal(got, np.flatnonzero(mask))
+
+
 def test_copy_in_ranges_is_an_independent_equal_array():
     rng = np.random.default_rng(0)
     for a in (rng.random(101), rng.random((57, 3)), np.zeros(0), rng.random(9) < 0.5):

@@ -134,6 +134,12 @@ class Workers:
         """`fn` of each range of `rows`, in range order."""
         return self.map(fn, self.ranges(rows))
 
+    def flatnonzero(self, n: int, mask_of: Callable[[slice], np.ndarray]) -> np.ndarray:
+        """The indices in range(n) where `mask_of(rows)`, a range's boolean mask, holds,
+        ascending (a range per worker)."""
+        parts = self.over(n, lambda rows: np.flatnonzero(mask_of(rows)) + rows.start)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
     def copy(self, array: np.ndarray) -> np.ndarray:
         """A copy of `array`, each range of its rows copied on its own thread (one core
         neither saturates the memory bandwidth nor takes a new array's page faults

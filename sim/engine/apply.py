@@ -139,11 +139,7 @@ def apply_actions(world: World, actions: ActionBatch, views: list[PlatformView],
     acting rows and writing every row's reason and post id run a range of rows per
     worker."""
     n, ranges = len(actions), workers.ranges(len(actions))
-
-    def acting(rows: slice) -> np.ndarray:
-        return np.flatnonzero(actions.action[rows] != ActionType.DO_NOTHING) + rows.start
-
-    live = np.concatenate(workers.map(acting, ranges))
+    live = workers.flatnonzero(n, lambda rows: actions.action[rows] != ActionType.DO_NOTHING)
     if len(live) == n:
         return _apply_acts(world, actions, views, round_, workers)
     applied = _apply_acts(world, actions.take(live), views, round_, workers)

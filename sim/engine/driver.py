@@ -295,16 +295,17 @@ class RoundDriver:
     def schedule(self, rnd: Round) -> None:
         """The active agents, and per platform the members among them who participate."""
         r, w = rnd.number, self.world
-        rnd.active = self.scheduler.active(r, w.alive)
+        active = rnd.active = self.scheduler.active(r, w.alive)
         for name, plat in w.platforms.items():
-            agents = np.nonzero(rnd.active & plat.members)[0]
+            agents = self.workers.flatnonzero(
+                len(active), lambda rows, m=plat.members: active[rows] & m[rows])
             part = self.scheduler.participates(r, plat.code, agents, plat.cfg.participation)
-            rnd.acting[name] = agents[part]
+            rnd.acting[name] = agents if part.all() else agents[part]
         for name, engine in w.engines.items():
-            agents = np.nonzero(rnd.active & engine.members)[0]
+            agents = np.nonzero(active & engine.members)[0]
             part = self.scheduler.participates(r, engine.code, agents, engine.participation)
             rnd.traders[name] = agents[part]
-        rnd.stats.n_active = int(rnd.active.sum())
+        rnd.stats.n_active = int(np.count_nonzero(active))
 
     def observe(self, rnd: Round) -> None:
         """Every acting agent's feed on each platform, with the features policies read."""
