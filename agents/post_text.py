@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from shoal.beliefs.render import STANCE_BINS, stance_bin
+from shoal.core.keys import unique_sorted
 from shoal.core.language import DEFAULT, templates
 
 _SIGN_OF_BIN = (1, 1, 0, -1, -1)
@@ -38,6 +39,7 @@ class PostWriter:
         width = max(len(r) for r in reasons.values())
         self.sentences = np.empty((len(labels), len(STANCE_BINS), width), dtype=object)
         self.n_reasons = np.array([len(reasons[s]) for s in _SIGN_OF_BIN])
+        self._made: dict[int, str] = {}  # joined opener + sentence, by `_opened`'s code
         for t, label in enumerate(labels):
             for b in range(len(STANCE_BINS)):
                 stance = stances[b].format(topic=label)
@@ -47,28 +49,55 @@ class PostWriter:
 
     def statements(self, topic: np.ndarray, position: np.ndarray, u: np.ndarray) -> np.ndarray:
         """One sentence per row: topic index, position, a uniform draw picking the reason."""
-        b = stance_bin(position)
-        j = np.minimum((u * self.n_reasons[b]).astype(np.int64), self.n_reasons[b] - 1)
+        b, j = self._pick(position, u)
         return self.sentences[topic, b, j]
+
+    def _pick(self, position: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Stance bin and reason index per row."""
+        b = stance_bin(position)
+        return b, np.minimum((u * self.n_reasons[b]).astype(np.int64), self.n_reasons[b] - 1)
 
     def posts(self, stance: np.ndarray, u: np.ndarray) -> list[str]:
         """Texts of new posts with stances [n, T] (nan: topic not addressed); `u` is [n, 3]:
         opener, first-topic reason, second-topic reason. Topics appear in index order."""
+        return self.post_texts(stance, u).tolist()
+
+    def post_texts(self, stance: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """`posts` as an object array. Each distinct opener and first sentence is joined
+        once (and kept), so a round's texts are mostly gathered from a table: string
+        concatenation holds the GIL, which the decision threads share."""
         n = len(stance)
         if not n:
-            return []
+            return np.empty(0, object)
         addressed = ~np.isnan(stance)
         order = np.argsort(~addressed, axis=1, kind="stable")  # addressed topics first
         t1, t2 = order[:, 0], order[:, 1] if stance.shape[1] > 1 else order[:, 0]
         rows = np.arange(n)
         has2 = addressed.sum(axis=1) > 1
         k = len(self.openers)
-        opener = self.openers[np.minimum((u[:, 0] * k).astype(np.int64), k - 1)]
-        text = opener + self.statements(t1, stance[rows, t1], u[:, 1])
+        text = self._opened(np.minimum((u[:, 0] * k).astype(np.int64), k - 1), t1,
+                            *self._pick(stance[rows, t1], u[:, 1]))
         if has2.any():
             second = self.statements(t2[has2], stance[has2, t2[has2]], u[has2, 2])
             text[has2] = text[has2] + self.sep + second
-        return text.tolist()
+        return text
+
+    def _opened(self, opener: np.ndarray, topic: np.ndarray, b: np.ndarray, j: np.ndarray
+                ) -> np.ndarray:
+        """Opener + sentence (topic, bin, reason) per row, each distinct one made once."""
+        _, n_bins, width = self.sentences.shape
+        code = ((opener * len(self.sentences) + topic) * n_bins + b) * width + j
+        distinct = unique_sorted(code)
+        made = self._made
+        for c in distinct.tolist():
+            if c not in made:
+                o, rest = divmod(c, len(self.sentences) * n_bins * width)
+                t, rest = divmod(rest, n_bins * width)
+                made[c] = self.openers[o] + self.sentences[(t, *divmod(rest, width))]
+        table = np.array([made[c] for c in distinct.tolist()], dtype=object)
+        where = np.empty(int(distinct[-1]) + 1, np.int64)  # (only its used pages are touched)
+        where[distinct] = np.arange(len(distinct))
+        return table[where[code]]
 
     def response(self, kind: str, target_user: str, agree: bool, topics: list[int],
                  positions: list[float], u: np.ndarray) -> str:

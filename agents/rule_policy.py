@@ -218,20 +218,21 @@ class RulePolicy(Policy):
     def _texts(self, view: PlatformView, round_: int, key: int, action: np.ndarray,
                stance: np.ndarray, target_stance: np.ndarray, target_author: np.ndarray
                ) -> list[str]:
-        texts = [""] * len(action)
         posts = np.nonzero(action == ActionType.POST)[0]
         responses = np.nonzero(np.isin(action, [ActionType.QUOTE, ActionType.REPLY,
                                                 ActionType.COMMENT]))[0]
         writes = np.concatenate([posts, responses])
         if not len(writes):
-            return texts
+            return [""] * len(action)
         u = self.rng.uniform(round_, Purpose.TEXT + key, view.agents[writes], 3)
         # Each agent writes in its language, from the same draws (a batch per language).
+        texts = [""] * len(action)
         writers, which = self._writers(view, writes)
         for k, writer in enumerate(writers):
             mine = np.nonzero(which[: len(posts)] == k)[0]
-            if len(mine):
-                for i, text in zip(posts[mine], writer.posts(stance[posts[mine]], u[mine]),
+            if len(mine):  # (over lists: a numpy scalar index costs twice a Python int)
+                for i, text in zip(posts[mine].tolist(),
+                                   writer.post_texts(stance[posts[mine]], u[mine]).tolist(),
                                    strict=True):
                     texts[i] = text
         for j, i in enumerate(responses, start=len(posts)):

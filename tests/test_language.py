@@ -329,6 +329,35 @@ def test_the_loopback_server_answers_in_the_agent_language():
     assert posted[0].get("stance") == posted[1].get("stance")
 
 
+def test_rule_post_texts_are_the_joined_parts_on_every_call():
+    """A writer joins each opener and first sentence once and keeps the result: on every
+    later call, with new combinations and old ones, each text is still the opener and the
+    first (and second) addressed topic's sentences, as joined afresh."""
+    from shoal.agents.post_text import PostWriter
+
+    rng = np.random.default_rng(3)
+    writer = PostWriter([f"topic {i}" for i in range(6)])
+    k = len(writer.openers)
+    seen = 0
+    for n in (0, 1, 50, 400, 400):
+        stance = rng.uniform(-1, 1, (n, 6))
+        stance[rng.random((n, 6)) < 0.7] = np.nan
+        empty = np.isnan(stance).all(axis=1)
+        stance[empty, 0] = rng.uniform(-1, 1, int(empty.sum()))
+        u = rng.random((n, 3))
+        texts = writer.posts(stance, u)
+        assert len(texts) == n and all(type(t) is str for t in texts)
+        for row, draw, text in zip(stance, u, texts, strict=True):
+            topics = np.flatnonzero(~np.isnan(row))[:2]
+            sentences = [writer.statements(np.array([t]), np.array([row[t]]),
+                                           np.array([d]))[0]
+                         for t, d in zip(topics, draw[1:], strict=False)]
+            assert text == writer.openers[min(int(draw[0] * k), k - 1)] + writer.sep.join(
+                sentences)
+        seen = max(seen, len(set(texts)))
+    assert seen > 100
+
+
 def test_rule_posts_in_a_language_are_drawn_as_the_english_ones():
     """The rule-based agents' texts in each language: the same draws pick the same
     opener, stance and reason (the lists are parallel); Chinese and Japanese ones are
