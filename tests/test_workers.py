@@ -40,6 +40,20 @@ def test_map_keeps_item_order_and_raises_after_every_call_ended():
     with pytest.raises(ValueError, match="range 1 failed"):
         w.map(work, [0, 1, 2, 3])
     assert sorted(done) == [0, 2, 3]
+    done.clear()  # the first item runs on the calling thread: the others still finish
+
+    def slow(x: int) -> int:
+        if x == 1:
+            raise ValueError("range 1 failed")
+        time.sleep(0.05)  # (the failing call returns first; the others end later)
+        done.append(x)
+        return x
+
+    with pytest.raises(ValueError, match="range 1 failed"):
+        w.map(slow, [1, 0, 2, 3])
+    assert sorted(done) == [0, 2, 3]
+    threads = w.map(lambda _: threading.get_ident(), [0, 1, 2])
+    assert threads[0] == threading.get_ident() and threading.get_ident() not in threads[1:]
 
 
 def test_resolve_workers():

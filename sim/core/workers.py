@@ -118,17 +118,21 @@ class Workers:
         return [slice(a, b) for a, b in pairwise(bounds)]
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
-        """`fn` of every item, in item order; concurrently when there is more than one.
-        Every call finishes before this returns, so no thread still writes when an
-        error from one of them is raised."""
+        """`fn` of every item, in item order; concurrently when there is more than one
+        (the calling thread runs the first itself: one hand-off to the pool fewer, and
+        a thread that would only wait works). Every call finishes before this returns,
+        so no thread still writes when an error from one of them is raised."""
         fn = _in_ranges(fn)
         # (inside a range, ranges run inline: a pool thread waiting on its own pool's
         # threads could wait for ever)
         if len(items) <= 1 or self.n <= 1 or getattr(_in_range, "on", False):
             return [fn(item) for item in items]
-        futures = [_pool(self.n).submit(fn, item) for item in items]
-        wait(futures)
-        return [f.result() for f in futures]
+        futures = [_pool(self.n).submit(fn, item) for item in items[1:]]
+        try:
+            first = fn(items[0])
+        finally:
+            wait(futures)
+        return [first, *(f.result() for f in futures)]
 
     def over(self, rows: int, fn: Callable[[slice], R]) -> list[R]:
         """`fn` of each range of `rows`, in range order."""
