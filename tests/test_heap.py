@@ -32,7 +32,9 @@ def test_large_arrays_come_from_the_heap_and_stay_there() -> None:
     a = np.ones(64 << 20, np.uint8)  # above glibc's largest default mmap threshold (32 MB)
     during = _mallinfo()
     assert during.hblkhd == before.hblkhd  # not a fresh mapping
-    assert during.uordblks >= before.uordblks + a.nbytes
+    # (the counts are the process's: other threads of an earlier test, Ray's for one, may
+    # allocate and free meanwhile, so a megabyte of slack, as below)
+    assert during.uordblks >= before.uordblks + a.nbytes - (1 << 20)
     del a
     after = _mallinfo()
     assert after.arena + after.hblkhd >= before.arena + before.hblkhd + (64 << 20) - (1 << 20)
