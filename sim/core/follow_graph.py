@@ -111,18 +111,6 @@ class FollowGraph:
         self._changed()
 
 
-def expand_rows(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """For each row in `rows` (int64), its CSR entries: (row position in `rows`, entry),
-    on the calling thread."""
-    starts = indptr[rows]
-    counts = indptr[rows + 1] - starts
-    which = np.repeat(np.arange(len(rows)), counts)
-    # entry j of a row sits at its start + j: shift a running count by start - offset
-    shift = starts - (np.cumsum(counts) - counts)
-    return which, indices[np.arange(len(which)) + np.repeat(shift, counts)]
-
-
 def expand_csr(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray,
                workers: Workers = SERIAL) -> tuple[np.ndarray, np.ndarray]:
     """For each row in `rows`, its CSR entries: returns (row position in `rows`, entry).
@@ -130,8 +118,12 @@ def expand_csr(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray,
     rows = np.asarray(rows, dtype=np.int64)
 
     def expand(part: slice) -> tuple[np.ndarray, np.ndarray]:
-        which, entries = expand_rows(indptr, indices, rows[part])
-        return which + part.start, entries
+        starts = indptr[rows[part]]
+        counts = indptr[rows[part] + 1] - starts
+        which = np.repeat(np.arange(part.start, part.stop), counts)
+        # entry j of a row sits at its start + j: shift a running count by start - offset
+        shift = starts - (np.cumsum(counts) - counts)
+        return which, indices[np.arange(len(which)) + np.repeat(shift, counts)]
 
     parts = workers.over(len(rows), expand)
     if len(parts) == 1:

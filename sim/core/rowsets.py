@@ -10,7 +10,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from shoal.core.follow_graph import expand_rows
+from shoal.core.follow_graph import expand_csr
 from shoal.core.keys import unique_sorted
 from shoal.core.workers import SERIAL, Workers
 
@@ -90,7 +90,7 @@ def push_to_csr_rows(buf: np.ndarray, indptr: np.ndarray, indices: np.ndarray,
                                 side="right").tolist(), len(sources)]
 
     def expand(part: slice) -> np.ndarray:
-        which, readers = expand_rows(indptr, indices, sources[part])
+        which, readers = expand_csr(indptr, indices, sources[part])  # (on this thread)
         mine = vals[part][which]
         if len(skip):
             keep = ~np.isin(readers, skip)

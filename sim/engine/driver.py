@@ -296,15 +296,17 @@ class RoundDriver:
         """The active agents, and per platform the members among them who participate."""
         r, w = rnd.number, self.world
         active = rnd.active = self.scheduler.active(r, w.alive)
+
+        def acting(code: int, members: np.ndarray, participation: float) -> np.ndarray:
+            agents = self.workers.flatnonzero(len(active),
+                                              lambda rows: active[rows] & members[rows])
+            part = self.scheduler.participates(r, code, agents, participation)
+            return agents if part.all() else agents[part]
+
         for name, plat in w.platforms.items():
-            agents = self.workers.flatnonzero(
-                len(active), lambda rows, m=plat.members: active[rows] & m[rows])
-            part = self.scheduler.participates(r, plat.code, agents, plat.cfg.participation)
-            rnd.acting[name] = agents if part.all() else agents[part]
+            rnd.acting[name] = acting(plat.code, plat.members, plat.cfg.participation)
         for name, engine in w.engines.items():
-            agents = np.nonzero(active & engine.members)[0]
-            part = self.scheduler.participates(r, engine.code, agents, engine.participation)
-            rnd.traders[name] = agents[part]
+            rnd.traders[name] = acting(engine.code, engine.members, engine.participation)
         rnd.stats.n_active = int(np.count_nonzero(active))
 
     def observe(self, rnd: Round) -> None:
