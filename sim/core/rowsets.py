@@ -145,10 +145,16 @@ def _push_keys(buf: np.ndarray, keys: np.ndarray) -> None:
         moved = touched[n_new == m]
         if len(moved):
             buf[moved, :k - m] = buf[moved, m:]
-    # ... then its newest k new ids, right-aligned (from_end 0: the row's newest)
-    from_end = np.repeat(starts + counts, counts) - 1 - np.arange(len(keys))
-    sel = np.flatnonzero(from_end < k)
-    buf[r[sel], k - 1 - from_end[sel]] = keys[sel] & _LOW
+    # ... then its newest k new ids, right-aligned: column k-1-j takes each row's j-th
+    # newest, for the rows that have one (one pass per column rather than an index per
+    # entry built with np.repeat, which holds the GIL; the same CPU)
+    rows, newest, left = touched, starts + counts - 1, counts
+    for column in range(k - 1, -1, -1):
+        buf[rows, column] = keys[newest] & _LOW
+        more = np.flatnonzero(left > 1)
+        if not len(more):
+            break
+        rows, newest, left = rows[more], newest[more] - 1, left[more] - 1
 
 
 def first_valid(cand: np.ndarray, valid: np.ndarray, k: int, distinct: bool = False

@@ -43,6 +43,7 @@ from shoal.core.faults import crash_point
 from shoal.core.files import replacing
 from shoal.core.registry import PluginError
 from shoal.core.state import State, json_default
+from shoal.store.npz import write_npz
 
 FORMAT = 6  # bump when what a checkpoint holds changes; 4 and 5 are still read
 READS = (4, 5, 6)
@@ -189,9 +190,7 @@ class CheckpointStore:
     @staticmethod
     def _npz(path: Path, arrays: dict[str, np.ndarray]) -> int:
         with open(path, "wb") as f:
-            # numpy's stub gives savez an `allow_pickle: bool` keyword beside **kwds, so
-            # mypy rejects any **dict[str, ndarray] (third-party typing gap)
-            np.savez(f, **arrays)  # type: ignore[arg-type]
+            write_npz(f, arrays)
             f.flush()
             os.fsync(f.fileno())
         return path.stat().st_size
