@@ -45,4 +45,4 @@ def _write_npy(member: IO[bytes], array: np.ndarray) -> None:
         return
     # the bytes in the order the header says: Fortran order is kept as numpy keeps it
     flat = array.T if header["fortran_order"] else np.ascontiguousarray(array)
-    member.write(memoryview(flat.reshape(-1).view(np.uint8)))
+    member.write(flat.reshape(-1).view(np.uint8).data)
