@@ -10,13 +10,14 @@ object handling, the few numpy functions that keep it, such as `np.repeat`) runs
 thread at a time, wherever it is. `RoundStats.cpu_ms` splits CPU by code (serial or in
 ranges), not by the GIL, so Amdahl's bound from it (bench/scaling.py) is an upper bound.
 This bench samples the GIL's holder with py-spy (`record --gil --threads`, a sampling
-profiler that reads the process from outside: `pip install py-spy`) while W runs, and
-reports per round the milliseconds each group of threads held it: the driver's thread
-inside rounds (by phase), the worker threads (by range function), the writer thread,
-and the others. Their sum G is a floor for a round on any number of threads, and
+profiler that reads the process from outside: `pip install py-spy`) while W's rounds run
+(it attaches once the world is built and round 0 written, and stops when the last
+round's tables are), and reports per round the milliseconds each group of threads held
+it: the driver's thread (by phase), the worker threads (by range function), the writer
+thread, and the others. Their sum G is a floor for a round on any number of threads, and
 T(round) / G bounds what more threads can give this run.
 
-py-spy needs to read the child process's memory (ptrace): in a container without
+py-spy needs to read the measured process's memory (ptrace): in a container without
 CAP_SYS_PTRACE it fails and says so.
 """
 
@@ -24,23 +25,46 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
 
-def child(n: int, rounds: int, workers: int) -> None:
-    """The measured process: W's rounds (bench/scaling.py's run), its result as JSON."""
+def child(n: int, rounds: int, workers: int, spy: str, rate: int, raw: Path) -> None:
+    """The measured process: W's rounds (bench/scaling.py's run) sampled by py-spy
+    attached to this process once the world is built and round 0 written (building a
+    million agents is not a round), its result as JSON."""
     sys.path.insert(0, str(HERE))
     from scaling import run_w
 
-    print("RESULT " + json.dumps(run_w(n, rounds, "local", workers)), flush=True)
+    @contextmanager
+    def sampled(sim):
+        sim.writer.flush()  # round 0's tables and checkpoint: before the samples
+        proc = subprocess.Popen(
+            [spy, "record", "--pid", str(os.getpid()), "--gil", "--threads", "--rate",
+             str(rate), "--format", "raw", "--output", str(raw)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        said = proc.stdout.readline() if proc.stdout else ""  # "Sampling process ..."
+        if "Sampling" not in said:
+            proc.kill()
+            sys.exit(f"py-spy did not start: {said}{proc.communicate()[0]}")
+        try:
+            yield
+        finally:
+            proc.send_signal(signal.SIGINT)  # py-spy writes its samples and exits
+            proc.communicate(timeout=120)
+
+    print("RESULT " + json.dumps(run_w(n, rounds, "local", workers, around=sampled)),
+          flush=True)
 
 
 def _frame_name(frame: str) -> str:
@@ -49,31 +73,33 @@ def _frame_name(frame: str) -> str:
 
 def gil_by_group(raw: Path) -> dict[str, Counter]:
     """py-spy raw samples (one stack per line with its count) grouped: the driver's
-    thread in rounds (by phase), workers (by range function), writer, other threads."""
+    thread (by phase), workers (by range function), writer, other threads. Threads are
+    told apart by their stacks (py-spy does not name threads started after it attached,
+    as the worker pool's are)."""
     groups: dict[str, Counter] = {k: Counter() for k in ("driver", "workers", "writer",
                                                           "other")}
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         thread, *frames = stack.split(";")
-        name = thread.split(": ", 1)[1] if ": " in thread else (
-            "MainThread" if frames and frames[0].startswith("<module>") else thread)
         n = int(count)
         names = [_frame_name(f) for f in frames]
-        if name == "MainThread":
-            if "RoundDriver.step" in names:  # (outside rounds: building the world)
+        if frames and frames[0].startswith("<module>"):  # the main thread: the driver
+            phase = "between rounds"  # (the run's loop: the run's meta, the next round)
+            if "RoundDriver.step" in names:
                 i = names.index("RoundDriver.step")
                 phase = names[i + 1] if i + 1 < len(names) else "step"
                 if phase == "_GeneratorContextManager.__exit__":
                     phase = "phase bookkeeping"
-                groups["driver"][phase.removeprefix("RoundDriver.")] += n
-        elif name.startswith("shoal-worker"):
+            groups["driver"][phase.removeprefix("RoundDriver.")] += n
+        elif "shoal-worker" in thread or "_worker" in names:  # (a pool's thread)
             where = [j for j, f in enumerate(frames) if "core/workers.py" in f]
             fn = names[where[0] + 1] if where and where[0] + 1 < len(names) else "(pool)"
             groups["workers"][re.sub(r"\.<locals>", "", fn)] += n
-        elif name == "shoal-writer":
+        elif "shoal-writer" in thread or "RoundWriter._loop" in names:
             groups["writer"][names[-1] if names else "?"] += n
         else:
-            groups["other"][name] += n
+            name = thread.split(": ", 1)[1] if ": " in thread else thread
+            groups["other"]["shoal-shards" if "LoopThread._main" in names else name] += n
     return groups
 
 
@@ -86,23 +112,24 @@ def main() -> None:
     parser.add_argument("--raw", type=Path, help="also keep py-spy's samples in this file")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        child(args.n, args.rounds, args.workers)
-        return
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(spy).exists():
         sys.exit("bench/gil.py needs py-spy: pip install py-spy")
+    if args.child:
+        child(args.n, args.rounds, args.workers, spy, args.rate, args.raw)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "gil.txt"
         run = subprocess.run(
-            [spy, "record", "--gil", "--threads", "--rate", str(args.rate), "--format", "raw",
-             "--output", str(raw), "--", sys.executable, __file__, "--child",
-             "--n", str(args.n), "--rounds", str(args.rounds), "--workers", str(args.workers)],
+            [sys.executable, __file__, "--child", "--n", str(args.n), "--rounds",
+             str(args.rounds), "--workers", str(args.workers), "--rate", str(args.rate),
+             "--raw", str(raw)],
             capture_output=True, text=True)
         result = next((json.loads(line[7:]) for line in run.stdout.splitlines()
                        if line.startswith("RESULT ")), None)
         if run.returncode or result is None or not raw.exists():
-            sys.exit(f"py-spy or the run failed (exit {run.returncode}):\n{run.stderr[-2000:]}")
+            sys.exit(f"py-spy or the run failed (exit {run.returncode}):\n"
+                     f"{(run.stdout + run.stderr)[-2000:]}")
         groups = gil_by_group(raw)
         if args.raw:
             shutil.copyfile(raw, args.raw)

@@ -38,7 +38,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from datetime import datetime
 from pathlib import Path
 
@@ -79,10 +80,13 @@ def pinned(k: int | None):
 
 
 def run_w(n: int, rounds: int, executor: str, workers: int,
-          overrides: tuple[str, ...] = (), pin: bool = False) -> dict:
+          overrides: tuple[str, ...] = (), pin: bool = False,
+          around: Callable[[Simulation], AbstractContextManager] = nullcontext) -> dict:
     """One run of W with `workers` driver threads (and as many shards on Ray): its
     rounds' wall time and each phase's median milliseconds. `overrides` are config
-    overrides (`path=value`) applied last; `pin`: on `workers` cores."""
+    overrides (`path=value`) applied last; `pin`: on `workers` cores; `around(sim)`: a
+    context entered once the world is built, left when the rounds' tables are written
+    (bench/gil.py samples the rounds inside it)."""
     with tempfile.TemporaryDirectory() as out, pinned(workers if pin else None):
         cfg = load_config(HERE / "configs" / "workload_w.yaml",
                           [f"population.size={n}", f"rounds={rounds}",
@@ -92,10 +96,11 @@ def run_w(n: int, rounds: int, executor: str, workers: int,
         sim = Simulation.create(cfg)
         try:
             sim.driver()  # the executor (and Ray) start before the clock
-            t = time.perf_counter()
-            stats = sim.run()
-            sim.writer.flush()
-            seconds = time.perf_counter() - t
+            with around(sim):
+                t = time.perf_counter()
+                stats = sim.run()
+                sim.writer.flush()
+                seconds = time.perf_counter() - t
         finally:
             sim.close()
         con = duckdb.connect(str(sim.dir.db), read_only=True)
