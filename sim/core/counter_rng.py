@@ -54,8 +54,9 @@ class Purpose(IntEnum):
 
 # Counters per pass: the six work arrays (1.5 MB) stay in a core's cache, and each numpy
 # call is long enough that ranges drawing on several threads do not queue for the GIL
-# between calls: at 1M draws split over two threads, 16k a pass ran 1.1-1.3x faster than
-# one thread, 32k 1.6-1.7x (one thread alone: the same time for both).
+# between calls: at 1M draws split over two threads, 16k a pass ran 1.12-1.16x faster
+# than one thread, 32k 1.57-1.74x (one thread alone: the same time for both;
+# bench/README.md, "Fewer GIL hand-offs").
 _CHUNK = 1 << 15
 
 
