@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+import numpy as np
+
 from shoal.beliefs.rules.base import Exposures, UpdateContext, UpdateRule
 from shoal.beliefs.rules.config import TIE, Dynamics, Epsilon
 from shoal.beliefs.rules.influences import influences
@@ -47,4 +49,8 @@ class HegselmannKrauseRule(UpdateRule):
         inf = influences(beliefs.position, exposures, ctx, c.mode, within=c.epsilon + TIE,
                          skip_seen=c.skip_seen)
         x = beliefs.position[inf.rows]
-        beliefs.position[inf.rows] = (x + inf.weighted) / (1.0 + inf.weight)
+        mean = (x + inf.weighted) / (1.0 + inf.weight)
+        # Where everyone within ε already agrees, the mean is exactly x: without this a
+        # converged cluster can step between two neighbouring floats forever, and the model
+        # would never reach the fixed point it reaches in finite time (Dittmer 2001).
+        beliefs.position[inf.rows] = mean if inf.settled is None else np.where(inf.settled, x, mean)

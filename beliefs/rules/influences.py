@@ -31,6 +31,11 @@ class Influences:
     rows: np.ndarray  # int64 [R]: the agents updated
     weight: np.ndarray  # float64 [R, T]: Σ w
     weighted: np.ndarray  # float64 [R, T]: Σ w·s
+    # bool [R, T] or None: every influence within the bound holds exactly the agent's own
+    # value (mode `complete` with a bound). The mean is then that value; a rule takes it
+    # as is, since the sums round (prefix-sum differences carry the other clusters'
+    # rounding) and a frozen cluster would otherwise step between neighbouring floats.
+    settled: np.ndarray | None = None
 
 
 def influences(pos: np.ndarray, exposures: Exposures, ctx: UpdateContext, mode: str,
@@ -95,6 +100,7 @@ def _from_everyone(pos: np.ndarray, live: np.ndarray, within: float | None) -> I
         return Influences(live, weight, x.sum(axis=0)[None, :] - x)
     weight = np.empty(x.shape)
     weighted = np.empty(x.shape)
+    settled = np.empty(x.shape, dtype=bool)
     for t in range(x.shape[1]):  # a loop over topics, vectorised over agents
         xs = np.sort(x[:, t])
         cs = np.concatenate([[0.0], np.cumsum(xs)])
@@ -103,4 +109,5 @@ def _from_everyone(pos: np.ndarray, live: np.ndarray, within: float | None) -> I
         # The range holds the agent itself (distance 0); influences are the others.
         weight[:, t] = hi - lo - 1
         weighted[:, t] = cs[hi] - cs[lo] - x[:, t]
-    return Influences(live, weight, weighted)
+        settled[:, t] = xs[lo] == xs[hi - 1]
+    return Influences(live, weight, weighted, settled)
