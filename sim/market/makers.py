@@ -1,6 +1,7 @@
 """Automated market makers: who is on the other side of every trade.
 
-A maker quotes a price for each outcome of one market (prices are positive and sum to 1),
+A maker quotes a price for each outcome of one market (prices are positive and sum to 1;
+an LMSR price underflows to 0.0 when its q trails the leader's by more than ~745·b),
 sells shares for cash and buys them back. A share of the outcome that happens pays 1 at
 resolution, so a price reads as the market's probability. Two makers, behind one
 interface, registered in `shoal.core.registry.MARKET_MAKERS` with their config models:
