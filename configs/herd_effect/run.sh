@@ -32,24 +32,29 @@ echo "base run (3,000 agents, 20 rounds) into $out ..." >&2
 step run "$here/../herd_effect.yaml" --out "$out" --quiet
 base=$(sed -n 's/^run \([^ ]*\) → .*/\1/p' "$log" | head -n 1)
 [[ -n "$base" ]] || { echo "run.sh: could not read the base run's id" >&2; cat "$log" >&2; exit 1; }
+forks=()  # "arm seed run_id" of this invocation's forks (an earlier run's stay out)
 for seed in 1 2 3 4 5; do
   for arm in up control down; do
     echo "fork: arm $arm, seed $seed" >&2
     step fork "$out/$base" --round 10 --seed "$seed" --intervene "$here/$arm.yaml" \
       --name "herd-$arm-s$seed" --quiet
+    id=$(sed -n 's/^fork \([^ ]*\) of .*/\1/p' "$log" | head -n 1)
+    [[ -n "$id" ]] || { echo "run.sh: could not read the fork's id" >&2; cat "$log" >&2; exit 1; }
+    forks+=("$arm $seed $id")
   done
 done
-"$python" - "$out" <<'PY'
-import glob, sys
+"$python" - "$out" "${forks[@]}" <<'PY'
+import sys
 import duckdb, numpy as np
 out = sys.argv[1]
+runs = {(arm, int(seed)): run for arm, seed, run in (f.split() for f in sys.argv[2:])}
 treated = """SELECT s.up - s.down AS score FROM post_stats s WHERE s.post_id IN
              (SELECT unnest(from_json(effect->'$.post_ids', '["BIGINT"]')) FROM interventions)"""
 print(f"{'arm':8} {'mean final score':>17} {'95% CI':>8}   per replicate")
 for arm in ("up", "control", "down"):
     means = []
     for seed in range(1, 6):
-        (db,) = glob.glob(f"{out}/herd-{arm}-s{seed}-*/trajectory.duckdb")
+        db = f"{out}/{runs[arm, seed]}/trajectory.duckdb"
         con = duckdb.connect(db, read_only=True)
         means.append(con.sql(treated).df().score.mean())
         con.close()
