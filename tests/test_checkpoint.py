@@ -247,6 +247,38 @@ def test_garbage_run_json_exits_2_and_touches_nothing(tmp_path, reference_db, ca
     assert digests() == before
 
 
+@pytest.mark.parametrize("lineage", ["x", [1], {"parent_run_id": 5},
+                                     {"parent_run_id": "p", "parent_path": ["a"]}])
+def test_a_run_json_with_a_wrong_lineage_is_damaged_not_an_internal_error(
+        tmp_path, reference_db, capsys, lineage):
+    """run.json's `lineage` of the wrong shape (found by a hostile-input sweep: resume,
+    fork, report and `shoal runs` of the whole folder failed with AttributeError, resume
+    after rewriting run.json): resume and fork exit 2 naming the file and the field, and
+    touch nothing; `shoal runs` lists the run as damaged beside the others."""
+    import hashlib
+    import json
+
+    run_dir = _copy_of(reference_db, tmp_path)
+    meta = json.loads((run_dir / "run.json").read_text())
+    meta["lineage"] = lineage
+    (run_dir / "run.json").write_text(json.dumps(meta))
+
+    def digests() -> dict[str, str]:
+        return {str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+    before = digests()
+    for argv in (["resume", str(run_dir), "--quiet"],
+                 ["fork", str(run_dir), "--round", "1", "--quiet"]):
+        assert main(argv) == 2, argv
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"{run_dir / 'run.json'}: damaged (lineage" in err, err
+        assert "internal error" not in err
+    assert digests() == before
+    assert main(["runs", str(tmp_path)]) == 0
+    assert "damaged" in capsys.readouterr().out
+
+
 def test_a_components_numpy_numbers_come_back_as_numbers(tmp_path):
     """A part's state meta holding numpy scalars reads back as the numbers (not their
     text, which a fork would then add to an int); a value JSON cannot hold is an error

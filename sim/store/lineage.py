@@ -29,7 +29,7 @@ from shoal.core.errors import InputError
 from shoal.store.checkpoints import CheckpointError
 from shoal.store.knowledge import GRAPH_TABLES, SCENARIO_DIR, GraphReader
 from shoal.store.live_mirror import LiveMirror
-from shoal.store.run_dir import RunDir, open_run_dir
+from shoal.store.run_dir import RunDir, meta_problem, open_run_dir
 from shoal.store.schema import schema
 from shoal.store.tables import TABLES, TableSpec, file_tables
 from shoal.store.trajectory import damage_reason, damaged, header_damage, trajectory_problem
@@ -408,7 +408,9 @@ def _read_meta(path: Path) -> dict[str, Any] | None:
         meta = json.loads((path / "run.json").read_text())
     except (OSError, UnicodeDecodeError, ValueError):
         meta = None
-    return meta if isinstance(meta, dict) else {"status": "damaged"}
+    if not isinstance(meta, dict) or meta_problem(meta) is not None:
+        return {"status": "damaged"}
+    return meta
 
 
 class LiveRun:

@@ -99,6 +99,9 @@ class RunDir:
                              "as it is") from None
         if not isinstance(meta, dict):
             raise InputError(f"{self.meta}: damaged (not a JSON object)")
+        if (problem := meta_problem(meta)) is not None:
+            raise InputError(f"{self.meta}: damaged ({problem}); the run cannot be used as it "
+                             "is")
         return meta
 
     def read_config(self) -> dict[str, Any]:
@@ -122,6 +125,26 @@ class RunDir:
     def platform_names(self) -> list[str]:
         """The run's platforms (enabled or not), in code order, as its config lists them."""
         return list(self.read_config().get("platforms") or {})
+
+
+def meta_problem(meta: dict[str, Any]) -> str | None:
+    """What is wrong with run.json's `lineage` (which every reader of a fork's history
+    follows), or None: an object, if there, whose parent id and path are text."""
+    info = meta.get("lineage")
+    if info is None:
+        return None
+    if not isinstance(info, dict):
+        return f"lineage is a {type(info).__name__}, not an object"
+    for key in ("parent_run_id", "parent_path"):
+        value = info.get(key)
+        if value is not None and not isinstance(value, str):
+            return f"lineage.{key} is a {type(value).__name__}, not text"
+    return None
+
+
+def is_run_dir(path: Path) -> bool:
+    """Whether a folder is a run directory (it holds run.json or a trajectory)."""
+    return (path / "run.json").is_file() or (path / DB_NAME).is_file()
 
 
 def new_run_id(name: str) -> str:
