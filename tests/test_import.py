@@ -176,6 +176,23 @@ def test_non_empty_out_is_refused_unless_force(tmp_path, capsys):
     assert _import("mirofish", "mirofish_sim", out) == 2
 
 
+def test_a_run_directory_is_refused_even_with_force(tmp_path, capsys):
+    """`--force` overwrites imported files, never a run: a folder holding run.json or a
+    trajectory is refused by name and keeps its files byte for byte (a hostile-input
+    sweep found its config.yaml replaced and scenario files added, the run still listed
+    as finished)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text('{"run_id": "run", "status": "finished"}')
+    (run / "config.yaml").write_text("name: mine\n")
+    for argv in (["import", "miroshark", str(DATA / "miroshark_sim")],
+                 ["init", str(DATA / "preset" / "harbour_toll.json")]):
+        assert main([*argv, "--out", str(run), "--force"]) == 2, argv
+        assert "is a run directory" in capsys.readouterr().err
+    assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "run.json"]
+    assert (run / "config.yaml").read_text() == "name: mine\n"
+
+
 def test_a_miroshark_preset_template_imports_through_init(tmp_path, capsys):
     """A preset (seed document + simulation requirement, MiroShark's preset_templates
     schema): its requirement heads the scenario and ranks what it names first, its sizes

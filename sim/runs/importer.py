@@ -54,6 +54,7 @@ from shoal.config.yaml_text import MAX_DEPTH
 from shoal.core.errors import InputError
 from shoal.core.language import DEFAULT, Templates, detect_cjk, templates
 from shoal.core.text_files import DuplicateKey, read_user_text, unique_keys
+from shoal.store.run_dir import is_run_dir
 
 Source = Literal["miroshark", "mirofish"]
 SOURCES: tuple[str, ...] = ("miroshark", "mirofish")
@@ -1141,6 +1142,9 @@ def _check_out(out: Path, force: bool) -> None:
         raise InputError(f"--out {out}: exists and is not a folder")
     if not out.is_dir():
         return
+    if is_run_dir(out):  # --force overwrites imported files, never a run's
+        raise InputError(f"--out {out}: is a run directory; an import never writes into a "
+                         "run: give a new folder")
     entries = sorted(out.iterdir())
     if entries and not force:
         raise InputError(f"--out {out}: the folder exists and is not empty; choose another "

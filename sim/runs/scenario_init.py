@@ -60,6 +60,7 @@ from shoal.memory.knowledge.ingest import TopicNames, ingest_document
 from shoal.memory.knowledge.model import POLARITY, KnowledgeGraph
 from shoal.memory.knowledge.resolve import key
 from shoal.store.knowledge import write_scenario_graph
+from shoal.store.run_dir import is_run_dir
 from shoal.world.knowledge import read_document
 
 PUBLIC = "public"
@@ -499,6 +500,9 @@ def init_scenario(brief: str | Path, out: str | Path | None, extractor: Extracto
     folder = Path(out) if out is not None else Path.cwd() / slug(path.stem)
     if folder.exists() and not folder.is_dir():
         raise InputError(f"{folder}: is a file; give --out a folder")
+    if folder.is_dir() and is_run_dir(folder):  # --force overwrites a scenario, never a run
+        raise InputError(f"{folder}: is a run directory; a scenario is never written into a "
+                         "run: give --out a new folder")
     if folder.exists() and any(folder.iterdir()) and not force:
         raise InputError(f"{folder}: exists and is not empty (use --force to overwrite)")
     first = KnowledgeGraph()
