@@ -4,6 +4,8 @@ the reported interval; a calibration resumes from its study; bad input is named.
 from __future__ import annotations
 
 import json
+import os
+import threading
 
 import numpy as np
 import pandas as pd
@@ -21,6 +23,7 @@ from shoal.runs.calibrate import (
     load_target,
     parse_param,
     position_series,
+    read_target,
     simulate,
     summarise,
 )
@@ -172,3 +175,183 @@ def test_bad_calibration_input_is_named(tiny, tmp_path, capsys):
     assert main(["calibrate", str(config), "--target", str(target), "--param",
                  "beliefs.update.nope=0:1", "--out", str(tmp_path / "x")]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+def _listing(folder):
+    """Every file under `folder` with its bytes (to show a refusal changed nothing)."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+def test_a_pipe_or_a_fifo_target_is_refused_before_anything_runs(tiny, tmp_path, capsys):
+    """A target read from a pipe (`--target <(cat targets.csv)`: /dev/fd/N) was read once
+    by the calibration and again, empty, for the plot: every draw ran, then "no rows" and
+    exit 2; a named FIFO with no writer blocked for ever. Both are refused up front,
+    nothing written."""
+    config, target = tiny
+    out = tmp_path / "fit"
+    r, w = os.pipe()
+    os.write(w, target.read_bytes())
+    os.close(w)
+    try:
+        code = main(["calibrate", str(config), "--target", f"/dev/fd/{r}", "--param",
+                     "beliefs.update.rate=0.002:0.2:log", "--trials", "2", "--seeds", "1",
+                     "--out", str(out)])
+    finally:
+        os.close(r)
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2
+    assert f"--target /dev/fd/{r}: not a regular file (a pipe or device); save it to a " \
+           "file" in err
+    assert not out.exists()
+
+    fifo = tmp_path / "targets.fifo"
+    os.mkfifo(fifo)
+    caught: list[Exception] = []
+
+    def read() -> None:
+        try:
+            read_target(fifo)
+        except Exception as exc:  # (handed to the test's thread)
+            caught.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(10)
+    if reader.is_alive():  # blocked in open(): a writer lets it go, then fail
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(10)
+        pytest.fail("reading a FIFO target blocked")
+    assert len(caught) == 1 and isinstance(caught[0], InputError)
+    assert "not a regular file (a pipe or device)" in str(caught[0])
+
+
+@pytest.mark.slow
+def test_the_target_is_read_once_and_its_copy_resumes(tiny, tmp_path, ray_session,
+                                                      monkeypatch, capsys):
+    """The target is read once, before the draws, and copied to --out/target.csv: one
+    deleted during the calibration no longer fails the plot at the end; a resume fits
+    the copy (the draws were measured against it) from any path holding the same rows,
+    and refuses other rows, leaving the folder as it was. A folder written before the
+    copy (spec.json, no target.csv) resumes from the path it recorded."""
+    import shoal.runs.calibrate as module
+
+    config, original = tiny
+    target = tmp_path / "polls.csv"
+    target.write_bytes(original.read_bytes())
+    out = tmp_path / "fit"
+    real_distance = module.distance
+
+    def deleting(simulated, data):
+        target.unlink(missing_ok=True)  # the file is gone while draws are still running
+        return real_distance(simulated, data)
+
+    monkeypatch.setattr(module, "distance", deleting)
+    argv = ["calibrate", str(config), "--param", "beliefs.update.rate=0.002:0.2:log",
+            "--seeds", "1", "--out", str(out)]
+    assert main([*argv, "--target", str(target), "--trials", "2"]) == 0, \
+        capsys.readouterr().err
+    monkeypatch.undo()
+    assert not target.exists() and (out / "fit.png").exists()
+    assert (out / "target.csv").read_bytes() == original.read_bytes()
+    assert json.loads((out / "spec.json").read_text())["target"] == str(target)
+
+    # resumed from the copy itself, then from another file with the same rows
+    assert main([*argv, "--no-plot", "--target", str(out / "target.csv"),
+                 "--trials", "3"]) == 0
+    moved = tmp_path / "moved.csv"
+    moved.write_bytes(original.read_bytes())
+    assert main([*argv, "--no-plot", "--target", str(moved), "--trials", "4"]) == 0
+    assert len(pd.read_csv(out / "trials.csv")) == 4
+    assert json.loads((out / "spec.json").read_text())["target"] == str(target)
+
+    # other rows: refused, naming the copy; nothing in the folder changes
+    edited = pd.read_csv(original)
+    edited.loc[0, "value"] += 0.1
+    edited.to_csv(moved, index=False)
+    before = _listing(out)
+    capsys.readouterr()
+    assert main([*argv, "--no-plot", "--target", str(moved), "--trials", "5"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"--target {moved}: its rows differ from {out / 'target.csv'}" in err
+    assert _listing(out) == before
+
+    # a folder from before the copy: the recorded path continues it (and is copied) ...
+    (out / "target.csv").unlink()
+    target.write_bytes(original.read_bytes())
+    before = _listing(out)
+    assert main([*argv, "--no-plot", "--target", str(moved), "--trials", "5"]) == 2
+    assert f"the calibration in {out} fits {target} (spec.json)" in \
+        " ".join(capsys.readouterr().err.split())
+    assert _listing(out) == before
+    assert main([*argv, "--no-plot", "--target", str(target), "--trials", "5"]) == 0
+    assert (out / "target.csv").read_bytes() == original.read_bytes()
+    assert len(pd.read_csv(out / "trials.csv")) == 5
+
+    # a folder that is no calibration but holds a target.csv of other rows: left alone
+    stranger = tmp_path / "stranger"
+    stranger.mkdir()
+    (stranger / "target.csv").write_bytes(moved.read_bytes())
+    with pytest.raises(InputError, match=r"holds a target\.csv whose rows differ"):
+        calibrate(str(config), str(target), [parse_param("beliefs.update.rate=0.002:0.2")],
+                  stranger, trials=2, seeds=1)
+    assert _listing(stranger) == {"target.csv": moved.read_bytes()}
+
+
+def _target_file(folder, lines: list[str]):
+    path = folder / "target.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_target_values_outside_a_metric_range_and_repeated_rows_are_refused(tmp_path):
+    """A value no run can produce (a mean of positions below −1, an sd above 1, a share
+    above 1, …) names the file, line, metric and range; so does a (round, metric) given
+    twice, naming both lines. The ends of each range are accepted, and the shipped
+    targets load."""
+    head = "round,metric,value"
+    for row, kind_range in (("1,mean.carbon_tax,-7", r"\[-1, 1\] \(positions lie in"),
+                            ("1,sd.carbon_tax,5", r"\[0, 1\] \(the sd of positions"),
+                            ("1,sd.carbon_tax,-0.1", r"\[0, 1\]"),
+                            ("1,support.carbon_tax,45", r"\[0, 1\] \(it is a share"),
+                            ("1,retest.carbon_tax,1.2", r"\[-1, 1\] \(it is a correlation"),
+                            ("1,bimodality.carbon_tax,1.5", r"\[0, 1\] \(Sarle's")):
+        path = _target_file(tmp_path, [head, "0,sd.carbon_tax,0.5", row])
+        metric, value = row.split(",")[1:]
+        with pytest.raises(InputError, match=rf"target\.csv, line 3: {metric} {value} is "
+                                             rf"outside its possible range {kind_range}"):
+            load_target(path, ["carbon_tax"], 6)
+    ends = _target_file(tmp_path, [head, "0,mean.carbon_tax,-1", "0,sd.carbon_tax,1",
+                                   "1,sd.carbon_tax,0", "0,support.carbon_tax,1",
+                                   "0,retest.carbon_tax,-1", "0,bimodality.carbon_tax,1"])
+    assert len(load_target(ends, ["carbon_tax"], 6)) == 6
+    shipped = CONFIGS / "calibration" / "quickstart_targets.csv"
+    assert len(load_target(shipped, ["carbon_tax", "nuclear_power"], 30)) > 0
+
+    twice = _target_file(tmp_path, [head, "1,sd.carbon_tax,0.3", "2,sd.carbon_tax,0.3",
+                                    "", "01,sd.carbon_tax,0.4"])
+    with pytest.raises(InputError, match=r"target\.csv, lines 2 and 5: round 1, "
+                                         r"sd\.carbon_tax is given twice"):
+        load_target(twice, ["carbon_tax"], 6)
+
+
+def test_a_wrong_header_is_shown_with_what_to_change(tmp_path):
+    """A header with another separator or in capitals said only "missing columns": the
+    message shows the header found and says what to change."""
+    for header, hint in (("round;metric;value", "separate the columns with commas, not ';'"),
+                         ("round\tmetric\tvalue", r"separate the columns with commas, not "
+                                                  r"'\t'"),
+                         ("Round,Metric,Value", "write the column names in lower case"),
+                         ("ROUND;METRIC;VALUE", "separate the columns with commas, not ';' "
+                                                "and write the column names in lower case")):
+        path = _target_file(tmp_path, [header, "1,sd.carbon_tax,0.3"])
+        with pytest.raises(InputError) as info:
+            load_target(path, ["carbon_tax"], 6)
+        message = str(info.value)
+        assert "missing columns ['metric', 'round', 'value']" in message
+        assert f"the header (line 1) is {header!r}: {hint}" in message
+    other = _target_file(tmp_path, ["round,metric,score", "1,sd.carbon_tax,0.3"])
+    with pytest.raises(InputError, match=r"missing columns \['value'\] \(need round, metric, "
+                                         r"value\); the header \(line 1\) is "
+                                         r"'round,metric,score'$"):
+        load_target(other, ["carbon_tax"], 6)

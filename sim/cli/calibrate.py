@@ -17,8 +17,8 @@ def add_parser(sub) -> None:
                                          "(ABC rejection on Ray)")
     p.add_argument("config", help="YAML config file")
     p.add_argument("--target", required=True, metavar="DATA.csv",
-                   help="rows of round, metric, value (metrics: mean|sd|bimodality|support|"
-                        "retest.<topic>)")
+                   help="a CSV file of rows round, metric, value (metrics: mean|sd|"
+                        "bimodality|support|retest.<topic>); read once and copied to --out")
     p.add_argument("--param", action="append", required=True, metavar="KEY=LOW:HIGH[:log]",
                    help="a config field to fit and its prior range (repeatable)")
     p.add_argument("--trials", type=int, default=64, help="parameter draws (default: 64)")
@@ -30,8 +30,8 @@ def add_parser(sub) -> None:
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a config field for every run (repeatable)")
     p.add_argument("--out", required=True, metavar="DIR",
-                   help="folder for the study, trials.csv, calibrated.yaml and fit.png "
-                        "(rerun with the same folder to resume)")
+                   help="folder for the study, target.csv (the target's copy), trials.csv, "
+                        "calibrated.yaml and fit.png (rerun with the same folder to resume)")
     p.add_argument("--parallel", type=int, metavar="K", help="draws at once (default: CPUs)")
     p.add_argument("--address", help="Ray cluster address ('auto' joins a running cluster)")
     p.add_argument("--no-plot", action="store_true", help="do not write fit.png")
@@ -69,16 +69,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
               f"{result.trials['distance'].min():.4g}; {result.seconds:.1f} s", highlight=False)
     for note in result.notes:
         console.print(f"[yellow]warning[/]: {escape(note)}", highlight=False)
-    if not args.no_plot:
-        from shoal.config import load_config
-        from shoal.runs.calibrate import load_target
-
-        cfg = load_config(args.config, args.set or [])
-        target = load_target(args.target, [t.name for t in cfg.topics], cfg.rounds)
+    if not args.no_plot:  # (the rows calibrate read: the target file is not read again)
         best = dict(zip(result.estimates["param"], result.estimates["best"], strict=True))
-        plot_fit(args.config, args.set or [], best, target, args.seeds, args.seed,
+        plot_fit(args.config, args.set or [], best, result.target, args.seeds, args.seed,
                  result.out / "fit.png")
     console.print(f"results → {escape(str(result.out))} (calibrated.yaml, trials.csv, "
-                  "calibration.json"
+                  "calibration.json, target.csv"
                   + ("" if args.no_plot else ", fit.png") + ")")
     return 0

@@ -26,6 +26,8 @@ import io
 import itertools
 import json
 import math
+import os
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,7 +44,19 @@ from shoal.core.text_files import read_user_text
 from shoal.runs.task_pool import Outcome, TaskPool
 
 KINDS = ("mean", "sd", "bimodality", "support", "retest")
+# What each kind can be, whatever the run: a target outside it can never be fitted, so it
+# is a mistake in the file (a 1-7 scale not rescaled, a percentage for a share). Positions
+# lie in [-1, 1]; the sd (ddof 0) of such values is at most 1 (half at -1, half at 1);
+# Sarle's coefficient, corrected or not, lies in (0, 1] (kurtosis >= skewness² + 1).
+RANGES: dict[str, tuple[float, float, str]] = {
+    "mean": (-1.0, 1.0, "positions lie in [-1, 1]"),
+    "sd": (0.0, 1.0, "the sd of positions in [-1, 1] is at most 1"),
+    "bimodality": (0.0, 1.0, "Sarle's bimodality coefficient lies in (0, 1]"),
+    "support": (0.0, 1.0, "it is a share of agents"),
+    "retest": (-1.0, 1.0, "it is a correlation"),
+}
 STUDY_FILE, TRIALS_FILE, RESULT_FILE = "study.journal", "trials.csv", "calibration.json"
+SPEC_FILE, TARGET_FILE = "spec.json", "target.csv"  # TARGET_FILE: the target's copy
 # Fewer accepted draws than this give no 90% interval: their 5th and 95th percentiles are
 # (nearly) their smallest and largest value, or one value (the same rule as an
 # experiment's bootstrap interval, shoal.analysis.experiments.MIN_BOOTSTRAP).
@@ -126,17 +140,39 @@ def position_series(beliefs: pd.DataFrame) -> pd.DataFrame:
 
 
 def load_target(path: str | Path, topics: list[str], rounds: int) -> pd.DataFrame:
-    """The target CSV (round, metric, value), checked against the config: every row
-    (named by the line where it starts) has as many fields as the header, a known metric,
-    a whole round in 0..rounds and a finite value, and there is at least one row."""
+    """The target CSV at `path` (a regular file), read and checked: `parse_target`."""
+    return parse_target(path, read_target(path), topics, rounds)
+
+
+def read_target(path: str | Path) -> str:
+    """The text of the target CSV: an InputError naming `--target` if it is a pipe or a
+    device (read once it is gone, so a resume or a second read finds nothing; a FIFO with
+    no writer never ends), cannot be read or is not UTF-8 text."""
     try:
-        text = read_user_text(Path(path), "target CSV", "save the target as UTF-8 CSV")
+        mode = os.stat(path).st_mode  # (stat, unlike open, does not block on a FIFO)
+    except OSError:
+        mode = None  # (read_user_text names what is wrong, as for a folder)
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise InputError(f"--target {path}: not a regular file (a pipe or device); save it "
+                         "to a file")
+    try:
+        return read_user_text(Path(path), "target CSV", "save the target as UTF-8 CSV")
     except InputError as exc:
         raise InputError(f"--target {exc}") from None
+
+
+def parse_target(path: str | Path, text: str, topics: list[str], rounds: int
+                 ) -> pd.DataFrame:
+    """The target CSV `text` (round, metric, value; read from `path`, which messages
+    name), checked against the config: every row (named by the line where it starts) has
+    as many fields as the header, a known metric, a whole round in 0..rounds and a finite
+    value within the metric's possible range (RANGES), no (round, metric) comes twice,
+    and there is at least one row."""
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     header: list[str] | None = None
     known = {f"{k}.{t}" for k in KINDS for t in topics}
     rows, start = [], 1
+    seen: dict[tuple[int, str], int] = {}  # (round, metric) -> its line
     try:
         for cells in reader:  # (a quoted newline makes a row of several lines)
             line, start = start, reader.line_num + 1
@@ -149,8 +185,15 @@ def load_target(path: str | Path, topics: list[str], rounds: int) -> pd.DataFram
             if len(cells) != len(header):
                 raise InputError(f"--target {path}, line {line}: {len(cells)} fields, the "
                                  f"header ({', '.join(header)}) has {len(header)}")
-            row = dict(zip(header, cells, strict=True))
-            rows.append(_target_row(path, line, row, known, rounds))
+            row = _target_row(path, line, dict(zip(header, cells, strict=True)), known,
+                              rounds)
+            key = (row["round"], row["metric"])
+            if key in seen:  # (two values of one observation: which to fit is unknowable)
+                raise InputError(f"--target {path}, lines {seen[key]} and {line}: round "
+                                 f"{key[0]}, {key[1]} is given twice; give each (round, "
+                                 "metric) once")
+            seen[key] = line
+            rows.append(row)
     except csv.Error as exc:
         raise InputError(f"--target {path}, line {reader.line_num}: malformed CSV: "
                          f"{exc}") from None
@@ -161,14 +204,29 @@ def load_target(path: str | Path, topics: list[str], rounds: int) -> pd.DataFram
 
 
 def _check_target_header(path: str | Path, line: int, header: list[str]) -> None:
-    """The header names round, metric and value, each once."""
+    """The header names round, metric and value, each once; if not, the message shows
+    the header found and says when another separator or upper case is the cause."""
     twice = sorted({c for c in header if header.count(c) > 1})
     if twice:
         raise InputError(f"--target {path}, line {line}: column {twice[0]!r} appears twice")
-    missing = {"round", "metric", "value"} - set(header)
-    if missing:
-        raise InputError(f"--target {path}: missing columns {sorted(missing)} (need round, "
-                         "metric, value)")
+    need = {"round", "metric", "value"}
+    missing = need - set(header)
+    if not missing:
+        return
+    found = ",".join(header)
+    shown_header = found if len(found) <= 80 else found[:77] + "..."
+    hints = []
+    names = header
+    sep = next((s for s in (";", "\t", "|") if s in found), None)
+    if sep is not None:
+        names = [c.strip() for c in found.split(sep)]
+        if need <= {c.lower() for c in names}:
+            hints.append(f"separate the columns with commas, not {sep!r}")
+    if need - set(names) and need <= {c.lower() for c in names}:
+        hints.append("write the column names in lower case")
+    raise InputError(f"--target {path}: missing columns {sorted(missing)} (need round, "
+                     f"metric, value); the header (line {line}) is {shown_header!r}"
+                     + (": " + " and ".join(hints) if hints else ""))
 
 
 def _target_row(path: str | Path, line: int, row: dict[str, str], known: set[str],
@@ -189,6 +247,10 @@ def _target_row(path: str | Path, line: int, row: dict[str, str], known: set[str
     if not math.isfinite(value):
         raise InputError(f"--target {path}, line {line}: the value {row['value']!r} is not a "
                          "finite number")
+    low, high, why = RANGES[metric.partition(".")[0]]
+    if not low <= value <= high:
+        raise InputError(f"--target {path}, line {line}: {metric} {row['value'].strip()} is "
+                         f"outside its possible range [{low:g}, {high:g}] ({why})")
     return {"round": int(r), "metric": metric, "value": value}
 
 
@@ -221,13 +283,16 @@ def distance(simulated: pd.DataFrame, target: pd.DataFrame) -> float:
 class Calibration:
     """The fit: every trial, the accepted ones, and the estimates (`low`, `high`: NaN
     when too few draws were accepted for an interval). `notes`: what the user should
-    know about them (for the CLI to print as warnings)."""
+    know about them (for the CLI to print as warnings). `target`: the rows fitted (for
+    the plot: the target file is read once)."""
 
     out: Path
     trials: pd.DataFrame  # trial, draw, one column per parameter, distance, accepted
     estimates: pd.DataFrame  # param, estimate, low, high, best, prior_low, prior_high, log
     seconds: float
     notes: list[str] = field(default_factory=list)
+    target: pd.DataFrame = field(
+        default_factory=lambda: pd.DataFrame(columns=["round", "metric", "value"]))
 
     @property
     def accepted(self) -> int:
@@ -281,13 +346,14 @@ def _check_params(config: str, sets: list[str], params: list[Param]) -> None:
                                  "of whole numbers cannot be calibrated") from None
 
 
-def calibrate(config: str, target: str, params: list[Param], out: str | Path,
+def calibrate(config: str, target: str | Path, params: list[Param], out: str | Path,
               trials: int = 64, seeds: int = 2, accept: float = 0.1, sets: list[str] | None = None,
               seed: int = 0, parallel: int | None = None, address: str | None = None,
               on_trial: Callable[[int, int, float], None] | None = None) -> Calibration:
     """Fit `params` of `config` to `target` (see the module docstring); results in `out`
     (resumed, or extended to `trials` draws, if it holds a study of the same
-    calibration). Every input is checked before anything is written."""
+    calibration). Every input is checked before anything is written. The target is read
+    once, here, and copied to `out`/TARGET_FILE, which a resume fits (`_folder_target`)."""
     import optuna
 
     started = time.perf_counter()
@@ -295,22 +361,32 @@ def calibrate(config: str, target: str, params: list[Param], out: str | Path,
     sets = list(sets or [])
     base = load_config(config, sets)
     _check_params(config, sets, params)
-    data = load_target(target, base.topic_names, base.rounds)
+    text = read_target(target)
+    data = parse_target(target, text, base.topic_names, base.rounds)
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out}: is a file, not a folder")
     spec = {"config": str(config), "target": str(target), "sets": sets, "seed": seed,
             "seeds": seeds, "params": [p.__dict__ for p in params]}
-    spec_file = out / "spec.json"
-    if spec_file.exists() and json.loads(spec_file.read_text()) != spec:
+    spec_file, copy = out / SPEC_FILE, out / TARGET_FILE
+    old = _read_spec(spec_file)
+    # the target path may change (the folder keeps its copy); anything else is another
+    # calibration, whose draws' distances mean something else
+    if old is not None and {**old, "target": None} != {**spec, "target": None}:
         raise InputError(f"--out {out}: holds another calibration (spec.json differs); "
                          "choose a new folder")
+    data = _folder_target(out, target, data, old, base.topic_names, base.rounds)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"--out {out}: cannot create the folder ({exc.strerror or exc})"
                          ) from None
-    spec_file.write_text(json.dumps(spec, indent=1))
+    if not copy.exists():  # (through a temporary file: a kill leaves no half copy)
+        part = out / (TARGET_FILE + ".part")
+        part.write_text(text, encoding="utf-8", newline="")
+        os.replace(part, copy)
+    if old is None:  # (a resume keeps the path first recorded)
+        spec_file.write_text(json.dumps(spec, indent=1))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = optuna.storages.JournalStorage(
         optuna.storages.journal.JournalFileBackend(str(out / STUDY_FILE)))
@@ -334,8 +410,57 @@ def calibrate(config: str, target: str, params: list[Param], out: str | Path,
                             f"{len(result.trials)} draws; all of them are used")
     best = dict(zip(result.estimates["param"], result.estimates["best"], strict=True))
     write_config(config, sets, best, out / "calibrated.yaml")
+    result.target = data
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _read_spec(path: Path) -> dict[str, Any] | None:
+    """The calibration recorded in `path` (spec.json), or None if there is none."""
+    if not path.exists():
+        return None
+    try:
+        spec = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"--out {path.parent}: cannot read {path.name} ({exc}); choose a "
+                         "new folder") from None
+    if not isinstance(spec, dict):
+        raise InputError(f"--out {path.parent}: {path.name} is not a calibration's spec; "
+                         "choose a new folder")
+    return spec
+
+
+def _folder_target(out: Path, target: str | Path, data: pd.DataFrame,
+                   old: dict[str, Any] | None, topics: list[str], rounds: int
+                   ) -> pd.DataFrame:
+    """The rows to fit: `data`, read from `target`, unless `out` holds a target copy,
+    which a resume fits (its draws were measured against it) and `data` must equal; a
+    calibration from before targets were copied (spec.json, no copy) is continued only
+    from the path it recorded."""
+    copy = out / TARGET_FILE
+    if copy.exists():
+        kept = parse_target(copy, read_target(copy), topics, rounds)
+        if not _same_rows(kept, data):
+            if old is None:  # (not a calibration's copy, but not ours to overwrite)
+                raise InputError(f"--out {out}: holds a {TARGET_FILE} whose rows differ "
+                                 f"from --target {target}; choose a new folder")
+            raise InputError(f"--target {target}: its rows differ from {copy}, the target "
+                             f"of the calibration in {out}; give that file to continue it, "
+                             "or choose a new folder")
+        return kept
+    if old is not None and old.get("target") != str(target):
+        raise InputError(f"--target {target}: the calibration in {out} fits "
+                         f"{old.get('target')} (spec.json); give that file to continue "
+                         "it, or choose a new folder")
+    return data
+
+
+def _same_rows(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    """The same observations, in any order ((round, metric) is a key: no duplicates)."""
+    def norm(f: pd.DataFrame) -> pd.DataFrame:
+        return f.sort_values(["round", "metric"]).reset_index(drop=True)
+
+    return norm(a).equals(norm(b))
 
 
 def _run_draws(study: Any, todo: list[int], config: str, sets: list[str],
@@ -369,7 +494,7 @@ def _run_draws(study: Any, todo: list[int], config: str, sets: list[str],
                 given = ", ".join(f"{k}={v:.6g}" for k, v in values[i].items())
                 raise InputError(f"draw {i} ({given}): {out.cause}") from None
             lost.append(f"draw {i} (seed {s}) failed: {out.error}; it is not counted "
-                        "(--resume makes it again)")
+                        "(a rerun with the same --out makes it again)")
         series[i][s] = out.value if out.ok else None
         while (i := next_draw[0]) is not None and len(series[i]) == seeds:  # in draw order
             next_draw[0] = next(order, None)
