@@ -404,3 +404,41 @@ def test_the_schema_check_without_jsonschema():
     assert "reason: not string" in _small_schema_problem({"action": "post", "reason": 1},
                                                          SCHEMA)
     assert "not object" in _small_schema_problem([1], SCHEMA)
+
+
+@pytest.mark.parametrize(("body", "seen"), [
+    ("<html>", "a body that is not JSON"),
+    ("null", "JSON that is null, not an object"),
+    ("[1, 2]", "JSON that is an array, not an object"),
+    ('{"id": "x"}', "JSON without choices"),
+    ('{"choices": null}', "JSON whose choices is null, not an array"),
+    ('{"choices": []}', "JSON whose choices is an empty array"),
+    ('{"choices": ["hi"]}', "JSON whose choices[0] is a string, not an object"),
+    ('{"choices": [{"text": "hi"}]}', "JSON whose choices[0] has no message"),
+    ('{"choices": [{"message": null}]}', "JSON whose choices[0].message is null, not an object"),
+    ('{"choices": [{"message": true}]}', "JSON whose choices[0].message is true, not an object"),
+])
+def test_a_200_without_a_message_says_what_it_holds(body, seen):
+    """The chat check's error names the first part of `choices[0].message` that is
+    missing or not an object, read as the client reads it."""
+    from shoal.llm.check import Reply, _no_message
+    from shoal.llm.openai import read_json
+
+    try:
+        reply = Reply(200, read_json(body), body, is_json=True)
+    except ValueError:
+        reply = Reply(200, None, body)
+    assert reply.message() is None
+    assert _no_message(reply) == seen
+
+
+def test_an_answer_past_the_cap_is_an_answer():
+    """A body cut at 16 MB came from a server that answered: its status is kept and said
+    with the size, and a check that gets it has learnt nothing (failed, not refused)."""
+    from shoal.llm.check import Reply, _refusal
+
+    reply = Reply(503, too_long=True)
+    assert reply.said() == "HTTP 503 with more than 16 MB (not read on)"
+    finding = _refusal(Reply(200, too_long=True), "the long prompt")
+    assert finding.status == FAILED
+    assert finding.detail == "the long prompt: HTTP 200 with more than 16 MB (not read on)"

@@ -14,11 +14,12 @@ with the measured ratio as a margin) and a concurrency.
 The probe talks HTTP itself (httpx) rather than through `shoal.llm.openai`: it needs the
 raw status and body of every answer, routes other than chat completions, and no retries.
 Like Shoal's client it reads the key from the environment variable named, sends it only
-in the Authorization header, ignores proxy settings from the environment, and removes the
-key from everything it reports. Only the chat check is fatal: an endpoint that cannot be
-reached, is not OpenAI-compatible or refuses the key is an `InputError` (exit 2), one
-that times out or answers 429/5xx a `ProviderDown` (exit 3); every other check records
-what it saw and the probe goes on.
+in the Authorization header, ignores proxy settings from the environment, removes the key
+from everything it reports, and reads JSON as the client does (`read_json`). Only the chat
+check is fatal: an endpoint that cannot be reached, is not OpenAI-compatible, answers
+with more than 16 MB or refuses the key is an `InputError` (exit 2), one that times out
+or answers 429/5xx a `ProviderDown` (exit 3); every other check records what it saw and
+the probe goes on.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from pydantic import ValidationError
 from shoal.config.llm import ProviderConfig, shown_name
 from shoal.core.errors import InputError, ProviderDown
 from shoal.llm.endpoints import LOOPBACK, Endpoints
-from shoal.llm.openai import MAX_REPLY_BYTES, printable, redact_key, token_count
+from shoal.llm.openai import MAX_REPLY_BYTES, printable, read_json, redact_key, token_count
 
 # A finding's status.
 YES = "yes"
@@ -151,16 +152,23 @@ class CheckOptions:
     timeout_s: float = 60.0
 
 
+TOO_LONG = f"more than {MAX_REPLY_BYTES // 2**20} MB"  # an answer past the cap
+
+
 @dataclass
 class Reply:
     """One HTTP exchange as it came: `status` None when no answer came (`error` says
-    why), `data` the JSON body (None when it was not JSON), `text` the body's start."""
+    why), `data` the JSON body (None when it was not JSON, or JSON null: `is_json` tells
+    them apart), `text` the body's start, `too_long` when the body grew past
+    MAX_REPLY_BYTES (it was not read on)."""
 
     status: int | None
     data: Any = None
     text: str = ""
     error: str = ""
     seconds: float = 0.0
+    is_json: bool = False
+    too_long: bool = False
 
     @property
     def ok(self) -> bool:
@@ -180,6 +188,8 @@ class Reply:
         server's own message."""
         if self.status is None:
             return self.error
+        if self.too_long:
+            return f"HTTP {self.status} with {TOO_LONG} (not read on)"
         body = self.data
         text = self.text
         if isinstance(body, dict):
@@ -230,15 +240,14 @@ class Endpoint:
             return Reply(None, error=self.redact(f"{type(exc).__name__}: {exc}")[:200],
                          seconds=time.perf_counter() - start)
         seconds = time.perf_counter() - start
-        if raw is None:
-            return Reply(None, error=f"an answer over {MAX_REPLY_BYTES // 2**20} MB",
-                         seconds=seconds)
+        if raw is None:  # (the server did answer: not a transport error)
+            return Reply(status, seconds=seconds, too_long=True)
         text = self.redact(raw.decode("utf-8", "replace"))
-        try:
-            data = json.loads(text)
-        except (ValueError, RecursionError):  # (not JSON; JSON nested beyond reason)
-            data = None
-        return Reply(status, data, printable(text[:300]), seconds=seconds)
+        try:  # as Shoal's client reads it, so what the probe accepts a run accepts
+            data, is_json = read_json(text), True
+        except ValueError:  # (not JSON; JSON nested beyond reason)
+            data, is_json = None, False
+        return Reply(status, data, printable(text[:300]), seconds=seconds, is_json=is_json)
 
     async def _receive(self, method: str, url: str, body: dict[str, Any] | None
                        ) -> tuple[int, bytes | None]:
@@ -265,8 +274,8 @@ def _messages(user: str, system: str = SYSTEM) -> list[dict[str, str]]:
 
 def _refusal(reply: Reply, what: str) -> Finding:
     """A request for `what` that got no 200: refused (the server said no), or failed
-    (no answer, or rate limited: nothing learnt)."""
-    if reply.status is None or reply.status == 429:
+    (no answer, rate limited, or an answer past the cap: nothing learnt)."""
+    if reply.status is None or reply.status == 429 or reply.too_long:
         return Finding(FAILED, f"{what}: {reply.said()}")
     return Finding(REFUSED, f"{what}: {reply.said()}", {"http_status": reply.status})
 
@@ -331,11 +340,13 @@ async def check_chat(ep: Endpoint) -> tuple[Finding, Reply]:
     if status != 200:
         raise InputError(f"llm-check {ep.base}: {what} (model {ep.model!r}) was refused: "
                          f"{reply.said()}")
+    if reply.too_long:
+        raise InputError(f"llm-check {ep.base}: {what}: the server answered with {TOO_LONG} "
+                         "(HTTP 200), more than any chat completion; not read on")
     message = reply.message()
     if message is None:
-        seen = "a body that is not JSON" if reply.data is None else "JSON without choices"
         raise InputError(f"llm-check {ep.base}: not an OpenAI-compatible endpoint: {what} "
-                         f"answered 200 with {seen} ({_cut(reply.text)!r})")
+                         f"answered 200 with {_no_message(reply)} ({_cut(reply.text)!r})")
     choice = reply.data["choices"][0]
     finish = choice.get("finish_reason") if isinstance(choice, dict) else None
     model = reply.data.get("model")
@@ -347,6 +358,39 @@ async def check_chat(ep: Endpoint) -> tuple[Finding, Reply]:
     return Finding(YES, detail, {"http_status": 200, "model": model, "finish_reason": finish,
                                  "content": _cut(content, 80) if isinstance(content, str)
                                  else None, "seconds": round(reply.seconds, 3)}), reply
+
+
+def _no_message(reply: Reply) -> str:
+    """What a 200 answer without a chat completion's message holds instead, said by the
+    first part of `choices[0].message` that is missing or of the wrong type."""
+    if not reply.is_json:
+        return "a body that is not JSON"
+    data = reply.data
+    if not isinstance(data, dict):
+        return f"JSON that is {_kind(data)}, not an object"
+    if "choices" not in data:
+        return "JSON without choices"
+    choices = data["choices"]
+    if not isinstance(choices, list):
+        return f"JSON whose choices is {_kind(choices)}, not an array"
+    if not choices:
+        return "JSON whose choices is an empty array"
+    if not isinstance(choices[0], dict):
+        return f"JSON whose choices[0] is {_kind(choices[0])}, not an object"
+    if "message" not in choices[0]:
+        return "JSON whose choices[0] has no message"
+    return f"JSON whose choices[0].message is {_kind(choices[0]['message'])}, not an object"
+
+
+def _kind(value: Any) -> str:
+    """The JSON type of a parsed value, as a phrase."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    kinds = ((str, "a string"), ((int, float), "a number"), (list, "an array"),
+             (dict, "an object"))
+    return next((name for types, name in kinds if isinstance(value, types)), "a value")
 
 
 def check_usage(reply: Reply) -> Finding:
@@ -368,7 +412,7 @@ async def check_tools(ep: Endpoint) -> Finding:
     tried: list[str] = []
     for choice in ("required", "auto"):
         reply = await ep.chat(_messages(TOOL_PROMPT), tools=[TOOL], tool_choice=choice)
-        if reply.status != 200:
+        if reply.status != 200 or reply.too_long:
             finding = _refusal(reply, f"tool_choice {choice}")
             tried.append(finding.detail)
             if finding.status == REFUSED:
@@ -427,7 +471,7 @@ async def check_json_object(ep: Endpoint) -> Finding:
 
 def _json_answer(reply: Reply, kind: str, schema: dict[str, Any]) -> Finding:
     """The finding of a request for constrained JSON."""
-    if reply.status != 200:
+    if reply.status != 200 or reply.too_long:
         return _refusal(reply, f"response_format {kind}")
     message = reply.message()
     content = message.get("content") if message else None

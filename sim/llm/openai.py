@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
+import math
 import os
 import random
 import ssl
@@ -246,7 +248,7 @@ class OpenAIChat(ChatModel):
         # (bytes as they came: decoding them to text first is only needed to redact a key)
         text = self.redact(body.decode("utf-8", "replace")) if self._key else body
         try:
-            data = orjson.loads(text)
+            data = read_json(text)
             message = data["choices"][0]["message"]
             if not isinstance(message, dict):
                 raise TypeError("the message is not an object")
@@ -267,6 +269,52 @@ class OpenAIChat(ChatModel):
         if self._http is not None:
             await self._http.aclose()
             self._http = None
+
+
+def read_json(body: bytes | str) -> Any:
+    """A server's JSON answer, read as Shoal's client and `shoal llm-check` both read it:
+    with orjson; when orjson refuses it, again with numbers JSON does not allow (NaN,
+    Infinity, -Infinity, and numbers beyond a double, such as 1e999) taken as null, so a
+    server's unreadable count is a count not given rather than the loss of its answer.
+    Numbers inside strings (a message's content, a tool call's arguments) are text and
+    stay as sent. Raises orjson.JSONDecodeError (a ValueError) for anything else
+    orjson refuses."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as refused:
+        # (only a body orjson refused pays for this second, slower parse)
+        try:
+            text = body.decode("utf-8") if isinstance(body, bytes) else body
+            value = json.loads(text, parse_constant=_no_number, parse_float=_double,
+                               parse_int=_integer)
+            # The stdlib accepts more than these numbers (a lone surrogate escape, for
+            # one): orjson reads the result once more, so the answer kept is what orjson
+            # reads with those numbers null, and anything else it refuses stays refused.
+            return orjson.loads(json.dumps(value, allow_nan=False))
+        except (ValueError, RecursionError):
+            raise refused from None
+
+
+def _no_number(_: str) -> None:
+    """NaN, Infinity, -Infinity: not numbers JSON has (read as null)."""
+    return None
+
+
+def _double(text: str) -> float | None:
+    """A number with a fraction or an exponent as orjson reads it: a double, or null
+    where it is beyond one (1e999, which orjson refuses)."""
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def _integer(text: str) -> int | float | None:
+    """A whole number as orjson reads it: an int within 64 bits, else a double (or null
+    beyond one)."""
+    if len(text) <= 20:  # (no int() of a long string: the stdlib limits its digits)
+        value = int(text)
+        if -2**63 <= value < 2**64:
+            return value
+    return _double(text)
 
 
 def redact_key(text: str, key: str | None) -> str:
