@@ -177,3 +177,35 @@ def test_the_name_of_a_keys_variable_is_shown_but_a_key_is_not():
         == "llm.providers.0.api_key_env=(value hidden)"
     assert shown_override("llm.providers.0.extra_body.token=zzz") == \
         "llm.providers.0.extra_body.token=(value hidden)"
+
+
+def test_plain_values_are_typed_as_yaml_1_2_types_them(tmp_path):
+    """`yes`/`no` are text (two topics here), `1e3` a number, `010` and `1:30` text (YAML
+    1.1, PyYAML's default, read 8 and 90), `0x10` and `1_000` numbers; dates as before."""
+    import datetime
+
+    from shoal.config.yaml_text import load_yaml_text
+
+    data, _ = load_yaml_text("a: [yes, no, on, off, true, False]\nb: [1e3, 010, 1:30, 0x10, "
+                             "1_000, .5, -.inf]\nc: 2026-01-05T08:00:00\n", "x.yaml")
+    assert data["a"] == ["yes", "no", "on", "off", True, False]
+    assert data["b"] == [1000.0, "010", "1:30", 16, 1000, 0.5, float("-inf")]
+    assert data["c"] == datetime.datetime(2026, 1, 5, 8)
+    path = tmp_path / "c.yaml"
+    path.write_text("rounds: 2\npopulation: {size: 20}\ntopics: [yes, no]\n")
+    assert [t.name for t in load_config(path).topics] == ["yes", "no"]
+
+
+def test_what_shoal_writes_reads_back_as_written():
+    """Text that either YAML 1.1 or Shoal's YAML 1.2 typing would read as something else
+    is quoted when written, so a resolved config (or a scenario) reads back the same here
+    and with a plain yaml.safe_load."""
+    import yaml
+
+    from shoal.config.yaml_text import dump_yaml, load_yaml_text
+
+    data = {"label": "1e3", "words": ["yes", "010", "0o7", "1:30", "1_0", "plain"],
+            "n": 10, "x": 1e-05, "on": True, "none": None}
+    text = dump_yaml(data, sort_keys=False)
+    assert load_yaml_text(text, "x.yaml")[0] == data
+    assert yaml.safe_load(text) == data

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import duckdb
-import yaml
 from rich.markup import escape
 
 from shoal.cli.console import (
@@ -35,6 +34,7 @@ from shoal.cli.console import (
 from shoal.cli.knowledge import add_parsers as add_graph_parsers
 from shoal.config import load_config, resolved_dict
 from shoal.config.loading import locate, override_value
+from shoal.config.yaml_text import dump_yaml
 from shoal.core.errors import InputError, ProviderDown, out_of_space
 from shoal.store.run_dir import engine_version
 
@@ -75,7 +75,7 @@ def _load(args: argparse.Namespace):
 def cmd_check(args: argparse.Namespace) -> int:
     """Validate a config and print it with every default filled in."""
     cfg = _load(args)
-    out.print(yaml.safe_dump(resolved_dict(cfg), sort_keys=False), end="", markup=False,
+    out.print(dump_yaml(resolved_dict(cfg), sort_keys=False), end="", markup=False,
               highlight=False)
     console.print(f"[green]ok[/]: {escape(str(args.config))} is valid")
     for note in cfg.notes():  # valid, but not what it says (a sample larger than its pool)

@@ -77,6 +77,9 @@ class NotANumber:
             float(self.value)
         except ValueError:  # not a number at all (`ten`, `1000x`): no quotes to take off
             return repr(self.value)
+        if re.fullmatch(r"[-+]?0[0-9_]+", self.value.strip()):
+            # unquoted, YAML 1.2 reads it as text (YAML 1.1 as octal): say what to write
+            return f"{self.value!r} (a leading zero makes it text: write {float(self.value):g})"
         return f"{self.value!r} (a quoted string: write the number without quotes)"
 
 

@@ -443,6 +443,15 @@ class Config(Strict):
     # of its fields, for problems found after validation. Not part of the config.
     _origin: Any = PrivateAttr(default=None)
 
+    @field_validator("start_time")
+    @classmethod
+    def _local_time(cls, value: datetime) -> datetime:
+        """The simulated clock has no time zone: one given is refused, not converted."""
+        if value.tzinfo is not None:
+            raise ValueError(f"give a date-time without a time zone, got {value.isoformat()} "
+                             "(the simulated clock is local time: drop the offset or Z)")
+        return value
+
     @model_validator(mode="after")
     def _cross(self) -> Self:
         span = (datetime.max - self.start_time).total_seconds() / 60

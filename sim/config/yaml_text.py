@@ -8,6 +8,7 @@ the model is made of (a selector, say) can read YAML without importing it.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,54 @@ class _ValueLoader(yaml.SafeLoader):
 
 class _UniqueKeyLoader(_ValueLoader):
     """A SafeLoader that rejects duplicate keys instead of silently keeping the last."""
+
+
+# Scalars are typed as YAML 1.2's core schema does, not PyYAML's YAML 1.1: `yes`, `no`,
+# `on` and `off` are text (a topic called `no` stays one), only true/false are booleans;
+# `010` and `1:30` are text (YAML 1.1 read them as 8 and 90: octal and base 60), refused
+# where a number belongs; `1e3` is a number (1.1 read it as text). Kept from 1.1: `_`
+# between digits (1_000_000), and timestamps.
+_BOOL, _INT, _FLOAT = (f"tag:yaml.org,2002:{t}" for t in ("bool", "int", "float"))
+_UniqueKeyLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in (_BOOL, _INT, _FLOAT)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_UniqueKeyLoader.add_implicit_resolver(
+    _BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_UniqueKeyLoader.add_implicit_resolver(
+    _INT, re.compile(r"^(?:[-+]?(?:0|[1-9][0-9_]*)|0x[0-9a-fA-F_]+|0o[0-7_]+|0b[01_]+)$"),
+    list("-+0123456789"))
+_UniqueKeyLoader.add_implicit_resolver(
+    _FLOAT, re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?
+                          |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
+                          |[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
+
+
+class Dumper(yaml.SafeDumper):
+    """A SafeDumper that quotes a string which YAML 1.1 or this module's 1.2 typing would
+    read as something else (`yes` for 1.1, `1e3` for 1.2), so what Shoal writes reads back
+    as written both here and with a plain `yaml.safe_load`."""
+
+
+Dumper.yaml_implicit_resolvers = {
+    first: [*yaml.SafeDumper.yaml_implicit_resolvers.get(first, []),
+            *_UniqueKeyLoader.yaml_implicit_resolvers.get(first, [])]
+    for first in {*yaml.SafeDumper.yaml_implicit_resolvers,
+                  *_UniqueKeyLoader.yaml_implicit_resolvers}}
+
+
+def dump_yaml(data: Any, **options: Any) -> str:
+    """`data` as YAML text that reads back as it is (see Dumper); options as yaml.dump's."""
+    return yaml.dump(data, Dumper=options.pop("Dumper", Dumper), **options)
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    """An integer as the resolver above admits it (decimal without a leading zero, or
+    0x / 0o / 0b): PyYAML's own reads a leading 0 as octal and rejects 0o."""
+    return int(str(loader.construct_scalar(node)).replace("_", ""), 0)
+
+
+_UniqueKeyLoader.add_constructor(_INT, _construct_int)
 
 
 def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode,

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
-import yaml
 
 from shoal.agents.population import generate_population
 from shoal.config import Config, apply_overrides, parse_config, resolved_dict
@@ -32,6 +31,7 @@ from shoal.config.interventions import (
     SetParams,
 )
 from shoal.config.selector import Selector
+from shoal.config.yaml_text import dump_yaml
 from shoal.core.counter_rng import CounterRNG, Purpose
 from shoal.core.errors import ConfigError, InputError
 from shoal.core.posts import NewPosts, PostKind
@@ -337,7 +337,7 @@ def _fire_set(ctx: InterventionContext, spec: SetParams) -> dict[str, Any]:
 def apply_settings(cfg: Config, values: dict[str, Any], where: str) -> Config:
     """A new Config with dotted-path `values` applied (validated like a config file)."""
     data = resolved_dict(cfg)
-    overrides = [f"{key}={yaml.safe_dump(value, default_flow_style=True).strip()}"
+    overrides = [f"{key}={dump_yaml(value, default_flow_style=True).strip()}"
                  for key, value in values.items()]
     try:
         return parse_config(apply_overrides(data, overrides))

@@ -36,9 +36,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from shoal.config import load_config, resolved_dict
+from shoal.config.yaml_text import dump_yaml
 from shoal.core.errors import InputError
 from shoal.core.text_files import read_user_text
 from shoal.runs.task_pool import Outcome, TaskPool
@@ -573,7 +573,7 @@ def write_config(config: str, sets: list[str], values: dict[str, float], path: P
     """The config with the fitted values filled in (resolved, every default written)."""
     cfg = load_config(config, [*sets, *(f"{k}={v!r}" for k, v in values.items())])
     path.write_text("# calibrated by `shoal calibrate` (docs/calibration.md)\n"
-                    + yaml.safe_dump(resolved_dict(cfg), sort_keys=False))
+                    + dump_yaml(resolved_dict(cfg), sort_keys=False))
 
 
 def plot_fit(config: str, sets: list[str], values: dict[str, float], target: pd.DataFrame,

@@ -50,7 +50,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from shoal.agents.profiles import SENTIMENT_WEIGHT, STANCE_LABELS
 from shoal.config import load_config, validation_problems
-from shoal.config.yaml_text import MAX_DEPTH
+from shoal.config.yaml_text import MAX_DEPTH, Dumper
 from shoal.core.errors import InputError
 from shoal.core.language import DEFAULT, Templates, detect_cjk, templates
 from shoal.core.text_files import DuplicateKey, read_user_text, unique_keys
@@ -369,7 +369,7 @@ def _parse_sim(path: Path, data: Any) -> _SimConfig:
                      + (f"\n  ... and {more} more" if more > 0 else ""))
 
 
-class _Dumper(yaml.SafeDumper):
+class _Dumper(Dumper):
     """YAML for people: no anchors, short lists of numbers on one line."""
 
     def ignore_aliases(self, data: Any) -> bool:

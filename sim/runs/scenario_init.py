@@ -47,8 +47,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import yaml
 
+from shoal.config.yaml_text import dump_yaml
 from shoal.core.counter_rng import CounterRNG
 from shoal.core.errors import InputError
 from shoal.core.files import write_text
@@ -561,7 +561,7 @@ def init_scenario(brief: str | Path, out: str | Path | None, extractor: Extracto
         rows = calls.drain(0) if calls is not None else []
         if rows:
             write_calls(folder, rows)
-        _write(folder / "personas.yaml", yaml.safe_dump(personas, sort_keys=False,
+        _write(folder / "personas.yaml", dump_yaml(personas, sort_keys=False,
                                                         allow_unicode=True))
         config = _config(title, topics, opts, brief, plan, language)
         # The YAML is the emitter's, from data; the brief's words go only into comments of one
@@ -569,7 +569,7 @@ def init_scenario(brief: str | Path, out: str | Path | None, extractor: Extracto
         header = _comment(f"{title}: made by `shoal init` from {path.name}; SCENARIO.md says "
                           "what came from which facts.") + (_comment(description)
                                                             if description else "")
-        _write(folder / "config.yaml", header + yaml.safe_dump(config, sort_keys=False,
+        _write(folder / "config.yaml", header + dump_yaml(config, sort_keys=False,
                                                                allow_unicode=True))
         # An LLM extractor says what it came to (texts that gave no facts, and why); the
         # offline one, the default, has nothing to report.

@@ -768,9 +768,9 @@ def _make_run_dir(folder: Path, cfg: Config, lineage: dict[str, Any],
 
 
 def _yaml(data: dict[str, Any]) -> str:
-    import yaml
+    from shoal.config.yaml_text import dump_yaml
 
-    return yaml.safe_dump(data, sort_keys=False)
+    return dump_yaml(data, sort_keys=False)
 
 
 def _setup_tables(world: World, fired: Fired) -> dict[str, pa.Table]:

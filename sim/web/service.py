@@ -30,9 +30,9 @@ from typing import Any
 
 import duckdb
 import numpy as np
-import yaml
 
 from shoal.analysis.metrics import esteban_ray_binned
+from shoal.config.yaml_text import dump_yaml
 from shoal.core.errors import InputError
 from shoal.store.checkpoints import CheckpointError
 from shoal.store.history_sql import Limits, attach_history, bound_connection, select_rows
@@ -292,7 +292,7 @@ class Folder:
             "graph": bool(((cfg.get("memory") or {}).get("graph") or {}).get("enabled")),
             "live": _being_written(run_dir),
             "job": job.as_dict() if job else None,
-            "config_yaml": yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True)}
+            "config_yaml": dump_yaml(cfg, sort_keys=False, allow_unicode=True)}
 
     @_reads
     def series(self, run_id: str) -> dict[str, Any]:
@@ -1002,7 +1002,7 @@ class Folder:
             notes = [str(locate(cfg, InputError(n))).replace(str(file), shown)
                      for n in cfg.notes()]
             return {"ok": True, "error": None, "notes": notes,
-                    "resolved_yaml": yaml.safe_dump(resolved_dict(cfg), sort_keys=False)}
+                    "resolved_yaml": dump_yaml(resolved_dict(cfg), sort_keys=False)}
 
     def _load(self, file: Path, sets: list[str], base: Path) -> Any:
         """`load_config(file, sets)` with relative paths resolved against `base`, and

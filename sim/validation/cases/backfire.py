@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import yaml
 from matplotlib.figure import Figure
 
 from shoal.analysis.runs import Run
+from shoal.config.yaml_text import dump_yaml
 from shoal.runs.experiment import plan_experiment, run_experiment, start_experiment
 from shoal.validation.case import CASES, Case, CaseContext, CaseResult, Check, mean_interval
 
@@ -206,7 +206,7 @@ class Backfire(Case):
         cfg = ctx.scenario(scenario(size.agents, len(seeds), seeds[0]))
         cfg.pop("output", None)  # the experiment places its runs (under ctx.out)
         config = folder / "backfire.yaml"
-        config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        config.write_text(dump_yaml(cfg, sort_keys=False))
         plan = plan_experiment(config, out=ctx.out)
         root, spec = start_experiment(plan)
         done = run_experiment(root, spec)

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import yaml
 from matplotlib.figure import Figure
 
 from shoal.agents.post_text import PostWriter
 from shoal.analysis.runs import Run
+from shoal.config.yaml_text import dump_yaml
 from shoal.runs.experiment import plan_experiment, run_experiment, start_experiment
 from shoal.validation.case import CASES, Case, CaseContext, CaseResult, Check, mean_interval
 
@@ -178,7 +178,7 @@ class HerdEffect(Case):
         cfg = ctx.scenario(scenario(len(seeds), seeds[0]))
         cfg.pop("output", None)  # the experiment places its runs (under ctx.out)
         config = folder / "herd_effect.yaml"
-        config.write_text(yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True))
+        config.write_text(dump_yaml(cfg, sort_keys=False, allow_unicode=True))
         root, spec = start_experiment(plan_experiment(config, out=ctx.out))
         done = run_experiment(root, spec)
         if done.experiment is None or done.failed:
