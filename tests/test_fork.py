@@ -186,6 +186,18 @@ def test_fork_from_round_zero_and_a_fork_of_a_fork(parent, tmp_path):
     assert second.dir.read_meta()["lineage"]["root_run_id"] == parent.dir.run_id
 
 
+def test_forking_a_fork_before_its_branch_points_to_its_parent(parent, tmp_path, capsys):
+    """A fork's rounds before its fork round are its parent's (no checkpoint of them in
+    the fork): asked for one, the error names the parent to fork instead, not only the
+    rounds kept."""
+    child = _fork(parent, tmp_path)
+    assert main(["fork", str(child.dir.root), "--round", str(K - 1), "--quiet"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert (f"--round {K - 1}: {child.dir.run_id} is a fork from the end of round {K} of "
+            f"{parent.dir.run_id}, which holds the rounds before: fork that run at round "
+            f"{K - 1}") in err
+
+
 def test_fork_created_without_running_resumes_with_its_changes(parent, tmp_path):
     """`shoal fork --no-run` then `shoal resume`: the fork keeps its --set (its round-K
     state carries the fork's config), and equals a fork run in one go."""

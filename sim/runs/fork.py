@@ -48,6 +48,13 @@ def fork_run(parent: str | Path, fork_round: int, plan: ForkPlan | None = None,
     store = parent_dir.checkpoints
     if fork_round not in store.available():
         shown = ", ".join(str(r) for r in store.available()) or "none"
+        branch = parent_dir.read_meta().get("lineage") or {}
+        at = branch.get("fork_round")
+        if type(at) is int and 0 <= fork_round < at and branch.get("parent_run_id"):
+            # its rounds up to `at` are its parent's: that run's checkpoints hold them
+            raise InputError(f"--round {fork_round}: {parent_dir.run_id} is a fork from the "
+                             f"end of round {at} of {branch['parent_run_id']}, which holds "
+                             f"the rounds before: fork that run at round {fork_round}")
         raise InputError(f"--round {fork_round}: {parent_dir.run_id} has no checkpoint of "
                          f"round {fork_round}; kept rounds: {shown}")
     try:

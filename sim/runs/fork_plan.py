@@ -101,6 +101,9 @@ def fork_config(parent: dict, k: int, plan: ForkPlan) -> tuple[Any, dict, dict[i
     if ("rounds",) in blame and type(rounds) is int and rounds <= k:
         raise InputError(f"{blame['rounds',]}: rounds must be after the fork round ({k}): "
                          f"the fork runs rounds {k + 1}..rounds")
+    if type(rounds) is int and rounds <= k:  # (the parent's rounds: nothing left to run)
+        raise InputError(f"--round {k}: the run has {rounds} rounds, so a fork from the end "
+                         f"of round {k} would run none; add --set rounds=N with N > {k}")
     if plan.seed is not None:
         data["seed"] = plan.seed
         blame["seed",] = f"--seed {plan.seed}"
