@@ -468,6 +468,12 @@ class Config(Strict):
             raise ValueError(f"{field}: {self.rounds} rounds of "
                              f"{self.minutes_per_round:,} minutes from {self.start_time} run "
                              "past the year 9999")
+        shards, size = self.executor.shards, self.population.size
+        if isinstance(shards, int) and size is not None and shards > size:
+            # (each shard holds agents; 100,000 shards for 200 agents ran for minutes)
+            raise ValueError(f"executor.shards: {shards:,} shards for {size:,} agents; a "
+                             f"shard holds at least one agent: give at most {size:,}, or "
+                             "'auto'")
         names = [t.name for t in self.topics]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
