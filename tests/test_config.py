@@ -209,3 +209,21 @@ def test_what_shoal_writes_reads_back_as_written():
     text = dump_yaml(data, sort_keys=False)
     assert load_yaml_text(text, "x.yaml")[0] == data
     assert yaml.safe_load(text) == data
+
+
+def test_a_pipe_is_named_as_one_not_as_missing(tmp_path):
+    """A config, or a file it names, that is a pipe exists: 'not found' would mislead
+    (and reading one is a read of something gone, or a wait for a writer)."""
+    import os
+
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="the config file is not a regular file "
+                                          r"\(a pipe or device\); save it to a file"):
+        load_config(fifo)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("rounds: 2\npopulation: {size: 20}\ntopics: [a]\n"
+                   "graph: {kind: edgelist, file: fifo.yaml}\n")
+    with pytest.raises(ConfigError, match=r"c.yaml:4: graph.file: not a regular file "
+                                          r"\(a pipe or device\): fifo.yaml"):
+        load_config(cfg)

@@ -26,6 +26,7 @@ from shoal.config.model import Config
 from shoal.config.platforms import PlatformsOf
 from shoal.config.yaml_text import read_yaml, yaml_value
 from shoal.core.errors import ConfigError, InputError
+from shoal.core.files import not_a_file
 from shoal.core.registry import REGISTRIES
 
 
@@ -405,6 +406,12 @@ def locate(cfg: Config, exc: InputError) -> InputError:
     return exc
 
 
+def _where(origin: Origin | None, dotted: str) -> str:
+    """`file:line: ` of a field, when the config came from a file that set it."""
+    line = origin.lines.get(dotted) if origin else None
+    return f"{origin.source}:{line}: " if origin and line else ""
+
+
 def resolve_paths(cfg: Config, base: Path) -> Config:
     """Make the file fields absolute (relative to the config's folder) and check they exist."""
     problems = []
@@ -418,21 +425,19 @@ def resolve_paths(cfg: Config, base: Path) -> Config:
         if value is None:
             continue
         resolved = Path(value) if Path(value).is_absolute() else (base / value)
-        if not resolved.is_file():
-            line = origin.lines.get(dotted) if origin else None
-            where = f"{origin.source}:{line}: " if origin and line else ""
-            missing = "a folder, not a file" if resolved.is_dir() else "file not found"
-            problems.append(f"{where}{dotted}: {missing}: {value} (looked at {resolved})")
+        if (missing := not_a_file(resolved)) is not None:
+            problems.append(f"{_where(origin, dotted)}{dotted}: {missing}: {value} (looked "
+                            f"at {resolved})")
         else:
             setattr(owner, field, str(resolved.resolve()))
     g = cfg.memory.graph
     docs = []
     for i, value in enumerate(g.documents):
         resolved = Path(value) if Path(value).is_absolute() else (base / value)
-        if not resolved.is_file():
-            missing = "a folder, not a file" if resolved.is_dir() else "file not found"
-            problems.append(f"memory.graph.documents.{i}: {missing}: {value} "
-                            f"(looked at {resolved})")
+        if (missing := not_a_file(resolved)) is not None:
+            dotted = f"memory.graph.documents.{i}"
+            problems.append(f"{_where(origin, dotted)}{dotted}: {missing}: {value} (looked "
+                            f"at {resolved})")
         docs.append(str(resolved.resolve()))
     if g.scenario is not None:
         folder = Path(g.scenario) if Path(g.scenario).is_absolute() else base / g.scenario

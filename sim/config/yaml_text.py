@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from shoal.core.errors import ConfigError
+from shoal.core.files import not_a_file
 
 
 class _ValueLoader(yaml.SafeLoader):
@@ -124,7 +125,8 @@ def read_yaml(path: str | Path, what: str = "config") -> tuple[Any, yaml.Node | 
     if path.is_dir():
         raise ConfigError([f"{path}: is a folder; give the {what} file"])
     if not path.is_file():
-        raise ConfigError([f"{path}: {what} file not found"])
+        raise ConfigError([f"{path}: {what} file not found" if not path.exists() else
+                           f"{path}: the {what} file is {not_a_file(path)}; save it to a file"])
     try:
         raw = path.read_bytes()
     except OSError as exc:

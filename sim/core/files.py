@@ -38,3 +38,17 @@ def write_text(path: str | Path, text: str) -> None:
     """Replace `path` with `text` (UTF-8), whole or not at all."""
     with replacing(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def not_a_file(path: str | Path) -> str | None:
+    """Why `path` cannot be read as a file, in a few words, or None if it is a regular
+    file: missing, a folder, or a pipe or device (which exists, so 'not found' would
+    mislead; and read once it is gone, or blocks without a writer)."""
+    p = Path(path)
+    if p.is_file():
+        return None
+    if p.is_dir():
+        return "a folder, not a file"
+    if p.exists():
+        return "not a regular file (a pipe or device)"
+    return "file not found"
