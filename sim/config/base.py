@@ -31,7 +31,9 @@ _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
 
 def _check_name(v: str) -> str:
     if not _NAME.match(v):
-        raise ValueError(f"must start with a letter and use letters, digits, _ or -, got {v!r}")
+        # (names become folder names, SQL identifiers and prompt keys: ASCII only)
+        raise ValueError("must start with an ASCII letter (A-Z, a-z) and use only ASCII "
+                         f"letters, digits, _ or -, got {v!r}")
     return v
 
 
