@@ -227,3 +227,22 @@ def test_a_pipe_is_named_as_one_not_as_missing(tmp_path):
     with pytest.raises(ConfigError, match=r"c.yaml:4: graph.file: not a regular file "
                                           r"\(a pipe or device\): fifo.yaml"):
         load_config(cfg)
+
+
+def test_a_group_that_rounds_to_no_agent_is_warned_of(tmp_path, capsys):
+    """0.1 of 4 agents rounds to 0: what names the group would silently reach nobody, so
+    `shoal check` and the run both say so, naming the field (a hostile-input sweep found
+    the run's intervention reported `{"agents": 0}` and nothing else)."""
+    from shoal.cli.main import main
+
+    path = tmp_path / "c.yaml"
+    path.write_text("rounds: 1\npopulation: {size: 4, groups: [{name: activists, fraction: "
+                    "0.1}, {name: others, fraction: 0.5}]}\ntopics: [a]\n")
+    note = ("population.groups.0.fraction: 0.1 of 4 agents rounds to 0: group activists has "
+            "no agents")
+    assert [n for n in load_config(path).notes() if "rounds to 0" in n] == [
+        note + ", so interventions, selectors and surveys that name it reach nobody"]
+    assert main(["run", str(path), "--out", str(tmp_path / "runs")]) == 0
+    captured = capsys.readouterr()
+    shown = " ".join((captured.out + captured.err).split())
+    assert note in shown and "group others" not in shown

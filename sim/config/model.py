@@ -410,6 +410,13 @@ class CheckpointConfig(Strict):
 NAME_MAX = 100  # characters of a run's name (`name`), and of the names an experiment gives
 
 
+def empty_group_note(path: str, name: str, fraction: float, size: int) -> str:
+    """The warning for a group that gets no agent: what names it selects nobody."""
+    return (f"{path}.fraction: {fraction:g} of {size:,} agents rounds to 0: group {name} "
+            "has no agents, so interventions, selectors and surveys that name it reach "
+            "nobody")
+
+
 class Config(Strict):
     """A whole simulation, as read from YAML with defaults filled in."""
 
@@ -556,15 +563,17 @@ class Config(Strict):
         return out
 
     def notes(self) -> list[str]:
-        """Warnings about a valid config, each starting with the field's path: a survey
-        sample larger than the agents it can be drawn from (known before the run for a
-        generated population; otherwise the run says so when it starts)."""
+        """Warnings about a valid config, each starting with the field's path: a group
+        whose share rounds to no agent, a survey sample larger than the agents it can be
+        drawn from (known before the run for a generated population; otherwise the run
+        says so when it starts)."""
         n = self.population.size
         if n is None:
             return []
         # (generated groups are exact shares: round(fraction * size) agents each)
         groups = {g.name: round(g.fraction * n) for g in self.population.groups}
-        out = []
+        out = [empty_group_note(f"population.groups.{i}", g.name, g.fraction, n)
+               for i, g in enumerate(self.population.groups) if groups[g.name] == 0]
         for i, survey in enumerate(self.surveys):
             size, pool = survey.sample.size, survey.pool_bound(n, groups)
             if size is not None and size > pool:
