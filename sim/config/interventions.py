@@ -186,6 +186,11 @@ class SetParams(InterventionSpec):
             if not mutable(key):
                 out.append(f"{where}.values.{key}: cannot be changed mid-run (it only "
                            "shaped round 0)")
+            elif key != "executor.contexts" and any(key == p or key.startswith(p + ".")
+                                                     for p in MADE_BEFORE_ROUND_1):
+                out.append(f"{where}.values.{key}: cannot be changed by a set intervention "
+                           "(the run's executor, folder and name are made before round 1; "
+                           "a fork's --set, or resume's flags, can change them)")
         return out
 
 
@@ -194,6 +199,12 @@ class SetParams(InterventionSpec):
 # initial conditions, graph, start time, which platforms exist) only shaped round 0.
 MUTABLE_SECTIONS = ("policy", "beliefs", "activity", "executor", "output", "checkpoints",
                     "memory", "llm", "rounds", "seed", "name")
+
+
+# Of those, what the running process built once (its executor: shards, threads, Ray; its
+# run directory and id), which a fork or a resume changes but a `set` entry cannot;
+# `executor.contexts` is read every round, so it can.
+MADE_BEFORE_ROUND_1 = ("executor", "output.dir", "name")
 
 
 def mutable(key: str) -> bool:
