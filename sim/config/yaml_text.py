@@ -153,13 +153,27 @@ def load_yaml_text(text: str, source: str) -> tuple[Any, yaml.Node | None]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark else ""
-        raise ConfigError([f"{source}{line}: malformed YAML: {exc.problem or exc}"]) from None
+        raise ConfigError([f"{source}{line}: malformed YAML: {exc.problem or exc}"
+                           + _long_key_hint(exc, text)]) from None
     except yaml.YAMLError as exc:
         raise ConfigError([f"{source}: malformed YAML: {exc}"]) from None
     except RecursionError:
         raise ConfigError([f"{source}: nested too deeply (more than {MAX_DEPTH} levels)"]
                           ) from None
     return data, root
+
+
+def _long_key_hint(exc: yaml.MarkedYAMLError, text: str) -> str:
+    """Why a line that has its ':' was refused, when the reason is YAML's limit of 1,024
+    characters on a plain key (the parser says only that it found no ':')."""
+    mark = exc.context_mark
+    if exc.context != "while scanning a simple key" or mark is None:
+        return ""
+    line = text.splitlines()[mark.line] if mark.line < len(text.splitlines()) else ""
+    if ":" not in line[mark.column + 1024:]:
+        return ""
+    return (" (the key on this line is longer than 1,024 characters, the most YAML "
+            "allows a plain key)")
 
 
 def yaml_value(text: str) -> Any:
