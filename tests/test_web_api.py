@@ -187,6 +187,10 @@ def test_a_fork_marks_its_fork_round_and_reads_its_parents_history(api, ids):
     firsts = [d["first_round"] for d in cmp["divergence"] if d["first_round"] is not None]
     assert firsts and min(firsts) > 1  # identical up to the fork round, then not
     assert api.get("/api/compare", params={"runs": root}).status_code == 400
+    # a run named twice counts once; more than MAX_COMPARED runs are refused up front
+    assert api.get("/api/compare", params={"runs": f"{root},{root}"}).status_code == 400
+    many = api.get("/api/compare", params={"runs": ",".join(f"r{i}" for i in range(21))})
+    assert many.status_code == 400 and "at most 20 runs" in many.json()["error"]
 
 
 def test_posts_are_ranked_by_reach_and_paged(api, folder, ids):
@@ -430,6 +434,41 @@ def outside(tmp_path_factory, folder) -> Path:
     (folder / "configs" / "linked.yaml").unlink()
 
 
+def test_the_listing_opens_no_pipe_and_follows_no_file_link_out(folder, tmp_path):
+    """A run folder whose trajectory.duckdb is a pipe (opening it blocks: the listing's
+    thread, then every thread of the server's pool, hung), whose config.yaml and
+    trajectory link outside the served folder, or whose run.json does: the listing
+    answers, reads nothing behind the links, and says what is wrong."""
+    import threading
+
+    served = tmp_path / "served"
+    served.mkdir()
+    run = next(iter(_runs(folder).values()))
+    shutil.copytree(run, served / run.name)
+    secret = tmp_path / "secret"
+    shutil.copytree(run, secret)
+    for name in ("piped", "linked", "meta"):
+        (served / name).mkdir()
+    shutil.copy(run / "run.json", served / "piped" / "run.json")
+    os.mkfifo(served / "piped" / "trajectory.duckdb")
+    shutil.copy(run / "run.json", served / "linked" / "run.json")
+    os.symlink(secret / "config.yaml", served / "linked" / "config.yaml")
+    os.symlink(secret / "trajectory.duckdb", served / "linked" / "trajectory.duckdb")
+    os.symlink(secret / "run.json", served / "meta" / "run.json")
+    listed: list = []
+    worker = threading.Thread(target=lambda: listed.append(Folder(served).runs()),
+                              daemon=True)
+    worker.start()
+    worker.join(60)
+    assert listed, "the listing blocked"
+    rows = {r["run_id"]: r for r in listed[0]["runs"]}
+    assert "meta" not in rows  # (its run.json is read from outside: not listed)
+    assert rows["piped"]["llm_calls"] is None and rows["piped"]["status"] == "damaged"
+    assert rows["linked"]["agents"] is None and rows["linked"]["llm_calls"] is None
+    assert "symbolic link that leads outside" in rows["linked"]["problem"]
+    assert rows[run.name]["llm_calls"] == 0 and rows[run.name]["problem"] is None
+
+
 def test_no_path_leads_outside_the_folder(api, outside):
     before = _listing(outside)
     for run in ("..", "...", "%2e%2e", "..%2F..%2Fetc", "linked-run", "%2Fetc",
@@ -595,6 +634,8 @@ def test_a_page_elsewhere_can_neither_reach_nor_forge(api, ids):
     root, _ = ids
     r = api.get("/api/runs", headers={"host": "attacker.example:8765"})
     assert r.status_code == 403 and "127.0.0.1" in r.json()["error"]
+    r = api.get("/api/runs", headers={"host": "localhost:1@attacker.example"})
+    assert r.status_code == 403  # (the port must be digits)
     r = api.post(f"/api/runs/{root}/sql", json={"sql": "SELECT 1"},
                  headers={"origin": "http://attacker.example"})
     assert r.status_code == 403 and "attacker.example" in r.json()["error"]

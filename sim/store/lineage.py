@@ -283,9 +283,10 @@ def runs_folder(folder: str | Path, what: str = "the output folder") -> Path:
 
 def _links_out(path: Path, inside: Path) -> bool:
     """Whether `path`, an entry of the folder `inside`, is a link out of it (or a loop
-    of links, which leads nowhere)."""
+    of links, which leads nowhere), or its run.json is one (which would be read)."""
     try:
-        return path.resolve().parent != inside
+        return (path.resolve().parent != inside
+                or not (path / "run.json").resolve().is_relative_to(inside))
     except (OSError, RuntimeError):
         return True
 

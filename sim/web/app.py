@@ -478,8 +478,10 @@ class _Progress:
 def _loopback_host(host: str | None) -> bool:
     if not host:
         return False
-    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-    return name in LOOPBACK_NAMES
+    name, _, port = host.rpartition(":") if not host.endswith("]") else (host, "", "")
+    if not name:  # (no port given)
+        name, port = host, ""
+    return name in LOOPBACK_NAMES and (port == "" or port.isdigit())
 
 
 def _token_ok(request: Request, token: str) -> bool:

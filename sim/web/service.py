@@ -48,6 +48,8 @@ from shoal.store.lineage import (
 from shoal.store.run_dir import RunDir
 from shoal.web.jobs import Job, Jobs
 
+SQL_AT_ONCE = 2  # readers' SQL queries run at once; the others wait their turn
+MAX_COMPARED = 20  # runs one comparison reads (the page shows a handful)
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 MAX_PAGE = 500  # rows per page of any list
@@ -104,6 +106,7 @@ class Folder:
         self.jobs = Jobs(self.root)
         self._local = threading.local()  # the connections of the requests running now
         self._lock = threading.Lock()
+        self._sql_slots = threading.BoundedSemaphore(SQL_AT_ONCE)  # readers' own queries
         # (run, its creation, aggregate) -> (last round computed, its rows): `_per_round`
         self._rounds_cache: dict[tuple[str, str, str], tuple[int, list[dict[str, Any]]]] = {}
 
@@ -236,7 +239,10 @@ class Folder:
     def sql(self, run_id: str, sql: str, limit: int = 100) -> dict[str, Any]:
         """A reader's own SELECT, through the analyst's read-only guard and limits."""
         limit = _whole("limit", limit, 1, 1000)
-        with self.cursor(run_id) as (cur, _):
+        # A few readers' queries at a time: each has its own connection and memory limit
+        # (and DuckDB does not count every string against it), so the bound on the
+        # process is this many of them, not one.
+        with self._sql_slots, self.cursor(run_id) as (cur, _):
             return select_rows(cur, sql, Limits(rows=limit, timeout_s=30)).as_dict()
 
     # ------------------------------------------------------------ runs
@@ -246,12 +252,20 @@ class Folder:
         out = []
         for e in run_tree(self.root, within=True):
             meta = e.meta
+            # (what the listing opens: a link out of the folder is not followed, and a
+            # pipe named trajectory.duckdb would block the open, and this thread, for good)
+            link = next((f.name for f in (e.dir.config, e.dir.db)
+                         if f.is_symlink() and not self._inside(f)), None)
             row = {"run_id": e.dir.run_id, "name": meta.get("name"),
                    "parent_run_id": e.parent_run_id, "fork_round": e.fork_round,
                    "depth": e.depth, "status": e.status, "rounds_done": e.rounds_done,
-                   "rounds": meta.get("rounds"), "agents": _agents(e.dir),
+                   "rounds": meta.get("rounds"),
+                   "agents": None if link else _agents(e.dir),
                    "created_at": meta.get("created_at"), "problem": e.problem,
-                   **_llm_totals(e.dir)}
+                   **({"llm_calls": None, "cost_usd": None} if link else _llm_totals(e.dir))}
+            if link is not None:
+                row["problem"] = (f"its {link} is a symbolic link that leads outside the "
+                                  "served folder")
             if not RUN_ID.match(e.dir.run_id):  # listed, but its pages refuse the name
                 row["problem"] = ("its folder's name is not a run id (letters, digits, '.', "
                                   "'_', '-'): rename the folder to open it here")
@@ -1052,8 +1066,11 @@ class Folder:
     def compare(self, run_ids: list[str]) -> dict[str, Any]:
         """Per measure, the first round each run leaves the first one and the largest gap,
         with every run's series."""
+        run_ids = list(dict.fromkeys(run_ids))  # (a run named twice is compared once)
         if len(run_ids) < 2:
             raise WebError("compare needs two or more runs")
+        if len(run_ids) > MAX_COMPARED:  # (each costs a pass over its history)
+            raise WebError(f"compare takes at most {MAX_COMPARED} runs, got {len(run_ids)}")
         series = {r: self.series(r) for r in run_ids}
         base = run_ids[0]
         out = []
@@ -1172,6 +1189,8 @@ def _llm_totals(run_dir: RunDir) -> dict[str, Any]:
     if held and held[0] == stamp:
         return held[1]
     totals: dict[str, Any] = {"llm_calls": None, "cost_usd": None}
+    if not run_dir.db.is_file():  # (missing, or a pipe: opening one would block)
+        return totals
     with suppress(duckdb.Error):
         con = duckdb.connect(str(run_dir.db), read_only=True)
         try:
