@@ -187,8 +187,7 @@ def test_a_fork_marks_its_fork_round_and_reads_its_parents_history(api, ids):
     firsts = [d["first_round"] for d in cmp["divergence"] if d["first_round"] is not None]
     assert firsts and min(firsts) > 1  # identical up to the fork round, then not
     assert api.get("/api/compare", params={"runs": root}).status_code == 400
-    # a run named twice counts once; more than MAX_COMPARED runs are refused up front
-    assert api.get("/api/compare", params={"runs": f"{root},{root}"}).status_code == 400
+    # more than MAX_COMPARED runs are refused up front (a run named twice is read once)
     many = api.get("/api/compare", params={"runs": ",".join(f"r{i}" for i in range(21))})
     assert many.status_code == 400 and "at most 20 runs" in many.json()["error"]
 

@@ -1066,12 +1066,11 @@ class Folder:
     def compare(self, run_ids: list[str]) -> dict[str, Any]:
         """Per measure, the first round each run leaves the first one and the largest gap,
         with every run's series."""
-        run_ids = list(dict.fromkeys(run_ids))  # (a run named twice is compared once)
         if len(run_ids) < 2:
             raise WebError("compare needs two or more runs")
         if len(run_ids) > MAX_COMPARED:  # (each costs a pass over its history)
             raise WebError(f"compare takes at most {MAX_COMPARED} runs, got {len(run_ids)}")
-        series = {r: self.series(r) for r in run_ids}
+        series = {r: self.series(r) for r in dict.fromkeys(run_ids)}  # (each run once)
         base = run_ids[0]
         out = []
         for other in run_ids[1:]:
