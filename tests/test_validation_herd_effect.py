@@ -60,11 +60,12 @@ def test_checks_are_the_relative_effects_of_the_recorded_scores(result):
         rows = list(csv.DictReader(f))
     assert [int(row["seed"]) for row in rows] == r.seeds
     s = {arm: np.array([float(row[arm]) for row in rows])
-         for arm in (*herd_effect.ARMS, "first_up_up", "first_up_control")}
+         for arm in (*herd_effect.ARMS, "first_view_up_up", "first_view_up_control")}
     assert (s["control"] > 0).all()
     up = 100 * (s["up"] - s["control"]) / s["control"]
     down = 100 * (s["down"] - s["control"]) / s["control"]
-    first = 100 * (s["first_up_up"] - s["first_up_control"]) / s["first_up_control"]
+    first = 100 * (s["first_view_up_up"] - s["first_view_up_control"]) / s[
+        "first_view_up_control"]
     for check, values in zip(r.checks, (up, down, first), strict=True):
         m, interval = mean_interval(values)
         assert check.simulated == pytest.approx(m)
@@ -92,16 +93,18 @@ def test_the_forks_carry_the_seeded_votes(result):
         assert len(posts) == 40
         assert (posts["seed_up"] == up).all() and (posts["seed_down"] == down).all()
         assert (posts["up"] >= up).all() and (posts["down"] >= down).all()
-        if arm != "down":  # the first votes' up share, in SQL from the trajectory file
+        if arm != "down":  # the first viewers' up-vote rate, in SQL from the file
             ids = ", ".join(map(str, run.treated_posts()))
-            ((share,),) = duckdb.connect(str(run_dir / "trajectory.duckdb"),
-                                         read_only=True).sql(
-                "WITH v AS (SELECT target_post, round, action = 'upvote' AS up FROM actions "
-                f"WHERE status = 'ok' AND action IN ('upvote', 'downvote') AND target_post "
-                f"IN ({ids})), first AS (SELECT target_post, min(round) AS r FROM v GROUP BY "
-                "ALL) SELECT avg(up::INT) FROM v JOIN first USING (target_post) "
-                "WHERE round = r").fetchall()
-            assert herd_effect.first_vote_up_share(run) == pytest.approx(share)
+            ((rate,),) = duckdb.connect(str(run_dir / "trajectory.duckdb"),
+                                        read_only=True).sql(
+                f"WITH e AS (SELECT DISTINCT round, agent, post_id FROM exposures WHERE "
+                f"post_id IN ({ids})), first AS (SELECT * FROM e QUALIFY round = min(round) "
+                "OVER (PARTITION BY post_id)), up AS (SELECT DISTINCT round, agent, "
+                "target_post AS post_id FROM actions WHERE status = 'ok' AND action = "
+                f"'upvote' AND target_post IN ({ids})) SELECT avg((up.agent IS NOT NULL)"
+                "::INT) FROM first LEFT JOIN up USING (round, agent, post_id)").fetchall()
+            assert 0 < rate < 0.5  # (a chance per view: most viewers do not vote)
+            assert herd_effect.first_view_up_rate(run) == pytest.approx(rate)
 
 
 def test_the_scenario_is_configs_herd_effect():

@@ -44,8 +44,11 @@ UP_TARGET = 25.0
 UP_BAND = (15.0, 35.0)  # the mean must fall here: ±10 points (see docs/validation.md)
 DOWN_BOUND = 10.0  # equivalence margin: the interval must lie within ±this (% of control)
 # and: up-treated comments were 32% more likely than the control's to get an up-vote
-# from their first viewer (the share of up-votes among first votes). Stated before the
-# first run of this check, with the same ±10 points as the final score's band.
+# from their first viewer: a chance per view (about 5% in the study: most viewers do not
+# vote), measured here per showing in the round a post was first shown. The band was
+# stated before the first run of this check, with the same ±10 points as the final
+# score's. (Until 2026-12-06 it was measured as the share of up-votes among the votes of
+# a post's first voted round, which at the control's 82% could not rise by more than 21%.)
 FIRST_UP_TARGET = 32.0
 FIRST_UP_BAND = (22.0, 42.0)
 
@@ -140,16 +143,22 @@ def treated_score(run: Run, arm: str) -> float:
     return float(table["mean_score"].to_numpy()[0])
 
 
-def first_vote_up_share(run: Run) -> float:
-    """Of the votes each treated post got in the first round anyone voted on it, the share
-    that were up-votes, pooled over the posts. Rounds are snapshots, so every vote of that
-    round was cast having seen only the seeded vote: the simulation's "first viewers"."""
+def first_view_up_rate(run: Run) -> float:
+    """Of the showings of the treated posts in the round each was first shown (their
+    first viewers: rounds are snapshots, so all of them saw only the seeded vote), the
+    share whose viewer up-voted the post that round, pooled over the posts: Muchnik et
+    al.'s chance of an up-vote per view, not per vote."""
     ids = run.treated_posts()
+    shown = run.table("exposures")
+    shown = shown.loc[shown["post_id"].isin(ids), ["round", "agent", "post_id"]]
+    shown = shown.drop_duplicates()  # (one viewer, one post: once, whatever the platforms)
+    shown = shown[shown["round"] == shown.groupby("post_id")["round"].transform("min")]
     a = run.actions
-    votes = a[(a["status"] == "ok") & a["action"].isin(["upvote", "downvote"])
-              & a["target_post"].isin(ids)]
-    first = votes[votes["round"] == votes.groupby("target_post")["round"].transform("min")]
-    return float((first["action"] == "upvote").mean()) if len(first) else math.nan
+    up = a.loc[(a["status"] == "ok") & (a["action"] == "upvote") & a["target_post"].isin(ids),
+               ["round", "agent", "target_post"]].rename(columns={"target_post": "post_id"})
+    hit = shown.merge(up.drop_duplicates(), on=["round", "agent", "post_id"], how="left",
+                      indicator=True)
+    return float((hit["_merge"] == "both").mean()) if len(hit) else math.nan
 
 
 def relative(treated: np.ndarray, control: np.ndarray) -> np.ndarray:
@@ -187,16 +196,16 @@ class HerdEffect(Case):
         exp = done.experiment
         runs = {arm: [exp.run(arm, i) for i in range(len(seeds))] for arm in ARMS}
         scores = {arm: np.array([treated_score(r, arm) for r in runs[arm]]) for arm in ARMS}
-        firsts = {arm: np.array([first_vote_up_share(r) for r in runs[arm]])
+        firsts = {arm: np.array([first_view_up_rate(r) for r in runs[arm]])
                   for arm in ("up", "control")}
         _write_scores(ctx, seeds, scores, firsts)
 
         up, down = (relative(scores[a], scores["control"]) for a in ("up", "down"))
         checks = [*checks_of(up, down),
-                  first_vote_check(relative(firsts["up"], firsts["control"]))]
+                  first_view_check(relative(firsts["up"], firsts["control"]))]
         notes = [f"experiment folder: {root.name}; per-replicate scores in scores.csv"]
         for what, control in (("mean final score", scores["control"]),
-                              ("share of up-votes among first votes", firsts["control"])):
+                              ("first viewers' up-vote rate", firsts["control"])):
             if (left := int(np.sum(~(control > 0)))):
                 notes.append(f"{left} of {len(seeds)} replicates left out of the relative "
                              f"effects on the {what}: the control's is not positive")
@@ -241,25 +250,26 @@ def checks_of(up: np.ndarray, down: np.ndarray) -> list[Check]:
     ]
 
 
-def first_vote_check(first_up: np.ndarray) -> Check:
+def first_view_check(first_up: np.ndarray) -> Check:
     """The first viewers' herding, from the per-replicate relative effects (%)."""
     m, interval = mean_interval(first_up)
-    return Check(measure="up − control, % of control's share of up-votes among first votes",
+    return Check(measure="up − control, % of control's up-vote rate per first viewer",
                  simulated=m, target=FIRST_UP_TARGET,
                  tolerance=f"the mean over replicates lies in [{FIRST_UP_BAND[0]:g}%, "
                            f"{FIRST_UP_BAND[1]:g}%]",
                  passed=bool(FIRST_UP_BAND[0] <= m <= FIRST_UP_BAND[1]), interval=interval,
                  note="Muchnik et al.: up-treated comments were 32% more likely to be "
-                      "up-voted by their first viewer")
+                      "up-voted by their first viewer (per view, in the round each post "
+                      "was first shown)")
 
 
 def _write_scores(ctx: CaseContext, seeds: list[int], scores: dict[str, np.ndarray],
                   firsts: dict[str, np.ndarray]) -> None:
     """scores.csv: per replicate, its seed, each arm's mean final score, and the up and
-    control arms' share of up-votes among first votes."""
+    control arms' up-vote rate per first viewer (`first_view_up_<arm>`)."""
     with (ctx.out / "scores.csv").open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["replicate", "seed", *ARMS, *(f"first_up_{a}" for a in firsts)])
+        writer.writerow(["replicate", "seed", *ARMS, *(f"first_view_up_{a}" for a in firsts)])
         for i, seed in enumerate(seeds):
             writer.writerow([i, seed, *(repr(float(scores[a][i])) for a in ARMS),
                              *(repr(float(firsts[a][i])) for a in firsts)])
