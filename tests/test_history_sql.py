@@ -126,6 +126,18 @@ def test_rows_columns_and_long_values_are_cut_with_a_note(run):
     assert plain.rows == [[1.5, "2026-01-02", "1 day, 0:00:00"]] and plain.note == ""
 
 
+def test_a_whole_answer_is_bounded_in_characters_and_names(run):
+    """Each limit alone allowed 1,000 rows x 100 columns x 2,000 characters (200 MB from
+    one short request, found by a hostile sweep of `shoal serve`): rows stop before the
+    answer passes `Limits.chars`, and a column's name is cut like a value."""
+    cols = ", ".join(f"repeat('<', 2000) AS c{i}" for i in range(100))
+    wide = query_history(run, f"SELECT {cols} FROM range(1000)", limits=Limits(rows=1000))
+    assert len(wide.rows) == Limits().chars // 200_000 and wide.truncated
+    assert "budget of 2,000,000 characters" in wide.note
+    named = query_history(run, f'SELECT 1 AS "{"n" * 5000}"', limits=Limits(cell_chars=100))
+    assert named.columns == ["n" * 100 + "…"] and named.rows == [[1]]
+
+
 def test_a_runaway_query_is_interrupted_at_the_timeout(run):
     """issue 26 item 3: a recursive CTE that never ends, and a cross join, are stopped at
     the query timeout and reported as such."""

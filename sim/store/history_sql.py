@@ -73,6 +73,9 @@ class Limits:
     columns: int = 100  # columns returned (the first ones)
     cell_chars: int = 2000  # a longer text or nested value is cut, ending in "…"
     timeout_s: float | None = None  # the query is interrupted after this long
+    # the characters of all the rows together: rows stop before it is passed (each limit
+    # above allows 1,000 rows x 100 columns x 2,000 characters: 200 MB from one request)
+    chars: int = 2_000_000
 
 
 @dataclass
@@ -346,7 +349,7 @@ def select_rows(con: duckdb.DuckDBPyConnection, sql: str, limits: Limits | None 
                        ) from None
     finally:
         cur.close()
-    rows, cut = [], 0
+    rows, cut, size, full = [], 0, 0, False
     for r in raw[:limits.rows]:
         row, k = [], 0
         for t in types[:shown]:
@@ -361,9 +364,16 @@ def select_rows(con: duckdb.DuckDBPyConnection, sql: str, limits: Limits | None 
                 row.append(_scrub(long, hidden) + ELLIPSIS)
             else:
                 row.append(_plain(whole, hidden))
+        size += sum(len(str(v)) for v in row)
+        if size > limits.chars and rows:  # (the first row always: its cells are bounded)
+            full = True
+            break
         rows.append(row)
     notes = []
-    if len(raw) > limits.rows:
+    if full:
+        notes.append(f"only the first {len(rows)} rows are shown: the answer reached its "
+                     f"budget of {limits.chars:,} characters")
+    elif len(raw) > limits.rows:
         notes.append(f"only the first {limits.rows} rows are shown (there are more)")
     if shown < len(names):
         notes.append(f"only the first {shown} of {len(names)} columns are shown")
@@ -372,7 +382,9 @@ def select_rows(con: duckdb.DuckDBPyConnection, sql: str, limits: Limits | None 
                      f"(ending in {ELLIPSIS})")
     note = "; ".join(notes) + ("; aggregate, filter or select fewer columns to see the "
                                "rest" if notes else "")
-    return QueryResult(names[:shown], rows, len(raw) > limits.rows, note)
+    shown_names = [n if len(n) <= limits.cell_chars else n[:limits.cell_chars] + ELLIPSIS
+                   for n in names[:shown]]  # (a column's name is as long as its query says)
+    return QueryResult(shown_names, rows, full or len(raw) > limits.rows, note)
 
 
 def _projection(types: list[str], cell_chars: int) -> str:
