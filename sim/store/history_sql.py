@@ -349,7 +349,8 @@ def select_rows(con: duckdb.DuckDBPyConnection, sql: str, limits: Limits | None 
                        ) from None
     finally:
         cur.close()
-    rows, cut, size, full = [], 0, 0, False
+    rows: list[list[Any]] = []
+    cut, size, full = 0, 0, False
     for r in raw[:limits.rows]:
         row, k = [], 0
         for t in types[:shown]:
