@@ -410,13 +410,6 @@ class CheckpointConfig(Strict):
 NAME_MAX = 100  # characters of a run's name (`name`), and of the names an experiment gives
 
 
-def empty_group_note(path: str, name: str, fraction: float, size: int) -> str:
-    """The warning for a group that gets no agent: what names it selects nobody."""
-    return (f"{path}.fraction: {fraction:g} of {size:,} agents rounds to 0: group {name} "
-            "has no agents, so interventions, selectors and surveys that name it reach "
-            "nobody")
-
-
 class Config(Strict):
     """A whole simulation, as read from YAML with defaults filled in."""
 
@@ -572,13 +565,23 @@ class Config(Strict):
             return []
         # (generated groups are exact shares: round(fraction * size) agents each)
         groups = {g.name: round(g.fraction * n) for g in self.population.groups}
-        out = [empty_group_note(f"population.groups.{i}", g.name, g.fraction, n)
-               for i, g in enumerate(self.population.groups) if groups[g.name] == 0]
+        out = self.empty_group_notes()
         for i, survey in enumerate(self.surveys):
             size, pool = survey.sample.size, survey.pool_bound(n, groups)
             if size is not None and size > pool:
                 out.append(sample_note(f"surveys.{i}", size, pool, "known before the run"))
         return out
+
+    def empty_group_notes(self) -> list[str]:
+        """A warning for each generated group whose share rounds to no agent (the
+        population generator gives each round(fraction * size)): what names it selects
+        nobody. None for a population read from a file."""
+        n = self.population.size
+        return [f"population.groups.{i}.fraction: {g.fraction:g} of {n:,} agents rounds to "
+                f"0: group {g.name} has no agents, so interventions, selectors and surveys "
+                "that name it reach nobody"
+                for i, g in enumerate(self.population.groups)
+                if n is not None and round(g.fraction * n) == 0]
 
     @property
     def topic_names(self) -> list[str]:

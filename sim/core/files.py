@@ -49,6 +49,13 @@ def not_a_file(path: str | Path) -> str | None:
         return None
     if p.is_dir():
         return "a folder, not a file"
-    if p.exists():
+    if special(p):
         return "not a regular file (a pipe or device)"
     return "file not found"
+
+
+def special(path: str | Path) -> bool:
+    """Whether `path` exists but is neither a regular file nor a folder (a pipe, a
+    device, a socket): found by stat, which does not block on a pipe as open would."""
+    p = Path(path)
+    return p.exists() and not p.is_file() and not p.is_dir()

@@ -26,8 +26,6 @@ import io
 import itertools
 import json
 import math
-import os
-import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +38,7 @@ import pandas as pd
 from shoal.config import load_config, resolved_dict
 from shoal.config.yaml_text import dump_yaml
 from shoal.core.errors import InputError
+from shoal.core.files import replacing, special
 from shoal.core.text_files import read_user_text
 from shoal.runs.task_pool import Outcome, TaskPool
 
@@ -148,11 +147,7 @@ def read_target(path: str | Path) -> str:
     """The text of the target CSV: an InputError naming `--target` if it is a pipe or a
     device (read once it is gone, so a resume or a second read finds nothing; a FIFO with
     no writer never ends), cannot be read or is not UTF-8 text."""
-    try:
-        mode = os.stat(path).st_mode  # (stat, unlike open, does not block on a FIFO)
-    except OSError:
-        mode = None  # (read_user_text names what is wrong, as for a folder)
-    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+    if special(path):  # (a folder or a missing file: read_user_text says what is wrong)
         raise InputError(f"--target {path}: not a regular file (a pipe or device); save it "
                          "to a file")
     try:
@@ -381,10 +376,9 @@ def calibrate(config: str, target: str | Path, params: list[Param], out: str | P
     except OSError as exc:
         raise InputError(f"--out {out}: cannot create the folder ({exc.strerror or exc})"
                          ) from None
-    if not copy.exists():  # (through a temporary file: a kill leaves no half copy)
-        part = out / (TARGET_FILE + ".part")
-        part.write_text(text, encoding="utf-8", newline="")
-        os.replace(part, copy)
+    if not copy.exists():  # (whole or not at all: a kill leaves no half copy)
+        with replacing(copy) as tmp:
+            tmp.write_text(text, encoding="utf-8", newline="")
     if old is None:  # (a resume keeps the path first recorded)
         spec_file.write_text(json.dumps(spec, indent=1))
     optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -37,7 +37,6 @@ from shoal.agents.llm_output import check_budget
 from shoal.agents.profiles import USERNAME_CHARS, profile_fixes_table, repeated_ids, username_fixes
 from shoal.config import Config, config_hash, load_config, parse_config, resolved_dict
 from shoal.config.llm import check_api_keys
-from shoal.config.model import empty_group_note
 from shoal.core.errors import InputError, NumericError, ProviderDown, StorageFull, out_of_space
 from shoal.core.faults import crash_point
 from shoal.core.registry import PluginError
@@ -689,16 +688,11 @@ _FIX_NOTES = {
 
 
 def _setup_notes(world: World) -> list[str]:
-    """What the user should know about how the inputs were taken: one note per kind of
-    username fix (count and an example; all of them are in `profile_fixes`) and one for
-    repeated user_ids."""
+    """What the user should know about how the inputs were taken: groups that got no
+    agent, one note per kind of username fix (count and an example; all of them are in
+    `profile_fixes`) and one for repeated user_ids."""
     pop = world.population
-    notes = []
-    spec = world.cfg.population
-    for i, g in enumerate(spec.groups if spec.size else []):  # (generated: shares, rounded)
-        if not (pop.group == pop.group_names.index(g.name)).any():
-            notes.append(empty_group_note(f"population.groups.{i}", g.name, g.fraction,
-                                          world.n_agents))
+    notes = world.cfg.empty_group_notes()
     fixes = username_fixes(pop)
     for kind, what in _FIX_NOTES.items():
         rows = [r for r in fixes if r[3] == kind]

@@ -44,11 +44,11 @@ UP_TARGET = 25.0
 UP_BAND = (15.0, 35.0)  # the mean must fall here: ±10 points (see docs/validation.md)
 DOWN_BOUND = 10.0  # equivalence margin: the interval must lie within ±this (% of control)
 # and: up-treated comments were 32% more likely than the control's to get an up-vote
-# from their first viewer: a chance per view (about 5% in the study: most viewers do not
-# vote), measured here per showing in the round a post was first shown. The band was
-# stated before the first run of this check, with the same ±10 points as the final
-# score's. (Until 2026-12-06 it was measured as the share of up-votes among the votes of
-# a post's first voted round, which at the control's 82% could not rise by more than 21%.)
+# from their first viewer: a chance per view (most viewers do not vote), measured here
+# per showing in the round a post was first shown. The band was stated before the first
+# run of this check, with the same ±10 points as the final score's. (Until 2026-12-06 it
+# was measured as the share of up-votes among the votes of a post's first voted round,
+# which at the control's 82% could not rise by more than 21%.)
 FIRST_UP_TARGET = 32.0
 FIRST_UP_BAND = (22.0, 42.0)
 
