@@ -22,6 +22,12 @@ spent outside agent ranges (serial) and inside them (on any thread), medians of 
 ("amdahl"; measured on the one-worker run as well, so a small machine shows what a large
 one could do).
 
+"writer_share": per run, the writer's transaction (the `log` phase) over the round. The
+writer commits one round while the driver computes the next, one round in flight, so a
+round is never shorter than its commit: near 1, the writer sets the pace, and more
+workers cannot help (bench/writer.py times the transaction alone on 1, 2, 4, ... DuckDB
+threads).
+
 With --pin (Linux) the run with k workers is held to k cores (CPUs 0..k-1: every thread of
 this process, and the Ray processes it starts, which inherit the mask), the baselines to
 one: strong scaling on cores, not only on driver threads. Unpinned, a one-worker run still
@@ -148,7 +154,7 @@ def amdahl(run: dict, ks: tuple[int, ...] = (2, 4, 8, 16)) -> dict:
     rounds 2..R): the serial fraction of the driver's work, and the speed-up of that work
     Amdahl's law allows with k workers, 1 / (s + (1 - s) / k). An upper bound: it assumes
     ranges share perfectly and leaves out the writer, which runs beside the next round
-    (its DuckDB transaction parallelises on its own)."""
+    (its DuckDB transaction parallelises on its own: bench/writer.py; `writer_share`)."""
     serial = sum(v[0] for v in run["cpu_ms"].values())
     ranges = sum(v[1] for v in run["cpu_ms"].values())
     s = serial / (serial + ranges) if serial + ranges else 0.0
@@ -186,11 +192,16 @@ def main(argv: list[str] | None = None) -> int:
               "runs": rows, "numpy": base, "efficiency": efficiency(rows),
               "amdahl": {f"{r['executor']}/{r['workers']}": amdahl(r) for r in rows},
               "over_numpy_push": {f"{r['executor']}/{r['workers']}": r["agent_steps_per_s"]
-                                  / base["push"]["agent_steps_per_s"] for r in rows}}
+                                  / base["push"]["agent_steps_per_s"] for r in rows},
+              # the writer's transaction over the round: near 1, the writer sets the pace
+              # (one round in flight, so a round is never shorter than its commit)
+              "writer_share": {f"{r['executor']}/{r['workers']}": r["phase_ms"]["log"]
+                               / r["phase_ms"]["round"] for r in rows}}
     out = HERE / "results" / f"scaling-{datetime.now():%Y%m%d-%H%M%S}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
-    print(json.dumps({k: result[k] for k in ("efficiency", "over_numpy_push", "amdahl")},
+    print(json.dumps({k: result[k] for k in ("efficiency", "over_numpy_push", "amdahl",
+                                             "writer_share")},
                      indent=2))
     return 0
 
