@@ -412,7 +412,10 @@ def test_a_bad_config_starts_nothing(api, folder):
     r = api.post("/api/start", json={"yaml": "name: x\nrounds: 0\n"})
     assert r.status_code == 400 and "pasted.yaml:2: rounds" in r.json()["error"]
     r = api.post("/api/start", json={"path": "configs/none.yaml"})
-    assert r.status_code == 400 and "not found" in r.json()["error"]
+    error = r.json()["error"]
+    assert r.status_code == 400 and "not found" in error
+    # (named as the folder's reader knows it: answers never say where the folder lies)
+    assert "configs/none.yaml" in error and str(folder.resolve()) not in error, error
     assert _listing(folder) == before
 
 
@@ -466,6 +469,29 @@ def test_the_listing_opens_no_pipe_and_follows_no_file_link_out(folder, tmp_path
     assert rows["linked"]["agents"] is None and rows["linked"]["llm_calls"] is None
     assert "symbolic link that leads outside" in rows["linked"]["problem"]
     assert rows[run.name]["llm_calls"] == 0 and rows[run.name]["problem"] is None
+
+
+def test_answers_name_files_inside_the_folder_not_where_it_lies(folder, tmp_path):
+    """A damaged run's errors, on its own pages and in the listing, name its files as
+    the folder's reader knows them (`RUN/trajectory.duckdb`), not by absolute path."""
+    served = tmp_path / "served"
+    served.mkdir()
+    run = next(iter(_runs(folder).values()))
+    shutil.copytree(run, served / "damaged")
+    (served / "damaged" / "trajectory.duckdb").write_bytes(b"not a database" * 100)
+    server = Server(Folder(served))
+    try:
+        with server.client() as api:
+            answers = [api.get("/api/runs/damaged"), api.get("/api/runs/damaged/series"),
+                       api.get("/api/runs")]
+    finally:
+        server.close()
+    errors = [r.json()["error"] for r in answers[:2]]
+    errors += [r["problem"] for r in answers[2].json()["runs"] if r["run_id"] == "damaged"]
+    assert len(errors) == 3
+    for error in errors:
+        assert error.startswith("damaged/trajectory.duckdb: damaged"), error
+        assert str(served) not in error and str(tmp_path) not in error, error
 
 
 def test_no_path_leads_outside_the_folder(api, outside):

@@ -153,7 +153,7 @@ def create_app(folder: Folder, token: str | None = None, mcp: bool = True) -> Fa
 
     @app.exception_handler(WebError)
     async def web_error(_: Request, exc: WebError) -> JSONResponse:
-        return _error(exc.status, str(exc))
+        return _error(exc.status, folder.shown(str(exc)))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -166,7 +166,7 @@ def create_app(folder: Folder, token: str | None = None, mcp: bool = True) -> Fa
 
     @app.exception_handler(InputError)
     async def input_error(_: Request, exc: InputError) -> JSONResponse:
-        return _error(400, str(exc))
+        return _error(400, folder.shown(str(exc)))
 
     api = folder
 

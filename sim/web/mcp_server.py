@@ -351,7 +351,7 @@ def build_server(folder: Folder) -> MCPServer:
         report.html in the run's folder, and `shoal serve` shows it at
         /api/runs/RUN/report. Nothing is written here."""
         html = folder.report(run)
-        text = _scrub(_report_text(html), folder)
+        text = folder.shown(_report_text(html))
         cut = len(text) > max_chars
         return {"run_id": run, "chars": len(text), "truncated": cut,
                 "text": text[:max_chars] + (ELLIPSIS if cut else ""),
@@ -454,15 +454,10 @@ def _errors(folder: Folder) -> Iterator[None]:
     try:
         yield
     except (WebError, InputError) as exc:
-        raise ToolError(_scrub(str(exc), folder)) from None
+        raise ToolError(folder.shown(str(exc))) from None
     except duckdb.Error as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ToolError(_scrub(f"the run could not be read: {first}", folder)) from None
-
-
-def _scrub(text: str, folder: Folder) -> str:
-    """`text` with the folder's own path shown relative to it."""
-    return text.replace(f"{folder.root}/", "").replace(str(folder.root), ".")
+        raise ToolError(folder.shown(f"the run could not be read: {first}")) from None
 
 
 def _cut_note(total: int, shown: int, what: str) -> dict[str, str]:

@@ -112,6 +112,11 @@ class Folder:
 
     # ------------------------------------------------------------ paths and runs
 
+    def shown(self, text: str) -> str:
+        """`text` with this folder's own path written relative to it: answers name runs
+        and files as a reader of the folder knows them, never where the folder lies."""
+        return text.replace(f"{self.root}/", "").replace(str(self.root), ".")
+
     def _inside(self, path: Path) -> bool:
         try:
             resolved = path.resolve()
@@ -261,7 +266,8 @@ class Folder:
                    "depth": e.depth, "status": e.status, "rounds_done": e.rounds_done,
                    "rounds": meta.get("rounds"),
                    "agents": None if link else _agents(e.dir),
-                   "created_at": meta.get("created_at"), "problem": e.problem,
+                   "created_at": meta.get("created_at"),
+                   "problem": e.problem and self.shown(e.problem),
                    **({"llm_calls": None, "cost_usd": None} if link else _llm_totals(e.dir))}
             if link is not None:
                 row["problem"] = (f"its {link} is a symbolic link that leads outside the "
