@@ -279,10 +279,30 @@ def sections(inp: ContextInputs, specs: dict[str, SectionSpec] | None = None) ->
     return out + [x for x in inp.extra if x.part == "observation"]
 
 
+# sections whose built-in setting is another's, `lower` priorities after it: the platform's
+# actions are rules too, the last round's lines are memory, and what people said about the
+# markets follows their prices
+DERIVED_SECTIONS = {"actions": ("rules", 0), "last_round": ("memory", 0),
+                    "market_digest": ("markets", 1)}
+
+
 def section_specs(cfg) -> dict[str, SectionSpec]:
-    """The config's context section settings (priority, token limit) by section."""
-    return {name: SectionSpec(s.priority, s.max_tokens)
-            for name, s in cfg.memory.context.sections.items()}
+    """The config's context section settings (priority, token limit) by section; a field
+    the config leaves out keeps the section's built-in value (for a derived section, its
+    base's, as configured)."""
+    given = cfg.memory.context.sections
+    out: dict[str, SectionSpec] = {}
+    for name in sorted(given, key=lambda n: n in DERIVED_SECTIONS):  # (bases first)
+        if name in DEFAULT_SECTIONS:
+            base = DEFAULT_SECTIONS[name]
+        else:
+            of, lower = DERIVED_SECTIONS[name]
+            spec = out.get(of, DEFAULT_SECTIONS[of])
+            base = SectionSpec(spec.priority + lower, spec.max_tokens)
+        s = given[name]
+        out[name] = SectionSpec(base.priority if s.priority is None else s.priority,
+                                base.max_tokens if s.max_tokens is None else s.max_tokens)
+    return out
 
 
 def build_context(inp: ContextInputs, budget: int,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import shoal.memory.tokens as tokens
-from shoal.agents.prompt import ContextInputs, FeedItem, build_context
+from shoal.agents.prompt import ContextInputs, FeedItem, SectionSpec, build_context, section_specs
 from shoal.engine.agent_history import rebuild_history
 from shoal.memory.context import HEADER, Line, Section, assemble, count_joined, quote
 from shoal.memory.digest import CrossPlatformDigest
@@ -228,3 +228,17 @@ def test_history_from_the_log_equals_the_live_one(context_run):
                 with_notes += bool(live)
         assert with_digest > 50 and with_notes > 20  # the comparison covered real entries
         world.memory.close()
+
+
+def test_a_section_setting_may_leave_a_field_at_its_own_value(tmp_path):
+    """A field left out of `memory.context.sections.<name>` keeps the section's built-in
+    value; a derived section (`actions`: the rules', `market_digest`: the markets' one
+    priority lower) starts from its base as configured."""
+    cfg = make_config({"rounds": 1, "topics": ["a"], "population": {"size": 5}}, tmp_path,
+                      memory={"context": {"sections": {
+        "rules": {"max_tokens": 90}, "actions": {"priority": 5},
+        "knowledge": {"max_tokens": 60}, "market_digest": {"max_tokens": 70}}}})
+    specs = section_specs(cfg)
+    assert specs["rules"] == SectionSpec(0, 90) and specs["actions"] == SectionSpec(5, 90)
+    assert specs["knowledge"] == SectionSpec(3, 60)
+    assert specs["market_digest"] == SectionSpec(3, 70)  # (markets: priority 2)

@@ -182,6 +182,23 @@ def test_llm_traders_over_http(llm_market):
     assert max(books) < 1e-6
 
 
+def test_a_context_section_may_set_one_field(llm_market, tmp_path):
+    """`memory.context.sections` may give a section only its limit (the priority stays
+    its own), and the traders' "what people said" section takes its own setting (it
+    follows the prices' section, one priority lower, only when it has none)."""
+    data = copy.deepcopy(llm_market[1])
+    data["memory"].setdefault("context", {})["sections"] = {
+        "market_digest": {"max_tokens": 40}, "markets": {"priority": 4}}
+    db = _run(data, tmp_path) / "trajectory.duckdb"
+    def longest(db: Path) -> dict[str, int]:
+        return dict(query(db, "SELECT section, max(tokens) FROM context WHERE platform = "
+                              "'market' GROUP BY ALL"))
+
+    given, own = longest(db), longest(llm_market[0] / "trajectory.duckdb")
+    assert own["market_digest"] > 40 >= given["market_digest"]
+    assert given["markets"] > 40  # (its own limit, 300)
+
+
 @pytest.mark.parametrize("case", ["rule", "llm"])
 @pytest.mark.slow
 def test_same_tables_on_ray(case, market_run, market_dict, llm_market, tmp_path, ray_session):

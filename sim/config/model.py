@@ -343,10 +343,11 @@ class DigestConfig(Strict):
 
 
 class SectionConfig(Strict):
-    """A context section's priority (lower is kept longer) and token limit."""
+    """A context section's priority (lower is kept longer) and token limit; a field left
+    out keeps the section's built-in value."""
 
-    priority: int = Field(ge=0)
-    max_tokens: int = Field(gt=0)
+    priority: int | None = Field(default=None, ge=0)
+    max_tokens: int | None = Field(default=None, gt=0)
 
 
 class ContextConfig(Strict):

@@ -323,7 +323,9 @@ class MarketEngine(PlatformEngine):
                 return []
             return [Section("markets", t("market.title"), priority, limit, lines,
                             intro=t("market.intro"))]
-        return self._trader_sections(world, agent, r, priority, limit, t)
+        said = specs.get("market_digest")
+        said_spec = (said.priority, said.max_tokens) if said else (priority + 1, limit)
+        return self._trader_sections(world, agent, r, priority, limit, said_spec, t)
 
     def _price_line(self, m, r: int, t: Templates) -> Line:
         p = m.maker.prices()
@@ -340,7 +342,7 @@ class MarketEngine(PlatformEngine):
                     {"kind": "market", "market": m.cfg.id, "round": r - 1})
 
     def _trader_sections(self, world, agent: int, r: int, priority: int, limit: int,
-                         t: Templates) -> list[Section]:
+                         said_spec: tuple[int, int], t: Templates) -> list[Section]:
         b = self.books
         sep = t("language.sep")
         lines = []
@@ -372,7 +374,7 @@ class MarketEngine(PlatformEngine):
                     talk.append(Line(t("market.talk.post", post=pid,
                                        text=quote(world.posts.text[pid], 200)),
                                      {"kind": "observed", "post": pid, "round": r - 1}))
-            out.append(Section("market_digest", t("market.talk.title"), priority + 1, limit,
+            out.append(Section("market_digest", t("market.talk.title"), *said_spec,
                                talk, part="observation",
                                intro="" if talk else t("market.talk.empty")))
         return out
