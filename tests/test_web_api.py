@@ -337,6 +337,21 @@ def test_an_analysis_is_started_and_read_claim_by_claim(api, ids):
     assert missing.status_code == 404 and "no analysis 'an-unknown-id'" in missing.json()["error"]
 
 
+def test_asking_a_rule_run_without_an_endpoint_says_how_to_start_the_server(folder, ids):
+    """A server started without --base-url cannot interview or analyse a rule run: the
+    answer says how to start it, not which flag to pass a command, and starts no job."""
+    root, _ = ids
+    plain = Folder(folder)
+    asks = (lambda: plain.interview(root, 5, "What do you think?"),
+            lambda: plain.start_analysis(root, "Did beliefs move?"))
+    for ask in asks:
+        with pytest.raises(WebError) as refused:
+            ask()
+        assert refused.value.status == 400
+        assert "start it again with `shoal serve DIR --base-url URL" in str(refused.value)
+    assert plain.jobs.all() == []
+
+
 # ---------------------------------------------------------------- changing
 
 

@@ -79,6 +79,10 @@ class InterviewBatch:
     seconds: float
 
 
+class NoProvider(InputError):
+    """Nothing to ask: the run has no LLM providers and no endpoint was given."""
+
+
 def provider_for(cfg: Config, name: str | None, base_url: str | None, model: str | None,
                  api_key_env: str | None, label: str = "interview") -> ProviderConfig:
     """The endpoint to ask: the command line's (a provider called `label`), else the run's
@@ -94,7 +98,7 @@ def provider_for(cfg: Config, name: str | None, base_url: str | None, model: str
         except ValidationError as exc:
             raise InputError(_flag_problems(exc)) from None
     if cfg.llm is None:
-        raise InputError("the run has no LLM providers: pass --base-url and --model (for a "
+        raise NoProvider("the run has no LLM providers: pass --base-url and --model (for a "
                          "dry run, --base-url loopback)")
     provider = cfg.llm.provider(name or cfg.llm.agents.provider)
     changes = {k: v for k, v in (("model", model), ("api_key_env", api_key_env)) if v}

@@ -61,6 +61,13 @@ REPOSTS = ("repost", "quote")
 REPLIES = ("reply", "comment")
 
 
+# (a rule run asked through a server started without an endpoint: the command line's
+# "pass --base-url" means nothing to a browser's user)
+NO_ENDPOINT = ("the run has no LLM providers of its own, and this server was started "
+               "without one: start it again with `shoal serve DIR --base-url URL --model M` "
+               "(or `--base-url loopback` for a dry run)")
+
+
 class WebError(InputError):
     """A request the server refuses; `status` is its HTTP status."""
 
@@ -763,7 +770,7 @@ class Folder:
                   ) -> dict[str, Any]:
         """Ask an agent, as it was at the end of a round, a question; the answer is kept
         in the run's `interviews` table."""
-        from shoal.runs.interview import interview_agents
+        from shoal.runs.interview import NoProvider, interview_agents
 
         self.writable()
         run_dir = self.run_dir(run_id)
@@ -773,6 +780,8 @@ class Folder:
         try:
             batch = interview_agents(str(run_dir.root), [int(agent)], question, round_,
                                      self.base_url, self.model)
+        except NoProvider:
+            raise WebError(NO_ENDPOINT) from None
         except duckdb.Error as exc:  # (a process started elsewhere took the file meanwhile)
             if not held_by_writer(exc):
                 raise
@@ -954,6 +963,8 @@ class Folder:
         args = ["analyse", str(run_dir.root)]
         if question is not None and not isinstance(question, str):
             raise WebError("question: must be text")
+        if not self.base_url and not _has_providers(run_dir):
+            raise WebError(NO_ENDPOINT)
         if question:
             args.append(f"--question={question}")
         if self.base_url:
@@ -1175,6 +1186,17 @@ def _stamp(run_dir: RunDir) -> tuple[int, ...]:
     rounds = run_dir.root / "live" / "rounds"
     return (mtime(run_dir.db), mtime(run_dir.meta), mtime(rounds),
             mtime(run_dir.root / "trajectory.duckdb.wal"))
+
+
+def _has_providers(run_dir: RunDir) -> bool:
+    """Whether the run's config names LLM providers (a config that cannot be read counts
+    as naming them: the command that reads it then says what is wrong)."""
+    from shoal.config import load_config
+
+    try:
+        return load_config(run_dir.config).llm is not None
+    except InputError:
+        return True
 
 
 def _being_written(run_dir: RunDir) -> bool:
