@@ -104,7 +104,7 @@ def finished(ray_session, tmp_path_factory):
         {"kind": "beliefs", "round": 5, "topic": "carbon_tax", "shift": 0.1,
          "target": {"ids": [3, 60]}}]}),
      "experiment.arms.no_news.interventions.add: entry 0: interventions.1.target.ids: no "
-     "agent 60 (the population has 60 agents at round 2, ids 0..59)"),
+     "agent 60 (the population has 60 agents, ids 0..59)"),
 ])
 def test_bad_input_exits_2_names_the_field_and_writes_nothing(tmp_path, quickstart_dict,
                                                               capsys, change, expect):

@@ -74,7 +74,13 @@ def _load(args: argparse.Namespace):
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Validate a config and print it with every default filled in."""
+    from shoal.engine.interventions import check_settings
+
     cfg = _load(args)
+    try:  # (each `set` entry's values, validated as the run applies them)
+        check_settings(cfg)
+    except InputError as exc:
+        raise locate(cfg, exc) from None
     out.print(dump_yaml(resolved_dict(cfg), sort_keys=False), end="", markup=False,
               highlight=False)
     console.print(f"[green]ok[/]: {escape(str(args.config))} is valid")

@@ -227,11 +227,37 @@ class EdgeListGraph(_Graph):
     file: str
 
 
+# Zero-argument networkx generators that make sense as a follow graph.
+NETWORKX_BUILTINS = (
+    "karate_club_graph", "davis_southern_women_graph", "florentine_families_graph",
+    "les_miserables_graph", "krackhardt_kite_graph", "petersen_graph", "tutte_graph",
+    "frucht_graph", "heawood_graph", "dodecahedral_graph", "icosahedral_graph",
+    "bull_graph", "chvatal_graph", "cubical_graph", "desargues_graph", "diamond_graph",
+    "house_graph", "moebius_kantor_graph", "octahedral_graph", "pappus_graph",
+    "sedgewick_maze_graph", "tetrahedral_graph", "truncated_cube_graph",
+    "truncated_tetrahedron_graph",
+)
+
+
 class NetworkxGraph(_Graph):
     """A networkx built-in graph by name (e.g. karate_club_graph); its size must match."""
 
     kind: Literal["networkx"]
     name: str
+
+    @field_validator("name")
+    @classmethod
+    def _builtin(cls, name: str) -> str:
+        if name not in NETWORKX_BUILTINS:
+            raise ValueError(f"unknown networkx graph {name!r}; one of: "
+                             f"{', '.join(NETWORKX_BUILTINS)}")
+        return name
+
+    def nodes(self) -> int:
+        """How many nodes the graph has."""
+        import networkx as nx  # (only for this kind: the import takes a while)
+
+        return int(getattr(nx, self.name)().number_of_nodes())
 
 
 class ProfilesGraph(_Graph):
@@ -515,7 +541,35 @@ class Config(Strict):
                              "prompt; use 'llm' (or 'all') when the config has an llm section")
         if self.population.size is not None:  # (profile files: checked when loaded)
             self._check_groups()
+            self._check_sized(self.population.size)
         return self
+
+    def _check_sized(self, n: int) -> None:
+        """What a generated population's size already settles, so `shoal check` finds it
+        as the run would: the initial graph's parameters, and every agent id named (by a
+        selector, or as a post's author) exists. (Not with `add_agents` entries: a fork's
+        or an arm's entries may name agents added before they branch; the run checks
+        those against the population it branches from.)"""
+        graph = self.graph
+        for param in ("m", "k"):  # (preferential attachment, small world)
+            value = getattr(graph, param, None)
+            if value is not None and value >= n:
+                raise ValueError(f"graph.{param}: must be < population size ({n}), got {value}")
+        if isinstance(graph, NetworkxGraph) and (nodes := graph.nodes()) != n:
+            raise ValueError(f"graph.name: {graph.name} has {nodes} nodes but "
+                             f"population.size is {n}")
+        if any(iv.kind == "add_agents" for iv in self.interventions):
+            return
+        named = [(f"{path}.ids", sel.ids) for path, sel in self.selectors()]
+        for i, iv in enumerate(self.interventions):
+            named += [(f"{path}.author", [post.author])
+                      for path, post in getattr(iv, "posts", lambda _: [])(f"interventions.{i}")
+                      if post.author is not None]
+        for path, ids in named:
+            bad = [a for a in ids or () if a >= n]
+            if bad:
+                raise ValueError(f"{path}: no agent {bad[0]} (the population has {n} agents, "
+                                 f"ids 0..{n - 1})")
 
     def _duplicate_names(self) -> list[str]:
         """Intervention names are unique: a fork drops or moves an entry by its name."""

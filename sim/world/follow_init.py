@@ -11,6 +11,7 @@ import numpy as np
 
 from shoal.agents.population import Population
 from shoal.config.model import (
+    NETWORKX_BUILTINS,
     EdgeListGraph,
     GraphConfig,
     NetworkxGraph,
@@ -21,17 +22,6 @@ from shoal.config.model import (
 )
 from shoal.core.errors import InputError
 from shoal.core.text_files import read_user_text
-
-# Zero-argument networkx generators that make sense as a follow graph.
-NETWORKX_BUILTINS = (
-    "karate_club_graph", "davis_southern_women_graph", "florentine_families_graph",
-    "les_miserables_graph", "krackhardt_kite_graph", "petersen_graph", "tutte_graph",
-    "frucht_graph", "heawood_graph", "dodecahedral_graph", "icosahedral_graph",
-    "bull_graph", "chvatal_graph", "cubical_graph", "desargues_graph", "diamond_graph",
-    "house_graph", "moebius_kantor_graph", "octahedral_graph", "pappus_graph",
-    "sedgewick_maze_graph", "tetrahedral_graph", "truncated_cube_graph",
-    "truncated_tetrahedron_graph",
-)
 
 
 def initial_edges(cfg: GraphConfig, pop: Population, rng: np.random.Generator
