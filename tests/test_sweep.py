@@ -16,7 +16,9 @@ from shoal.analysis.notebook import open_sweep
 from shoal.analysis.sweeps import SUMMARY_FILE, SWEEP_FILE, seed_stats, summarize_members
 from shoal.cli.main import main
 from shoal.core.errors import InputError
-from shoal.runs.sweep import parse_grid, plan_sweep, run_sweep
+from shoal.runs import sweep as sweeps
+from shoal.runs.simulation import Simulation
+from shoal.runs.sweep import parse_grid, plan_sweep, reopen_sweep, run_sweep
 from tests.conftest import write_config
 from tests.helpers import make_config, query, run_config, tables_differ
 
@@ -115,6 +117,46 @@ def test_a_grid_gives_one_summary_row_per_point_and_members_are_normal_runs(
     assert query(result.root / member["run"] / "trajectory.duckdb",
                  "SELECT seed, topics, fork_round FROM run") == query(
         plain.dir.db, "SELECT seed, topics, fork_round FROM run")
+
+
+@pytest.mark.slow
+def test_a_stopped_sweep_resumes_its_members_where_they_stopped(ray_session, tmp_path,
+                                                                quickstart_file):
+    """A sweep stopped with one member part-way (its run directory left at round 2) and
+    one not started: `--resume` continues the first in its own directory, runs the
+    second, and writes the summary; the resumed member equals an uninterrupted run of its
+    config, and the sweep's record is read from sweep.json, not from the config file
+    (changed meanwhile)."""
+    plan = plan_sweep(quickstart_file, seeds=2, sets=["population.size=200", "rounds=5"],
+                      out=tmp_path / "sweeps")
+    # the state a Ctrl-C leaves: the folder, sweep.json, member 0's run stopped at round 2
+    plan.root.mkdir(parents=True)
+    spec = sweeps._spec(plan, [sweeps._record(m) for m in plan.members])
+    spec["status"], spec["members"][0]["status"] = "interrupted", "interrupted"
+    sweeps.write_json(plan.root / SWEEP_FILE, spec)
+    with Simulation.from_dict(plan.members[0].config) as stopped:
+        stopped.run(2)
+    quickstart_file.write_text("this: is no longer the sweep's config\n")
+
+    assert main(["sweep", "--resume", str(plan.root), "--quiet"]) == 0
+    _, record, kept = reopen_sweep(plan.root)
+    assert kept == 2 and record["status"] == "finished"
+    assert record["members"][0]["run"] == stopped.run_id
+    assert (plan.root / "summary.csv").is_file() and open_sweep(plan.root).summary["n"][0] == 2
+    plain = run_config(make_config(plan.members[0].config, tmp_path / "plain"))
+    assert tables_differ(plan.root / stopped.run_id / "trajectory.duckdb", plain.dir.db) == []
+
+
+def test_resume_refuses_what_is_not_a_sweep_and_extra_arguments(tmp_path, capsys):
+    assert main(["sweep", "--resume", str(tmp_path)]) == 2
+    assert "not a sweep directory (no sweep.json)" in capsys.readouterr().err
+    (tmp_path / SWEEP_FILE).write_text("[1, 2]")
+    assert main(["sweep", "--resume", str(tmp_path)]) == 2
+    assert "is not a sweep's record" in capsys.readouterr().err
+    assert main(["sweep", "--resume", str(tmp_path), "--seeds", "2"]) == 2
+    assert "give no CONFIG, --seeds" in capsys.readouterr().err
+    assert main(["sweep"]) == 2
+    assert "give a CONFIG and --seeds N, or --resume DIR" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("args, expect", [

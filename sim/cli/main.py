@@ -603,9 +603,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("sweep", help="run a config over seeds (and a grid) in parallel on Ray")
-    p.add_argument("config", help="YAML config file")
-    p.add_argument("--seeds", type=int, required=True, metavar="N",
-                   help="members per grid point, seeds seed-base..seed-base+N-1")
+    p.add_argument("config", nargs="?", help="YAML config file")
+    p.add_argument("--seeds", type=int, metavar="N",
+                   help="members per grid point, seeds seed-base..seed-base+N-1 (required "
+                        "with CONFIG)")
+    p.add_argument("--resume", metavar="DIR",
+                   help="continue a stopped sweep: finished members are kept, interrupted "
+                        "ones resumed, the others run (no CONFIG, --seeds, --grid, --set "
+                        "or --rounds then)")
     p.add_argument("--seed-base", type=int, default=0, help="first seed (default: 0)")
     p.add_argument("--grid", action="append", metavar="KEY=V1,V2",
                    help="a config field and its values; several --grid make a product")

@@ -8,8 +8,9 @@ config key is an InputError (exit 2) and leaves nothing behind.
 
 Layout of a sweep directory (`<out>/<name>-sweep-<YYYYmmdd-HHMMSS>-<hex>/`):
 
-    sweep.json    what was asked (config, sets, grid, seeds) and every member: its grid
-                  point, grid values, seed, run id, status, time and metrics
+    sweep.json    what was asked (config, sets, grid, seeds), each grid point's resolved
+                  config, and every member: its grid point, grid values, seed, run id,
+                  status, time and metrics
     config.yaml   the source config, as given
     summary.csv   per grid point, for each metric: mean, sd and 95% t-interval over seeds
     <run_id>/     one normal run directory per member (`shoal report` etc. work on it)
@@ -24,6 +25,11 @@ Metrics of a member (its last round R; rounds 1..R for rates):
 
 The interval is Student's t over seeds: mean ± t(0.975, n−1) · sd / √n, sd with n−1 in
 the denominator; with one seed it is undefined (NaN).
+
+`shoal sweep --resume DIR` continues a sweep that stopped (Ctrl-C, killed, a member that
+failed): finished members are kept, a member whose run directory exists is resumed from
+its last checkpoint (so it ends as it would have), and the others run; the members'
+configs come from sweep.json, not from the config file, which may have changed since.
 """
 
 from __future__ import annotations
@@ -176,44 +182,53 @@ def plan_sweep(config: str | Path, seeds: int, seed_base: int = 0,
     plan = SweepPlan(root=root, source=Path(config), grid=axes,
                      seeds=list(range(seed_base, seed_base + seeds)), sets=list(sets or []),
                      members=[], name=base.name)
-    for p, point in enumerate(plan.points):
+    configs = []
+    for point in plan.points:
         grid_sets = [f"{k}={override_value(v)}" for k, v in point.items()]
         try:
-            cfg = load_config(config, [*plan.sets, *grid_sets])
+            configs.append(_point_config(load_config(config, [*plan.sets, *grid_sets]), root))
         except InputError as exc:
             shown = ", ".join(f"{k}={v}" for k, v in point.items())
             raise InputError(f"grid point {shown}: {exc}") from None
-        for seed in plan.seeds:
-            member_name = f"{base.name}-p{p}-s{seed}" if axes else f"{base.name}-s{seed}"
-            plan.members.append(Member(index=len(plan.members), point=p, seed=seed,
-                                       grid=point, config=_member_config(cfg, seed,
-                                                                         member_name, root)))
+    plan.members = _members(plan, configs)
     return plan
 
 
-def _member_config(cfg: Config, seed: int, name: str, root: Path) -> dict:
-    """A member's resolved config: its seed and name, runs under the sweep folder, and the
-    local executor inside its Ray task (where agents decide never changes results)."""
+def _point_config(cfg: Config, root: Path) -> dict:
+    """A grid point's resolved config: runs under the sweep folder, and the local executor
+    inside its Ray task (where agents decide never changes results)."""
     data = resolved_dict(cfg)
-    data["seed"] = seed
-    data["name"] = name
     data["output"]["dir"] = str(root)
     data["executor"] = {**data["executor"], "kind": "local", "address": None}
-    parse_config(data)  # the seed range and name pattern are the config's to check
     return data
+
+
+def _members(plan: SweepPlan, configs: list[dict]) -> list[Member]:
+    """Every member, its config its point's with its seed and name (validated)."""
+    members = []
+    for p, point in enumerate(plan.points):
+        for seed in plan.seeds:
+            name = f"{plan.name}-p{p}-s{seed}" if plan.grid else f"{plan.name}-s{seed}"
+            config = {**configs[p], "seed": seed, "name": name}
+            parse_config(config)  # the seed range and name pattern are the config's to check
+            members.append(Member(index=len(members), point=p, seed=seed, grid=point,
+                                  config=config))
+    return members
 
 
 # ---------------------------------------------------------------------- running
 
 
-def run_member(config: dict) -> dict:
-    """Run one member to the end and measure it (the body of a Ray task). Errors come back
-    as data, so one failed member does not stop the sweep."""
+def run_member(config: dict, started: str | None = None) -> dict:
+    """Run one member to the end and measure it (the body of a Ray task): from its config,
+    or, `started`, resuming the run directory an earlier attempt left. Errors come back as
+    data, so one failed member does not stop the sweep."""
     from shoal.runs.simulation import Simulation  # a Ray worker imports it when it runs one
 
     start = time.perf_counter()
     try:
-        with Simulation.create(parse_config(config)) as run:
+        sim = Simulation.resume(started) if started else Simulation.create(parse_config(config))
+        with sim as run:
             run.run()
         metrics = member_metrics(run.dir.root)
     except Exception as exc:  # recorded in sweep.json; the driver reports it
@@ -238,20 +253,26 @@ class SweepResult:
 
 
 def run_sweep(plan: SweepPlan, parallel: int | None = None, address: str | None = None,
-              on_member: Callable[[dict, int, int], None] | None = None) -> SweepResult:
+              on_member: Callable[[dict, int, int], None] | None = None,
+              resumed: dict | None = None) -> SweepResult:
     """Create the sweep folder and run every member on Ray (joining `address`, or a Ray
     already initialized in this process, or starting a local one), at most `parallel` at
-    once (default: the cluster's CPUs). `on_member(record, done, total)` after each."""
+    once (default: the cluster's CPUs). `on_member(record, done, total)` after each.
+    `resumed`: the record of a sweep that stopped (`reopen_sweep`), whose folder exists:
+    only its unfinished members run."""
     if parallel is not None and parallel < 1:
         raise InputError(f"--parallel {parallel}: must be >= 1")
     start = time.perf_counter()
-    records = [_record(m) for m in plan.members]
-    spec = _spec(plan, records)
-    done = 0
+    spec = resumed if resumed is not None else _spec(plan, [_record(m) for m in plan.members])
+    spec["status"] = "running"
+    records = spec["members"]
+    todo = [i for i, r in enumerate(records) if r["status"] != "finished"]
+    done = len(records) - len(todo)
 
     def args(i: int) -> tuple[Any, ...]:
         records[i]["status"] = "running"
-        return (plan.members[i].config,)
+        started = _started(plan.root, plan.members[i]) if resumed is not None else None
+        return (plan.members[i].config, started and str(started))
 
     def finished(i: int, out: Outcome) -> None:
         nonlocal done
@@ -264,12 +285,16 @@ def run_sweep(plan: SweepPlan, parallel: int | None = None, address: str | None 
 
     with TaskPool(run_member, parallel, address) as pool:
         try:
-            plan.root.mkdir(parents=True, exist_ok=False)
-            shutil.copyfile(plan.source, plan.root / "config.yaml")
+            if resumed is None:
+                plan.root.mkdir(parents=True, exist_ok=False)
+                shutil.copyfile(plan.source, plan.root / "config.yaml")
             write_json(plan.root / SWEEP_FILE, spec)
-            pool.run(lambda: range(len(records)), args, finished)
+            pool.run(lambda: todo, args, finished)
         except KeyboardInterrupt:
             spec["status"] = "interrupted"
+            for r in records:  # (their run directories stay: a resume continues them)
+                if r["status"] == "running":
+                    r["status"] = "interrupted"
             write_json(plan.root / SWEEP_FILE, spec)
             raise
     result = SweepResult(root=plan.root, members=records, seconds=time.perf_counter() - start)
@@ -287,10 +312,63 @@ def _record(m: Member) -> dict:
 
 
 def _spec(plan: SweepPlan, records: list[dict]) -> dict:
+    configs = [next(m.config for m in plan.members if m.point == p)
+               for p in range(len(plan.points))]
     return {"sweep": plan.root.name, "created_at": datetime.now().isoformat(),
-            "status": "running", "config": str(plan.source), "sets": plan.sets,
-            "grid": plan.grid, "seeds": plan.seeds, "points": plan.points,
+            "status": "running", "config": str(plan.source), "name": plan.name,
+            "sets": plan.sets, "grid": plan.grid, "seeds": plan.seeds, "points": plan.points,
+            "point_configs": [{k: v for k, v in c.items() if k not in ("seed", "name")}
+                              for c in configs],
             "interval": f"{LEVEL:.0%} Student t-interval over seeds", "members": records}
+
+
+def _started(root: Path, member: Member) -> Path | None:
+    """The run directory an earlier attempt at `member` left in the sweep folder (the
+    newest, if several), or None."""
+    pattern = re.compile(re.escape(member.config["name"]) + r"-\d{8}-\d{6}-[0-9a-f]+$")
+    found = sorted(p for p in root.iterdir() if pattern.match(p.name)
+                   and (p / "run.json").is_file())
+    return found[-1] if found else None
+
+
+def reopen_sweep(path: str | Path) -> tuple[SweepPlan, dict, int]:
+    """A sweep folder to continue: its plan rebuilt from sweep.json, its record with
+    every member not recorded as finished (or whose run is gone) set back to pending, and
+    how many members are kept."""
+    root = Path(path).resolve()
+    file = root / SWEEP_FILE
+    if not file.is_file():
+        raise InputError(f"--resume {path}: not a sweep directory (no {SWEEP_FILE})")
+    try:
+        spec = json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"--resume {path}: {file} cannot be read ({exc})") from None
+    if not (isinstance(spec, dict) and spec.keys() >= {"members", "grid", "seeds", "sets"}
+            and isinstance(spec["members"], list)):
+        raise InputError(f"--resume {path}: {file} is not a sweep's record (edited, or "
+                         "another file); start the sweep again")
+    if "point_configs" not in spec or "name" not in spec:
+        raise InputError(f"--resume {path}: the sweep was started by an older Shoal, "
+                         "whose sweep.json keeps no configs to resume from; start it again")
+    plan = SweepPlan(root=root, source=Path(spec["config"]), grid=spec["grid"],
+                     seeds=spec["seeds"], sets=spec["sets"], members=[], name=spec["name"])
+    try:
+        plan.members = _members(plan, spec["point_configs"])
+    except (InputError, KeyError, TypeError, IndexError) as exc:
+        raise InputError(f"--resume {path}: {file}: its configs are not valid ({exc})"
+                         ) from None
+    if len(plan.members) != len(spec["members"]):
+        raise InputError(f"--resume {path}: {file} is not a sweep's record (edited, or "
+                         "another file); start the sweep again")
+    kept = 0
+    for record in spec["members"]:
+        if record.get("status") == "finished" and record.get("run") and \
+                (root / record["run"] / "run.json").is_file():
+            kept += 1
+        else:
+            record.update(status="pending", run=None, error=None)
+            record.pop("input_error", None)
+    return plan, spec, kept
 
 
 def write_json(path: Path, data: dict) -> None:
