@@ -510,8 +510,9 @@ class LoopbackServer:
             body = orjson.dumps(without_field(request))
         elif state.hint_unmarked:
             state.hint_unmarked = False
+            unused = " and --script is not used for it" if state.script else ""
             print(f"note: a request without the `{FIELD}` field: it is answered knowing "
-                  "nothing of the agent or its feed; have Shoal ask for the model "
+                  f"nothing of the agent or its feed{unused}; have Shoal ask for the model "
                   f"{LOOPBACK_MODEL} or set the provider's shoal_field: true (docs/llm.md)",
                   file=sys.stderr, flush=True)
         return await self.complete(request, body, attempt)
