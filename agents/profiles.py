@@ -282,6 +282,9 @@ def _json_items(path: Path, text: str) -> list[_Item]:
         raise InputError(
             f"{path}:{exc.lineno}: malformed JSON: {exc.msg} (column {exc.colno})"
         ) from None
+    except ValueError:  # (an integer Python will not read: more than 4,300 digits)
+        raise InputError(f"{path}: a number of more than 4,300 digits; no field takes "
+                         "one") from None
     except DuplicateKey as exc:  # (as a YAML file's duplicate field is, _key_lines)
         raise InputError(f"{path}: duplicate field {exc.args[0]!r} in an object") from None
     except RecursionError:

@@ -287,3 +287,18 @@ def _python(script: str):
 
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=120)
+
+
+def test_check_prints_yaml_that_reads_back_whatever_its_lines(tmp_path):
+    """`shoal check CONFIG > file` gives the resolved config as YAML that reads back to
+    the same values, a token longer than a terminal line included (rich wrapped it)."""
+    import yaml
+
+    label = "see https://example.org/" + "x" * 120
+    path = write_config(tmp_path / "c.yaml", {
+        "rounds": 2, "population": {"size": 5},
+        "topics": [{"name": "a", "label": label, "keywords": ["k" * 100]}]})
+    done = subprocess.run([sys.executable, "-m", "shoal", "check", str(path)],
+                          capture_output=True, text=True, check=True)
+    topic = yaml.safe_load(done.stdout)["topics"][0]
+    assert topic["label"] == label and topic["keywords"] == ["k" * 100]

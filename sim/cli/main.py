@@ -81,8 +81,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         check_settings(cfg)
     except InputError as exc:
         raise locate(cfg, exc) from None
-    out.print(dump_yaml(resolved_dict(cfg), sort_keys=False), end="", markup=False,
-              highlight=False)
+    # (as it is: rich would wrap a line longer than the terminal, breaking the YAML, and
+    # takes time quadratic in the text's length)
+    sys.stdout.write(dump_yaml(resolved_dict(cfg), sort_keys=False))
+    sys.stdout.flush()
     console.print(f"[green]ok[/]: {escape(str(args.config))} is valid")
     for note in cfg.notes():  # valid, but not what it says (a sample larger than its pool)
         console.print(f"[yellow]warning[/]: {escape(str(locate(cfg, InputError(note))))}",

@@ -78,13 +78,39 @@ def dump_yaml(data: Any, **options: Any) -> str:
     return yaml.dump(data, Dumper=options.pop("Dumper", Dumper), **options)
 
 
+# An integer beyond this many bits (about 1,000 digits) is no value of a config; Python
+# cannot print one of more than 4,300 digits, and 0x / 0o / 0b literals skip its bound.
+MAX_INT_BITS = 3_322
+
+
 def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
     """An integer as the resolver above admits it (decimal without a leading zero, or
     0x / 0o / 0b): PyYAML's own reads a leading 0 as octal and rejects 0o."""
-    return int(str(loader.construct_scalar(node)).replace("_", ""), 0)
+    value = int(str(loader.construct_scalar(node)).replace("_", ""), 0)
+    if value.bit_length() > MAX_INT_BITS:
+        raise ValueError(f"an integer of {value.bit_length():,} bits (more than 1,000 "
+                         "digits) is no value of a config")
+    return value
 
 
 _UniqueKeyLoader.add_constructor(_INT, _construct_int)
+
+
+def _refuse_tag(why: str) -> Any:
+    """A constructor refusing its tag, at the node's line."""
+    def construct(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+        tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+        raise yaml.constructor.ConstructorError(
+            None, None, f"the YAML tag {tag} is not supported: {why}", node.start_mark)
+    return construct
+
+
+# A set has no order (the order of its items would follow Python's hash seed, run to run:
+# topics, endpoints); `!!binary` turns base64 into text nobody reads in the file.
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:set", _refuse_tag(
+    "a set has no order; write a list"))
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:binary", _refuse_tag(
+    "write the text itself"))
 
 
 def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode,

@@ -178,6 +178,9 @@ def _read_json(path: Path) -> Any:
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}:{exc.lineno}: malformed JSON: {exc.msg} "
                          f"(column {exc.colno})") from None
+    except ValueError:  # (an integer Python will not read: more than 4,300 digits)
+        raise InputError(f"{path}: a number of more than 4,300 digits; no field takes "
+                         "one") from None
     except DuplicateKey as exc:
         raise InputError(f"{path}: an object gives the key {exc.args[0]!r} twice; keep "
                          "one (only the last would count)") from None

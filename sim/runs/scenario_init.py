@@ -139,6 +139,9 @@ def read_brief(path: Path) -> Brief:
         data = json.loads(read_document(path))
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}:{exc.lineno}: not JSON: {exc.msg}") from None
+    except ValueError:  # (an integer Python will not read: more than 4,300 digits)
+        raise InputError(f"{path}: a number of more than 4,300 digits; no field takes "
+                         "one") from None
     except RecursionError:
         raise InputError(f"{path}: not a preset template: JSON nested too deeply") from None
     if not isinstance(data, dict) or not isinstance(data.get("seed_document"), str) \
