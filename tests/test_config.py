@@ -246,3 +246,15 @@ def test_a_group_that_rounds_to_no_agent_is_warned_of(tmp_path, capsys):
     captured = capsys.readouterr()
     shown = " ".join((captured.out + captured.err).split())
     assert note in shown and "group others" not in shown
+
+
+def test_a_loop_of_links_as_a_graph_document_is_named(tmp_path):
+    """A graph document that is a loop of symbolic links is an error naming the field,
+    as for every other file field (it escaped as a RuntimeError)."""
+    (tmp_path / "a.md").symlink_to(tmp_path / "b.md")
+    (tmp_path / "b.md").symlink_to(tmp_path / "a.md")
+    path = write_config(tmp_path / "c.yaml", {
+        "rounds": 2, "population": {"size": 5}, "topics": ["a"],
+        "memory": {"graph": {"enabled": True, "documents": ["a.md"]}}})
+    with pytest.raises(ConfigError, match=r"memory\.graph\.documents\.0: .*a\.md"):
+        load_config(path)

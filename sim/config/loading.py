@@ -438,7 +438,8 @@ def resolve_paths(cfg: Config, base: Path) -> Config:
             dotted = f"memory.graph.documents.{i}"
             problems.append(f"{_where(origin, dotted)}{dotted}: {missing}: {value} (looked "
                             f"at {resolved})")
-        docs.append(str(resolved.resolve()))
+        else:  # (resolving a loop of links raises: its problem is recorded above)
+            docs.append(str(resolved.resolve()))
     if g.scenario is not None:
         folder = Path(g.scenario) if Path(g.scenario).is_absolute() else base / g.scenario
         if not (folder / "graph").is_dir():

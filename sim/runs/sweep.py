@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 import secrets
 import shutil
@@ -174,6 +175,10 @@ def plan_sweep(config: str | Path, seeds: int, seed_base: int = 0,
     if seed_base < 0 or seed_base + seeds > 2**63:
         raise InputError(f"--seed-base {seed_base}: seeds must lie in 0..2^63-1")
     axes = parse_grid(grid)
+    points = math.prod(len(values) for values in axes.values())
+    if points * seeds > MAX_SEEDS:  # (before a grid point is loaded: that takes a while)
+        raise InputError(f"--grid: {points:,} grid points × {seeds:,} seed(s) = "
+                         f"{points * seeds:,} runs; at most {MAX_SEEDS:,} in one sweep")
     base = load_config(config, list(sets or []), labels)
     if Path(out).exists() and not Path(out).is_dir():
         raise InputError(f"--out {out}: a file, not a folder")

@@ -9,6 +9,7 @@ agents answer through the interview path (`shoal survey RUN`).
 
 from __future__ import annotations
 
+import math
 from typing import Literal, Self
 
 from pydantic import Field, model_validator
@@ -51,6 +52,9 @@ class Item(Strict):
             raise ValueError(f"options: only choice items have options, not {self.kind}")
         if self.range[0] == self.range[1]:
             raise ValueError("range: the two ends must differ")
+        if not math.isfinite(self.range[1] - self.range[0]):  # (answers would all be inf)
+            raise ValueError(f"range: {self.range[0]:g} to {self.range[1]:g} is wider than a "
+                             "number holds; give ends within ±1e307")
         return self
 
 

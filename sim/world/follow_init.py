@@ -172,7 +172,9 @@ def _edge_list(path: Path, n: int):
             raise InputError(f"{path}:{number}: expected two agent ids (follower, followee), "
                              f"got {line.strip()!r}")
         ids = [_agent_id(c) for c in cells[:2]]
-        if first and None in ids:  # a header row (its first two cells are not integers)
+        # a header row: neither of its first two cells is an integer (one that is is a
+        # typo in an edge, `0 1O`, reported as such below)
+        if first and all(v is None for v in ids):
             first = False
             continue
         first = False
