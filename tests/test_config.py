@@ -258,3 +258,18 @@ def test_a_loop_of_links_as_a_graph_document_is_named(tmp_path):
         "memory": {"graph": {"enabled": True, "documents": ["a.md"]}}})
     with pytest.raises(ConfigError, match=r"memory\.graph\.documents\.0: .*a\.md"):
         load_config(path)
+
+
+def test_merge_keys_are_read_and_own_keys_override_them(tmp_path):
+    """`<<: *anchor` merges a mapping as YAML defines it (the node's own keys win); a key
+    the mapping itself gives twice is still an error (merge keys were refused as an
+    unknown tag)."""
+    path = tmp_path / "c.yaml"
+    path.write_text("rounds: 2\ntopics: [{name: a, label: A}]\npopulation:\n"
+                    "  <<: {size: 50, groups: [{name: g, fraction: 0.5}]}\n  size: 60\n")
+    cfg = load_config(path)
+    assert cfg.population.size == 60 and [g.name for g in cfg.population.groups] == ["g"]
+    path.write_text("rounds: 2\ntopics: [a]\npopulation:\n  <<: {size: 50}\n  size: 60\n"
+                    "  size: 70\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml:6: malformed YAML: duplicate key 'size'"):
+        load_config(path)

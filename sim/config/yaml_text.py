@@ -115,8 +115,12 @@ _UniqueKeyLoader.add_constructor("tag:yaml.org,2002:binary", _refuse_tag(
 
 def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode,
                        deep: bool = False) -> dict[Any, Any]:
+    # merge keys (`<<: *defaults`) as PyYAML does: the merged pairs are put before the
+    # node's own, which override them; only a key the node itself gives twice is an error
+    own = sum(1 for key_node, _ in node.value if key_node.tag != "tag:yaml.org,2002:merge")
+    loader.flatten_mapping(node)
     seen: set[object] = set()
-    for key_node, _ in node.value:
+    for key_node, _ in node.value[len(node.value) - own:]:
         key = loader.construct_object(key_node, deep=deep)
         try:
             hash(key)
