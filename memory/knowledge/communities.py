@@ -67,14 +67,19 @@ def detect(graph: KnowledgeGraph, generation: int, round_: int, seed: int = 0,
     g.add_weighted_edges_from((s, o, w) for (s, o), w in sorted(weight.items()))
     groups = nx.community.louvain_communities(g, weight="weight", seed=seed) if len(g) else []
     groups = sorted((sorted(c) for c in groups), key=lambda c: (-len(c), c[0]))
+    # each community's facts (relations with both ends inside), in one pass over the
+    # relations, in their order (a pass per community was quadratic in a large graph)
+    community = {e: c for c, members in enumerate(groups) for e in members}
+    inside: list[list[str]] = [[] for _ in groups]
+    for rid in visible:
+        c = community.get(rel["subject"][rid])
+        if c is not None and community.get(rel["object"][rid]) == c:
+            inside[c].append(rel["fact"][rid])
     summaries, tops = [], []
-    for members in groups:
-        inside = set(members)
+    for members, found in zip(groups, inside, strict=True):
         degree = Counter({e: g.degree(e, weight="weight") for e in members})
         best = [names[e] for e, _ in sorted(degree.items(), key=lambda x: (-x[1], x[0]))[:top]]
-        facts = [rel["fact"][rid] for rid in visible
-                 if rel["subject"][rid] in inside and rel["object"][rid] in inside]
-        facts = [f for f, _ in Counter(facts).most_common(2)]
+        facts = [f for f, _ in Counter(found).most_common(2)]
         summaries.append(f"{len(members)} entities around {', '.join(best)}."
                          + (" " + " ".join(facts) if facts else ""))
         tops.append(best)
