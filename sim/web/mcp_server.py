@@ -377,8 +377,16 @@ def http_app(server: MCPServer) -> ASGIApp:
     runs). The app's middleware checks the token, the host name and the origin, so the
     SDK's own host check, which knows only loopback names, is off."""
     server.streamable_http_app(
-        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        max_sessions=MAX_SESSIONS, session_idle_timeout=SESSION_IDLE_S)
     return StreamableHTTPASGIApp(server.session_manager)
+
+
+# An assistant keeps one session; the SDK's defaults (10,000 sessions, each kept 30
+# minutes idle) let a loop of `initialize` requests hold ~400 MB and lock every new
+# assistant out for half an hour.
+MAX_SESSIONS = 64
+SESSION_IDLE_S = 300.0
 
 
 async def run_stdio(server: MCPServer) -> None:
