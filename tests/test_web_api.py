@@ -906,3 +906,27 @@ def test_a_run_folder_named_outside_the_ids_is_listed_with_why_it_cannot_open(fo
     assert refused.status_code == 403
     assert "rename the folder to open it here" in rows["café run"]["problem"]
     assert not rows[root]["problem"]
+
+
+def test_a_server_runs_a_bounded_number_of_commands_at_once(tmp_path, monkeypatch):
+    """Past MAX_RUNNING commands running, the next start is refused (429) and starts no
+    process; once one has finished, a start goes through again."""
+    import shoal.web.jobs as jobs_module
+    from shoal.web.jobs import Jobs, TooManyJobs
+
+    monkeypatch.setattr(jobs_module, "MAX_RUNNING", 2)
+    jobs = Jobs(tmp_path)
+    serving = ["llm-serve", "--host", "127.0.0.1", "--port", "0"]  # (runs until stopped)
+    started = [jobs.start("serve", serving, wait_s=0.1) for _ in range(2)]
+    try:
+        with pytest.raises(TooManyJobs, match="at most 2 at once") as refused:
+            jobs.start("serve", serving, wait_s=0.1)
+        assert refused.value.status == 429 and len(jobs.all()) == 2
+        started[0].proc.kill()
+        started[0].proc.wait(30)
+        started.append(jobs.start("serve", serving, wait_s=0.1))
+        assert len([j for j in jobs.all() if j.running]) == 2
+    finally:
+        for job in started:
+            job.proc.kill()
+            job.proc.wait(30)

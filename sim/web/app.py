@@ -166,7 +166,7 @@ def create_app(folder: Folder, token: str | None = None, mcp: bool = True) -> Fa
 
     @app.exception_handler(InputError)
     async def input_error(_: Request, exc: InputError) -> JSONResponse:
-        return _error(400, folder.shown(str(exc)))
+        return _error(getattr(exc, "status", 400), folder.shown(str(exc)))
 
     api = folder
 

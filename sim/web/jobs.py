@@ -21,9 +21,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shoal.core.errors import InputError
+
 # The first line each command prints about its run.
 _RUN_LINE = re.compile(r"^(?:run|fork|resume) (\S+?)(?: |$)")
 _TAIL = 200  # lines of output kept per job
+# Commands running at once: each is a whole Python process (a run of a million agents
+# takes gigabytes), and a loop of requests must not start them without end.
+MAX_RUNNING = max(2, os.cpu_count() or 1)
+_KEEP_FINISHED = 100  # finished jobs the server still lists
+
+
+class TooManyJobs(InputError):
+    """A command refused because MAX_RUNNING are running (HTTP 429)."""
+
+    status = 429
 
 
 @dataclass
@@ -71,12 +83,21 @@ class Jobs:
         """Run `shoal ARGS` and wait until it names its run, or exits, or `wait_s` pass."""
         argv = [sys.executable, "-m", "shoal", *args]
         env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "160", "PYTHONUNBUFFERED": "1"}
-        proc = subprocess.Popen(argv, cwd=self.folder, env=env, text=True,
-                                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                # its own process group: the server's Ctrl-C is not its own
-                                start_new_session=True)
-        with self._lock:
+        with self._lock:  # (the count and the start at once: two requests cannot both pass)
+            running = [j for j in self._jobs.values() if j.running]
+            if len(running) >= MAX_RUNNING:
+                raise TooManyJobs(f"{len(running)} commands this server started are running "
+                                  f"(at most {MAX_RUNNING} at once); start this one when one "
+                                  "has finished")
+            finished = sorted(j.id for j in self._jobs.values() if not j.running)
+            for old in finished[:max(0, len(finished) - _KEEP_FINISHED)]:
+                del self._jobs[old]
+            proc = subprocess.Popen(
+                argv, cwd=self.folder, env=env, text=True,
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                # its own process group: the server's Ctrl-C is not its own
+                start_new_session=True)
             job = Job(next(self._ids), kind, argv, proc)
             self._jobs[job.id] = job
         threading.Thread(target=self._read, args=(job,), daemon=True,
