@@ -120,9 +120,15 @@ class AnalysisStore:
             yield con
             con.execute("COMMIT")
             self._ready = True
-        except BaseException:
+        except BaseException as exc:
             with suppress(duckdb.Error):  # nothing to roll back if BEGIN itself failed
                 con.execute("ROLLBACK")
+            if isinstance(exc, duckdb.Error) and "lock" in str(exc).lower():
+                # another process writes the file (an analysis holding it, a run): its
+                # commit took the lock this one needs
+                raise InputError(f"{self.db}: in use by another process (an analysis or "
+                                 "a run writing it); ask again when it has finished"
+                                 ) from None
             raise
         finally:
             con.close()
