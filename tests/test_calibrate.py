@@ -104,6 +104,14 @@ def test_extending_a_calibration_continues_with_new_draws(tiny, tmp_path, ray_se
     # asked for fewer than the study holds: all are used, and it says so
     fewer = calibrate(str(config), str(target), [param], out, trials=4, seeds=1, accept=1.0)
     assert len(fewer.trials) == 5 and "already holds 5 draws" in fewer.notes[0]
+    # a journal cut short (a write that did not finish) is named before any draw runs
+    journal = out / "study.journal"
+    whole = journal.read_bytes()
+    journal.write_bytes(whole[:-40])
+    lines = whole[:-40].count(b"\n") + 1
+    with pytest.raises(InputError, match=f"study.journal is damaged at line {lines}"):
+        calibrate(str(config), str(target), [param], out, trials=7, seeds=1, accept=1.0)
+    assert journal.read_bytes() == whole[:-40]
 
 
 def _study(values: list[tuple[float, float]], param: Param):

@@ -381,6 +381,7 @@ def calibrate(config: str, target: str | Path, params: list[Param], out: str | P
             tmp.write_text(text, encoding="utf-8", newline="")
     if old is None:  # (a resume keeps the path first recorded)
         spec_file.write_text(json.dumps(spec, indent=1))
+    _check_journal(out)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = optuna.storages.JournalStorage(
         optuna.storages.journal.JournalFileBackend(str(out / STUDY_FILE)))
@@ -408,6 +409,23 @@ def calibrate(config: str, target: str | Path, params: list[Param], out: str | P
     result.seconds = time.perf_counter() - started
     return result
 
+
+
+def _check_journal(out: Path) -> None:
+    """The study's journal reads whole (a line of JSON a record), or an InputError naming
+    the first damaged line, before any draw runs (Optuna reads it again only when the
+    first new draw is recorded: the draws' work was lost with an internal error)."""
+    journal = out / STUDY_FILE
+    if not journal.is_file():
+        return
+    for number, line in enumerate(journal.read_bytes().splitlines(), 1):
+        try:
+            json.loads(line)
+        except ValueError:
+            raise InputError(f"--out {out}: {STUDY_FILE} is damaged at line {number} (a "
+                             "write cut short?); delete that line and the ones after it to "
+                             "resume from the draws before it, or choose a new folder"
+                             ) from None
 
 def _read_spec(path: Path) -> dict[str, Any] | None:
     """The calibration recorded in `path` (spec.json), or None if there is none."""
