@@ -251,6 +251,49 @@ def _pdf(path: Path, lines: list[str]) -> Path:
     return path
 
 
+def test_a_graph_write_stopped_between_its_steps_leaves_one_whole_graph(tmp_path, capsys):
+    """A scenario's graph is written whole or not at all: a write stopped while it filled
+    `graph.next/` leaves the old graph (the next add clears the rest away); one stopped
+    between its renames (no `graph/`, the old one set aside) is read as the new graph.
+    Files beside the tables (the extraction's LLM calls) are carried over; a second
+    `graph add` while one holds the scenario is refused, not lost."""
+    import fcntl
+    import os
+    import shutil
+
+    folder = tmp_path / "scenario"
+    assert main(["graph", "add", str(TOLL), "--into", str(folder), "--new"]) == 0
+    graph, before = folder / "graph", graph_reader(folder).relations()
+    (graph / "llm_calls.parquet").write_bytes((graph / "graph_aliases.parquet").read_bytes())
+    # stopped while writing: a partial graph.next/ beside the old graph
+    (folder / "graph.next").mkdir()
+    shutil.copy(graph / "graph_entities.parquet", folder / "graph.next")
+    assert graph_reader(folder).relations().equals(before)
+    doc = tmp_path / "more.md"
+    doc.write_text("The Ferry Company opposes the toll.\n")
+    assert main(["graph", "add", str(doc), "--into", str(folder)]) == 0
+    after = graph_reader(folder).relations()
+    assert len(after) > len(before) and not (folder / "graph.next").exists()
+    assert (graph / "llm_calls.parquet").is_file()
+    # stopped between the renames: the old graph set aside, the new one whole beside it
+    os.replace(graph, folder / "graph.next")
+    shutil.copytree(folder / "graph.next", folder / "graph.old")
+    (folder / "graph.old" / "graph_relations.parquet").unlink()
+    assert graph_reader(folder).relations().equals(after)
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith("graph")) == ["graph"]
+    # two adds at once: the second is refused while the first holds the scenario
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        capsys.readouterr()
+        assert main(["graph", "add", str(doc), "--into", str(folder)]) == 2
+        assert "another `shoal graph add` is writing this scenario's graph" in \
+            capsys.readouterr().err
+    finally:
+        os.close(fd)
+    assert graph_reader(folder).relations().equals(after)
+
+
 def test_graph_add_reads_markdown_and_pdf_into_a_scenario(tmp_path, capsys):
     folder = tmp_path / "scenario"
     assert main(["graph", "add", str(TOLL), "--into", str(folder), "--new"]) == 0

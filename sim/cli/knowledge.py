@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import argparse
+import fcntl
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -183,8 +185,33 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextmanager
+def _scenario_lock(folder: Path) -> Iterator[None]:
+    """Held while `graph add` reads and rewrites a scenario's graph: a second one at once
+    is refused (it would write its graph over the first's, losing that addition). The
+    kernel lets go of it if the process dies."""
+    if not folder.is_dir():
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InputError(f"--into {folder}: another `shoal graph add` is writing this "
+                             "scenario's graph; run this one when it has finished") from None
+        yield
+    finally:
+        os.close(fd)
+
+
 def cmd_graph_add(args: argparse.Namespace) -> int:
     """`shoal graph add DOC... --into FOLDER`: documents into a scenario's graph."""
+    with _scenario_lock(Path(args.into)):
+        return _graph_add(args)
+
+
+def _graph_add(args: argparse.Namespace) -> int:
     from shoal.memory.context import one_line
     from shoal.memory.knowledge.communities import detect
     from shoal.memory.knowledge.ingest import ingest_document
@@ -195,6 +222,7 @@ def cmd_graph_add(args: argparse.Namespace) -> int:
         SCENARIO_DIR,
         GraphReader,
         read_scenario_file,
+        settle_scenario_graph,
         write_scenario_graph,
     )
     from shoal.world.knowledge import read_document
@@ -204,6 +232,8 @@ def cmd_graph_add(args: argparse.Namespace) -> int:
         raise InputError(f"--into {folder}: --new starts a scenario graph in a new or empty "
                          "folder, and this one " + ("is a file" if not folder.is_dir() else
                                                     "is not empty"))
+    if folder.is_dir():
+        settle_scenario_graph(folder)  # (a write a kill stopped: finished or undone)
     if not args.new and not (folder / SCENARIO_DIR).is_dir():
         # A typo must not become a new folder: a new graph is asked for by name.
         raise InputError(f"--into {folder}: not a scenario folder (no {SCENARIO_DIR}/ "

@@ -15,8 +15,11 @@ their `invalid_at`, `invalidated_by` and `reason`.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 from collections.abc import Mapping
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +28,6 @@ import pandas as pd
 import pyarrow as pa
 
 from shoal.core.errors import InputError
-from shoal.core.files import replacing
 from shoal.store.schema import TEXT, typed_frame
 from shoal.store.tables import TABLES, TableSpec
 
@@ -139,6 +141,9 @@ class GraphReader:
         """The graph of a scenario folder (its `graph/` Parquet files). InputError naming
         the file when one is missing, damaged or not the table its name says."""
         root = Path(folder) / SCENARIO_DIR
+        if not root.exists():  # (a write killed between its renames)
+            with suppress(OSError):  # (a folder this process may not change: read on)
+                settle_scenario_graph(folder)
         reader = cls({})
         for name in GRAPH_TABLES:
             # `shoal init` and `shoal graph add` write every table, empty ones included:
@@ -234,9 +239,16 @@ class GraphReader:
 
 
 def write_scenario_graph(folder: str | Path, tables: Mapping[str, pa.Table]) -> Path:
-    """Write a scenario's graph as Parquet (same rows, same bytes); returns the folder."""
-    root = Path(folder) / SCENARIO_DIR
-    root.mkdir(parents=True, exist_ok=True)
+    """Write a scenario's graph as Parquet (same rows, same bytes), whole or not at all:
+    the files are written into `graph.next/`, which then takes the place of `graph/` by
+    renames (a kill leaves the old graph or the new one, never some tables of each; the
+    next write or read puts things right, `settle_scenario_graph`). Other files of the
+    old `graph/` (the extraction's LLM calls) are carried over. Returns the folder."""
+    folder = Path(folder)
+    root, staging, old = _graph_dirs(folder)
+    settle_scenario_graph(folder)
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
     con = duckdb.connect()
     con.execute(DDL)
     for name in GRAPH_TABLES:
@@ -249,8 +261,32 @@ def write_scenario_graph(folder: str | Path, tables: Mapping[str, pa.Table]) -> 
                  "graph_community_members": "generation, community, entity_id",
                  "graph_withdrawals": "relation_id",
                  "graph_aliases": "entity_id, key"}.get(name, "1")
-        with replacing(root / f"{name}.parquet") as tmp:
-            con.execute(f"COPY (SELECT * FROM {name} ORDER BY {order}) TO $path "
-                        "(FORMAT parquet)", {"path": str(tmp)})
+        con.execute(f"COPY (SELECT * FROM {name} ORDER BY {order}) TO $path "
+                    "(FORMAT parquet)", {"path": str(staging / f"{name}.parquet")})
     con.close()
+    if root.is_dir():
+        for path in root.iterdir():
+            if path.is_file() and not (staging / path.name).exists():
+                shutil.copy2(path, staging / path.name)
+        os.replace(root, old)
+    os.replace(staging, root)
+    shutil.rmtree(old, ignore_errors=True)
     return root
+
+
+def _graph_dirs(folder: Path) -> tuple[Path, Path, Path]:
+    """A scenario's `graph/`, the `graph.next/` a write fills, the `graph.old/` it sets
+    aside while the new one takes its place."""
+    root = folder / SCENARIO_DIR
+    return root, root.with_name(f"{SCENARIO_DIR}.next"), root.with_name(f"{SCENARIO_DIR}.old")
+
+
+def settle_scenario_graph(folder: str | Path) -> None:
+    """Finish or undo a write of a scenario's graph that a kill stopped: between its two
+    renames (no `graph/`) the new graph, whole, takes its place; a `graph.next/` beside
+    a `graph/` was cut short and goes; so does a `graph.old/` left behind."""
+    root, staging, old = _graph_dirs(Path(folder))
+    if not root.exists() and old.is_dir():
+        os.replace(staging if staging.is_dir() else old, root)
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)

@@ -440,8 +440,9 @@ class LiveRun:
 def graph_reader(path: str | Path) -> GraphReader:
     """The graph memory of a run directory (through its lineage: a fork reads its
     parent's rows up to the fork round) or of a scenario folder (its `graph/`)."""
-    if (Path(path) / SCENARIO_DIR).is_dir():
-        return GraphReader.of_scenario(path)
+    scenario = Path(path) / SCENARIO_DIR
+    if scenario.is_dir() or scenario.with_name(f"{SCENARIO_DIR}.old").is_dir():
+        return GraphReader.of_scenario(path)  # (the second: a write killed mid-way)
     tables = {}
     for name in GRAPH_TABLES:
         with suppress(MissingTableError):  # written before Shoal had graph memory
