@@ -302,3 +302,15 @@ def test_check_prints_yaml_that_reads_back_whatever_its_lines(tmp_path):
                           capture_output=True, text=True, check=True)
     topic = yaml.safe_load(done.stdout)["topics"][0]
     assert topic["label"] == label and topic["keywords"] == ["k" * 100]
+
+
+def test_the_open_hint_is_python_whatever_the_path():
+    """The "open it:" line is valid Python for a folder with a quote or a newline."""
+    import ast
+    from pathlib import Path
+
+    from shoal.cli.summary import open_hint
+
+    root = Path("/tmp/it's\nhere")
+    call = ast.parse(open_hint(root).removeprefix("open it: ")).body[0].value
+    assert ast.literal_eval(call.args[0]) == str(root / "trajectory.duckdb")

@@ -198,7 +198,7 @@ def _markets(con) -> list[tuple]:
 def open_hint(root: Path) -> str:
     """How to open the run's trajectory in Python (print it unwrapped: the path must stay
     whole to be copied)."""
-    return f"open it: duckdb.connect('{Path(root) / 'trajectory.duckdb'}', read_only=True)"
+    return f"open it: duckdb.connect({str(Path(root) / 'trajectory.duckdb')!r}, read_only=True)"
 
 
 def _mode_lines(calls) -> list[str]:
