@@ -653,6 +653,10 @@ def test_malformed_requests_are_refused_naming_the_field(api, folder, ids):
         served.fork(root, 2, move=[{"ref": "x", "round": "y"}])
     with pytest.raises(WebError, match=r"^round: must be >= 0"):
         served.fork(root, -1)
+    with pytest.raises(WebError, match=r"^name: must be text on one line, got 'a\\nb'"):
+        served.fork(root, 2, name="a\nb")
+    with pytest.raises(WebError, match=r"^drop\.0: must be an intervention's name or index"):
+        served.fork(root, 2, drop=["x" * 100_000])
     assert _listing(folder) == before
 
 

@@ -869,8 +869,8 @@ class Folder:
             moves.append(f"{_ref(f'move.{i}.ref', m['ref'])}="
                          f"{_whole(f'move.{i}.round', m['round'])}")
         add = _list("add", add)
-        if name is not None and not isinstance(name, str):
-            raise WebError("name: must be text")
+        if name is not None and (not isinstance(name, str) or not name.isprintable()):
+            raise WebError(f"name: must be text on one line, got {_shown(name)}")
         self._confine_fork(sets, add)
         # (`--flag=VALUE`: a value starting with '-' is still the flag's, never a flag)
         args = ["fork", str(run_dir.root), f"--round={round_}", "--quiet"]
@@ -1170,7 +1170,8 @@ def _strings(what: str, value: Any) -> list[str]:
 
 def _ref(what: str, value: Any) -> str:
     """An intervention named by its name or its index."""
-    if isinstance(value, bool) or not isinstance(value, str | int) or value == "":
+    if isinstance(value, bool) or not isinstance(value, str | int) or value == "" or (
+            isinstance(value, str) and (len(value) > 100 or not value.isprintable())):
         raise WebError(f"{what}: must be an intervention's name or index, got "
                        f"{_shown(value)}")
     return str(value)
