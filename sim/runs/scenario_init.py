@@ -180,6 +180,9 @@ _PRESET_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "simulation_requirement": ((str,), "text"), "tags": ((list, str), "a list of text"),
     "platforms": ((list,), "a list of platform names"),
     "recommended_settings": ((dict,), "an object of enable_* flags"),
+    # (a size written as 60.0, "60" or 1e400 would fall back to the default unsaid)
+    "estimated_agents": ((int,), "a whole number"),
+    "estimated_rounds": ((int,), "a whole number"),
 }
 
 
