@@ -160,6 +160,15 @@ def test_bad_inputs_exit_2_naming_the_file(tmp_path, capsys):
     (broken_profiles / "reddit_profiles.json").write_text("[{\"user_id\": 0,]")
     assert "reddit_profiles.json:1: malformed JSON" in err(broken_profiles)
 
+    # an input's name on a folder is a mistake, not a missing input (it was imported
+    # from the reddit file alone, without a word)
+    foldered = tmp_path / "foldered"
+    shutil.copytree(DATA / "miroshark_sim", foldered)
+    (foldered / "twitter_profiles.csv").unlink()
+    (foldered / "twitter_profiles.csv").mkdir()
+    assert "twitter_profiles.csv: a folder, not a file; an input file is expected there" \
+        in err(foldered)
+
 
 def test_non_empty_out_is_refused_unless_force(tmp_path, capsys):
     out = tmp_path / "s"

@@ -52,6 +52,7 @@ from shoal.agents.profiles import SENTIMENT_WEIGHT, STANCE_LABELS
 from shoal.config import load_config, validation_problems
 from shoal.config.yaml_text import MAX_DEPTH, Dumper
 from shoal.core.errors import InputError
+from shoal.core.files import not_a_file
 from shoal.core.language import DEFAULT, Templates, detect_cjk, templates
 from shoal.core.text_files import DuplicateKey, read_user_text, unique_keys
 from shoal.store.run_dir import is_run_dir
@@ -570,6 +571,9 @@ class _Importer:
             if target.parent != Path(os.path.realpath(self.src)):
                 self.ledger.note(f"{path.name} is a symbolic link to {target}, outside "
                                  f"{self.src}; imported from there")
+        if path.exists() and (problem := not_a_file(path)) is not None:
+            # (a folder or a pipe by an input's name is a mistake, not a missing input)
+            raise InputError(f"{path}: {problem}; an input file is expected there")
         return path.is_file()
 
     def _agent(self, uid: int) -> _Agent:
