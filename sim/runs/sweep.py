@@ -317,8 +317,8 @@ def _record(m: Member) -> dict:
 
 
 def _spec(plan: SweepPlan, records: list[dict]) -> dict:
-    configs = [next(m.config for m in plan.members if m.point == p)
-               for p in range(len(plan.points))]
+    # (members run point by point, each point's seeds in turn)
+    configs = [plan.members[p * len(plan.seeds)].config for p in range(len(plan.points))]
     return {"sweep": plan.root.name, "created_at": datetime.now().isoformat(),
             "status": "running", "config": str(plan.source), "name": plan.name,
             "sets": plan.sets, "grid": plan.grid, "seeds": plan.seeds, "points": plan.points,
