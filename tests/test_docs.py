@@ -182,6 +182,11 @@ SKIP: dict[tuple[str, str], str] = {
         "serves until stopped (tests/test_web_api.py and tests/test_web_browser.py run it)",
     ("docs/web.md", "shoal serve"):
         "serves until stopped (tests/test_web_api.py and tests/test_web_browser.py run it)",
+    ("docs/analyst.md", "--script script.json"):
+        "serves until stopped, with a script the page describes but does not ship "
+        "(tests/test_analyst.py scripts the loopback server)",
+    ("docs/analyst.md", "--model shoal-loopback"):
+        "asks the scripted server of the line above, which the test does not start",
     ("docs/validation.md", "herd_effect --out"):
         "a case at full size (minutes); tests/test_validation_herd_effect.py runs it --quick",
 }

@@ -43,6 +43,8 @@ def _small(language: str | None = None, size: int = 40, **population) -> dict:
     data = yaml.safe_load((CONFIGS / "quickstart.yaml").read_text())
     data.update(rounds=3, interventions=[])
     data["population"] = {"size": size, **population}
+    # (each agent attaches to m earlier ones: fewer than the population)
+    data["graph"] = {**data["graph"], "m": min(data["graph"]["m"], size - 1)}
     if language is not None:
         data["population"]["language"] = language
     return data

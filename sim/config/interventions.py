@@ -186,11 +186,8 @@ class SetParams(InterventionSpec):
             if not mutable(key):
                 out.append(f"{where}.values.{key}: cannot be changed mid-run (it only "
                            "shaped round 0)")
-            elif key != "executor.contexts" and _names_a_field(key) and any(
-                    key == p or key.startswith(p + ".") for p in MADE_BEFORE_ROUND_1):
-                out.append(f"{where}.values.{key}: cannot be changed by a set intervention "
-                           "(the run's executor, folder and name are made before round 1; "
-                           "a fork's --set, or resume's flags, can change them)")
+        # (what the running process made before round 1: `Config` checks those keys, as
+        # it knows which of them name a field; an unknown one is reported as such)
         return out
 
 
@@ -207,20 +204,10 @@ MUTABLE_SECTIONS = ("policy", "beliefs", "activity", "executor", "output", "chec
 MADE_BEFORE_ROUND_1 = ("executor", "output.dir", "name")
 
 
-def _names_a_field(key: str) -> bool:
-    """Whether the dotted path names a field of the config (as far as its sections are
-    models; an unknown one is reported as such when the values are applied)."""
-    from shoal.config.model import Config
-
-    model: Any = Config
-    for part in key.split("."):
-        fields = getattr(model, "model_fields", None)
-        if not isinstance(fields, dict):
-            return True
-        if part not in fields:
-            return False
-        model = fields[part].annotation
-    return True
+def made_before_round_1(key: str) -> bool:
+    """Whether the dotted config path `key` is among what a `set` entry cannot change."""
+    return key != "executor.contexts" and any(key == p or key.startswith(p + ".")
+                                              for p in MADE_BEFORE_ROUND_1)
 
 
 def mutable(key: str) -> bool:

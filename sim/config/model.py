@@ -23,7 +23,7 @@ from pydantic import (
 
 from shoal.config.base import Dist, Name, PartOf, Strict
 from shoal.config.experiment import ExperimentConfig
-from shoal.config.interventions import known_platform
+from shoal.config.interventions import SetParams, known_platform, made_before_round_1
 from shoal.config.llm import LLMConfig
 from shoal.config.platforms import Platforms
 from shoal.config.selector import Selector
@@ -437,6 +437,19 @@ class CheckpointConfig(Strict):
 NAME_MAX = 100  # characters of a run's name (`name`), and of the names an experiment gives
 
 
+def _names_a_field(model: Any, key: str) -> bool:
+    """Whether the dotted path names a field of `model` (as far as its sections are
+    models: below a plain value, the run's validation decides)."""
+    for part in key.split("."):
+        fields = getattr(model, "model_fields", None)
+        if not isinstance(fields, dict):
+            return True
+        if part not in fields:
+            return False
+        model = fields[part].annotation
+    return True
+
+
 class Config(Strict):
     """A whole simulation, as read from YAML with defaults filled in."""
 
@@ -512,6 +525,12 @@ class Config(Strict):
             )
         problems = [p for i, iv in enumerate(self.interventions)
                     for p in iv.problems(f"interventions.{i}", self.rounds, names)]
+        problems += [f"interventions.{i}.values.{key}: cannot be changed by a set "
+                     "intervention (the run's executor, folder and name are made before "
+                     "round 1; a fork's --set, or resume's flags, can change them)"
+                     for i, iv in enumerate(self.interventions) if isinstance(iv, SetParams)
+                     for key in iv.values
+                     if made_before_round_1(key) and _names_a_field(type(self), key)]
         problems += self._duplicate_names()
         for i, survey in enumerate(self.surveys):
             problems += survey.problems(f"surveys.{i}", self.rounds, names,
