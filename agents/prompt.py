@@ -12,6 +12,7 @@ configured budget (`memory.context`). Every fixed text is the agent's language's
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -204,7 +205,7 @@ def sections(inp: ContextInputs, specs: dict[str, SectionSpec] | None = None) ->
     spec = {**DEFAULT_SECTIONS, **(specs or {})}
     t = templates(inp.language)
     # The platform's actions are rules too: they take the rules' priority and limit.
-    actions_spec = spec.get("actions", spec["rules"])
+    actions_spec = section_spec(spec, "actions")
     interview = inp.platform == INTERVIEW
     label = INTERVIEW_LABEL if interview else platform_label(t, inp.platform)
     group = t("prompt.persona.group", group=inline(inp.group)) if inp.group else ""
@@ -229,7 +230,7 @@ def sections(inp: ContextInputs, specs: dict[str, SectionSpec] | None = None) ->
     # and the news, with the memory's priority and limit unless configured.
     memory = [ln for ln in inp.memory if ln.provenance.get("kind") != "observed"]
     last_round = [ln for ln in inp.memory if ln.provenance.get("kind") == "observed"]
-    last_spec = spec.get("last_round", spec["memory"])
+    last_spec = section_spec(spec, "last_round")
     out = [
         Section("persona", t("prompt.persona.title"), spec["persona"].priority,
                 spec["persona"].max_tokens, persona),
@@ -286,6 +287,19 @@ DERIVED_SECTIONS = {"actions": ("rules", 0), "last_round": ("memory", 0),
                     "market_digest": ("markets", 1)}
 
 
+def section_spec(specs: Mapping[str, SectionSpec] | None, name: str) -> SectionSpec:
+    """A section's setting: the config's (`specs`, from `section_specs`), else its
+    built-in one, else (a derived section) its base's, as configured, `lower` after."""
+    specs = specs or {}
+    if name in specs:
+        return specs[name]
+    if name in DEFAULT_SECTIONS:
+        return DEFAULT_SECTIONS[name]
+    of, lower = DERIVED_SECTIONS[name]
+    base = section_spec(specs, of)
+    return SectionSpec(base.priority + lower, base.max_tokens)
+
+
 def section_specs(cfg) -> dict[str, SectionSpec]:
     """The config's context section settings (priority, token limit) by section; a field
     the config leaves out keeps the section's built-in value (for a derived section, its
@@ -293,12 +307,7 @@ def section_specs(cfg) -> dict[str, SectionSpec]:
     given = cfg.memory.context.sections
     out: dict[str, SectionSpec] = {}
     for name in sorted(given, key=lambda n: n in DERIVED_SECTIONS):  # (bases first)
-        if name in DEFAULT_SECTIONS:
-            base = DEFAULT_SECTIONS[name]
-        else:
-            of, lower = DERIVED_SECTIONS[name]
-            spec = out.get(of, DEFAULT_SECTIONS[of])
-            base = SectionSpec(spec.priority + lower, spec.max_tokens)
+        base = section_spec(out, name)
         s = given[name]
         out[name] = SectionSpec(base.priority if s.priority is None else s.priority,
                                 base.max_tokens if s.max_tokens is None else s.max_tokens)

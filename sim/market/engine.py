@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from shoal.agents.actions import ActionBatch
+from shoal.agents.prompt import SectionSpec, section_spec
 from shoal.core.counter_rng import CounterRNG, Purpose
 from shoal.core.language import Templates, templates
 from shoal.core.state import State
@@ -310,8 +311,8 @@ class MarketEngine(PlatformEngine):
         """The "Markets" section: on a social platform (market → social) the prices; on
         the market itself, the observation of an LLM trader: prices, its account, what
         to do, and (social → market) what people said. In the agent's language."""
-        spec_ = specs.get("markets")
-        priority, limit = (spec_.priority, spec_.max_tokens) if spec_ else (2, 300)
+        prices = section_spec(specs, "markets")
+        priority, limit = prices.priority, prices.max_tokens
         t = templates(world.population.language_of(agent))
         if platform != NAME:
             m2s = self.cfg.bridge.market_to_social
@@ -323,9 +324,8 @@ class MarketEngine(PlatformEngine):
                 return []
             return [Section("markets", t("market.title"), priority, limit, lines,
                             intro=t("market.intro"))]
-        said = specs.get("market_digest")
-        said_spec = (said.priority, said.max_tokens) if said else (priority + 1, limit)
-        return self._trader_sections(world, agent, r, priority, limit, said_spec, t)
+        said = section_spec(specs, "market_digest")
+        return self._trader_sections(world, agent, r, priority, limit, said, t)
 
     def _price_line(self, m, r: int, t: Templates) -> Line:
         p = m.maker.prices()
@@ -342,7 +342,7 @@ class MarketEngine(PlatformEngine):
                     {"kind": "market", "market": m.cfg.id, "round": r - 1})
 
     def _trader_sections(self, world, agent: int, r: int, priority: int, limit: int,
-                         said_spec: tuple[int, int], t: Templates) -> list[Section]:
+                         said: SectionSpec, t: Templates) -> list[Section]:
         b = self.books
         sep = t("language.sep")
         lines = []
@@ -374,7 +374,8 @@ class MarketEngine(PlatformEngine):
                     talk.append(Line(t("market.talk.post", post=pid,
                                        text=quote(world.posts.text[pid], 200)),
                                      {"kind": "observed", "post": pid, "round": r - 1}))
-            out.append(Section("market_digest", t("market.talk.title"), *said_spec,
+            out.append(Section("market_digest", t("market.talk.title"), said.priority,
+                               said.max_tokens,
                                talk, part="observation",
                                intro="" if talk else t("market.talk.empty")))
         return out

@@ -37,6 +37,7 @@ import duckdb
 import pandas as pd
 
 from shoal.core.errors import InputError
+from shoal.store.lineage import held_by_writer
 from shoal.store.tables import TABLES, TableSpec
 from shoal.store.trajectory import connect
 
@@ -123,7 +124,7 @@ class AnalysisStore:
         except BaseException as exc:
             with suppress(duckdb.Error):  # nothing to roll back if BEGIN itself failed
                 con.execute("ROLLBACK")
-            if isinstance(exc, duckdb.Error) and "lock" in str(exc).lower():
+            if isinstance(exc, duckdb.Error) and held_by_writer(exc):
                 # another process writes the file (an analysis holding it, a run): its
                 # commit took the lock this one needs
                 raise InputError(f"{self.db}: in use by another process (an analysis or "

@@ -11,7 +11,6 @@ import numpy as np
 
 from shoal.agents.population import Population
 from shoal.config.model import (
-    NETWORKX_BUILTINS,
     EdgeListGraph,
     GraphConfig,
     NetworkxGraph,
@@ -203,11 +202,9 @@ def _agent_id(cell: str) -> int | None:
 
 
 def _networkx(name: str, n: int, mutual: bool):
-    """A zero-argument networkx generator; node labels become agent ids in sorted order."""
-    if name not in NETWORKX_BUILTINS:
-        raise InputError(
-            f"graph.name: unknown networkx graph {name!r}; one of: {', '.join(NETWORKX_BUILTINS)}"
-        )
+    """A zero-argument networkx generator (one of NETWORKX_BUILTINS: the config checks the
+    name); node labels become agent ids in sorted order. Its size is checked here for a
+    population read from a file (a generated one's, by the config)."""
     g = getattr(nx, name)()
     if g.number_of_nodes() != n:
         raise InputError(
